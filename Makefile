@@ -1,0 +1,33 @@
+# hami-dra developer entry points. Every target creates/refreshes the local virtualenv first,
+# so `make demo` and `make test` work on a fresh clone with nothing installed by hand.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test lint typecheck bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/hami-dra simulate examples/worked-example.yaml
+
+lint: $(STAMP)
+	$(PY) -m ruff check dra_driver tests hack
+	$(PY) -m ruff format --check dra_driver tests hack
+	$(PY) -m mypy dra_driver
+
+test: lint
+	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) hack/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

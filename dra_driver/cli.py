@@ -1,0 +1,63 @@
+"""The `hami-dra` command line: one entry point for every component.
+
+Each subcommand lives in its own module that exposes ``register(subparsers)``; this module only
+wires them together, so adding a component never means editing another component's code.
+Modules are imported lazily by name so that, for example, ``hami-dra simulate`` does not pay for
+importing gRPC or the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from dra_driver import __version__
+
+#: Modules that contribute subcommands, in the order they appear in ``--help``.
+COMMAND_MODULES: tuple[str, ...] = ("dra_driver.simulate.command",)
+
+
+class UsageError(Exception):
+    """A user-facing error: printed as one line and exits with status 2, never as a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hami-dra",
+        description="Kubernetes DRA driver for NVIDIA GPUs with HAMi's composable placement policies.",
+    )
+    parser.add_argument("--version", action="version", version=f"hami-dra {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    try:
+        result: int = args.handler(args)
+    except UsageError as err:
+        print(f"hami-dra {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
