@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck bench clean
+.PHONY: venv tools demo test lint typecheck bench clean
 
 venv: $(STAMP)
 
@@ -23,7 +23,10 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check dra_driver tests hack
 	$(PY) -m mypy dra_driver
 
-test: lint
+tools:
+	bash hack/install-test-tools.sh
+
+test: lint tools
 	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider
 
 bench: $(STAMP)
