@@ -1,0 +1,38 @@
+"""HAMi's fit-failure reason names and its pending-message format.
+
+The names are HAMi's exact strings (``pkg/device/common/common.go``) so that operators who know
+HAMi read our pending reasons without a dictionary.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why a card cannot take a request; a card is counted under the first check it fails."""
+
+    CARD_NOT_HEALTH = "CardNotHealth"
+    CARD_TYPE_MISMATCH = "CardTypeMismatch"
+    CARD_UUID_MISMATCH = "CardUuidMismatch"
+    CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+    CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+    CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+    CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+    NUMA_NOT_FIT = "NumaNotFit"
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+    NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+    NODE_NOT_ALLOWED = "NodeNotAllowed"
+
+
+def format_reasons(reasons: Iterable[Reason | None], total_cards: int) -> str:
+    """HAMi's ``GenReason``: ``"<count>/<cards> <Reason>"`` per reason, sorted as strings, joined by ``", "``.
+
+    Sorting whole strings (so ``10/12 X`` precedes ``2/12 Y``) is HAMi's behaviour; we keep it so
+    messages are byte-identical to what HAMi users have seen.
+    """
+    counts = Counter(reason for reason in reasons if reason is not None)
+    return ", ".join(sorted(f"{count}/{total_cards} {reason.value}" for reason, count in counts.items()))
