@@ -92,7 +92,7 @@ def parse_policy_chain(text: str | None, default: str = DEFAULT_CARD_POLICY) -> 
 
 
 def parse_node_policy(text: str | None) -> NodePolicy:
-    """HAMi's node policy: ``spread`` or ``binpack``; anything else is an error here (HAMi silently binpacks)."""
+    """HAMi's node policy, ``spread`` or ``binpack``; anything else is an error (HAMi silently binpacks)."""
     if text is None:
         return DEFAULT_NODE_POLICY
     name = text.strip()

@@ -109,7 +109,7 @@ class ClusterState:
             yield self._nodes[name]
 
     def allocate(self, placement: Placement, *, strict: bool = True) -> None:
-        """Record a placement. ``strict`` refuses overcommit; the ledger passes False for facts it observes."""
+        """Record a placement; ``strict`` refuses overcommit (the ledger passes False for observed facts)."""
         node = self._node(placement.node)
         if strict:
             self._check_capacity(node, placement.devices)

@@ -1,4 +1,6 @@
-"""``topology-aware`` selection over NVLink pair scores (HAMi's computeWorstSingleCard / computeBestCombination).
+"""``topology-aware`` selection over NVLink pair scores.
+
+HAMi's ``computeWorstSingleCard`` and ``computeBestCombination``, with the seed's ordering.
 
 For one GPU, take the card whose loss hurts connectivity least (smallest sum of pair scores to the
 other candidates), so well-connected groups stay free for multi-GPU jobs. For N GPUs, take the
