@@ -1,0 +1,166 @@
+"""Resolve the effective placement parameters of one claim request from all config sources.
+
+Precedence, highest first (design.md "DRA mapping"): the pod's HAMi compatibility annotations,
+the claim's ``spec.devices.config``, the DeviceClass's ``spec.config``, the controller defaults.
+Each field resolves on its own, so a class may fix ``numaBind`` while a claim picks the policy.
+Within one object later config entries override earlier ones, which is the order in which
+kube-scheduler copies configs into an allocation and in which drivers apply them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from dra_driver.config.model import ConfigError, GpuConfig, parse_gpu_config
+from dra_driver.engine import (
+    DEFAULT_CARD_POLICY,
+    DEFAULT_NODE_POLICY,
+    DEFAULT_WEIGHTS,
+    NodePolicy,
+    PolicyChain,
+    ScoringWeights,
+    WeightsError,
+    parse_node_policy,
+    parse_policy_chain,
+    parse_scoring_weights,
+)
+
+ANNOTATION_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+ANNOTATION_NODE_POLICY = "hami.io/node-scheduler-policy"
+ANNOTATION_DEVICE_WEIGHTS = "hami.io/device-scoring-weights"
+
+
+class ConfigSource(StrEnum):
+    """Where a resolved field came from (shown in the decision log)."""
+
+    ANNOTATION = "annotation"
+    CLAIM = "claim"
+    CLASS = "class"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerDefaults:
+    """``--default-policy`` and ``--default-node-policy``."""
+
+    policy: str = DEFAULT_CARD_POLICY
+    node_policy: str = DEFAULT_NODE_POLICY.value
+
+    def __post_init__(self) -> None:
+        chain = parse_policy_chain(self.policy)
+        if chain.unknown or not chain.policies:
+            raise ConfigError(f"default policy {self.policy!r} names no known policy or an unknown one")
+        try:
+            parse_node_policy(self.node_policy)
+        except ValueError as err:
+            raise ConfigError(f"default node policy: {err}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedConfig:
+    """The engine inputs for one request and the source of each."""
+
+    policy: PolicyChain
+    node_policy: NodePolicy
+    weights: ScoringWeights
+    numa_bind: bool
+    sources: Mapping[str, ConfigSource] = field(default_factory=dict)
+
+    @property
+    def unknown_policies(self) -> tuple[str, ...]:
+        return self.policy.unknown
+
+    def describe(self) -> str:
+        """``policy=mutex,binpack(class) nodePolicy=binpack(default) ...`` for logs and events."""
+        parts = [
+            f"policy={self.policy.text or '-'}({self.sources.get('policy', ConfigSource.DEFAULT)})",
+            f"nodePolicy={self.node_policy.value}({self.sources.get('nodePolicy', ConfigSource.DEFAULT)})",
+            f"weights={self.weights}({self.sources.get('scoringWeights', ConfigSource.DEFAULT)})",
+            f"numaBind={str(self.numa_bind).lower()}({self.sources.get('numaBind', ConfigSource.DEFAULT)})",
+        ]
+        return " ".join(parts)
+
+
+def applies_to(requests: Sequence[str] | None, request: str) -> bool:
+    """Whether a config entry's ``requests`` list covers ``request`` (``"req"`` or ``"req/sub"``)."""
+    if not requests:
+        return True
+    base = request.split("/", 1)[0]
+    return request in requests or base in requests
+
+
+def driver_configs(
+    entries: Sequence[Mapping[str, Any]] | None,
+    *,
+    driver: str,
+    request: str | None,
+    where: str,
+    lenient_policy: bool = True,
+) -> list[GpuConfig]:
+    """Our driver's ``GpuConfig`` objects among ``config`` entries that apply to ``request``.
+
+    ``request=None`` selects every entry (DeviceClass configs have no ``requests``). Entries of
+    other drivers are skipped; ours must be valid, else ``ConfigError`` names ``where`` and the index.
+    """
+    configs = []
+    for position, entry in enumerate(entries or ()):
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") != driver:
+            continue
+        if request is not None and not applies_to(entry.get("requests"), request):
+            continue
+        try:
+            configs.append(parse_gpu_config(opaque.get("parameters"), lenient_policy=lenient_policy))
+        except ConfigError as err:
+            raise ConfigError(f"{where} config[{position}]: {err}") from None
+    return configs
+
+
+def resolve_config(
+    *,
+    class_configs: Sequence[GpuConfig] = (),
+    claim_configs: Sequence[GpuConfig] = (),
+    annotations: Mapping[str, str] | None = None,
+    defaults: ControllerDefaults = ControllerDefaults(),
+) -> ResolvedConfig:
+    """Merge the sources field by field; raise ``ConfigError`` for an invalid pod annotation."""
+    policy_text: str = defaults.policy
+    node_policy_text: str = defaults.node_policy
+    weights: ScoringWeights = DEFAULT_WEIGHTS
+    numa_bind = False
+    sources: dict[str, ConfigSource] = {}
+    for source, configs in ((ConfigSource.CLASS, class_configs), (ConfigSource.CLAIM, claim_configs)):
+        for config in configs:
+            if config.policy is not None:
+                policy_text, sources["policy"] = config.policy, source
+            if config.nodePolicy is not None:
+                node_policy_text, sources["nodePolicy"] = config.nodePolicy, source
+            if config.scoringWeights is not None:
+                weights, sources["scoringWeights"] = config.scoringWeights.to_engine(), source
+            if config.numaBind is not None:
+                numa_bind, sources["numaBind"] = config.numaBind, source
+    annotations = annotations or {}
+    if ANNOTATION_GPU_POLICY in annotations:
+        policy_text, sources["policy"] = annotations[ANNOTATION_GPU_POLICY], ConfigSource.ANNOTATION
+    if ANNOTATION_NODE_POLICY in annotations:
+        node_policy_text, sources["nodePolicy"] = annotations[ANNOTATION_NODE_POLICY], ConfigSource.ANNOTATION
+    if ANNOTATION_DEVICE_WEIGHTS in annotations:
+        try:
+            weights = parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
+        except WeightsError as err:
+            raise ConfigError(f"pod annotation {ANNOTATION_DEVICE_WEIGHTS}: {err}") from None
+        sources["scoringWeights"] = ConfigSource.ANNOTATION
+    try:
+        node_policy = parse_node_policy(node_policy_text)
+    except ValueError as err:
+        raise ConfigError(f"pod annotation {ANNOTATION_NODE_POLICY}: {err}") from None
+    return ResolvedConfig(
+        policy=parse_policy_chain(policy_text),
+        node_policy=node_policy,
+        weights=weights,
+        numa_bind=numa_bind,
+        sources=sources,
+    )
