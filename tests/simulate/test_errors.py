@@ -1,0 +1,89 @@
+"""Bad scenario files: one clear line per problem naming file and path, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli import main
+
+GOOD_NODE = "nodes:\n  - name: n1\n    gpus:\n      - {index: 0, memory: 15360Mi}\n"
+
+
+def run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    code = main(["simulate", str(path)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err.replace(str(path), "FILE")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            GOOD_NODE + "claims:\n  - {name: c, policy: 'mutex,fastest'}\n",
+            "FILE: claims[0](c).policy: unknown policy name(s) 'fastest'",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, memory: 1000}\n",
+            "FILE: claims[0](c).memory: 1000 is less than 1Mi",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, memory: lots}\n",
+            "FILE: claims[0](c).memory: 'lots' is not a quantity",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, cores: 120}\n",
+            "FILE: claims[0](c).cores: Input should be less than or equal to 100",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, weights: 'slot=1,core=1'}\n",
+            "expected slot, core, and memory weights",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, nodePolicy: fastest}\n",
+            "FILE: claims[0](c).nodePolicy: unknown node policy",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, colour: red}\n",
+            "FILE: claims[0](c).colour: Extra inputs are not permitted",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, memory: 1Gi, memoryPercent: 5}\n",
+            "give memory or memoryPercent, not both",
+        ),
+        (
+            "nodes:\n  - name: n1\n    gpus:\n"
+            "      - {index: 0, memory: 1Gi, allocations: [{memory: 2Gi}]}\n",
+            "FILE: nodes[0](n1).gpus[0]: allocations use",
+        ),
+        ("nodes: []\n", "FILE: nodes: List should have at least 1 item"),
+        ("nodes: [\n", "FILE: not valid YAML at line"),
+        ("- a\n- b\n", "FILE: expected a mapping"),
+    ],
+)
+def test_bad_scenarios(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str) -> None:
+    code, err = run(tmp_path, text, capsys)
+    assert code == 2
+    assert expected in err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read scenario file" in capsys.readouterr().err
+
+
+def test_pending_claim_lists_best_nodes_cards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = "".join(
+        f"  - name: n{i}\n    gpus:\n      - {{index: 0, memory: 1Gi, allocations: [{{memory: 1Mi}}]}}\n"
+        for i in range(5)
+    )
+    path = tmp_path / "s.yaml"
+    path.write_text(f"nodes:\n{nodes}claims:\n  - {{name: c, policy: mutex, memory: 1Mi}}\n")
+    assert main(["simulate", str(path), "-o", "json", "--max-candidates", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count('"index"') == 3
+    assert "5/5 ExclusiveDeviceAllocateConflict" in out
