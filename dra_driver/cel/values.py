@@ -1,0 +1,157 @@
+"""Kubernetes' ``semver`` and ``quantity`` value semantics in pure Python (no CEL runtime here).
+
+Semver follows blang/semver ``Parse`` (strict, build metadata ignored for comparison and
+equality) and Kubernetes' ``normalizeAndParse`` for ``semver(s, true)``. Quantities follow
+``resource.ParseQuantity`` and are kept as exact fractions, so ``quantity("200M") ==
+quantity("0.2G")`` and ``quantity("40Gi") == quantity("40960Mi")``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+_NUMERIC = re.compile(r"^(0|[1-9][0-9]*)$")
+_IDENT = re.compile(r"^[0-9A-Za-z-]+$")
+
+
+class ValueParseError(ValueError):
+    """A string is not a valid semver or quantity; the message is the one Kubernetes gives."""
+
+
+@dataclass(frozen=True, slots=True)
+class SemverValue:
+    major: int
+    minor: int
+    patch: int
+    pre: tuple[str, ...] = ()
+
+    def compare(self, other: SemverValue) -> int:
+        """Semver 2.0 precedence: -1, 0 or 1."""
+        mine, theirs = (self.major, self.minor, self.patch), (other.major, other.minor, other.patch)
+        if mine != theirs:
+            return -1 if mine < theirs else 1
+        if self.pre == other.pre:
+            return 0
+        if not self.pre:
+            return 1
+        if not other.pre:
+            return -1
+        for left, right in zip(self.pre, other.pre, strict=False):
+            if left == right:
+                continue
+            left_num, right_num = left.isdigit(), right.isdigit()
+            if left_num and right_num:
+                return -1 if int(left) < int(right) else 1
+            if left_num != right_num:
+                return -1 if left_num else 1
+            return -1 if left < right else 1
+        return -1 if len(self.pre) < len(other.pre) else 1
+
+
+def _number(part: str, what: str) -> int:
+    if not part:
+        raise ValueParseError(f"{what} number is empty")
+    if not part.isdigit() or not part.isascii():
+        raise ValueParseError(f"Invalid character(s) found in {what} number {part!r}")
+    if len(part) > 1 and part[0] == "0":
+        raise ValueParseError(f"{what} number must not contain leading zeroes {part!r}")
+    return int(part)
+
+
+def parse_semver(text: str) -> SemverValue:
+    """blang/semver ``Parse``: ``MAJOR.MINOR.PATCH[-PRE][+BUILD]``, no leading zeros."""
+    if not text:
+        raise ValueParseError("Version string empty")
+    parts = text.split(".", 2)
+    if len(parts) != 3:
+        raise ValueParseError("No Major.Minor.Patch elements found")
+    major = _number(parts[0], "Major")
+    minor = _number(parts[1], "Minor")
+    rest = parts[2]
+    build = ""
+    if "+" in rest:
+        rest, build = rest.split("+", 1)
+    pre_text = ""
+    if "-" in rest:
+        rest, pre_text = rest.split("-", 1)
+    patch = _number(rest, "Patch")
+    pre: tuple[str, ...] = ()
+    if pre_text or text.split("+", 1)[0].endswith("-"):
+        pre = tuple(pre_text.split("."))
+        for ident in pre:
+            if not ident:
+                raise ValueParseError("Prerelease is empty")
+            if not _IDENT.match(ident):
+                raise ValueParseError(f"Invalid character(s) found in prerelease {ident!r}")
+            if ident.isdigit() and len(ident) > 1 and ident[0] == "0":
+                raise ValueParseError(f"Numeric PreRelease version must not contain leading zeroes {ident!r}")
+    if build:
+        for ident in build.split("."):
+            if not ident or not _IDENT.match(ident):
+                raise ValueParseError(f"Invalid character(s) found in build meta data {ident!r}")
+    return SemverValue(major, minor, patch, pre)
+
+
+def parse_semver_normalized(text: str) -> SemverValue:
+    """Kubernetes' ``normalizeAndParse``: drop ``v``, drop leading zeros, pad to three parts."""
+    text = text.removeprefix("v")
+    parts = text.split(".", 2)
+    for position, part in enumerate(parts):
+        if len(part) > 1:
+            stripped = part.lstrip("0")
+            if not stripped or not stripped[0].isdigit():
+                stripped = "0" + stripped
+            parts[position] = stripped
+    if len(parts) < 3:
+        if any(char in parts[-1] for char in "+-"):
+            raise ValueParseError("short version cannot contain PreRelease/Build meta data")
+        parts += ["0"] * (3 - len(parts))
+    return parse_semver(".".join(parts))
+
+
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
+_QUANTITY_RULE = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_EXPONENT = re.compile(r"^[eE]([+-]?[0-9]+)$")
+
+
+def parse_quantity(text: str) -> Fraction:
+    """``resource.ParseQuantity`` as an exact fraction; raises with Kubernetes' message."""
+    match = _QUANTITY.match(text)
+    if not text or match is None:
+        raise ValueParseError(
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        )
+    number, suffix = match.groups()
+    value = Fraction(number)
+    if suffix in _BINARY:
+        return value * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return value * _DECIMAL[suffix]
+    exponent = _EXPONENT.match(suffix)
+    if exponent is not None and abs(int(exponent.group(1))) <= 1000:
+        return value * Fraction(10) ** int(exponent.group(1))
+    raise ValueParseError("unable to parse quantity's suffix")
+
+
+def quantity_as_integer(value: Fraction) -> int:
+    """``asInteger()``: an int64, or an error for fractions and overflow (Kubernetes' wording)."""
+    if value.denominator != 1 or not INT64_MIN <= value.numerator <= INT64_MAX:
+        raise ValueParseError("cannot convert value to integer")
+    return value.numerator
