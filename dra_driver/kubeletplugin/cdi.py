@@ -1,0 +1,143 @@
+"""CDI specs: one transient spec per prepared claim, written atomically into the CDI dir.
+
+The container runtime reads ``/var/run/cdi`` and injects what a spec says for the CDI IDs that
+kubelet passes it. Naming follows dra-example-driver (vendor ``k8s.<driver>``, class ``gpu``,
+file ``<vendor>-<class>_<claimUID>.json``, device ``<claimUID>-<device>[-<shareID>]``) so that IDs
+are unique per claim and runtime caches never serve a stale device. ``cdiVersion`` is the lowest
+version whose features the spec uses, because runtimes with older CDI libraries (podman 4.3
+accepts up to 0.5.0) reject specs that declare a newer version than they know.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CDI_CLASS = "gpu"
+
+#: Versions in order, with the features that require each (cncf-tags/container-device-interface
+#: pkg/cdi/version.go). Anything not listed needs only the earliest version, 0.3.0.
+_V030, _V040, _V050, _V060, _V070 = "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0"
+
+
+@dataclass(frozen=True)
+class CdiNames:
+    """CDI vendor/class/kind and file/device naming for one driver name."""
+
+    driver_name: str
+
+    @property
+    def vendor(self) -> str:
+        return f"k8s.{self.driver_name}"
+
+    @property
+    def kind(self) -> str:
+        return f"{self.vendor}/{CDI_CLASS}"
+
+    def spec_file_name(self, claim_uid: str) -> str:
+        return f"{self.vendor}-{CDI_CLASS}_{claim_uid.replace('/', '_')}.json"
+
+    def device_name(self, claim_uid: str, device: str, share_id: str | None) -> str:
+        return f"{claim_uid}-{device}-{share_id}" if share_id else f"{claim_uid}-{device}"
+
+    def qualified(self, device_name: str) -> str:
+        return f"{self.kind}={device_name}"
+
+
+def _edits_version(edits: dict[str, Any]) -> str:
+    version = _V030
+    if edits.get("intelRdt") or edits.get("additionalGids"):
+        return _V070
+    for node in edits.get("deviceNodes") or []:
+        if "hostPath" in node:
+            version = max(version, _V050)
+    for mount in edits.get("mounts") or []:
+        if "type" in mount:
+            version = max(version, _V040)
+    return version
+
+
+def minimum_version(spec: dict[str, Any]) -> str:
+    """Lowest CDI spec version that accepts ``spec`` (string compare is safe for 0.x.0 versions)."""
+    version = _V030
+    kind = str(spec.get("kind", ""))
+    if "." in kind.partition("/")[2] or spec.get("annotations"):
+        version = _V060
+    version = max(version, _edits_version(spec.get("containerEdits") or {}))
+    for device in spec.get("devices") or []:
+        if device.get("annotations"):
+            version = max(version, _V060)
+        if str(device.get("name", ""))[:1].isdigit():
+            version = max(version, _V050)
+        version = max(version, _edits_version(device.get("containerEdits") or {}))
+    return version
+
+
+def make_spec(kind: str, devices: list[dict[str, Any]], container_edits: dict[str, Any]) -> dict[str, Any]:
+    """A complete spec dict with ``cdiVersion`` set to the minimum the content needs."""
+    spec: dict[str, Any] = {"cdiVersion": _V030, "kind": kind, "devices": devices}
+    if any(container_edits.values()):
+        spec["containerEdits"] = {k: v for k, v in container_edits.items() if v}
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def write_spec(path: Path, spec: dict[str, Any]) -> None:
+    """Write ``spec`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir.
+
+    The temp name starts with a dot and does not end in .json, so a runtime scanning the dir never
+    parses a half-written spec.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(spec, indent=2, sort_keys=False).encode() + b"\n"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_spec(path: Path) -> bool:
+    """Delete a spec; True if it existed."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def find_nvidia_spec(kind: str, dirs: list[Path]) -> Path | None:
+    """The NVIDIA Container Toolkit spec for ``kind`` (e.g. nvidia.com/gpu) in ``dirs``, if any."""
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for candidate in sorted(directory.iterdir()):
+            if candidate.suffix not in (".json", ".yaml", ".yml"):
+                continue
+            try:
+                head = candidate.read_text(errors="replace")[:4096]
+            except OSError:
+                continue
+            if kind in head:
+                return candidate
+    return None

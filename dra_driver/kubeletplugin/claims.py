@@ -1,0 +1,177 @@
+"""ResourceClaims as the kubelet plugin sees them: read through the API, reduced to our results.
+
+kubelet sends only (namespace, name, uid); the allocation must be read from the API server. We
+read the raw JSON (``_preload_content=False``) rather than the client's model objects: it is
+several times faster on the hot prepare path and keeps field names exactly as in the API
+(``consumedCapacity``, ``shareID``), which is what the rest of the plugin works with.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dra_driver.quantity import QuantityError, parse_bytes
+
+
+class ClaimError(Exception):
+    """A claim cannot be prepared on this node; the message goes back to kubelet verbatim."""
+
+
+class ClaimNotFound(ClaimError):
+    """The claim no longer exists in the API server."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """What kubelet sends for a claim."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One allocation result of our driver in our pool."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    consumed: dict[str, int] = field(default_factory=dict)
+    admin_access: bool = False
+
+    @property
+    def base_request(self) -> str:
+        """``req/sub`` (prioritised list) -> ``req``: kubelet matches containers on base names."""
+        return self.request.split("/", 1)[0]
+
+    @property
+    def exclusive(self) -> bool:
+        """A result without shareID takes the whole device (consumable-capacity semantics)."""
+        return self.share_id is None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"request": self.request, "pool": self.pool, "device": self.device}
+        if self.share_id is not None:
+            data["shareID"] = self.share_id
+        if self.consumed:
+            data["consumed"] = dict(self.consumed)
+        if self.admin_access:
+            data["adminAccess"] = True
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AllocatedDevice:
+        return cls(
+            request=str(data["request"]),
+            pool=str(data["pool"]),
+            device=str(data["device"]),
+            share_id=data.get("shareID"),
+            consumed={str(k): int(v) for k, v in dict(data.get("consumed") or {}).items()},
+            admin_access=bool(data.get("adminAccess", False)),
+        )
+
+
+def devices_for_node(claim: dict[str, Any], ref: ClaimRef, driver: str, pool: str) -> list[AllocatedDevice]:
+    """Our driver's allocation results in our pool, after the checks the Go helper does.
+
+    Raises ClaimError when the claim was replaced (UID differs), is not allocated, or was
+    allocated to our driver on another node: preparing it here would hand out devices that this
+    node does not own.
+    """
+    metadata = claim.get("metadata") or {}
+    if metadata.get("uid") != ref.uid:
+        raise ClaimError(
+            f"ResourceClaim {ref} has UID {metadata.get('uid')!r}, kubelet asked for {ref.uid!r}: "
+            "the claim was deleted and re-created"
+        )
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise ClaimError(f"ResourceClaim {ref} is not allocated")
+    results = ((allocation.get("devices") or {}).get("results")) or []
+    ours = [r for r in results if r.get("driver") == driver]
+    if not ours:
+        raise ClaimError(f"ResourceClaim {ref} has no devices allocated by driver {driver}")
+    elsewhere = sorted({str(r.get("pool")) for r in ours if r.get("pool") != pool})
+    if elsewhere:
+        raise ClaimError(
+            f"ResourceClaim {ref} is allocated to pool(s) {', '.join(elsewhere)} of driver {driver}, "
+            f"not to this node's pool {pool}"
+        )
+    devices = []
+    for result in ours:
+        consumed: dict[str, int] = {}
+        for name, quantity in (result.get("consumedCapacity") or {}).items():
+            try:
+                consumed[str(name)] = parse_bytes(quantity)
+            except QuantityError as err:
+                raise ClaimError(f"ResourceClaim {ref}: consumedCapacity {name}: {err}") from err
+        devices.append(
+            AllocatedDevice(
+                request=str(result.get("request", "")),
+                pool=pool,
+                device=str(result.get("device", "")),
+                share_id=result.get("shareID") or None,
+                consumed=consumed,
+                admin_access=bool(result.get("adminAccess", False)),
+            )
+        )
+    return devices
+
+
+class ClaimSource(Protocol):
+    """Where claims come from (the API server in production and in the sandbox tests)."""
+
+    def get(self, ref: ClaimRef) -> dict[str, Any]: ...
+
+    def exists(self, namespace: str, name: str, uid: str) -> bool: ...
+
+    def list_all(self) -> list[dict[str, Any]]: ...
+
+
+class ApiClaimSource:
+    """Reads claims through the real ``kubernetes`` client (resource.k8s.io/v1)."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._api: Any = client.ResourceV1Api(api_client)
+        self._exception = client.exceptions.ApiException
+
+    def get(self, ref: ClaimRef) -> dict[str, Any]:
+        try:
+            response = self._api.read_namespaced_resource_claim(
+                ref.name, ref.namespace, _preload_content=False, _request_timeout=20
+            )
+        except self._exception as err:
+            if err.status == 404:
+                raise ClaimNotFound(f"ResourceClaim {ref} not found") from err
+            raise ClaimError(f"reading ResourceClaim {ref}: HTTP {err.status} {err.reason}".strip()) from err
+        except Exception as err:  # urllib3 connection errors and the like
+            raise ClaimError(f"reading ResourceClaim {ref}: {err}") from err
+        data: dict[str, Any] = json.loads(response.data)
+        return data
+
+    def exists(self, namespace: str, name: str, uid: str) -> bool:
+        """False only when the API says so (404 or another UID); API errors raise ClaimError."""
+        try:
+            claim = self.get(ClaimRef(namespace, name, uid))
+        except ClaimNotFound:
+            return False
+        return bool((claim.get("metadata") or {}).get("uid") == uid)
+
+    def list_all(self) -> list[dict[str, Any]]:
+        try:
+            response = self._api.list_resource_claim_for_all_namespaces(
+                _preload_content=False, _request_timeout=60
+            )
+        except Exception as err:
+            raise ClaimError(f"listing ResourceClaims: {err}") from err
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items

@@ -1,0 +1,151 @@
+"""``hami-dra kubelet-plugin``: the node DaemonSet's process.
+
+Usage::
+
+    hami-dra kubelet-plugin --node-name "$NODE_NAME" --source nvml
+    hami-dra kubelet-plugin --node-name node-1 --source simulated --profile t4 --gpus 4 \\
+        --kubeconfig ~/.kube/config --plugin-dir /tmp/p --registry-dir /tmp/r --cdi-dir /var/run/cdi
+
+Every flag has an environment equivalent for the Helm chart (``NODE_NAME``, ``DRIVER_NAME``,
+``DEVICE_SOURCE``, ``GPU_PROFILE``, ``GPU_COUNT``, ``DEVICES_FILE``, ``KUBECONFIG``, ``PLUGIN_DIR``,
+``REGISTRY_DIR``, ``CDI_ROOT``, ``HAMI_CORE_LIB``, ``NVIDIA_CDI_KIND``, ``METRICS_PORT``,
+``HEALTH_FILE``). Runs until SIGTERM/SIGINT, then deregisters and removes its sockets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cli import UsageError
+
+LOG = logging.getLogger(__name__)
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
+def _env_path(name: str, default: str | None = None) -> Path | None:
+    value = _env(name, default)
+    return Path(value) if value else None
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "kubelet-plugin",
+        help="run the node plugin (registration, DRA gRPC, ResourceSlices, CDI)",
+        description="Serve kubelet's DRA API for this node's GPUs and publish their ResourceSlice.",
+    )
+    parser.add_argument("--node-name", default=_env("NODE_NAME"), help="this node (env NODE_NAME)")
+    parser.add_argument("--driver-name", default=_env("DRIVER_NAME", DEFAULT_DRIVER_NAME))
+    parser.add_argument("--source", choices=("nvml", "simulated"), default=_env("DEVICE_SOURCE"))
+    parser.add_argument("--profile", default=_env("GPU_PROFILE"), help="simulated GPU model")
+    parser.add_argument("--gpus", type=int, default=_env_int("GPU_COUNT"), help="simulated GPU count")
+    parser.add_argument("--devices-file", type=Path, default=_env_path("DEVICES_FILE"))
+    parser.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="default: in-cluster config")
+    parser.add_argument(
+        "--plugin-dir",
+        type=Path,
+        default=_env_path("PLUGIN_DIR", f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}"),
+    )
+    parser.add_argument(
+        "--registry-dir", type=Path, default=_env_path("REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")
+    )
+    parser.add_argument("--cdi-dir", type=Path, default=_env_path("CDI_ROOT", "/var/run/cdi"))
+    parser.add_argument("--hami-core-lib", type=Path, default=_env_path("HAMI_CORE_LIB"))
+    parser.add_argument("--nvidia-cdi-kind", default=_env("NVIDIA_CDI_KIND", "nvidia.com/gpu"))
+    parser.add_argument("--metrics-port", type=int, default=_env_int("METRICS_PORT"))
+    parser.add_argument("--no-policy-taint", action="store_true", help="do not taint GPUs policy-managed")
+    parser.add_argument("--health-file", type=Path, default=_env_path("HEALTH_FILE"))
+    parser.add_argument("--no-publish", action="store_true", help="do not publish ResourceSlices")
+    parser.add_argument(
+        "--boot-id-file", type=Path, default=Path("/proc/sys/kernel/random/boot_id"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--cleanup-seconds", type=float, default=60.0, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=run)
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    except (config.ConfigException, OSError) as err:
+        where = kubeconfig or "in-cluster service account"
+        raise UsageError(f"cannot load Kubernetes config from {where}: {err} (pass --kubeconfig)") from err
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.devices.model import DeviceModelError
+    from dra_driver.devices.source import DeviceSourceError, open_source
+    from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
+    from dra_driver.kubeletplugin.server import SocketError
+
+    if not args.node_name:
+        raise UsageError("--node-name (or env NODE_NAME) is required")
+    if not args.source:
+        raise UsageError(
+            "--source nvml|simulated is required (never guessed: fake GPUs would attract real pods)"
+        )
+    try:
+        gpus = open_source(
+            args.source,
+            node_name=args.node_name,
+            profile=args.profile,
+            gpus=args.gpus,
+            devices_file=args.devices_file,
+        ).discover()
+    except (DeviceSourceError, DeviceModelError) as err:
+        raise UsageError(str(err)) from err
+    api_client = _api_client(args.kubeconfig)
+    options = PluginOptions(
+        node_name=args.node_name,
+        driver_name=args.driver_name,
+        plugin_dir=args.plugin_dir,
+        registry_dir=args.registry_dir,
+        cdi_dir=args.cdi_dir,
+        simulated=args.source == "simulated",
+        hami_core_lib=args.hami_core_lib,
+        nvidia_cdi_kind=args.nvidia_cdi_kind or None,
+        policy_taint=not args.no_policy_taint,
+        health_file=args.health_file,
+        boot_id_file=args.boot_id_file,
+        publish=not args.no_publish,
+        cleanup_seconds=args.cleanup_seconds,
+        metrics_port=args.metrics_port,
+    )
+    if args.hami_core_lib is not None and not args.hami_core_lib.is_file():
+        raise UsageError(f"--hami-core-lib {args.hami_core_lib} is not a file")
+    plugin = KubeletPlugin(options, gpus, api_client)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        plugin.start()
+    except (SocketError, PermissionError) as err:
+        raise UsageError(str(err)) from err
+    LOG.warning("kubelet plugin %s serving %d GPU(s) on node %s", args.driver_name, len(gpus), args.node_name)
+    print(f"ready: {plugin.servers.registration_socket}", flush=True)
+    stop.wait()
+    plugin.stop()
+    return 0

@@ -1,0 +1,84 @@
+"""Last line of defence: refuse a claim that would overcommit a GPU given what is prepared already.
+
+The scheduler (or our controller) is supposed to never do that, but allocations can race (two
+allocators, stale caches) and the node is the only place that sees every prepared claim. The
+rules are consumable-capacity semantics: a result without shareID owns the whole GPU; shares add
+up their consumed memory, cores and slots (one slot per share unless recorded otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dra_driver.kubeletplugin.claims import AllocatedDevice, ClaimError
+from dra_driver.kubeletplugin.inventory import CORES, MEMORY, SLOTS, NodeGpu
+from dra_driver.quantity import format_bytes
+
+
+@dataclass
+class GpuUsage:
+    """What prepared claims use of one GPU."""
+
+    exclusive_by: str | None = None
+    tenants: int = 0
+    memory: int = 0
+    cores: int = 0
+    slots: int = 0
+
+
+def usage_by_gpu(
+    prepared: Iterable[tuple[str, AllocatedDevice]], gpus: dict[str, NodeGpu]
+) -> dict[str, GpuUsage]:
+    """Aggregate (claim UID, device) pairs into per-GPU usage; admin-access results do not count."""
+    usage: dict[str, GpuUsage] = {}
+    for claim_uid, device in prepared:
+        gpu = gpus.get(device.device)
+        if gpu is None or device.admin_access:
+            continue
+        entry = usage.setdefault(gpu.name, GpuUsage())
+        entry.tenants += 1
+        if device.exclusive:
+            entry.exclusive_by = claim_uid
+            entry.memory += gpu.memory_bytes
+            entry.cores += gpu.cores
+            entry.slots += gpu.slots
+        else:
+            entry.memory += device.consumed.get(MEMORY, 0)
+            entry.cores += device.consumed.get(CORES, 0)
+            entry.slots += device.consumed.get(SLOTS, 1)
+    return usage
+
+
+def check_fits(
+    claim: str,
+    devices: list[tuple[AllocatedDevice, NodeGpu]],
+    prepared: Iterable[tuple[str, AllocatedDevice]],
+    gpus: dict[str, NodeGpu],
+) -> None:
+    """Raise ClaimError (with the GPU and the numbers) if ``devices`` do not fit next to ``prepared``."""
+    usage = usage_by_gpu(prepared, gpus)
+    combined = usage_by_gpu([(claim, d) for d, _ in devices], gpus)
+    for name, mine in combined.items():
+        other = usage.get(name)
+        if other is None or other.tenants == 0:
+            continue
+        gpu = gpus[name]
+        if other.exclusive_by is not None:
+            raise ClaimError(f"{gpu.name} is allocated exclusively to prepared claim {other.exclusive_by}")
+        if mine.exclusive_by is not None:
+            raise ClaimError(
+                f"{gpu.name} is requested exclusively but {other.tenants} prepared claim(s) share it"
+            )
+        if other.memory + mine.memory > gpu.memory_bytes:
+            raise ClaimError(
+                f"{gpu.name} memory overcommitted: {format_bytes(other.memory)} prepared + "
+                f"{format_bytes(mine.memory)} requested > {format_bytes(gpu.memory_bytes)}"
+            )
+        if other.cores + mine.cores > gpu.cores:
+            raise ClaimError(
+                f"{gpu.name} cores overcommitted: {other.cores} prepared + {mine.cores} requested "
+                f"> {gpu.cores}"
+            )
+        if other.slots + mine.slots > gpu.slots:
+            raise ClaimError(f"{gpu.name} has no free slot: {other.slots} of {gpu.slots} used")

@@ -1,0 +1,120 @@
+"""HAMi-core (libvgpu.so) container edits derived from a claim's consumed capacity.
+
+Rules (../shared/reference/hami-core-enforcement.md, section 0 and 5):
+- ``<i>`` in ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` is the CUDA ordinal inside the container: the claim's
+  GPUs sorted by PCI bus id, with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees with that order;
+- memory is ``<MiB>m`` (``Mi`` would be read as bytes, a leading zero as octal);
+- cores only when 0 < cores < 100 (0 and >= 100 mean "unlimited" to HAMi-core);
+- one cache file per claim, at a deterministic path so re-preparing gives the same spec;
+- never ``CUDA_VISIBLE_DEVICES`` (it breaks HAMi-core's index mapping);
+- a claim of whole GPUs only gets no HAMi-core edits at all; in a claim that mixes shares and
+  whole GPUs the whole GPUs get their full memory as the limit, because a preloaded libvgpu with
+  no limit reports 0 bytes of memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dra_driver.kubeletplugin.claims import AllocatedDevice
+from dra_driver.kubeletplugin.inventory import CORES, MEMORY, NodeGpu
+
+MIB = 1024 * 1024
+CONTAINER_VGPU_DIR = "/usr/local/vgpu"
+CONTAINER_LIB = f"{CONTAINER_VGPU_DIR}/libvgpu.so"
+PRELOAD_CONTENT = CONTAINER_LIB + "\n"
+
+
+@dataclass(frozen=True)
+class HamiCoreConfig:
+    """Where HAMi-core artefacts live on the host; ``library`` None means "do not preload"."""
+
+    state_dir: Path
+    library: Path | None = None
+
+    @property
+    def preload_file(self) -> Path:
+        return self.state_dir / "ld.so.preload"
+
+    def claim_dir(self, claim_uid: str) -> Path:
+        return self.state_dir / "claims" / claim_uid
+
+    def ensure_preload_file(self) -> None:
+        """Write the ld.so.preload that names libvgpu's container path (idempotent)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if not self.preload_file.exists() or self.preload_file.read_text() != PRELOAD_CONTENT:
+            tmp = self.preload_file.with_suffix(".tmp")
+            tmp.write_text(PRELOAD_CONTENT)
+            tmp.replace(self.preload_file)
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """What one claim uses of one GPU (all its results on that GPU added up)."""
+
+    gpu: NodeGpu
+    memory_bytes: int
+    cores: int
+    shared: bool
+
+
+def shares_by_gpu(devices: list[tuple[AllocatedDevice, NodeGpu]]) -> list[GpuShare]:
+    """Group a claim's results per GPU, in CUDA ordinal order (PCI bus id)."""
+    grouped: dict[str, list[tuple[AllocatedDevice, NodeGpu]]] = {}
+    for allocated, gpu in devices:
+        if not allocated.admin_access:
+            grouped.setdefault(gpu.name, []).append((allocated, gpu))
+    shares = []
+    for items in grouped.values():
+        gpu = items[0][1]
+        if any(a.exclusive for a, _ in items):
+            shares.append(GpuShare(gpu, gpu.memory_bytes, 100, shared=False))
+            continue
+        memory = sum(a.consumed.get(MEMORY, gpu.memory_bytes) for a, _ in items)
+        cores = sum(a.consumed.get(CORES, 0) for a, _ in items)
+        shares.append(GpuShare(gpu, min(memory, gpu.memory_bytes), min(cores, 100), shared=True))
+    return sorted(shares, key=lambda share: share.gpu.sort_key)
+
+
+def memory_limit(value_bytes: int) -> str:
+    """HAMi-core's memory syntax: whole MiB with suffix ``m`` (at least 1)."""
+    return f"{max(1, value_bytes // MIB)}m"
+
+
+def claim_edits(
+    claim_uid: str, devices: list[tuple[AllocatedDevice, NodeGpu]], config: HamiCoreConfig
+) -> dict[str, Any]:
+    """Spec-level container edits for one claim (empty when it has whole GPUs only)."""
+    shares = shares_by_gpu(devices)
+    if not any(share.shared for share in shares):
+        return {}
+    env = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    for ordinal, share in enumerate(shares):
+        env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}={memory_limit(share.memory_bytes)}")
+        if share.shared and 0 < share.cores < 100:
+            env.append(f"CUDA_DEVICE_SM_LIMIT_{ordinal}={share.cores}")
+    cache_dir = f"{CONTAINER_VGPU_DIR}/claims/{claim_uid}"
+    env.append(f"CUDA_DEVICE_MEMORY_SHARED_CACHE={cache_dir}/cudevshr.cache")
+    mounts: list[dict[str, Any]] = [
+        {
+            "hostPath": str(config.claim_dir(claim_uid)),
+            "containerPath": cache_dir,
+            "options": ["rw", "nosuid", "nodev", "bind"],
+        }
+    ]
+    if config.library is not None:
+        mounts += [
+            {
+                "hostPath": str(config.library),
+                "containerPath": CONTAINER_LIB,
+                "options": ["ro", "nosuid", "nodev", "bind"],
+            },
+            {
+                "hostPath": str(config.preload_file),
+                "containerPath": "/etc/ld.so.preload",
+                "options": ["ro", "nosuid", "nodev", "bind"],
+            },
+        ]
+    return {"env": env, "mounts": mounts}

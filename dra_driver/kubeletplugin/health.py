@@ -1,0 +1,246 @@
+"""GPU health: sources (NVML XID events, or a health file in simulated mode), state, and the
+DRAResourceHealth stream kubelet reads.
+
+An unhealthy GPU is reported three ways: the ResourceSlice publisher taints it (so nothing new is
+scheduled on it), kubelet gets it over the health stream (and shows it in pod status), and the
+``hami_dra_gpu_healthy`` gauge drops to 0. All three clear when the GPU recovers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from dra_driver.kubeletplugin.protos import HEALTH_V1ALPHA1_SERVICE, health_v1alpha1
+
+LOG = logging.getLogger(__name__)
+
+#: XIDs NVIDIA documents as needing a GPU reset / node drain (others are application errors).
+CRITICAL_XIDS = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    healthy: bool
+    message: str = ""
+    since: float = 0.0
+
+
+class HealthState:
+    """Current health per device name; notifies listeners and wakes streams on every change."""
+
+    def __init__(self, devices: list[str]) -> None:
+        self._cond = threading.Condition()
+        now = time.time()
+        self._health = {name: DeviceHealth(True, "", now) for name in devices}
+        self._version = 0
+        self._listeners: list[Callable[[dict[str, DeviceHealth]], None]] = []
+
+    def add_listener(self, listener: Callable[[dict[str, DeviceHealth]], None]) -> None:
+        self._listeners.append(listener)
+
+    def snapshot(self) -> tuple[int, dict[str, DeviceHealth]]:
+        with self._cond:
+            return self._version, dict(self._health)
+
+    def set(self, updates: dict[str, DeviceHealth]) -> bool:
+        """Apply ``updates``; True (and listeners called) if anything changed."""
+        with self._cond:
+            changed = {
+                name: value
+                for name, value in updates.items()
+                if name in self._health and self._health[name].healthy != value.healthy
+            }
+            if not changed:
+                return False
+            self._health.update(changed)
+            self._version += 1
+            snapshot = dict(self._health)
+            self._cond.notify_all()
+        for name, value in changed.items():
+            log = LOG.warning if not value.healthy else LOG.info
+            log("GPU %s is now %s %s", name, "healthy" if value.healthy else "unhealthy", value.message)
+        for listener in self._listeners:
+            try:
+                listener(snapshot)
+            except Exception:  # a failing listener must not stop health propagation
+                LOG.exception("health listener failed")
+        return True
+
+    def wait_change(self, version: int, timeout: float) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != version, timeout=timeout)
+            return self._version
+
+    def unhealthy(self) -> dict[str, str]:
+        with self._cond:
+            return {name: h.message for name, h in self._health.items() if not h.healthy}
+
+
+def parse_health_file(text: str) -> dict[str, DeviceHealth]:
+    """``{gpu-1: unhealthy}`` or ``{gpu-1: {healthy: false, message: "XID 79"}}`` (YAML or JSON)."""
+    data = yaml.safe_load(text) if text.strip() else {}
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError("health file must map device names to 'healthy'/'unhealthy' or {healthy, message}")
+    now = time.time()
+    result = {}
+    for name, value in data.items():
+        if isinstance(value, str) and value.lower() in ("healthy", "unhealthy"):
+            result[str(name)] = DeviceHealth(value.lower() == "healthy", "", now)
+        elif isinstance(value, dict) and isinstance(value.get("healthy"), bool):
+            result[str(name)] = DeviceHealth(value["healthy"], str(value.get("message", "")), now)
+        else:
+            raise ValueError(f"{name}: expected 'healthy', 'unhealthy' or {{healthy: bool, message: str}}")
+    return result
+
+
+class HealthFileWatcher:
+    """Simulated mode: polls a YAML/JSON file; devices not listed are healthy."""
+
+    def __init__(self, path: Path, state: HealthState, interval: float = 0.5) -> None:
+        self.path = path
+        self.state = state
+        self.interval = interval
+        self._stop = threading.Event()
+        self._last: tuple[float, int] | None = None
+
+    def poll(self) -> None:
+        try:
+            stat = self.path.stat()
+            key = (stat.st_mtime, stat.st_size)
+        except FileNotFoundError:
+            key = (0.0, -1)
+        if key == self._last:
+            return
+        self._last = key
+        try:
+            reported = parse_health_file(self.path.read_text()) if key[1] >= 0 else {}
+        except (OSError, ValueError, yaml.YAMLError) as err:
+            LOG.error("health file %s ignored: %s", self.path, err)
+            return
+        _, current = self.state.snapshot()
+        now = time.time()
+        updates = {name: reported.get(name, DeviceHealth(True, "", now)) for name in current}
+        self.state.set(updates)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self.interval)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="health-file", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class NvmlHealthWatcher:  # pragma: no cover - needs a GPU (or the mock NVML of the devices tests)
+    """Real nodes: NVML XID and GPU-lost events mark a GPU unhealthy until the plugin restarts."""
+
+    def __init__(self, uuids_by_name: dict[str, str], state: HealthState) -> None:
+        self.uuids_by_name = uuids_by_name
+        self.state = state
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        import pynvml
+
+        names_by_uuid = {uuid: name for name, uuid in self.uuids_by_name.items()}
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+            for uuid in names_by_uuid:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+        except pynvml.NVMLError as err:
+            LOG.error("NVML health events unavailable (%s); GPU health is not monitored", err)
+            return
+        while not self._stop.is_set():
+            try:
+                event = pynvml.nvmlEventSetWait_v2(event_set, 1000)
+            except pynvml.NVMLError_Timeout:
+                continue
+            except pynvml.NVMLError as err:
+                LOG.error("NVML event wait failed: %s", err)
+                time.sleep(1)
+                continue
+            xid = int(event.eventData)
+            if xid not in CRITICAL_XIDS:
+                continue
+            uuid = pynvml.nvmlDeviceGetUUID(event.device)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            name = names_by_uuid.get(uuid)
+            if name:
+                self.state.set({name: DeviceHealth(False, f"XID {xid}", time.time())})
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="nvml-health", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class HealthService:
+    """DRAResourceHealth v1alpha1: a full device list at start and on every change."""
+
+    def __init__(self, state: HealthState, pool: str, timeout_seconds: int = 0) -> None:
+        self.state = state
+        self.pool = pool
+        self.timeout_seconds = timeout_seconds
+
+    def _message(self, health: dict[str, DeviceHealth]) -> Any:
+        pb = health_v1alpha1
+        return pb.NodeWatchResourcesResponse(
+            devices=[
+                pb.DeviceHealth(
+                    device=pb.DeviceIdentifier(pool_name=self.pool, device_name=name),
+                    health=pb.HEALTHY if value.healthy else pb.UNHEALTHY,
+                    last_updated_time=int(value.since),
+                    health_check_timeout_seconds=self.timeout_seconds,
+                    message=value.message[:1024],
+                )
+                for name, value in sorted(health.items())
+            ]
+        )
+
+    def node_watch_resources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        version, health = self.state.snapshot()
+        yield self._message(health)
+        while context.is_active():
+            new_version = self.state.wait_change(version, timeout=1.0)
+            if new_version != version:
+                version, health = self.state.snapshot()
+                yield self._message(health)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        pb = health_v1alpha1
+        return grpc.method_handlers_generic_handler(
+            HEALTH_V1ALPHA1_SERVICE,
+            {
+                "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
+                    self.node_watch_resources,
+                    request_deserializer=pb.NodeWatchResourcesRequest.FromString,
+                    response_serializer=pb.NodeWatchResourcesResponse.SerializeToString,
+                )
+            },
+        )
+
+
+def describe(health: dict[str, DeviceHealth]) -> str:
+    """Compact JSON of unhealthy devices (for logs)."""
+    return json.dumps({k: v.message for k, v in health.items() if not v.healthy})

@@ -1,0 +1,330 @@
+"""NodePrepareResources / NodeUnprepareResources, independent of the gRPC API version.
+
+One Preparer per plugin. API reads happen outside the lock (so concurrent kubelet calls overlap
+their network round trips); the checkpoint, the capacity check and the CDI writes happen under one
+lock, so two claims can never both pass the last-line-of-defence check for the same capacity.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dra_driver.kubeletplugin import cdi
+from dra_driver.kubeletplugin.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    ClaimEntry,
+    CorruptCheckpoint,
+)
+from dra_driver.kubeletplugin.claims import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimNotFound,
+    ClaimRef,
+    ClaimSource,
+    devices_for_node,
+)
+from dra_driver.kubeletplugin.defence import check_fits, usage_by_gpu
+from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
+from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
+from dra_driver.kubeletplugin.metrics import PluginMetrics
+
+LOG = logging.getLogger(__name__)
+
+#: Test hook: when set to a phase name the process SIGKILLs itself there (crash-consistency tests).
+FAILPOINT_ENV = "HAMI_DRA_FAILPOINT"
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == name:
+        LOG.error("failpoint %s: killing the process", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One entry of the per-claim device list kubelet gets back."""
+
+    request_names: list[str]
+    pool: str
+    device: str
+    cdi_ids: list[str]
+    share_id: str | None = None
+
+
+@dataclass
+class PrepareResult:
+    """Result for one claim: devices, or an error message for kubelet."""
+
+    devices: list[PreparedDevice] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PreparerConfig:
+    """Static settings of a Preparer."""
+
+    driver: str
+    pool: str
+    cdi_dir: Path
+    hami: HamiCoreConfig
+    simulated: bool
+    boot_id: str
+    nvidia_cdi_kind: str | None = "nvidia.com/gpu"
+
+
+class Preparer:
+    """Prepares and unprepares claims; owns the checkpoint and the per-claim CDI specs."""
+
+    def __init__(
+        self,
+        config: PreparerConfig,
+        inventory: Inventory,
+        claims: ClaimSource,
+        checkpoint: Checkpoint,
+        metrics: PluginMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.inventory = inventory
+        self.claims = claims
+        self.checkpoint = checkpoint
+        self.metrics = metrics
+        self.names = cdi.CdiNames(config.driver)
+        self._lock = threading.Lock()
+        self._entries: dict[str, ClaimEntry] = {}
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the checkpoint; a corrupt one is quarantined and rebuilt from the API."""
+        with self._lock:
+            try:
+                self._entries = self.checkpoint.load()
+            except CorruptCheckpoint as err:
+                moved = self.checkpoint.quarantine()
+                LOG.error("corrupt checkpoint (%s); moved to %s, rebuilding from the API", err, moved)
+                self._entries = self._rebuild_from_api()
+                self.checkpoint.save(self._entries)
+            stale = sum(1 for e in self._entries.values() if e.boot_id != self.config.boot_id)
+            if stale:
+                LOG.info("%d checkpoint entries are from an earlier boot; they will be re-prepared", stale)
+            self._update_gauges()
+
+    def _rebuild_from_api(self) -> dict[str, ClaimEntry]:
+        """Entries for every claim allocated in our pool and reserved by a pod (what kubelet prepared)."""
+        try:
+            items = self.claims.list_all()
+        except ClaimError as err:
+            LOG.error("cannot rebuild the checkpoint from the API: %s", err)
+            return {}
+        entries: dict[str, ClaimEntry] = {}
+        for claim in items:
+            meta = claim.get("metadata") or {}
+            ref = ClaimRef(
+                str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
+            )
+            if not (claim.get("status") or {}).get("reservedFor"):
+                continue
+            try:
+                devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
+                resolved = self._resolve(ref, devices)
+            except ClaimError:
+                continue
+            spec, cdi_ids = self._build_spec(ref.uid, resolved)
+            self._write_side_effects(ref.uid, spec, resolved)
+            entries[ref.uid] = ClaimEntry(
+                ref.namespace, ref.name, PREPARE_COMPLETED, self.config.boot_id, devices, cdi_ids, spec
+            )
+            LOG.info("rebuilt checkpoint entry for claim %s (%s)", ref, ref.uid)
+        return entries
+
+    # -- prepare ----------------------------------------------------------------------------
+
+    def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+        """Prepare each claim; failures are per claim and leave nothing behind."""
+        results: dict[str, PrepareResult] = {}
+        for ref in refs:
+            try:
+                results[ref.uid] = PrepareResult(devices=self._prepare_one(ref))
+            except ClaimError as err:
+                LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
+                results[ref.uid] = PrepareResult(error=str(err))
+            except OSError as err:
+                LOG.error("prepare %s (%s) failed: %s", ref, ref.uid, err)
+                results[ref.uid] = PrepareResult(error=f"writing state for claim {ref}: {err}")
+            if self.metrics is not None:
+                self.metrics.requests.labels("prepare").inc()
+                if results[ref.uid].error:
+                    self.metrics.errors.labels("prepare").inc()
+        return results
+
+    def _cached(self, ref: ClaimRef) -> list[PreparedDevice] | None:
+        """Result of an earlier prepare in this boot; re-creates a missing spec file from the entry."""
+        entry = self._entries.get(ref.uid)
+        if entry is None or entry.state != PREPARE_COMPLETED or entry.boot_id != self.config.boot_id:
+            return None
+        path = self.config.cdi_dir / self.names.spec_file_name(ref.uid)
+        if entry.spec is None:
+            return None
+        if not path.exists():
+            LOG.info("CDI spec of claim %s missing; writing it again", ref)
+            cdi.write_spec(path, entry.spec)
+        return self._response(entry.devices, entry.cdi_ids)
+
+    def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
+        with self._lock:
+            cached = self._cached(ref)
+        if cached is not None:
+            return cached
+        claim = self.claims.get(ref)
+        devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
+        resolved = self._resolve(ref, devices)
+        with self._lock:
+            cached = self._cached(ref)  # a concurrent call for the same claim may have finished
+            if cached is not None:
+                return cached
+            others = [(uid, d) for uid, e in self._entries.items() if uid != ref.uid for d in e.devices]
+            check_fits(ref.uid, resolved, others, {g.name: g for g in self.inventory.all()})
+            spec, cdi_ids = self._build_spec(ref.uid, resolved)
+            entry = ClaimEntry(
+                ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids, spec
+            )
+            self._entries[ref.uid] = entry
+            self._save()
+            _failpoint("after-prepare-started")
+            self._write_side_effects(ref.uid, spec, resolved)
+            entry.state = PREPARE_COMPLETED
+            self._save()
+            self._update_gauges()
+            return self._response(devices, cdi_ids)
+
+    def _resolve(
+        self, ref: ClaimRef, devices: list[AllocatedDevice]
+    ) -> list[tuple[AllocatedDevice, NodeGpu]]:
+        resolved = []
+        for device in devices:
+            gpu = self.inventory.get(device.device)
+            if gpu is None:
+                raise ClaimError(f"ResourceClaim {ref}: device {device.device} does not exist on this node")
+            resolved.append((device, gpu))
+        return resolved
+
+    def _build_spec(
+        self, claim_uid: str, resolved: list[tuple[AllocatedDevice, NodeGpu]]
+    ) -> tuple[dict[str, Any], list[list[str]]]:
+        cdi_devices: list[dict[str, Any]] = []
+        cdi_ids: list[list[str]] = []
+        for device, gpu in resolved:
+            name = self.names.device_name(claim_uid, device.device, device.share_id)
+            edits: dict[str, Any] = {"env": [f"HAMI_DRA_GPU_{gpu.index}_UUID={gpu.uuid}"]}
+            if self.config.simulated:
+                # No GPU here: the host's /dev/null stands in, so a real runtime can start the container.
+                edits["deviceNodes"] = [{"path": f"/dev/nvidia{gpu.minor}", "hostPath": "/dev/null"}]
+            if all(d["name"] != name for d in cdi_devices):
+                cdi_devices.append({"name": name, "containerEdits": edits})
+            ids = [self.names.qualified(name)]
+            if not self.config.simulated and self.config.nvidia_cdi_kind:
+                ids.append(f"{self.config.nvidia_cdi_kind}={gpu.uuid}")
+            cdi_ids.append(ids)
+        common = claim_edits(claim_uid, resolved, self.config.hami)
+        if self.config.simulated:
+            common["deviceNodes"] = [
+                {"path": "/dev/nvidiactl", "hostPath": "/dev/null"},
+                {"path": "/dev/nvidia-uvm", "hostPath": "/dev/null"},
+            ]
+        return cdi.make_spec(self.names.kind, cdi_devices, common), cdi_ids
+
+    def _write_side_effects(
+        self, claim_uid: str, spec: dict[str, Any], resolved: list[tuple[AllocatedDevice, NodeGpu]]
+    ) -> None:
+        if spec.get("containerEdits", {}).get("mounts"):
+            claim_dir = self.config.hami.claim_dir(claim_uid)
+            claim_dir.mkdir(parents=True, exist_ok=True)
+            claim_dir.chmod(0o777)  # processes of any UID in the container share the HAMi-core cache
+        cdi.write_spec(self.config.cdi_dir / self.names.spec_file_name(claim_uid), spec)
+
+    @staticmethod
+    def _response(devices: list[AllocatedDevice], cdi_ids: list[list[str]]) -> list[PreparedDevice]:
+        return [
+            PreparedDevice([d.base_request], d.pool, d.device, list(ids), d.share_id)
+            for d, ids in zip(devices, cdi_ids, strict=True)
+        ]
+
+    # -- unprepare --------------------------------------------------------------------------
+
+    def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
+        """Undo prepare; unknown claims succeed. Returns an error message per claim UID ('' = ok)."""
+        results: dict[str, str] = {}
+        for ref in refs:
+            try:
+                self._unprepare_one(ref.uid)
+                results[ref.uid] = ""
+            except OSError as err:
+                LOG.error("unprepare %s (%s) failed: %s", ref, ref.uid, err)
+                results[ref.uid] = f"removing state of claim {ref}: {err}"
+            if self.metrics is not None:
+                self.metrics.requests.labels("unprepare").inc()
+                if results[ref.uid]:
+                    self.metrics.errors.labels("unprepare").inc()
+        return results
+
+    def _unprepare_one(self, claim_uid: str) -> None:
+        with self._lock:
+            cdi.remove_spec(self.config.cdi_dir / self.names.spec_file_name(claim_uid))
+            shutil.rmtree(self.config.hami.claim_dir(claim_uid), ignore_errors=True)
+            if self._entries.pop(claim_uid, None) is not None:
+                self._save()
+            self._update_gauges()
+
+    def cleanup_deleted(self) -> list[str]:
+        """Unprepare claims that no longer exist in the API (kubelet missed or lost the unprepare)."""
+        with self._lock:
+            snapshot = [(uid, e.namespace, e.name) for uid, e in self._entries.items()]
+        removed = []
+        for uid, namespace, name in snapshot:
+            try:
+                gone = not self.claims.exists(namespace, name, uid)
+            except ClaimError as err:
+                LOG.debug("cleanup: cannot check claim %s/%s: %s", namespace, name, err)
+                continue
+            if gone:
+                LOG.info("cleanup: claim %s/%s (%s) no longer exists; unpreparing", namespace, name, uid)
+                self._unprepare_one(uid)
+                removed.append(uid)
+        return removed
+
+    # -- state ------------------------------------------------------------------------------
+
+    def prepared(self) -> dict[str, ClaimEntry]:
+        """A copy of the current entries (for tests, health and metrics)."""
+        with self._lock:
+            return dict(self._entries)
+
+    def _save(self) -> None:
+        self.checkpoint.save(self._entries)
+
+    def _update_gauges(self) -> None:
+        if self.metrics is None:
+            return
+        pairs: Iterable[tuple[str, AllocatedDevice]] = [
+            (uid, d) for uid, e in self._entries.items() for d in e.devices
+        ]
+        gpus = {g.name: g for g in self.inventory.all()}
+        usage = usage_by_gpu(list(pairs), gpus)
+        self.metrics.prepared_devices.set(sum(len(e.devices) for e in self._entries.values()))
+        for name in gpus:
+            used = usage.get(name)
+            self.metrics.allocated_memory.labels(name).set(used.memory if used else 0)
+            self.metrics.allocated_cores.labels(name).set(used.cores if used else 0)
+
+
+__all__ = ["ClaimNotFound", "PrepareResult", "PreparedDevice", "Preparer", "PreparerConfig"]

@@ -1,0 +1,231 @@
+"""Keeps this node's ResourceSlice pool in the API server equal to what the node has.
+
+- Re-creates slices when they disappear (kubelet deletes a node's slices at start-up, and after
+  the plugin has been deregistered for 30 s).
+- On a change (device list, health) bumps the pool generation and updates every slice; obsolete
+  slices are deleted *before* the updates so a consumer never sees two complete generations.
+- Writes only when the content changed: the hash of what we wrote is kept in an annotation,
+  because the API server normalises quantities and a field-by-field compare would flap.
+- Feature gates: if the API server dropped ``allowMultipleAllocations``/``requestPolicy`` from what
+  we wrote, consumable capacity is off (``DRAConsumableCapacity``): log one warning saying how to
+  turn it on. If it dropped device taints, fall back to the plain ``healthy`` attribute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dra_driver.devices.model import Gpu
+from dra_driver.kubeletplugin.slices import build_resource_slices
+
+LOG = logging.getLogger(__name__)
+
+HASH_ANNOTATION = "gpu.hami.io/content-hash"
+
+
+def _content_hash(slice_: dict[str, Any]) -> str:
+    spec = dict(slice_["spec"])
+    spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class SlicePublisher:
+    """Publishes the pool of ``node_name``; call :meth:`sync` after any change, or :meth:`start`."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        driver_name: str,
+        node_name: str,
+        gpus: Callable[[], list[Gpu]],
+        policy_taint: bool = True,
+        resync_seconds: float = 30.0,
+    ) -> None:
+        from kubernetes import client
+
+        self._api: Any = client.ResourceV1Api(api_client)
+        self._core: Any = client.CoreV1Api(api_client)
+        self._exception = client.exceptions.ApiException
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self._gpus = gpus
+        self.policy_taint = policy_taint
+        self.taints_supported = True
+        self.consumable_capacity_supported = True
+        self.resync_seconds = resync_seconds
+        self._generation = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._node_uid: str | None = None
+
+    # -- reconcile --------------------------------------------------------------------------
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node_name},spec.driver={self.driver_name}"
+
+    def _existing(self) -> list[dict[str, Any]]:
+        response = self._api.list_resource_slice(field_selector=self._selector(), _preload_content=False)
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return [s for s in items if (s.get("spec") or {}).get("driver") == self.driver_name]
+
+    def _lookup_node_uid(self) -> str | None:
+        if self._node_uid is None:
+            try:
+                node = json.loads(self._core.read_node(self.node_name, _preload_content=False).data)
+                self._node_uid = (node.get("metadata") or {}).get("uid")
+            except self._exception as err:
+                if err.status != 404:
+                    raise
+        return self._node_uid
+
+    def desired(self, generation: int) -> list[dict[str, Any]]:
+        slices = build_resource_slices(
+            self._gpus(),
+            driver_name=self.driver_name,
+            node_name=self.node_name,
+            generation=generation,
+            node_uid=self._lookup_node_uid(),
+            policy_taint=self.policy_taint and self.taints_supported,
+            taint_unhealthy=self.taints_supported,
+        )
+        for slice_ in slices:
+            slice_["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = _content_hash(slice_)
+        return slices
+
+    def sync(self) -> bool:
+        """Make the API match; True if anything was written."""
+        with self._lock:
+            existing = {s["metadata"]["name"]: s for s in self._existing()}
+            current_generation = max(
+                [int(s["spec"]["pool"].get("generation", 0)) for s in existing.values()] + [self._generation]
+            )
+            desired = self.desired(current_generation)
+            unchanged = len(existing) == len(desired) and all(
+                (existing.get(s["metadata"]["name"]) or {})
+                .get("metadata", {})
+                .get("annotations", {})
+                .get(HASH_ANNOTATION)
+                == s["metadata"]["annotations"][HASH_ANNOTATION]
+                and existing[s["metadata"]["name"]]["spec"]["pool"].get("generation") == current_generation
+                for s in desired
+            )
+            if unchanged and existing:
+                return False
+            generation = current_generation + 1 if existing else max(current_generation, 1)
+            desired = self.desired(generation)
+            self._generation = generation
+            wanted = {s["metadata"]["name"] for s in desired}
+            for name, old in existing.items():  # obsolete slices first
+                if name not in wanted:
+                    self._delete(name, old)
+            written = []
+            for slice_ in desired:
+                name = slice_["metadata"]["name"]
+                if name in existing:
+                    slice_["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
+                    written.append(self._call(self._api.replace_resource_slice, name, slice_))
+                else:
+                    written.append(self._call(self._api.create_resource_slice, slice_))
+            LOG.info(
+                "published %d ResourceSlice(s) of pool %s, generation %d",
+                len(desired),
+                self.node_name,
+                generation,
+            )
+            self._check_feature_gates(desired, written)
+            return True
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> dict[str, Any]:
+        response = method(*args, _preload_content=False)
+        data: dict[str, Any] = json.loads(response.data)
+        return data
+
+    def _delete(self, name: str, old: dict[str, Any]) -> None:
+        from kubernetes import client
+
+        body = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(
+                uid=old["metadata"].get("uid"), resource_version=old["metadata"].get("resourceVersion")
+            )
+        )
+        try:
+            self._api.delete_resource_slice(name, body=body)
+        except self._exception as err:
+            if err.status != 404:
+                raise
+
+    def _check_feature_gates(self, sent: list[dict[str, Any]], stored: list[dict[str, Any]]) -> None:
+        sent_devices = [d for s in sent for d in s["spec"].get("devices") or []]
+        stored_devices = [d for s in stored for d in (s.get("spec") or {}).get("devices") or []]
+        wanted_multi = any(d.get("allowMultipleAllocations") for d in sent_devices)
+        got_multi = any(d.get("allowMultipleAllocations") for d in stored_devices)
+        if wanted_multi and not got_multi and self.consumable_capacity_supported:
+            self.consumable_capacity_supported = False
+            LOG.warning(
+                "the API server dropped allowMultipleAllocations/requestPolicy from our ResourceSlices: "
+                "the DRAConsumableCapacity feature gate is off, so GPUs can only be allocated exclusively. "
+                "Enable it with --feature-gates=DRAConsumableCapacity=true on kube-apiserver, "
+                "kube-scheduler, kube-controller-manager and kubelet (alpha in 1.34/1.35, on from 1.36)."
+            )
+        wanted_taints = any(d.get("taints") for d in sent_devices)
+        got_taints = any(d.get("taints") for d in stored_devices)
+        if wanted_taints and not got_taints and self.taints_supported:
+            self.taints_supported = False
+            LOG.warning(
+                "the API server dropped device taints (DRADeviceTaints gate off): unhealthy GPUs are "
+                "marked only by the attribute healthy=false"
+            )
+            self._wake.set()
+
+    # -- loop -------------------------------------------------------------------------------
+
+    def trigger(self) -> None:
+        """Ask the loop to sync soon (health change, device change)."""
+        self._wake.set()
+
+    def _watch_deletions(self) -> None:
+        """Wake the loop on any change to our slices made by someone else (e.g. kubelet's delete)."""
+        from kubernetes import watch
+
+        while not self._stop.is_set():
+            try:
+                watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
+                stream = watcher.stream(
+                    self._api.list_resource_slice, field_selector=self._selector(), timeout_seconds=30
+                )
+                for event in stream:
+                    if self._stop.is_set():
+                        return
+                    if event.get("type") in ("DELETED", "MODIFIED"):
+                        self._wake.set()
+            except Exception as err:  # watch errors: back off and re-establish
+                LOG.debug("ResourceSlice watch ended: %s", err)
+                self._stop.wait(1.0)
+
+    def run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                self.sync()
+                backoff = 1.0
+                self._wake.wait(self.resync_seconds)
+            except Exception as err:
+                LOG.error("publishing ResourceSlices failed (retrying in %.0fs): %s", backoff, err)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+            self._wake.clear()
+
+    def start(self) -> None:
+        threading.Thread(target=self.run, name="slice-publisher", daemon=True).start()
+        threading.Thread(target=self._watch_deletions, name="slice-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
