@@ -56,11 +56,16 @@ class GpuCard:
 
 @dataclass(slots=True)
 class CardUsage:
-    """Current usage of a card: tenants (allocations sharing it), used memory and cores."""
+    """Current usage of a card: tenants (allocations sharing it), used memory and cores.
+
+    ``scores`` memoises the usage score per weights; whoever changes the usage must clear it
+    (``ClusterState`` does), so repeated placements do not recompute unchanged cards.
+    """
 
     tenants: int = 0
     used_memory: int = 0
     used_cores: int = 0
+    scores: dict[ScoringWeights, float] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +122,15 @@ class PlacementRequest:
             raise ValueError(f"{self.name}: cores must be within 0..100, got {self.cores}")
 
     def memory_on(self, card: GpuCard) -> int:
-        """Bytes this request takes on ``card``; a percentage is floored to whole MiB like HAMi does."""
+        """Bytes this request takes on ``card``."""
+        return self.memory_for(card.memory)
+
+    def memory_for(self, total_memory: int) -> int:
+        """Bytes taken on a card of ``total_memory``; percentages floor to whole MiB like HAMi."""
         if self.memory is not None:
             return self.memory
         percent = 100 if self.memory_percent is None else self.memory_percent
-        return (card.memory // MIB) * percent // 100 * MIB
+        return (total_memory // MIB) * percent // 100 * MIB
 
 
 @dataclass(frozen=True, slots=True)

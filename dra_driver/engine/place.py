@@ -68,15 +68,26 @@ def sort_key(keys: Sequence[Policy], score: float, card: GpuCard) -> tuple[float
 
 
 def could_fit(node: NodeState, request: PlacementRequest) -> bool:
-    """Cheap necessary conditions from the node summary; ``False`` means no card evaluation is needed."""
-    summary = node.summary
-    if summary.cards_with_free_slot < request.count:
-        return False
-    if (request.policy.mutex or request.cores >= FULL_CORES) and summary.idle_cards < request.count:
-        return False
-    if request.memory is not None and request.memory > summary.max_free_memory:
-        return False
-    return request.cores <= summary.max_free_cores
+    """Cheap necessary conditions over the node's free capacity; ``False`` means the node cannot fit.
+
+    It mirrors the capacity checks of ``check_card`` (slots, mutex, memory, cores, exclusivity)
+    without health/type/UUID filters or scores, so it may say ``True`` for a node that then fails
+    the full checks, but never ``False`` for a node that fits.
+    """
+    mutex, cores, needed = request.policy.mutex, request.cores, request.count
+    for free in node.free:
+        if not free.free_slot or free.free_cores < cores:
+            continue
+        if (mutex or (cores == FULL_CORES and free.total_cores == FULL_CORES)) and not free.idle:
+            continue
+        if cores == 0 and free.free_cores <= 0:
+            continue
+        if free.free_memory < request.memory_for(free.total_memory):
+            continue
+        needed -= 1
+        if needed == 0:
+            return True
+    return False
 
 
 def evaluate_node(node: NodeState, request: PlacementRequest) -> _NodeEval:
@@ -163,12 +174,9 @@ def place(
     state: ClusterState, request: PlacementRequest, *, max_candidates: int = DEFAULT_MAX_CANDIDATES
 ) -> Decision:
     """Decide where ``request`` goes. Pure: the state is not changed (see ``place_and_allocate``)."""
-    ranked = [
-        node
-        for node in state.ranked_nodes(request.node_policy)
-        if request.allowed_nodes is None or node.name in request.allowed_nodes
-    ]
-    for node in ranked:
+    for node in state.ranked_nodes(request.node_policy):
+        if request.allowed_nodes is not None and node.name not in request.allowed_nodes:
+            continue
         if not could_fit(node, request):
             continue
         evaluation = evaluate_node(node, request)
@@ -186,6 +194,11 @@ def place(
                 candidates=tuple(_candidates(evaluation)),
                 nodes=(NodeOutcome(node.name, node.score, True, None),),
             )
+    ranked = [
+        node
+        for node in state.ranked_nodes(request.node_policy)
+        if request.allowed_nodes is None or node.name in request.allowed_nodes
+    ]
     return _pending(ranked, request, max_candidates)
 
 

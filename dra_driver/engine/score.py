@@ -51,15 +51,14 @@ def usage_score(
 
 
 def card_score(card: GpuCard, usage: CardUsage, weights: ScoringWeights = DEFAULT_WEIGHTS) -> float:
-    return usage_score(
-        usage.tenants,
-        usage.used_cores,
-        usage.used_memory,
-        card.slots,
-        card.cores,
-        card.memory,
-        weights,
-    )
+    """The card's usage score, memoised in ``usage.scores`` until its usage changes."""
+    score = usage.scores.get(weights)
+    if score is None:
+        score = usage_score(
+            usage.tenants, usage.used_cores, usage.used_memory, card.slots, card.cores, card.memory, weights
+        )
+        usage.scores[weights] = score
+    return score
 
 
 def node_score(cards: Iterable[tuple[GpuCard, CardUsage]]) -> float:

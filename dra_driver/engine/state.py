@@ -1,16 +1,16 @@
 """Indexed cluster state: cards, their usage, node scores and node rankings, updated incrementally.
 
 Placing a request must not rescan every card of every node: nodes are kept in two sorted lists
-(binpack order and spread order) keyed by their node score, and each node keeps a small summary
-(idle cards, cards with a free slot, largest free memory and cores) that rejects nodes which
-cannot possibly fit before any card is examined. Allocating or releasing touches one node only.
+(binpack order and spread order) keyed by their node score, and each node keeps what each healthy
+card has left, so that nodes which cannot fit are rejected without the full fit checks and
+scores. Allocating or releasing touches one node only.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dra_driver.engine.model import CardUsage, DeviceShare, GpuCard, Placement
 from dra_driver.engine.policy import NodePolicy
@@ -21,14 +21,16 @@ class StateError(ValueError):
     """An allocation or release that does not match the state (unknown card, double release, overcommit)."""
 
 
-@dataclass(slots=True)
-class NodeSummary:
-    """Necessary conditions for a node to fit anything; recomputed when the node's usage changes."""
+@dataclass(frozen=True, slots=True)
+class FreeCapacity:
+    """What a healthy card has left; enough to reject most non-fitting nodes without full fit checks."""
 
-    idle_cards: int = 0
-    cards_with_free_slot: int = 0
-    max_free_memory: int = 0
-    max_free_cores: int = 0
+    idle: bool
+    free_slot: bool
+    free_memory: int
+    free_cores: int
+    total_memory: int
+    total_cores: int
 
 
 @dataclass(slots=True)
@@ -37,7 +39,7 @@ class NodeState:
     cards: tuple[GpuCard, ...]
     usage: dict[int, CardUsage]
     score: float = 0.0
-    summary: NodeSummary = field(default_factory=NodeSummary)
+    free: tuple[FreeCapacity, ...] = ()
 
     def card(self, index: int) -> GpuCard:
         for card in self.cards:
@@ -47,16 +49,19 @@ class NodeState:
 
     def refresh(self) -> None:
         self.score = node_score((card, self.usage[card.index]) for card in self.cards)
-        summary = NodeSummary()
-        for card in self.cards:
-            usage = self.usage[card.index]
-            if not card.healthy:
-                continue
-            summary.idle_cards += usage.tenants == 0
-            summary.cards_with_free_slot += usage.tenants < card.slots
-            summary.max_free_memory = max(summary.max_free_memory, card.memory - usage.used_memory)
-            summary.max_free_cores = max(summary.max_free_cores, card.cores - usage.used_cores)
-        self.summary = summary
+        self.free = tuple(
+            FreeCapacity(
+                idle=usage.tenants == 0,
+                free_slot=usage.tenants < card.slots,
+                free_memory=card.memory - usage.used_memory,
+                free_cores=card.cores - usage.used_cores,
+                total_memory=card.memory,
+                total_cores=card.cores,
+            )
+            for card in self.cards
+            if card.healthy
+            for usage in (self.usage[card.index],)
+        )
 
 
 class ClusterState:
@@ -157,6 +162,7 @@ class ClusterState:
             usage.tenants += sign * share.tenants
             usage.used_memory += sign * share.memory
             usage.used_cores += sign * share.cores
+            usage.scores.clear()
         node.refresh()
         self._rank(node)
 
