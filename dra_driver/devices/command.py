@@ -1,0 +1,92 @@
+"""``hami-dra discover``: print the ResourceSlice(s) this node would publish.
+
+Usage::
+
+    # real GPUs (needs the NVIDIA driver; in a container mount /dev/nvidia* and libnvidia-ml.so.1)
+    hami-dra discover --source nvml --node-name "$(hostname)"
+
+    # simulated: a named profile and a GPU count, or a devices file
+    hami-dra discover --source simulated --profile h100-80gb --gpus 8 --node-name node-1
+    hami-dra discover --source simulated --devices-file examples/devices/mixed.yaml --node-name node-1 -o json
+
+Options: ``--source nvml|simulated`` (default: ``simulated`` when ``--profile`` or
+``--devices-file`` is given, else ``nvml``; never a silent fallback), ``--profile
+t4|a100-80gb|h100-80gb|h200``, ``--gpus N``, ``--devices-file F`` (YAML/JSON), ``--node-name``
+(default ``$NODE_NAME``), ``--driver-name`` (default ``gpu.hami.io``), ``--output yaml|json``
+(YAML: one document per slice; JSON: the slice, or a ``v1 List`` when the pool needs several),
+``--policy-taint`` / ``--taint-unhealthy`` to preview the device taints the kubelet plugin adds on
+clusters that keep them (1.36+). Exit status 2 with one line on stderr for bad input or when NVML
+cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cli import UsageError
+from dra_driver.devices.model import DeviceModelError
+from dra_driver.devices.simulated import PROFILES
+from dra_driver.devices.source import SOURCE_KINDS, DeviceSourceError, open_source
+from dra_driver.kubeletplugin.slices import SliceError, build_resource_slices
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "discover",
+        help="print the ResourceSlice(s) this node would publish",
+        description="Discover GPUs (NVML or simulated) and print the resource.k8s.io/v1 ResourceSlice(s).",
+    )
+    parser.add_argument("--source", choices=SOURCE_KINDS, help="nvml (real GPUs) or simulated")
+    parser.add_argument("--profile", choices=sorted(PROFILES), help="simulated GPU model")
+    parser.add_argument("--gpus", type=int, help="number of simulated GPUs (default: the profile's)")
+    parser.add_argument("--devices-file", type=Path, help="YAML/JSON file describing simulated GPUs")
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="node name (env NODE_NAME)")
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.add_argument("--policy-taint", action="store_true", help="add the policy-managed NoSchedule taint")
+    parser.add_argument("--taint-unhealthy", action="store_true", help="taint unhealthy GPUs NoSchedule")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        raise UsageError("--node-name is required (or set NODE_NAME)")
+    kind = args.source or ("simulated" if args.profile or args.devices_file else "nvml")
+    try:
+        source = open_source(
+            kind,
+            node_name=args.node_name,
+            profile=args.profile,
+            gpus=args.gpus,
+            devices_file=args.devices_file,
+        )
+        gpus = source.discover()
+        slices = build_resource_slices(
+            gpus,
+            driver_name=args.driver_name,
+            node_name=args.node_name,
+            policy_taint=args.policy_taint,
+            taint_unhealthy=args.taint_unhealthy,
+        )
+    except (DeviceSourceError, DeviceModelError, SliceError) as err:
+        raise UsageError(str(err)) from err
+    sys.stdout.write(render(slices, args.output))
+    return 0
+
+
+def render(slices: list[dict[str, Any]], output: str) -> str:
+    """YAML documents, or JSON (one object, or a v1 List for several slices)."""
+    if output == "json":
+        document: Any = (
+            slices[0] if len(slices) == 1 else {"apiVersion": "v1", "kind": "List", "items": slices}
+        )
+        return json.dumps(document, indent=2) + "\n"
+    return yaml.safe_dump_all(slices, sort_keys=False, explicit_start=True)

@@ -1,0 +1,273 @@
+"""GPU discovery through NVML (``nvidia-ml-py``, imported as ``pynvml``).
+
+Only index, UUID, product name and total memory are essential: without them a GPU cannot be
+published, so it is skipped with an error log. Every other call may be missing from an older
+driver (``Function Not Found``) or unsupported on a board (``Not Supported``); then the attribute
+is omitted and the fact logged once per call, never a crash. An ``nvmlInit`` failure becomes one
+:class:`~dra_driver.devices.source.DeviceSourceError` line that says what to check.
+
+NUMA node: ``nvmlDeviceGetNumaNodeId`` where the driver has it, else sysfs
+``/sys/bus/pci/devices/<busid>/numa_node``; ``-1`` means unknown and the attribute is omitted.
+The PCIe root (``pci<domain>:<bus>``) comes from the sysfs path of the device, like upstream's
+``deviceattribute`` helper. NVLink peers: an active link whose remote end is another GPU of this
+node counts for that pair; links into an NVSwitch fabric make every GPU with switch links a peer
+of every other (with the smaller of the two link counts).
+
+Tests run this module unmodified against ``hack/mock-nvml`` through the real ``pynvml`` bindings.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dra_driver.devices.model import (
+    DeviceModelError,
+    Gpu,
+    cuda_version_from_int,
+    normalize_pci_bus_id,
+)
+from dra_driver.devices.source import DeviceSourceError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+NVML_NOT_FOUND_HINT = "NVML not found: is the NVIDIA driver installed and /dev/nvidia* mounted?"
+
+#: nvmlBrandType_t -> name (nvml.h).
+BRANDS = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "GRID",
+    5: "GeForce",
+    6: "TITAN",
+    7: "NVIDIA vApps",
+    8: "NVIDIA Virtual PC",
+    9: "NVIDIA Virtual Compute Server",
+    10: "NVIDIA RTX Virtual Workstation",
+    11: "NVIDIA Cloud Gaming",
+    12: "Quadro RTX",
+    13: "NVIDIA RTX",
+    14: "NVIDIA",
+    15: "GeForce RTX",
+    16: "TITAN RTX",
+}
+
+#: nvmlDeviceArchitecture_t -> name (nvml.h).
+ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
+
+_PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+
+
+@dataclass
+class _Found:
+    gpu: Gpu
+    switch_links: int = 0
+    gpu_links: dict[str, int] = field(default_factory=dict)
+
+
+class NvmlSource:
+    """``--source nvml``: the node's real GPUs.
+
+    ``sysfs_root`` exists for tests (a fake ``/sys`` tree); ``nvml`` lets tests pass another module
+    with pynvml's API, the default is the real ``pynvml``.
+    """
+
+    def __init__(self, *, sysfs_root: Path = Path("/sys"), nvml: Any = None) -> None:
+        self.sysfs_root = Path(sysfs_root)
+        self._nvml = nvml
+        self._logged: set[str] = set()
+
+    def discover(self) -> list[Gpu]:
+        nvml = self._module()
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as err:
+            raise DeviceSourceError(f"{NVML_NOT_FOUND_HINT} (nvmlInit: {err})") from err
+        try:
+            return self._discover(nvml)
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except nvml.NVMLError as err:  # pragma: no cover - nothing useful to do about it
+                log.debug("nvmlShutdown failed: %s", err)
+
+    def _module(self) -> Any:
+        if self._nvml is None:
+            try:
+                import pynvml
+            except ImportError as err:  # pragma: no cover - a declared dependency
+                raise DeviceSourceError(
+                    "the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
+                ) from err
+            self._nvml = pynvml
+        return self._nvml
+
+    def _discover(self, nvml: Any) -> list[Gpu]:
+        driver_version = self._optional(
+            nvml, "nvmlSystemGetDriverVersion", lambda: _text(nvml.nvmlSystemGetDriverVersion())
+        )
+        cuda = self._optional(nvml, "nvmlSystemGetCudaDriverVersion", nvml.nvmlSystemGetCudaDriverVersion)
+        cuda_driver_version = cuda_version_from_int(cuda) if isinstance(cuda, int) and cuda > 0 else None
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as err:
+            raise DeviceSourceError(f"NVML could not count the GPUs (nvmlDeviceGetCount: {err})") from err
+        found: list[_Found] = []
+        for index in range(count):
+            try:
+                item = self._device(nvml, index, driver_version, cuda_driver_version)
+            except (nvml.NVMLError, DeviceModelError) as err:
+                log.error("gpu-%d skipped: NVML could not describe it: %s", index, err)
+                continue
+            found.append(item)
+        return _with_nvlink_peers(found)
+
+    def _device(
+        self, nvml: Any, index: int, driver_version: str | None, cuda_driver_version: str | None
+    ) -> _Found:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        name = _text(nvml.nvmlDeviceGetName(handle))
+        memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+
+        def call(label: str, fn: Callable[[], T]) -> T | None:
+            return self._optional(nvml, label, fn)
+
+        minor = call("nvmlDeviceGetMinorNumber", lambda: int(nvml.nvmlDeviceGetMinorNumber(handle)))
+        brand_id = call("nvmlDeviceGetBrand", lambda: int(nvml.nvmlDeviceGetBrand(handle)))
+        arch_id = call("nvmlDeviceGetArchitecture", lambda: int(nvml.nvmlDeviceGetArchitecture(handle)))
+        capability = call(
+            "nvmlDeviceGetCudaComputeCapability", lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        )
+        bus_raw = call("nvmlDeviceGetPciInfo", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+        bus_id = None
+        if bus_raw:
+            try:
+                bus_id = normalize_pci_bus_id(bus_raw)
+            except DeviceModelError as err:
+                self._note(f"bus:{index}", f"gpu-{index}: PCI bus id omitted: {err}")
+        mig = call("nvmlDeviceGetMigMode", lambda: nvml.nvmlDeviceGetMigMode(handle))
+        gpu = Gpu(
+            index=index,
+            uuid=uuid,
+            product_name=name,
+            memory_bytes=memory,
+            minor=minor,
+            brand=BRANDS.get(brand_id) if brand_id is not None else None,
+            architecture=ARCHITECTURES.get(arch_id) if arch_id is not None else None,
+            cuda_compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
+            driver_version=driver_version,
+            cuda_driver_version=cuda_driver_version,
+            pci_bus_id=bus_id,
+            pcie_root=self._pcie_root(bus_id),
+            numa_node=self._numa_node(nvml, handle, index, bus_id),
+            mig_enabled=bool(mig[0]) if mig else None,
+        )
+        item = _Found(gpu)
+        self._nvlinks(nvml, handle, item)
+        return item
+
+    def _numa_node(self, nvml: Any, handle: Any, index: int, bus_id: str | None) -> int | None:
+        node = self._optional(
+            nvml, "nvmlDeviceGetNumaNodeId", lambda: int(nvml.nvmlDeviceGetNumaNodeId(handle))
+        )
+        if node is not None and node >= 0:
+            return node
+        if bus_id is None:
+            return None
+        path = self.sysfs_root / "bus" / "pci" / "devices" / bus_id / "numa_node"
+        try:
+            value = int(path.read_text().strip())
+        except (OSError, ValueError):
+            value = -1
+        if value < 0:
+            self._note(
+                f"numa:{index}", f"gpu-{index}: NUMA node unknown (neither NVML nor {path} knows); omitted"
+            )
+            return None
+        return value
+
+    def _pcie_root(self, bus_id: str | None) -> str | None:
+        if bus_id is None:
+            return None
+        try:
+            resolved = (self.sysfs_root / "bus" / "pci" / "devices" / bus_id).resolve(strict=True)
+        except OSError:
+            return None
+        return next((part for part in resolved.parts if _PCIE_ROOT.match(part)), None)
+
+    def _nvlinks(self, nvml: Any, handle: Any, item: _Found) -> None:
+        for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                if not nvml.nvmlDeviceGetNvLinkState(handle, link):
+                    continue
+                remote = normalize_pci_bus_id(
+                    _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+                )
+            except nvml.NVMLError:
+                break  # no such link (or no NVLink at all, e.g. a T4): stop probing this GPU
+            except DeviceModelError:
+                continue
+            item.gpu_links[remote] = item.gpu_links.get(remote, 0) + 1
+
+    def _optional(self, nvml: Any, label: str, fn: Callable[[], T]) -> T | None:
+        try:
+            return fn()
+        except nvml.NVMLError as err:
+            # "Not Supported" is a property of the board (no MIG on a T4): worth an info line, not a
+            # warning. Anything else (a driver without the call, a failing GPU) is a warning.
+            level = logging.INFO if err.value == nvml.NVML_ERROR_NOT_SUPPORTED else logging.WARNING
+            self._note(label, f"{label} unavailable ({err}); the attribute is omitted", level)
+            return None
+
+    def _note(self, key: str, message: str, level: int = logging.WARNING) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, "%s", message)
+
+
+def _with_nvlink_peers(found: list[_Found]) -> list[Gpu]:
+    """Resolve remote PCI addresses of active links to GPU indexes (or to the NVSwitch fabric)."""
+    by_bus = {item.gpu.pci_bus_id: item.gpu.index for item in found if item.gpu.pci_bus_id}
+    for item in found:
+        for bus, links in list(item.gpu_links.items()):
+            if bus not in by_bus:
+                item.switch_links += links
+                del item.gpu_links[bus]
+    result = []
+    for item in found:
+        peers: dict[int, int] = {}
+        for bus, links in item.gpu_links.items():
+            if by_bus[bus] != item.gpu.index:
+                peers[by_bus[bus]] = peers.get(by_bus[bus], 0) + links
+        if item.switch_links:
+            for other in found:
+                if other is not item and other.switch_links:
+                    peer = other.gpu.index
+                    peers[peer] = peers.get(peer, 0) + min(item.switch_links, other.switch_links)
+        result.append(replace(item.gpu, nvlink_peers=tuple(sorted(peers.items()))))
+    return result
+
+
+def _text(value: Any) -> str:
+    """pynvml returns ``str`` from most calls but raw ``bytes`` from struct fields."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,297 @@
+"""Build the ``resource.k8s.io/v1`` ResourceSlices that describe this node's GPUs.
+
+Public API::
+
+    build_resource_slices(gpus, *, driver_name, node_name, generation=1, node_uid=None,
+                          pool_name=None, policy_taint=False, taint_unhealthy=False) -> list[dict]
+    device_entry(gpu, *, policy_taint=False, taint_unhealthy=False, driver_name=...) -> dict
+    policy_taint_key(driver_name) -> str      # "gpu.hami.io/policy-managed"
+    unhealthy_taint_key(driver_name) -> str   # "gpu.hami.io/unhealthy"
+    nvlink_peers_attribute(peers) / parse_nvlink_peers(text)
+
+One pool per node (pool name = node name), device names ``gpu-<index>``. Each device carries the
+attributes and consumable capacity of design.md "DRA mapping": ``memory`` (bytes, request policy
+min 1Mi / step 1Mi / default = the whole card, so a claim that does not ask for memory gets the
+card to itself), ``cores`` (100, 0..100 step 1, default 0) and ``slots`` (HAMi's split count,
+default 1 per allocation), with ``allowMultipleAllocations: true``. Version attributes are strict
+semver (``535.104.05`` -> ``535.104.5``) because Kubernetes rejects anything else at CEL time.
+
+Health is always visible as the attribute ``healthy``; with ``taint_unhealthy`` a sick GPU also
+gets the ``NoSchedule`` taint ``<driver>/unhealthy``. With ``policy_taint`` every GPU gets the
+``NoSchedule`` taint ``<driver>/policy-managed`` that only our controller tolerates, so
+kube-scheduler never hands our GPUs out first-fit. Device taints are honoured from Kubernetes 1.36
+(``DRADeviceTaints`` beta); older API servers drop the field, so the caller (the kubelet plugin)
+decides when to ask for them. Both default to off.
+
+API limits are respected: at most 128 devices per slice (64 when any device has taints), at most
+32 attributes + capacities per device, string attributes at most 64 characters; a larger node is
+split into several slices of one pool, all with the same ``generation`` and ``resourceSliceCount``.
+Memory is published in whole MiB (rounded down) so that the 1Mi step validates, as NVIDIA's
+driver does. When the Node's UID is known, the slices are owned by the Node (garbage collection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.model import MIB, Gpu, semver
+from dra_driver.quantity import format_bytes
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "resource.k8s.io/v1"
+KIND = "ResourceSlice"
+MAX_DEVICES_PER_SLICE = 128
+#: Since 1.35 a slice whose devices have taints (or counters) may hold at most 64 devices.
+MAX_TAINTED_DEVICES_PER_SLICE = 64
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_ATTRIBUTE_STRING = 64
+NUMA_NODE_ATTRIBUTE = "resource.kubernetes.io/numaNode"
+PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class SliceError(ValueError):
+    """The inputs cannot form a valid ResourceSlice (bad driver or node name, duplicate GPUs)."""
+
+
+def policy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
+    """Key of the taint that keeps kube-scheduler's first-fit allocator off our GPUs."""
+    return f"{driver_name}/policy-managed"
+
+
+def unhealthy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
+    """Key of the taint on GPUs that failed their health check."""
+    return f"{driver_name}/unhealthy"
+
+
+def build_resource_slices(
+    gpus: Iterable[Gpu],
+    *,
+    driver_name: str = DEFAULT_DRIVER_NAME,
+    node_name: str,
+    generation: int = 1,
+    node_uid: str | None = None,
+    pool_name: str | None = None,
+    policy_taint: bool = False,
+    taint_unhealthy: bool = False,
+) -> list[dict[str, Any]]:
+    """Return the ResourceSlices (plain dicts, ready for the API) of one node's pool.
+
+    Always at least one slice: an empty pool ("this node has no GPUs") differs from no pool.
+    Slice names are deterministic (``<node>-<driver>-<n>``, hashed when too long) so that a
+    publisher can create-or-update them idempotently.
+    """
+    _check_dns_subdomain(driver_name, "driver name", 63)
+    _check_dns_subdomain(node_name, "node name", 253)
+    pool = pool_name or node_name
+    for part in pool.split("/"):
+        _check_dns_subdomain(part, "pool name", 253)
+    if len(pool) > 253:
+        raise SliceError(f"pool name {pool!r} is longer than 253 characters")
+    if isinstance(generation, bool) or generation < 0:
+        raise SliceError(f"generation must be >= 0, got {generation}")
+    ordered = sorted(gpus, key=lambda gpu: gpu.index)
+    _check_unique(ordered)
+    devices = [
+        device_entry(gpu, driver_name=driver_name, policy_taint=policy_taint, taint_unhealthy=taint_unhealthy)
+        for gpu in ordered
+    ]
+    tainted = any("taints" in device for device in devices)
+    per_slice = MAX_TAINTED_DEVICES_PER_SLICE if tainted else MAX_DEVICES_PER_SLICE
+    chunks = [devices[start : start + per_slice] for start in range(0, len(devices), per_slice)] or [[]]
+    slices = []
+    for number, chunk in enumerate(chunks):
+        metadata: dict[str, Any] = {"name": slice_name(node_name, driver_name, number)}
+        if node_uid:
+            metadata["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
+            ]
+        slices.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": metadata,
+                "spec": {
+                    "driver": driver_name,
+                    "nodeName": node_name,
+                    "pool": {"name": pool, "generation": generation, "resourceSliceCount": len(chunks)},
+                    "devices": chunk,
+                },
+            }
+        )
+    return slices
+
+
+def slice_name(node_name: str, driver_name: str, number: int) -> str:
+    """Deterministic object name of slice ``number``; at most 253 characters."""
+    name = f"{node_name}-{driver_name}-{number}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[: 253 - len(digest) - len(str(number)) - 2]}-{digest}-{number}"
+
+
+def device_entry(
+    gpu: Gpu,
+    *,
+    driver_name: str = DEFAULT_DRIVER_NAME,
+    policy_taint: bool = False,
+    taint_unhealthy: bool = False,
+) -> dict[str, Any]:
+    """The ``spec.devices[]`` entry for one GPU."""
+    attributes = _attributes(gpu)
+    memory = (gpu.memory_bytes // MIB) * MIB
+    capacity = {
+        "memory": {
+            "value": format_bytes(memory),
+            "requestPolicy": {
+                "default": format_bytes(memory),
+                "validRange": {"min": "1Mi", "step": "1Mi"},
+            },
+        },
+        "cores": {
+            "value": str(gpu.cores),
+            "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": str(gpu.cores), "step": "1"}},
+        },
+        "slots": {"value": str(gpu.slots), "requestPolicy": _slots_policy(gpu.slots)},
+    }
+    overflow = len(attributes) + len(capacity) - MAX_ATTRIBUTES_AND_CAPACITIES
+    if overflow > 0:  # pragma: no cover - we publish far fewer; kept as a guard for future attributes
+        for key in list(attributes)[-overflow:]:
+            del attributes[key]
+    device: dict[str, Any] = {
+        "name": gpu.name,
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": True,
+    }
+    taints = []
+    if policy_taint:
+        taints.append({"key": policy_taint_key(driver_name), "effect": "NoSchedule"})
+    if taint_unhealthy and not gpu.healthy:
+        taints.append({"key": unhealthy_taint_key(driver_name), "effect": "NoSchedule"})
+    if taints:
+        device["taints"] = taints
+    return device
+
+
+def _slots_policy(slots: int) -> dict[str, Any]:
+    # The API requires min + step <= value, so a card that allows one tenant gets no step.
+    if slots >= 2:
+        return {"default": "1", "validRange": {"min": "1", "max": str(slots), "step": "1"}}
+    return {"default": "1", "validRange": {"min": "1", "max": "1"}}
+
+
+def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
+    attributes: dict[str, dict[str, Any]] = {
+        "type": {"string": "gpu"},
+        "index": {"int": gpu.index},
+        "uuid": _string(gpu.uuid, gpu, "uuid"),
+        "productName": _string(gpu.product_name, gpu, "productName"),
+        "healthy": {"bool": gpu.healthy},
+    }
+    if gpu.minor is not None:
+        attributes["minor"] = {"int": gpu.minor}
+    for key, text in (("brand", gpu.brand), ("architecture", gpu.architecture)):
+        if text:
+            attributes[key] = _string(text, gpu, key)
+    for key, raw in (
+        ("cudaComputeCapability", gpu.cuda_compute_capability),
+        ("driverVersion", gpu.driver_version),
+        ("cudaDriverVersion", gpu.cuda_driver_version),
+    ):
+        if raw:
+            version = semver(raw)
+            if version is None:
+                log.warning("%s: %s %r is not a version; attribute omitted", gpu.name, key, raw)
+            else:
+                attributes[key] = {"version": version}
+    if gpu.numa_node is not None:
+        attributes[NUMA_NODE_ATTRIBUTE] = {"int": gpu.numa_node}
+    if gpu.pci_bus_id:
+        attributes[PCI_BUS_ID_ATTRIBUTE] = {"string": gpu.pci_bus_id}
+    if gpu.pcie_root:
+        attributes[PCIE_ROOT_ATTRIBUTE] = _string(gpu.pcie_root, gpu, "pcieRoot")
+    if gpu.nvlink_peers:
+        peers = nvlink_peers_attribute(gpu.nvlink_peers)
+        if len(peers) <= MAX_ATTRIBUTE_STRING:
+            attributes["nvlinkPeers"] = {"string": peers}
+        else:
+            log.warning(
+                "%s: NVLink peer list longer than %d characters; omitted", gpu.name, MAX_ATTRIBUTE_STRING
+            )
+    return attributes
+
+
+def _string(text: str, gpu: Gpu, key: str) -> dict[str, str]:
+    if len(text) > MAX_ATTRIBUTE_STRING:
+        log.warning("%s: %s longer than %d characters; truncated", gpu.name, key, MAX_ATTRIBUTE_STRING)
+        text = text[:MAX_ATTRIBUTE_STRING]
+    return {"string": text}
+
+
+def nvlink_peers_attribute(peers: Sequence[tuple[int, int]]) -> str:
+    """Encode NVLink peers compactly for the ``nvlinkPeers`` string attribute.
+
+    Peers with the same link count are grouped and runs of indexes collapsed:
+    ``[(1, 18), (2, 18), (3, 18), (5, 4)]`` -> ``"18:1-3;4:5"``. Eight NVSwitch-connected GPUs need
+    only ``"18:1-7"``, so even large nodes stay within the 64-character limit.
+    """
+    groups: dict[int, list[int]] = {}
+    for peer, links in sorted(peers):
+        groups.setdefault(links, []).append(peer)
+    parts = []
+    for links in sorted(groups, reverse=True):
+        parts.append(f"{links}:{_ranges(groups[links])}")
+    return ";".join(parts)
+
+
+def parse_nvlink_peers(text: str) -> tuple[tuple[int, int], ...]:
+    """Inverse of :func:`nvlink_peers_attribute`; raises ``ValueError`` on malformed input."""
+    peers: dict[int, int] = {}
+    for group in filter(None, text.split(";")):
+        links_text, _, ranges = group.partition(":")
+        links = int(links_text)
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            for peer in range(int(first), int(last or first) + 1):
+                peers[peer] = links
+    return tuple(sorted(peers.items()))
+
+
+def _ranges(indexes: list[int]) -> str:
+    runs: list[list[int]] = []
+    for index in indexes:
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _check_dns_subdomain(value: str, what: str, limit: int) -> None:
+    if not value or len(value) > limit or not all(_DNS_LABEL.match(label) for label in value.split(".")):
+        raise SliceError(
+            f"{what} {value!r} is not a valid DNS subdomain (lower-case letters, digits, '-' and '.', "
+            f"at most {limit} characters)"
+        )
+
+
+def _check_unique(gpus: Sequence[Gpu]) -> None:
+    seen: set[int] = set()
+    uuids: set[str] = set()
+    for gpu in gpus:
+        if gpu.index in seen:
+            raise SliceError(f"two GPUs have index {gpu.index}; device names gpu-<index> must be unique")
+        if gpu.uuid in uuids:
+            raise SliceError(f"two GPUs have UUID {gpu.uuid}")
+        seen.add(gpu.index)
+        uuids.add(gpu.uuid)

@@ -1,0 +1,424 @@
+/*
+ * A mock libnvidia-ml.so.1 for tests: exports the NVML symbols that dra_driver/devices/nvml.py
+ * reaches through the real pynvml bindings, answering from a JSON profile named by the
+ * environment variable MOCK_NVML_PROFILE (read at nvmlInit).
+ *
+ * Build:  gcc -shared -fPIC -O1 -o DIR/libnvidia-ml.so.1 hack/mock-nvml/mock_nvml.c
+ *         add -DMOCK_NVML_LEGACY to leave out calls that older drivers lack
+ *         (nvmlDeviceGetNumaNodeId, nvmlDeviceGetArchitecture, nvmlDeviceGetMigMode), so dlsym
+ *         really fails and pynvml raises NVMLError_FunctionNotFound.
+ * Use:    LD_LIBRARY_PATH=DIR MOCK_NVML_PROFILE=profile.json python -m dra_driver.cli discover --source nvml
+ *
+ * Profile (see hack/mock-nvml/profiles/):
+ *   { "driverVersion": "550.54.15", "cudaDriverVersion": 12040,
+ *     "initError": 0,                                  optional: nvmlInit fails with this code
+ *     "errors": {"nvmlDeviceGetBrand": 3},             optional: call -> code, for every device
+ *     "devices": [ { "uuid": "GPU-...", "name": "NVIDIA H100 80GB HBM3", "memoryTotal": 85520809984,
+ *                    "minor": 0, "brand": 14, "architecture": 9, "ccMajor": 9, "ccMinor": 0,
+ *                    "busId": "00000000:18:00.0", "numaNode": 0, "migMode": 0,
+ *                    "nvlinks": ["00000000:9A:00.0", ...],   remote bus id per active link
+ *                    "errors": {"nvmlDeviceGetNumaNodeId": 3} } ] }
+ * A missing "numaNode" answers NOT_SUPPORTED; a missing "nvlinks" answers NOT_SUPPORTED for link 0.
+ * The JSON reader below handles the subset the profiles use (objects, arrays, strings without
+ * unicode escapes, integers, true/false/null).
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+/* ---------------------------------------------------------------- tiny JSON reader */
+typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
+typedef struct jval {
+    jtype type;
+    long long num;
+    char *str;
+    int n;              /* children */
+    char **keys;        /* objects only */
+    struct jval **items;
+} jval;
+
+static const char *jp;
+
+static void skip_ws(void) { while (*jp && isspace((unsigned char)*jp)) jp++; }
+
+static jval *jnew(jtype t) {
+    jval *v = calloc(1, sizeof(jval));
+    v->type = t;
+    return v;
+}
+
+static char *parse_string(void) {
+    if (*jp != '"') return NULL;
+    jp++;
+    size_t cap = 64, len = 0;
+    char *out = malloc(cap);
+    while (*jp && *jp != '"') {
+        char c = *jp++;
+        if (c == '\\' && *jp) {
+            c = *jp++;
+            if (c == 'n') c = '\n';
+            else if (c == 't') c = '\t';
+        }
+        if (len + 2 > cap) out = realloc(out, cap *= 2);
+        out[len++] = c;
+    }
+    if (*jp != '"') { free(out); return NULL; }
+    jp++;
+    out[len] = 0;
+    return out;
+}
+
+static jval *parse_value(void);
+
+static void push(jval *v, char *key, jval *item) {
+    v->items = realloc(v->items, sizeof(jval *) * (v->n + 1));
+    v->keys = realloc(v->keys, sizeof(char *) * (v->n + 1));
+    v->items[v->n] = item;
+    v->keys[v->n] = key;
+    v->n++;
+}
+
+static jval *parse_value(void) {
+    skip_ws();
+    if (*jp == '{') {
+        jval *v = jnew(J_OBJ);
+        jp++;
+        skip_ws();
+        if (*jp == '}') { jp++; return v; }
+        for (;;) {
+            skip_ws();
+            char *key = parse_string();
+            if (!key) return NULL;
+            skip_ws();
+            if (*jp++ != ':') return NULL;
+            jval *item = parse_value();
+            if (!item) return NULL;
+            push(v, key, item);
+            skip_ws();
+            if (*jp == ',') { jp++; continue; }
+            if (*jp == '}') { jp++; return v; }
+            return NULL;
+        }
+    }
+    if (*jp == '[') {
+        jval *v = jnew(J_ARR);
+        jp++;
+        skip_ws();
+        if (*jp == ']') { jp++; return v; }
+        for (;;) {
+            jval *item = parse_value();
+            if (!item) return NULL;
+            push(v, NULL, item);
+            skip_ws();
+            if (*jp == ',') { jp++; continue; }
+            if (*jp == ']') { jp++; return v; }
+            return NULL;
+        }
+    }
+    if (*jp == '"') {
+        jval *v = jnew(J_STR);
+        v->str = parse_string();
+        return v->str ? v : NULL;
+    }
+    if (strncmp(jp, "true", 4) == 0) { jp += 4; jval *v = jnew(J_BOOL); v->num = 1; return v; }
+    if (strncmp(jp, "false", 5) == 0) { jp += 5; return jnew(J_BOOL); }
+    if (strncmp(jp, "null", 4) == 0) { jp += 4; return jnew(J_NULL); }
+    if (*jp == '-' || isdigit((unsigned char)*jp)) {
+        char *end;
+        jval *v = jnew(J_NUM);
+        v->num = strtoll(jp, &end, 10);
+        jp = end;
+        return v;
+    }
+    return NULL;
+}
+
+static jval *jget(const jval *obj, const char *key) {
+    if (!obj || obj->type != J_OBJ) return NULL;
+    for (int i = 0; i < obj->n; i++)
+        if (strcmp(obj->keys[i], key) == 0) return obj->items[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- state */
+typedef struct {
+    int index;
+} mock_device;
+
+static jval *profile;
+static jval *devices;
+static int initialized;
+static mock_device handles[256];
+
+static nvmlReturn_t load_profile(void) {
+    const char *path = getenv("MOCK_NVML_PROFILE");
+    if (!path) return NVML_ERROR_DRIVER_NOT_LOADED;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = calloc(1, size + 1);
+    if (fread(text, 1, size, f) != (size_t)size) { fclose(f); return NVML_ERROR_UNKNOWN; }
+    fclose(f);
+    jp = text;
+    profile = parse_value();
+    if (!profile || profile->type != J_OBJ) {
+        fprintf(stderr, "mock-nvml: %s is not a JSON object\n", path);
+        return NVML_ERROR_UNKNOWN;
+    }
+    devices = jget(profile, "devices");
+    jval *init_error = jget(profile, "initError");
+    if (init_error && init_error->num) return (nvmlReturn_t)init_error->num;
+    return NVML_SUCCESS;
+}
+
+static jval *device_of(void *handle) {
+    if (!initialized) return NULL;
+    mock_device *d = handle;
+    if (d < handles || d >= handles + 256 || !devices) return NULL;
+    if (d->index >= devices->n) return NULL;
+    return devices->items[d->index];
+}
+
+/* An error injected by the profile for this call (per device first, then global). */
+static nvmlReturn_t injected(const jval *dev, const char *call) {
+    jval *code = jget(jget(dev, "errors"), call);
+    if (!code) code = jget(jget(profile, "errors"), call);
+    return code ? (nvmlReturn_t)code->num : NVML_SUCCESS;
+}
+
+#define DEVICE_OR_RETURN(handle, call)                       \
+    jval *dev = device_of(handle);                           \
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;       \
+    if (!dev) return NVML_ERROR_INVALID_ARGUMENT;            \
+    {                                                        \
+        nvmlReturn_t e = injected(dev, call);                \
+        if (e) return e;                                     \
+    }
+
+static nvmlReturn_t copy_string(const char *value, char *out, unsigned int length) {
+    if (!value) return NVML_ERROR_NOT_SUPPORTED;
+    if (strlen(value) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, value);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t int_field(const jval *dev, const char *key, long long *out) {
+    jval *v = jget(dev, key);
+    if (!v || v->type != J_NUM) return NVML_ERROR_NOT_SUPPORTED;
+    *out = v->num;
+    return NVML_SUCCESS;
+}
+
+static const char *str_field(const jval *dev, const char *key) {
+    jval *v = jget(dev, key);
+    return v && v->type == J_STR ? v->str : NULL;
+}
+
+static void fill_pci(const char *bus_id, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof(*pci));
+    unsigned int domain = 0, bus = 0, device = 0, function = 0;
+    sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &device, &function);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = device;
+    pci->pciDeviceId = 0x233010de;
+    snprintf(pci->busId, sizeof(pci->busId), "%s", bus_id);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", domain, bus, device, function);
+}
+
+/* ---------------------------------------------------------------- exported NVML API */
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (initialized) { initialized++; return NVML_SUCCESS; }
+    nvmlReturn_t ret = load_profile();
+    if (ret == NVML_SUCCESS) {
+        for (int i = 0; i < 256; i++) handles[i].index = i;
+        initialized = 1;
+    }
+    return ret;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    initialized--;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    nvmlReturn_t e = injected(NULL, "nvmlSystemGetDriverVersion");
+    if (e) return e;
+    return copy_string(str_field(profile, "driverVersion"), version, length);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cuda) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    nvmlReturn_t e = injected(NULL, "nvmlSystemGetCudaDriverVersion");
+    if (e) return e;
+    long long v;
+    if (int_field(profile, "cudaDriverVersion", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *cuda = (int)v;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cuda) { return nvmlSystemGetCudaDriverVersion(cuda); }
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    *count = devices ? (unsigned int)devices->n : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!devices || index >= (unsigned int)devices->n || index >= 256) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t e = injected(devices->items[index], "nvmlDeviceGetHandleByIndex");
+    if (e) return e;
+    *device = &handles[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(void *handle, unsigned int *index) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetIndex");
+    *index = (unsigned int)((mock_device *)handle)->index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetUUID");
+    return copy_string(str_field(dev, "uuid"), uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetName(void *handle, char *name, unsigned int length) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetName");
+    return copy_string(str_field(dev, "name"), name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMemoryInfo");
+    long long total;
+    if (int_field(dev, "memoryTotal", &total)) return NVML_ERROR_NOT_SUPPORTED;
+    memory->total = (unsigned long long)total;
+    memory->used = 0;
+    memory->free = memory->total;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(void *handle, unsigned int *minor) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMinorNumber");
+    long long v;
+    if (int_field(dev, "minor", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *minor = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(void *handle, int *brand) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetBrand");
+    long long v;
+    if (int_field(dev, "brand", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *brand = (int)v;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetCudaComputeCapability");
+    long long a, b;
+    if (int_field(dev, "ccMajor", &a) || int_field(dev, "ccMinor", &b)) return NVML_ERROR_NOT_SUPPORTED;
+    *major = (int)a;
+    *minor = (int)b;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *handle, nvmlPciInfo_t *pci) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetPciInfo");
+    const char *bus_id = str_field(dev, "busId");
+    if (!bus_id) return NVML_ERROR_NOT_SUPPORTED;
+    fill_pci(bus_id, pci);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(void *handle, unsigned int link, int *active) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetNvLinkState");
+    jval *links = jget(dev, "nvlinks");
+    if (!links || links->type != J_ARR) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned int)links->n) return NVML_ERROR_INVALID_ARGUMENT;
+    *active = links->items[link]->type == J_STR;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(void *handle, unsigned int link, nvmlPciInfo_t *pci) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetNvLinkRemotePciInfo");
+    jval *links = jget(dev, "nvlinks");
+    if (!links || links->type != J_ARR) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned int)links->n || links->items[link]->type != J_STR) return NVML_ERROR_INVALID_ARGUMENT;
+    fill_pci(links->items[link]->str, pci);
+    return NVML_SUCCESS;
+}
+
+#ifndef MOCK_NVML_LEGACY
+/* Calls newer drivers have; a legacy build leaves them out so that dlsym fails. */
+nvmlReturn_t nvmlDeviceGetNumaNodeId(void *handle, int *node) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetNumaNodeId");
+    long long v;
+    if (int_field(dev, "numaNode", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *node = (int)v;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetArchitecture(void *handle, unsigned int *arch) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetArchitecture");
+    long long v;
+    if (int_field(dev, "architecture", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *arch = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(void *handle, unsigned int *current, unsigned int *pending) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMigMode");
+    long long v;
+    if (int_field(dev, "migMode", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *current = *pending = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+#endif

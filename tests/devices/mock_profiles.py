@@ -1,0 +1,88 @@
+"""Build mock-NVML profiles (hack/mock-nvml) and fake sysfs trees from :class:`Gpu` lists.
+
+Deriving the NVML profile from the simulated profile lets a test assert that ``--source nvml``
+and ``--source simulated`` describe the same hardware identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dra_driver.devices.model import Gpu
+from dra_driver.devices.nvml import ARCHITECTURES, BRANDS
+
+_BRAND_CODES = {name: code for code, name in BRANDS.items()}
+_ARCH_CODES = {name: code for code, name in ARCHITECTURES.items()}
+#: NVSwitch PCI addresses (not GPUs) that NVSwitch-fabric links point at.
+NVSWITCHES = ["00000000:C1:00.0", "00000000:C2:00.0", "00000000:C3:00.0", "00000000:C4:00.0"]
+
+
+def nvml_bus_id(bus_id: str) -> str:
+    """sysfs form ``0000:3b:00.0`` -> NVML form ``00000000:3B:00.0``."""
+    domain, rest = bus_id.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def profile_from_gpus(
+    gpus: Sequence[Gpu], *, driver_version: str, cuda_driver_version: int, nvswitch: bool = True
+) -> dict[str, Any]:
+    """A mock-NVML profile answering for ``gpus``; NVLink peers become NVSwitch links if ``nvswitch``."""
+    devices = []
+    by_index = {gpu.index: gpu for gpu in gpus}
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        device: dict[str, Any] = {
+            "uuid": gpu.uuid,
+            "name": gpu.product_name,
+            "memoryTotal": gpu.memory_bytes,
+        }
+        if gpu.minor is not None:
+            device["minor"] = gpu.minor
+        if gpu.brand:
+            device["brand"] = _BRAND_CODES[gpu.brand]
+        if gpu.architecture:
+            device["architecture"] = _ARCH_CODES[gpu.architecture]
+        if gpu.cuda_compute_capability:
+            major, minor = gpu.cuda_compute_capability.split(".")
+            device["ccMajor"], device["ccMinor"] = int(major), int(minor)
+        if gpu.pci_bus_id:
+            device["busId"] = nvml_bus_id(gpu.pci_bus_id)
+        if gpu.numa_node is not None:
+            device["numaNode"] = gpu.numa_node
+        if gpu.mig_enabled is not None:
+            device["migMode"] = int(gpu.mig_enabled)
+        if gpu.nvlink_peers:
+            if nvswitch:
+                links = gpu.nvlink_peers[0][1]
+                device["nvlinks"] = [NVSWITCHES[link % len(NVSWITCHES)] for link in range(links)]
+            else:
+                device["nvlinks"] = [
+                    nvml_bus_id(by_index[peer].pci_bus_id or "")
+                    for peer, count in gpu.nvlink_peers
+                    for _ in range(count)
+                ]
+        devices.append(device)
+    return {"driverVersion": driver_version, "cudaDriverVersion": cuda_driver_version, "devices": devices}
+
+
+def fake_sysfs(root: Path, gpus: Sequence[Gpu], numa: dict[int, str] | None = None) -> Path:
+    """A ``/sys`` tree with ``bus/pci/devices/<busid>`` links into ``devices/<pcie root>/...``.
+
+    ``numa`` overrides the content of ``numa_node`` per GPU index (e.g. ``"-1"``); by default the
+    GPU's own NUMA node (or ``-1``) is written.
+    """
+    links = root / "bus" / "pci" / "devices"
+    links.mkdir(parents=True, exist_ok=True)
+    for gpu in gpus:
+        if not gpu.pci_bus_id:
+            continue
+        parent = gpu.pcie_root or f"pci{gpu.pci_bus_id[:7]}"
+        device_dir = root / "devices" / parent / f"{gpu.pci_bus_id[:8]}01.0" / gpu.pci_bus_id
+        device_dir.mkdir(parents=True, exist_ok=True)
+        text = (numa or {}).get(gpu.index, str(gpu.numa_node if gpu.numa_node is not None else -1))
+        (device_dir / "numa_node").write_text(text + "\n")
+        link = links / gpu.pci_bus_id
+        if not link.exists():
+            link.symlink_to(device_dir)
+    return root

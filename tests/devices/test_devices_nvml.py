@@ -1,0 +1,176 @@
+"""The NVML source against hack/mock-nvml, loaded through the real pynvml bindings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import nvml_env
+from kube_validate import assert_valid
+from mock_profiles import fake_sysfs, profile_from_gpus
+
+from dra_driver.devices.nvml import NVML_NOT_FOUND_HINT
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.slices import build_resource_slices
+
+
+def h100_node() -> list:
+    return profile_gpus("h100-80gb", node_name="node-1", gpus=8)
+
+
+def test_eight_h100_on_two_numa_nodes_match_the_simulated_profile(run_nvml) -> None:
+    gpus = h100_node()
+    run = run_nvml(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040), sysfs=gpus)
+    assert run.error is None
+    assert run.gpus == gpus
+    assert [gpu.numa_node for gpu in run.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert run.gpus[0].pair_scores == {peer: 1800 for peer in range(1, 8)}
+    assert "WARNING" not in run.stderr
+    for slice_ in build_resource_slices(run.gpus, node_name="node-1"):
+        assert_valid(slice_)
+
+
+def test_t4_box_without_nvlink_and_nvidia_style_versions(run_nvml) -> None:
+    gpus = profile_gpus("t4", node_name="t4-box", gpus=4)
+    run = run_nvml(
+        profile_from_gpus(gpus, driver_version="535.104.05", cuda_driver_version=12020), sysfs=gpus
+    )
+    assert run.gpus == gpus
+    assert all(gpu.nvlink_peers == () for gpu in run.gpus)
+    assert run.gpus[0].driver_version == "535.104.05"
+    assert run.gpus[0].cuda_driver_version == "12.2"
+    (slice_,) = build_resource_slices(run.gpus, node_name="t4-box")
+    assert_valid(slice_)
+    attributes = slice_["spec"]["devices"][0]["attributes"]
+    assert attributes["driverVersion"] == {"version": "535.104.5"}
+    assert attributes["cudaDriverVersion"] == {"version": "12.2.0"}
+    assert attributes["cudaComputeCapability"] == {"version": "7.5.0"}
+    assert attributes["architecture"] == {"string": "Turing"}
+    assert "nvlinkPeers" not in attributes
+
+
+def test_failing_numa_query_falls_back_to_sysfs_then_omits(run_nvml, tmp_path: Path) -> None:
+    gpus = profile_gpus("t4", node_name="n", gpus=4)
+    profile = profile_from_gpus(gpus, driver_version="535.104.05", cuda_driver_version=12020)
+    profile["devices"][1]["errors"] = {"nvmlDeviceGetNumaNodeId": 3}  # NVML_ERROR_NOT_SUPPORTED
+    profile["devices"][3]["errors"] = {"nvmlDeviceGetNumaNodeId": 3}
+    sysfs = fake_sysfs(tmp_path / "sysfs", gpus, numa={1: "1", 3: "-1"})
+    run = run_nvml(profile, sysfs=sysfs)
+    assert [gpu.numa_node for gpu in run.gpus] == [0, 1, 1, None]
+    assert "gpu-3: NUMA node unknown" in run.stderr
+    (slice_,) = build_resource_slices(run.gpus, node_name="n")
+    assert_valid(slice_)
+    devices = slice_["spec"]["devices"]
+    assert devices[1]["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
+    assert "resource.kubernetes.io/numaNode" not in devices[3]["attributes"]
+
+
+def test_driver_lacking_newer_calls_omits_attributes_and_logs_once(run_nvml) -> None:
+    gpus = h100_node()
+    profile = profile_from_gpus(gpus, driver_version="470.57.02", cuda_driver_version=11040)
+    run = run_nvml(profile, legacy=True, sysfs=gpus, repeat=2)
+    assert run.error is None
+    assert len(run.gpus) == 8
+    assert all(gpu.architecture is None and gpu.mig_enabled is None for gpu in run.gpus)
+    # NUMA still known: nvmlDeviceGetNumaNodeId is missing, sysfs answers.
+    assert [gpu.numa_node for gpu in run.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    for call in ("nvmlDeviceGetNumaNodeId", "nvmlDeviceGetArchitecture", "nvmlDeviceGetMigMode"):
+        assert run.stderr.count(f"{call} unavailable (Function Not Found)") == 1, run.stderr
+    (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
+    assert_valid(slice_)
+    attributes = slice_["spec"]["devices"][0]["attributes"]
+    assert "architecture" not in attributes
+    assert attributes["driverVersion"] == {"version": "470.57.2"}
+
+
+def test_direct_nvlink_pairs_without_nvswitch(run_nvml) -> None:
+    base = profile_gpus("a100-80gb", node_name="n", gpus=4)
+    pairs = {0: ((1, 4),), 1: ((0, 4),), 2: ((3, 4),), 3: ((2, 4),)}
+    gpus = [dataclasses.replace(gpu, nvlink_peers=pairs[gpu.index]) for gpu in base]
+    run = run_nvml(
+        profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040, nvswitch=False),
+        sysfs=gpus,
+    )
+    assert [gpu.nvlink_peers for gpu in run.gpus] == [pairs[i] for i in range(4)]
+    assert run.gpus[2].pair_scores == {3: 400}
+
+
+def test_gpu_whose_uuid_cannot_be_read_is_skipped_with_an_error(run_nvml) -> None:
+    gpus = profile_gpus("t4", node_name="n", gpus=3)
+    profile = profile_from_gpus(gpus, driver_version="535.104.05", cuda_driver_version=12020)
+    profile["devices"][1]["errors"] = {"nvmlDeviceGetUUID": 15}  # NVML_ERROR_GPU_IS_LOST
+    run = run_nvml(profile, sysfs=gpus)
+    assert [gpu.index for gpu in run.gpus] == [0, 2]
+    assert "gpu-1 skipped" in run.stderr and "GPU is lost" in run.stderr
+
+
+def test_nvml_init_failure_is_one_clear_error(run_nvml) -> None:
+    run = run_nvml({"initError": 9, "devices": []})
+    assert run.error is not None
+    assert run.error.startswith(NVML_NOT_FOUND_HINT)
+    assert "Driver Not Loaded" in run.error
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        # Not `python -m dra_driver.cli`: that runs cli.py as __main__, whose UsageError is a
+        # different class from the one subcommands import. The console script calls main() too.
+        [
+            sys.executable,
+            "-c",
+            "import sys; from dra_driver.cli import main; sys.exit(main())",
+            "discover",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_without_nvidia_library_exits_2_with_one_line(tmp_path: Path) -> None:
+    env = nvml_env(tmp_path, tmp_path / "absent.json")  # no libnvidia-ml.so.1 in tmp_path
+    env["LD_LIBRARY_PATH"] = str(tmp_path)
+    proc = _cli(env, "--source", "nvml", "--node-name", "node-1")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert NVML_NOT_FOUND_HINT in lines[0]
+
+
+def test_cli_nvml_prints_the_same_devices_as_simulated(mock_nvml, tmp_path: Path) -> None:
+    gpus = h100_node()
+    profile = tmp_path / "h100.json"
+    profile.write_text(
+        json.dumps(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040))
+    )
+    env = nvml_env(mock_nvml["current"], profile)
+    nvml = _cli(env, "--source", "nvml", "--node-name", "node-1", "-o", "json")
+    simulated = _cli(
+        env,
+        "--source",
+        "simulated",
+        "--profile",
+        "h100-80gb",
+        "--gpus",
+        "8",
+        "--node-name",
+        "node-1",
+        "-o",
+        "json",
+    )
+    assert nvml.returncode == 0, nvml.stderr
+    assert simulated.returncode == 0, simulated.stderr
+    from_nvml, from_profile = json.loads(nvml.stdout), json.loads(simulated.stdout)
+    assert_valid(from_nvml)
+    # The PCIe root comes from the sysfs of the machine running the test, which has no such GPUs.
+    for device in from_nvml["spec"]["devices"] + from_profile["spec"]["devices"]:
+        device["attributes"].pop("resource.kubernetes.io/pcieRoot", None)
+    assert from_nvml == from_profile
+    assert len(from_nvml["spec"]["devices"]) == 8
