@@ -173,3 +173,28 @@ def test_numa_binpack_vs_binpack_numa(state: ClusterState) -> None:
     assert pick_numa.numa_node == lowest_numa
     assert pick_numa.score == max(c.score for c in eligible if c.numa_node == lowest_numa)
     assert node.name == by_score.node
+
+
+@SETTINGS
+@given(clusters(), requests())
+def test_prefilter_never_rejects_a_node_that_fits(state: ClusterState, request: PlacementRequest) -> None:
+    from dra_driver.engine.place import could_fit, evaluate_node
+
+    for node in state.nodes.values():
+        if evaluate_node(node, request).reason is None:
+            assert could_fit(node, request), node.name
+
+
+@SETTINGS
+@given(clusters(), requests())
+def test_memoised_scores_match_fresh_scores(state: ClusterState, request: PlacementRequest) -> None:
+    from dra_driver.engine import usage_score
+
+    place_and_allocate(state, request)
+    for node in state.nodes.values():
+        for card in node.cards:
+            usage = node.usage[card.index]
+            fresh = usage_score(
+                usage.tenants, usage.used_cores, usage.used_memory, card.slots, card.cores, card.memory
+            )
+            assert card_score(card, usage) == fresh
