@@ -1,0 +1,140 @@
+"""CDI spec content and HAMi-core env rules (hami-core-enforcement.md section 0)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from dra_driver.kubeletplugin import cdi
+from dra_driver.kubeletplugin.claims import AllocatedDevice
+from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits, memory_limit
+from tests.kubeletplugin.helpers import GIB, gpu, validate_cdi
+
+MIB = 1024 * 1024
+
+
+def share(device: str, memory: int, cores: int = 0) -> AllocatedDevice:
+    return AllocatedDevice("gpu", "node-1", device, str(uuid.uuid4()), {"memory": memory, "cores": cores})
+
+
+def whole(device: str) -> AllocatedDevice:
+    return AllocatedDevice("gpu", "node-1", device)
+
+
+def env_of(edits: dict[str, object]) -> dict[str, str]:
+    return dict(str(e).split("=", 1) for e in edits.get("env", []))  # type: ignore[attr-defined]
+
+
+def test_memory_limit_uses_m_suffix_without_padding() -> None:
+    assert memory_limit(8000 * MIB) == "8000m"
+    assert memory_limit(8000 * MIB + 5) == "8000m"
+    assert memory_limit(512 * 1024) == "1m"
+    assert not memory_limit(80 * MIB).startswith("0")
+
+
+def test_ordinals_follow_pci_bus_order_not_host_index(tmp_path: Path) -> None:
+    # host gpu-3 sits on a lower PCI bus than gpu-1: it is CUDA ordinal 0 in the container
+    g1, g3 = gpu(1, "0000:b1:00.0"), gpu(3, "0000:3b:00.0")
+    edits = claim_edits(
+        "uid-1",
+        [(share("gpu-1", 4000 * MIB, 50), g1), (share("gpu-3", 8000 * MIB, 30), g3)],
+        HamiCoreConfig(tmp_path),
+    )
+    env = env_of(edits)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m" and env["CUDA_DEVICE_SM_LIMIT_0"] == "30"
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "4000m" and env["CUDA_DEVICE_SM_LIMIT_1"] == "50"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/claims/uid-1/cudevshr.cache"
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert not any(k.endswith("Mi") or v.endswith("Mi") for k, v in env.items())
+
+
+def test_sm_limit_only_between_0_and_100(tmp_path: Path) -> None:
+    for cores, expected in ((0, None), (100, None), (1, "1"), (99, "99")):
+        env = env_of(claim_edits("u", [(share("gpu-0", GIB, cores), gpu(0))], HamiCoreConfig(tmp_path)))
+        assert env.get("CUDA_DEVICE_SM_LIMIT_0") == expected, cores
+
+
+def test_whole_gpu_claim_gets_no_hami_edits(tmp_path: Path) -> None:
+    assert (
+        claim_edits(
+            "u",
+            [(whole("gpu-0"), gpu(0)), (whole("gpu-1"), gpu(1))],
+            HamiCoreConfig(tmp_path, Path("/lib/libvgpu.so")),
+        )
+        == {}
+    )
+
+
+def test_mixed_claim_gives_whole_gpu_its_full_memory(tmp_path: Path) -> None:
+    env = env_of(
+        claim_edits("u", [(whole("gpu-0"), gpu(0)), (share("gpu-1", GIB), gpu(1))], HamiCoreConfig(tmp_path))
+    )
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{15 * 1024}m"
+    assert "CUDA_DEVICE_SM_LIMIT_0" not in env
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "1024m"
+
+
+def test_library_and_preload_mounts_only_with_hami_core_lib(tmp_path: Path) -> None:
+    devices = [(share("gpu-0", GIB, 20), gpu(0))]
+    without = claim_edits("u", devices, HamiCoreConfig(tmp_path))
+    assert [m["containerPath"] for m in without["mounts"]] == ["/usr/local/vgpu/claims/u"]
+    config = HamiCoreConfig(tmp_path, Path("/opt/hami/libvgpu.so"))
+    config.ensure_preload_file()
+    assert config.preload_file.read_text() == "/usr/local/vgpu/libvgpu.so\n"
+    mounts = {m["containerPath"]: m for m in claim_edits("u", devices, config)["mounts"]}
+    assert mounts["/usr/local/vgpu/libvgpu.so"]["hostPath"] == "/opt/hami/libvgpu.so"
+    assert mounts["/etc/ld.so.preload"]["hostPath"] == str(config.preload_file)
+    assert "ro" in mounts["/etc/ld.so.preload"]["options"]
+
+
+def test_minimum_cdi_version() -> None:
+    kind = "k8s.gpu.hami.io/gpu"
+    assert (
+        cdi.minimum_version({"kind": kind, "devices": [{"name": "gpu0", "containerEdits": {"env": ["A=1"]}}]})
+        == "0.3.0"
+    )
+    assert (
+        cdi.minimum_version({"kind": kind, "devices": [{"name": "0abc", "containerEdits": {"env": ["A=1"]}}]})
+        == "0.5.0"
+    )
+    node = {"path": "/dev/nvidia0", "hostPath": "/dev/null"}
+    assert (
+        cdi.minimum_version(
+            {"kind": kind, "devices": [{"name": "a", "containerEdits": {"deviceNodes": [node]}}]}
+        )
+        == "0.5.0"
+    )
+    assert (
+        cdi.minimum_version(
+            {"kind": "v.com/a.b", "devices": [{"name": "a", "containerEdits": {"env": ["A=1"]}}]}
+        )
+        == "0.6.0"
+    )
+    assert cdi.minimum_version({"kind": kind, "annotations": {"a": "b"}, "devices": []}) == "0.6.0"
+    mount = {"hostPath": "/a", "containerPath": "/a", "type": "bind"}
+    assert (
+        cdi.minimum_version({"kind": kind, "devices": [{"name": "a", "containerEdits": {"mounts": [mount]}}]})
+        == "0.4.0"
+    )
+
+
+def test_names_and_atomic_write(tmp_path: Path) -> None:
+    names = cdi.CdiNames("gpu.hami.io")
+    assert names.kind == "k8s.gpu.hami.io/gpu"
+    assert names.spec_file_name("abc") == "k8s.gpu.hami.io-gpu_abc.json"
+    assert names.qualified(names.device_name("abc", "gpu-0", "s1")) == "k8s.gpu.hami.io/gpu=abc-gpu-0-s1"
+    spec = cdi.make_spec(names.kind, [{"name": "abc-gpu-0", "containerEdits": {"env": ["A=1"]}}], {"env": []})
+    assert "containerEdits" not in spec and spec["cdiVersion"] == "0.3.0"
+    validate_cdi(spec)
+    path = tmp_path / "cdi" / names.spec_file_name("abc")
+    cdi.write_spec(path, spec)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp files left behind
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert cdi.remove_spec(path) and not cdi.remove_spec(path)
+
+
+def test_find_nvidia_spec(tmp_path: Path) -> None:
+    assert cdi.find_nvidia_spec("nvidia.com/gpu", [tmp_path, tmp_path / "missing"]) is None
+    (tmp_path / "nvidia.yaml").write_text('cdiVersion: 0.5.0\nkind: "nvidia.com/gpu"\n')
+    assert cdi.find_nvidia_spec("nvidia.com/gpu", [tmp_path]) == tmp_path / "nvidia.yaml"
