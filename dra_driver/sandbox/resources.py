@@ -1,0 +1,199 @@
+"""The resource types the sandbox API server serves, described once.
+
+Everything that differs between resources (URL name, kind, scope, status subresource, which field
+selectors Kubernetes supports, short names for kubectl) lives in one table here, so the HTTP layer,
+discovery, validation and the store all agree and adding a resource is one entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Field selectors every resource supports (apimachinery's Default{Cluster,Namespace}ScopedAttr).
+COMMON_FIELDS: tuple[str, ...] = ("metadata.name", "metadata.namespace")
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One REST resource (e.g. ``resource.k8s.io/v1 resourceclaims``)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    has_status: bool = False
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    #: Extra field-selector labels beyond metadata.name/namespace, as the real API server supports them.
+    fields: tuple[str, ...] = ()
+    #: ``spec`` (or equivalent) may never change after creation.
+    immutable_spec: bool = False
+    #: the status subresource clears status on create (strategy.PrepareForCreate resets it).
+    reset_status_on_create: bool = False
+    verbs: tuple[str, ...] = field(
+        default=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    )
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def key(self) -> str:
+        """Store key: ``<plural>.<group>`` (``pods`` for the core group)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def qualified_kind(self) -> str:
+        """How Kubernetes names the kind in error messages: ``ResourceClaim.resource.k8s.io``, ``Pod``."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    @property
+    def qualified_resource(self) -> str:
+        """How Kubernetes names the resource in error messages: ``resourceclaims.resource.k8s.io``."""
+        return self.key
+
+    def supports_field(self, label: str) -> bool:
+        return label in COMMON_FIELDS or label in self.fields
+
+
+CORE = ""
+RESOURCE = "resource.k8s.io"
+COORDINATION = "coordination.k8s.io"
+ADMISSION = "admissionregistration.k8s.io"
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    ResourceType(
+        CORE,
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        has_status=True,
+        short_names=("ns",),
+        fields=("status.phase",),
+    ),
+    ResourceType(
+        CORE,
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        has_status=True,
+        short_names=("no",),
+        fields=("spec.unschedulable",),
+    ),
+    ResourceType(
+        CORE,
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        has_status=True,
+        short_names=("po",),
+        categories=("all",),
+        fields=(
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ),
+    ),
+    ResourceType(
+        CORE,
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        fields=(
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ),
+    ),
+    ResourceType(RESOURCE, "v1", "deviceclasses", "DeviceClass", False),
+    ResourceType(
+        RESOURCE, "v1", "resourceslices", "ResourceSlice", False, fields=("spec.nodeName", "spec.driver")
+    ),
+    ResourceType(
+        RESOURCE,
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        True,
+        has_status=True,
+        immutable_spec=True,
+        reset_status_on_create=True,
+    ),
+    ResourceType(
+        RESOURCE, "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True, immutable_spec=True
+    ),
+    ResourceType(COORDINATION, "v1", "leases", "Lease", True),
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        categories=("api-extensions",),
+    ),
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        False,
+        categories=("api-extensions",),
+    ),
+)
+
+_BY_PATH: dict[tuple[str, str, str], ResourceType] = {
+    (r.group, r.version, r.plural): r for r in RESOURCE_TYPES
+}
+_BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCE_TYPES}
+_BY_KIND: dict[tuple[str, str], ResourceType] = {(r.api_version, r.kind): r for r in RESOURCE_TYPES}
+
+
+def lookup(group: str, version: str, plural: str) -> ResourceType | None:
+    """The resource served at ``/apis/<group>/<version>/<plural>`` (group ``""`` for ``/api/v1``)."""
+    return _BY_PATH.get((group, version, plural))
+
+
+def by_key(key: str) -> ResourceType:
+    """The resource for a store key such as ``resourceclaims.resource.k8s.io``; KeyError if unknown."""
+    return _BY_KEY[key]
+
+
+def by_kind(api_version: str, kind: str) -> ResourceType | None:
+    return _BY_KIND.get((api_version, kind))
+
+
+def groups() -> dict[str, list[str]]:
+    """API groups (core excluded) and their served versions, in a stable order."""
+    out: dict[str, list[str]] = {}
+    for r in RESOURCE_TYPES:
+        if r.group and r.version not in out.setdefault(r.group, []):
+            out[r.group].append(r.version)
+    return out
+
+
+def in_group_version(group: str, version: str) -> list[ResourceType]:
+    return [r for r in RESOURCE_TYPES if r.group == group and r.version == version]

@@ -1,0 +1,274 @@
+"""Server-side printing: the ``meta.k8s.io/v1 Table`` that ``kubectl get`` asks for.
+
+Columns follow kube-apiserver's printers where one exists (ResourceSlice: NODE, DRIVER, POOL,
+AGE; ResourceClaim: STATE) so the sandbox's ``kubectl get`` output reads like a real cluster's.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from dra_driver.sandbox.resources import ResourceType
+
+Obj = dict[str, Any]
+Column = tuple[str, str, str, int, Callable[[Obj], Any]]  # name, type, description, priority, cell
+
+
+def age(obj: Obj) -> str:
+    """Human age like kubectl's ``duration.HumanDuration`` (``45s``, ``12m``, ``3h``, ``2d``)."""
+    stamp = obj.get("metadata", {}).get("creationTimestamp")
+    if not stamp:
+        return "<unknown>"
+    created = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    secs = int((datetime.datetime.now(datetime.UTC) - created).total_seconds())
+    if secs < 120:
+        return f"{max(secs, 0)}s"
+    if secs < 3600 * 3:
+        return f"{secs // 60}m"
+    if secs < 86400 * 2:
+        return f"{secs // 3600}h"
+    return f"{secs // 86400}d"
+
+
+def _claim_state(obj: Obj) -> str:
+    status = obj.get("status") or {}
+    states = []
+    if obj["metadata"].get("deletionTimestamp"):
+        states.append("deleted")
+    states.append("allocated" if status.get("allocation") else "pending")
+    if status.get("reservedFor"):
+        states.append("reserved")
+    return ",".join(states)
+
+
+def _pod_ready(obj: Obj) -> str:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    total = len((obj.get("spec") or {}).get("containers") or [])
+    return f"{sum(1 for s in statuses if s.get('ready'))}/{total}"
+
+
+def _node_status(obj: Obj) -> str:
+    ready = next(
+        (c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None
+    )
+    status = "Ready" if ready and ready.get("status") == "True" else "NotReady" if ready else "Unknown"
+    if (obj.get("spec") or {}).get("unschedulable"):
+        status += ",SchedulingDisabled"
+    return status
+
+
+def _name(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
+
+
+_NAME: Column = ("Name", "string", "Name must be unique within a namespace.", 0, _name)
+_AGE: Column = (
+    "Age",
+    "string",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    0,
+    age,
+)
+
+COLUMNS: dict[str, list[Column]] = {
+    "resourceslices.resource.k8s.io": [
+        _NAME,
+        (
+            "Node",
+            "string",
+            "NodeName identifies the node which provides the resources in this pool.",
+            0,
+            lambda o: o["spec"].get("nodeName") or "<none>",
+        ),
+        (
+            "Driver",
+            "string",
+            "Driver identifies the DRA driver providing the capacity information.",
+            0,
+            lambda o: o["spec"].get("driver", ""),
+        ),
+        (
+            "Pool",
+            "string",
+            "Pool describes the pool that this ResourceSlice belongs to.",
+            0,
+            lambda o: (o["spec"].get("pool") or {}).get("name", ""),
+        ),
+        _AGE,
+    ],
+    "resourceclaims.resource.k8s.io": [
+        _NAME,
+        (
+            "State",
+            "string",
+            "A summary of the current state (allocated, pending, reserved, etc.).",
+            0,
+            _claim_state,
+        ),
+        _AGE,
+    ],
+    "pods": [
+        _NAME,
+        (
+            "Ready",
+            "string",
+            "The aggregate readiness state of this pod for accepting traffic.",
+            0,
+            _pod_ready,
+        ),
+        (
+            "Status",
+            "string",
+            "The aggregate status of the containers in this pod.",
+            0,
+            lambda o: (o.get("status") or {}).get("phase", "Unknown"),
+        ),
+        (
+            "Restarts",
+            "string",
+            "The number of times the containers in this pod have been restarted.",
+            0,
+            lambda o: "0",
+        ),
+        _AGE,
+        (
+            "IP",
+            "string",
+            "IP address allocated to the pod.",
+            1,
+            lambda o: (o.get("status") or {}).get("podIP", "<none>"),
+        ),
+        (
+            "Node",
+            "string",
+            "Name of the Node this pod is assigned to.",
+            1,
+            lambda o: (o.get("spec") or {}).get("nodeName") or "<none>",
+        ),
+    ],
+    "nodes": [
+        _NAME,
+        ("Status", "string", "The status of the node", 0, _node_status),
+        ("Roles", "string", "The roles of the node", 0, lambda o: "<none>"),
+        _AGE,
+        (
+            "Version",
+            "string",
+            "Kubelet Version reported by the node.",
+            0,
+            lambda o: ((o.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""),
+        ),
+    ],
+    "namespaces": [
+        _NAME,
+        (
+            "Status",
+            "string",
+            "The status of the namespace",
+            0,
+            lambda o: (o.get("status") or {}).get("phase", ""),
+        ),
+        _AGE,
+    ],
+    "leases.coordination.k8s.io": [
+        _NAME,
+        (
+            "Holder",
+            "string",
+            "The holder of the lease",
+            0,
+            lambda o: (o.get("spec") or {}).get("holderIdentity", ""),
+        ),
+        _AGE,
+    ],
+    "events": [
+        (
+            "Last Seen",
+            "string",
+            "Time of the last occurrence",
+            0,
+            lambda o: age(
+                {
+                    "metadata": {
+                        "creationTimestamp": o.get("lastTimestamp") or o["metadata"].get("creationTimestamp")
+                    }
+                }
+            ),
+        ),
+        ("Type", "string", "Type of this event", 0, lambda o: o.get("type", "")),
+        ("Reason", "string", "Reason of this event", 0, lambda o: o.get("reason", "")),
+        (
+            "Object",
+            "string",
+            "The object this event is about",
+            0,
+            lambda o: (
+                f"{(o.get('involvedObject') or {}).get('kind', '').lower()}/"
+                f"{(o.get('involvedObject') or {}).get('name', '')}"
+            ),
+        ),
+        ("Message", "string", "A human-readable description of the event", 0, lambda o: o.get("message", "")),
+    ],
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io": [
+        _NAME,
+        (
+            "Webhooks",
+            "integer",
+            "Webhooks indicates the number of webhooks",
+            0,
+            lambda o: len(o.get("webhooks") or []),
+        ),
+        _AGE,
+    ],
+    "validatingwebhookconfigurations.admissionregistration.k8s.io": [
+        _NAME,
+        (
+            "Webhooks",
+            "integer",
+            "Webhooks indicates the number of webhooks",
+            0,
+            lambda o: len(o.get("webhooks") or []),
+        ),
+        _AGE,
+    ],
+}
+
+
+def wants_table(accept: str) -> bool:
+    return "as=Table" in accept.replace(" ", "")
+
+
+def _row_object(obj: Obj, include: str) -> Obj | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+
+
+def table(
+    rt: ResourceType,
+    objs: list[Obj],
+    resource_version: str,
+    include: str = "Metadata",
+    continue_token: str | None = None,
+) -> Obj:
+    """A Table for ``objs`` with the resource's columns (name and age for the rest)."""
+    columns = COLUMNS.get(rt.key, [_NAME, _AGE])
+    meta: Obj = {"resourceVersion": resource_version}
+    if continue_token:
+        meta["continue"] = continue_token
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": [
+            {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": d, "priority": p}
+            for n, t, d, p, _ in columns
+        ],
+        "rows": [
+            {"cells": [cell(o) for *_, cell in columns], "object": _row_object(o, include)} for o in objs
+        ],
+    }
