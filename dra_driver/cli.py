@@ -17,7 +17,13 @@ from collections.abc import Sequence
 from dra_driver import __version__
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
-COMMAND_MODULES: tuple[str, ...] = ("dra_driver.simulate.command", "dra_driver.devices.command")
+COMMAND_MODULES: tuple[str, ...] = (
+    "dra_driver.simulate.command",
+    "dra_driver.devices.command",
+    "dra_driver.kubeletplugin.command",
+    "dra_driver.controller.command",
+    "dra_driver.webhook.command",
+)
 
 
 class UsageError(Exception):

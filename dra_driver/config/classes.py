@@ -1,0 +1,37 @@
+"""Which DeviceClasses belong to our driver (shared by the webhook and the controller).
+
+A class is ours when it is named after the driver (the chart's default class), carries opaque
+config for the driver, or has a selector that pins ``device.driver`` to the driver name. Classes
+that select our devices some other way are not recognised: document a ``device.driver`` selector.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+
+def _driver_pattern(driver: str) -> re.Pattern[str]:
+    quoted = re.escape(driver)
+    return re.compile(rf"device\s*\.\s*driver\s*==\s*(?:\"{quoted}\"|'{quoted}')")
+
+
+def class_selectors(device_class: Mapping[str, Any]) -> list[str]:
+    """The CEL expressions of a DeviceClass, in order."""
+    return [
+        str(selector["cel"]["expression"])
+        for selector in (device_class.get("spec") or {}).get("selectors") or ()
+        if (selector.get("cel") or {}).get("expression")
+    ]
+
+
+def is_driver_class(device_class: Mapping[str, Any], driver: str) -> bool:
+    if (device_class.get("metadata") or {}).get("name") == driver:
+        return True
+    spec = device_class.get("spec") or {}
+    for entry in spec.get("config") or ():
+        if (entry.get("opaque") or {}).get("driver") == driver:
+            return True
+    pattern = _driver_pattern(driver)
+    return any(pattern.search(expression) for expression in class_selectors(device_class))

@@ -1,0 +1,242 @@
+"""Admission decisions over AdmissionReview v1 dicts: pod gating and GpuConfig validation.
+
+Mutation (``/mutate``, pods, CREATE): a pod whose claims (direct or from templates) request one of
+our DeviceClasses gets the scheduling gate ``gpu.hami.io/allocation`` so our controller, not
+kube-scheduler's first fit, chooses its GPUs. A pod whose claim cannot be read yet is gated too:
+the controller lifts the gate of a pod that turns out not to use our classes, while an ungated
+pod of ours could be given GPUs first-fit. A pod that already carries the gate is never patched
+again, and a pod with ``spec.nodeName`` cannot be gated (the API forbids it).
+
+The same request rejects a pod in which one container consumes two HAMi-limited claims (claims
+of our classes with memory/cores capacity requests), or only some requests of such a claim:
+HAMi-core's ``CUDA_DEVICE_*_LIMIT_<i>`` are per container and indexed by CUDA ordinal, and two
+claims' CDI edits would both write index 0 (reference/hami-core-enforcement.md section 0).
+
+Validation (``/validate``): ``GpuConfig`` in DeviceClasses, ResourceClaims and templates is parsed
+strictly (unknown policy names, bad weights, unknown fields are rejected, naming the field).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.config import (
+    ANNOTATION_DEVICE_WEIGHTS,
+    ANNOTATION_GPU_POLICY,
+    ANNOTATION_NODE_POLICY,
+    ConfigError,
+    parse_gpu_config,
+)
+from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scoring_weights
+from dra_driver.webhook import GATE_NAME
+from dra_driver.webhook.lookup import Lookup
+
+LIMITED_CAPACITIES = ("memory", "cores")
+
+
+@dataclass(slots=True)
+class Verdict:
+    allowed: bool = True
+    message: str = ""
+    patch: list[dict[str, Any]] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def review_response(request: Mapping[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """The AdmissionReview v1 answer for ``request``."""
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": verdict.message}
+    if verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(verdict.patch).encode()).decode()
+    if verdict.warnings:
+        response["warnings"] = verdict.warnings
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+# --- claims -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimUse:
+    """What one of the pod's claims asks for, as far as our driver is concerned."""
+
+    pod_claim: str  # the name in pod.spec.resourceClaims
+    ours: bool | None  # None: unknown (claim or class not readable yet)
+    limited: bool  # some request of ours asks for memory/cores (HAMi-core limits apply)
+    requests: tuple[str, ...]  # all request names in the claim
+
+
+def _request_classes(request: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    exactly = request.get("exactly")
+    if exactly:
+        yield str(exactly.get("deviceClassName", "")), exactly
+    for sub in request.get("firstAvailable") or ():
+        yield str(sub.get("deviceClassName", "")), sub
+
+
+def claim_use(pod_claim: str, spec: Mapping[str, Any] | None, lookup: Lookup) -> ClaimUse:
+    if spec is None:
+        return ClaimUse(pod_claim, None, False, ())
+    ours: bool | None = False
+    limited = False
+    names = []
+    for request in (spec.get("devices") or {}).get("requests") or ():
+        names.append(str(request.get("name", "")))
+        for class_name, body in _request_classes(request):
+            answer = lookup.is_our_class(class_name)
+            if answer is None and ours is False:
+                ours = None
+            if answer:
+                ours = True
+                requested = ((body.get("capacity") or {}).get("requests")) or {}
+                if any(key in requested for key in LIMITED_CAPACITIES):
+                    limited = True
+    return ClaimUse(pod_claim, ours, limited, tuple(names))
+
+
+def pod_claim_uses(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> list[ClaimUse]:
+    uses = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        name = str(entry.get("name", ""))
+        if entry.get("resourceClaimName"):
+            spec = lookup.claim_spec(namespace, str(entry["resourceClaimName"]))
+        elif entry.get("resourceClaimTemplateName"):
+            spec = lookup.template_spec(namespace, str(entry["resourceClaimTemplateName"]))
+        else:
+            spec = None
+        uses.append(claim_use(name, spec, lookup))
+    return uses
+
+
+def hami_core_problems(pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> list[str]:
+    """Containers that would get conflicting HAMi-core limits (one message per container)."""
+    by_name = {use.pod_claim: use for use in uses}
+    problems = []
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        refs = (container.get("resources") or {}).get("claims") or ()
+        limited: dict[str, set[str]] = {}
+        whole: set[str] = set()
+        for ref in refs:
+            use = by_name.get(str(ref.get("name", "")))
+            if use is None or not use.ours or not use.limited:
+                continue
+            if ref.get("request"):
+                limited.setdefault(use.pod_claim, set()).add(str(ref["request"]))
+            else:
+                whole.add(use.pod_claim)
+                limited.setdefault(use.pod_claim, set())
+        cname = container.get("name", "?")
+        if len(limited) > 1:
+            claims = ", ".join(sorted(limited))
+            problems.append(
+                f"container {cname} consumes {len(limited)} GPU claims with memory/cores limits ({claims}); "
+                "HAMi-core limits are per container, so put all its GPUs in one claim"
+            )
+            continue
+        for claim, requests in limited.items():
+            all_requests = set(by_name[claim].requests)
+            if claim not in whole and requests != all_requests:
+                missing = ", ".join(sorted(all_requests - requests))
+                problems.append(
+                    f"container {cname} consumes only some requests of claim {claim} (not {missing}); "
+                    "a claim with memory/cores limits must be consumed whole by one container"
+                )
+    return problems
+
+
+# --- pods -------------------------------------------------------------------------------------
+
+
+def annotation_warnings(annotations: Mapping[str, str]) -> list[str]:
+    """HAMi compatibility annotations that the controller would reject or partly ignore."""
+    warnings = []
+    if ANNOTATION_GPU_POLICY in annotations:
+        unknown = parse_policy_chain(annotations[ANNOTATION_GPU_POLICY]).unknown
+        if unknown:
+            warnings.append(
+                f"{ANNOTATION_GPU_POLICY}: unknown policy name(s) {', '.join(unknown)} are ignored"
+            )
+    if ANNOTATION_NODE_POLICY in annotations:
+        try:
+            parse_node_policy(annotations[ANNOTATION_NODE_POLICY])
+        except ValueError as err:
+            warnings.append(f"{ANNOTATION_NODE_POLICY}: {err}")
+    if ANNOTATION_DEVICE_WEIGHTS in annotations:
+        try:
+            parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
+        except ValueError as err:
+            warnings.append(f"{ANNOTATION_DEVICE_WEIGHTS}: {err}")
+    return warnings
+
+
+def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
+    pod = request.get("object") or {}
+    if request.get("operation", "CREATE") != "CREATE":
+        return Verdict()
+    spec = pod.get("spec") or {}
+    if not spec.get("resourceClaims"):
+        return Verdict()
+    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+    uses = pod_claim_uses(pod, namespace, lookup)
+    problems = hami_core_problems(pod, uses)
+    if problems:
+        return Verdict(allowed=False, message="; ".join(problems))
+    verdict = Verdict(warnings=annotation_warnings((pod.get("metadata") or {}).get("annotations") or {}))
+    if not any(use.ours is not False for use in uses):
+        verdict.warnings = []  # not our pod: our annotations mean nothing to it
+        return verdict
+    gates = spec.get("schedulingGates")
+    if any(gate.get("name") == GATE_NAME for gate in gates or ()):
+        return verdict  # never mutate twice
+    if spec.get("nodeName"):
+        verdict.warnings.append(
+            f"pod sets spec.nodeName, so it cannot get the {GATE_NAME} gate: no placement policy applies"
+        )
+        return verdict
+    if gates is None:
+        verdict.patch = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE_NAME}]}]
+    else:
+        verdict.patch = [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE_NAME}}]
+    return verdict
+
+
+# --- GpuConfig validation ---------------------------------------------------------------------
+
+
+def config_problems(entries: Sequence[Mapping[str, Any]] | None, driver: str, path: str) -> list[str]:
+    problems = []
+    for position, entry in enumerate(entries or ()):
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") != driver:
+            continue
+        try:
+            parse_gpu_config(opaque.get("parameters"))
+        except ConfigError as err:
+            problems.append(f"{path}[{position}].opaque.parameters: {err}")
+    return problems
+
+
+def validate_object(request: Mapping[str, Any], driver: str) -> Verdict:
+    obj = request.get("object") or {}
+    kind = (request.get("kind") or {}).get("kind") or obj.get("kind")
+    spec = obj.get("spec") or {}
+    if kind == "DeviceClass":
+        problems = config_problems(spec.get("config"), driver, "spec.config")
+    elif kind == "ResourceClaim":
+        problems = config_problems((spec.get("devices") or {}).get("config"), driver, "spec.devices.config")
+    elif kind == "ResourceClaimTemplate":
+        inner = (spec.get("spec") or {}).get("devices") or {}
+        problems = config_problems(inner.get("config"), driver, "spec.spec.devices.config")
+    else:
+        return Verdict()
+    if problems:
+        name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
+        return Verdict(allowed=False, message=f"{kind} {name}: invalid GpuConfig: " + "; ".join(problems))
+    return Verdict()

@@ -1,0 +1,86 @@
+"""Read what a pod refers to: its ResourceClaims and ResourceClaimTemplates, and DeviceClasses.
+
+The admission logic only needs "which device classes do this claim's requests use, with what
+capacity requests" and "is this class ours"; ``Lookup`` is that small interface. ``KubeLookup``
+implements it with the real ``kubernetes`` client, reading plain dicts (no generated models, so
+new API fields never break us) and caching DeviceClasses briefly since they rarely change.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from dra_driver.config.classes import is_driver_class
+
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSION = "v1"
+
+
+class Lookup(Protocol):
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ResourceClaim's ``spec`` (None when it does not exist)."""
+
+    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ResourceClaimTemplate's ``spec.spec`` (the claim spec it stamps out)."""
+
+    def is_our_class(self, name: str) -> bool | None:
+        """Whether the DeviceClass is ours; None when it does not exist."""
+
+
+class KubeLookup:
+    """``Lookup`` over the API server; DeviceClass answers are cached for ``class_ttl`` seconds."""
+
+    def __init__(self, api_client: Any, driver: str, class_ttl: float = 30.0) -> None:
+        self._api = api_client
+        self._driver = driver
+        self._ttl = class_ttl
+        self._classes: dict[str, tuple[float, bool | None]] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._api.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = json.loads(response.data)
+        return result
+
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        obj = self._get(
+            f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaims/{name}"
+        )
+        return None if obj is None else obj.get("spec") or {}
+
+    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        path = (
+            f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaimtemplates/{name}"
+        )
+        obj = self._get(path)
+        return None if obj is None else (obj.get("spec") or {}).get("spec") or {}
+
+    def is_our_class(self, name: str) -> bool | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._classes.get(name)
+            if cached is not None and now - cached[0] < self._ttl:
+                return cached[1]
+        obj = self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/deviceclasses/{name}")
+        answer = None if obj is None else is_driver_class(obj, self._driver)
+        with self._lock:
+            self._classes[name] = (now, answer)
+        return answer
