@@ -156,7 +156,7 @@ class SlicePublisher:
             )
         )
         try:
-            self._api.delete_resource_slice(name, body=body)
+            self._api.delete_resource_slice(name, body=body, _preload_content=False)
         except self._exception as err:
             if err.status != 404:
                 raise

@@ -84,7 +84,9 @@ def validate_cdi(spec: dict[str, Any]) -> None:
     from referencing.jsonschema import DRAFT7
 
     defs = json.loads((CDI_SCHEMA_DIR / "defs.json").read_text())
-    registry = Registry().with_resource("defs.json", Resource.from_contents(defs, default_specification=DRAFT7))
+    registry = Registry().with_resource(
+        "defs.json", Resource.from_contents(defs, default_specification=DRAFT7)
+    )
     schema = json.loads(schema_file.read_text())
     jsonschema.Draft7Validator(schema, registry=registry).validate(spec)
 

@@ -1,0 +1,130 @@
+"""Fixtures: a sandbox API server, the plugin in-process with simulated GPUs, and kubelet's client
+compiled from the upstream protos (tests needing it skip when ../shared is absent)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
+from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
+from dra_driver.sandbox.server import SandboxServer
+from tests.kubeletplugin.helpers import DRIVER
+from tests.kubeletplugin.upstream import require_upstream
+
+NODE = "node-1"
+
+
+@pytest.fixture(scope="session")
+def protocol() -> KubeletProtocol:
+    """kubelet's message classes, compiled from ../shared/reference/upstream at test time."""
+    return KubeletProtocol.compile(require_upstream())
+
+
+@pytest.fixture
+def sandbox() -> Iterator[SandboxServer]:
+    server = SandboxServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def api_client(sandbox: SandboxServer) -> Any:
+    client = sandbox.api_client()
+    from kubernetes import client as k8s
+
+    k8s.CoreV1Api(client).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    return client
+
+
+@dataclass
+class Dirs:
+    root: Path
+    plugin: Path
+    registry: Path
+    cdi: Path
+    boot_id: Path
+    health: Path
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> Dirs:
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-1\n")
+    return Dirs(
+        tmp_path, tmp_path / "plugin", tmp_path / "registry", tmp_path / "cdi", boot, tmp_path / "health.yaml"
+    )
+
+
+def plugin_options(dirs: Dirs, **overrides: Any) -> PluginOptions:
+    values: dict[str, Any] = {
+        "node_name": NODE,
+        "driver_name": DRIVER,
+        "plugin_dir": dirs.plugin,
+        "registry_dir": dirs.registry,
+        "cdi_dir": dirs.cdi,
+        "simulated": True,
+        "boot_id_file": dirs.boot_id,
+        "health_file": dirs.health,
+        "publish": False,
+        "cleanup_seconds": 3600.0,
+    }
+    values.update(overrides)
+    return PluginOptions(**values)
+
+
+@pytest.fixture
+def plugin(dirs: Dirs, api_client: Any) -> Iterator[KubeletPlugin]:
+    running = KubeletPlugin(plugin_options(dirs), profile_gpus("t4", node_name=NODE, gpus=4), api_client)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def kubelet(plugin: KubeletPlugin, protocol: KubeletProtocol) -> Iterator[PluginClient]:
+    client = PluginClient(protocol, plugin.servers.registration_socket)
+    client.register()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def create_claim(api_client: Any, claim: dict[str, Any], reserved_for: str | None = None) -> dict[str, Any]:
+    """Create a ResourceClaim and write its allocation through the status subresource (UID kept)."""
+    from kubernetes import client as k8s
+
+    api = k8s.ResourceV1Api(api_client)
+    body = {k: v for k, v in claim.items() if k != "status"}
+    body["metadata"] = {k: v for k, v in claim["metadata"].items() if k != "uid"}
+    created = json.loads(
+        api.create_namespaced_resource_claim(body["metadata"]["namespace"], body, _preload_content=False).data
+    )
+    status = dict(claim.get("status") or {})
+    if reserved_for:
+        status["reservedFor"] = [
+            {"resource": "pods", "name": reserved_for, "uid": "00000000-0000-0000-0000-00000000000a"}
+        ]
+    created["status"] = status
+    updated: dict[str, Any] = json.loads(
+        api.replace_namespaced_resource_claim_status(
+            created["metadata"]["name"], created["metadata"]["namespace"], created, _preload_content=False
+        ).data
+    )
+    return updated
+
+
+def ref(claim: dict[str, Any]) -> dict[str, str]:
+    meta = claim["metadata"]
+    return {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}
