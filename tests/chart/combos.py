@@ -1,0 +1,52 @@
+"""Values combinations the chart is rendered and validated with (besides values-all-on.yaml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SIMULATED: dict[str, Any] = {
+    "kubeletPlugin": {"source": "simulated", "simulated": {"profile": "t4", "gpus": 4}}
+}
+CERT_MANAGER: dict[str, Any] = {"webhook": {"certificate": {"mode": "cert-manager"}}}
+CERT_MANAGER_ISSUER: dict[str, Any] = {
+    "webhook": {
+        "certificate": {
+            "mode": "cert-manager",
+            "certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "ca"}},
+        }
+    }
+}
+EXISTING_CERT: dict[str, Any] = {
+    "webhook": {
+        "certificate": {
+            "mode": "existing",
+            "existing": {"secretName": "my-tls", "caBundle": "LS0tLS1CRUdJTg=="},
+        }
+    }
+}
+HA: dict[str, Any] = {"controller": {"replicas": 2}, "webhook": {"replicas": 2}}
+PLUGIN_ONLY: dict[str, Any] = {
+    "controller": {"enabled": False},
+    "webhook": {"enabled": False},
+    "recipeClasses": {"enabled": False},
+    "admissionPolicy": {"enabled": False},
+}
+CUSTOM_DRIVER: dict[str, Any] = {
+    "driverName": "gpu.example.org",
+    "deviceClasses": [
+        {"name": "gpu.example.org", "config": {"policy": "mutex,binpack,numa", "numaBind": True}}
+    ],
+}
+
+#: name -> (values, use values-all-on.yaml)
+COMBOS: dict[str, tuple[dict[str, Any] | None, bool]] = {
+    "defaults": (None, False),
+    "all-options": (None, True),
+    "simulated": (SIMULATED, False),
+    "cert-manager": (CERT_MANAGER, False),
+    "cert-manager-issuer": (CERT_MANAGER_ISSUER, False),
+    "existing-cert": (EXISTING_CERT, False),
+    "ha": (HA, False),
+    "plugin-only": (PLUGIN_ONLY, False),
+    "custom-driver": (CUSTOM_DRIVER, False),
+}

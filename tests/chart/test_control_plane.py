@@ -1,0 +1,207 @@
+"""Controller and webhook Deployments, leader election, certificates and admission configurations."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.chart.combos import CERT_MANAGER, CERT_MANAGER_ISSUER, EXISTING_CERT, HA, PLUGIN_ONLY
+from tests.chart.conftest import NAMESPACE, HelmError, Render, all_of, container, find
+
+GATE = "gpu.hami.io/allocation"
+
+
+def test_controller_args_and_leader_election(render: Render) -> None:
+    objects = render()
+    deploy = find(objects, "Deployment", "controller")
+    assert deploy["spec"]["replicas"] == 1
+    args = container(deploy)["args"]
+    assert args[:2] == ["-v", "controller"]
+    assert {
+        "--driver-name=gpu.hami.io",
+        "--leader-elect",
+        f"--leader-elect-namespace={NAMESPACE}",
+        "--default-policy=spread",
+        "--default-node-policy=binpack",
+        "--metrics-port=8080",
+    } <= set(args)
+    role = find(objects, "Role", "controller-leader-election")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        }
+    ]
+    binding = find(objects, "RoleBinding", "controller-leader-election")
+    assert binding["subjects"][0]["name"] == deploy["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def test_two_controller_replicas(render: Render) -> None:
+    objects = render(values=HA)
+    deploy = find(objects, "Deployment", "controller")
+    assert deploy["spec"]["replicas"] == 2
+    assert "--leader-elect" in container(deploy)["args"]
+    anti = deploy["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == (
+        "kubernetes.io/hostname"
+    )
+    pdbs = {p["metadata"]["name"]: p["spec"]["minAvailable"] for p in all_of(objects, "PodDisruptionBudget")}
+    assert pdbs == {"t-hami-dra-controller": 1, "t-hami-dra-webhook": 1}
+
+
+def test_two_replicas_without_leader_election_is_refused(render: Render) -> None:
+    with pytest.raises(HelmError, match=r"needs controller\.leaderElection\.enabled"):
+        render(values={"controller": {"replicas": 2, "leaderElection": {"enabled": False}}})
+
+
+def test_controller_metrics_service(render: Render) -> None:
+    objects = render()
+    svc = find(objects, "Service", "controller-metrics")
+    pod_labels = find(objects, "Deployment", "controller")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+def test_webhook_deployment_and_service(render: Render) -> None:
+    objects = render()
+    deploy = find(objects, "Deployment", "webhook")
+    c = container(deploy)
+    assert c["args"][:2] == ["-v", "webhook"]
+    assert {
+        "--tls-cert-file=/etc/hami-dra/tls/tls.crt",
+        "--tls-key-file=/etc/hami-dra/tls/tls.key",
+        "--port=8443",
+        "--driver-name=gpu.hami.io",
+    } <= set(c["args"])
+    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    volume = next(v for v in deploy["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == find(objects, "Secret", "webhook-tls")["metadata"]["name"]
+    svc = find(objects, "Service", "webhook")
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    for workload in (deploy, find(objects, "Deployment", "controller")):
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert container(workload)["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def _webhooks(objects: list[dict]) -> list[dict]:
+    hooks: list[dict] = []
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        hooks += find(objects, kind)["webhooks"]
+    return hooks
+
+
+def test_mutating_webhook_gates_pods_with_claims(render: Render) -> None:
+    config = find(render(), "MutatingWebhookConfiguration")
+    assert config["metadata"]["annotations"]["gpu.hami.io/scheduling-gate"] == GATE
+    (hook,) = config["webhooks"]
+    assert hook["name"] == "pods.gpu.hami.io"
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ], "scheduling gates can only be added when the pod is created"
+    assert hook["reinvocationPolicy"] == "Never"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["clientConfig"]["service"] == {
+        "name": "t-hami-dra-webhook", "namespace": NAMESPACE, "path": "/mutate", "port": 443,
+    }  # fmt: skip
+    assert "resourceClaims" in hook["matchConditions"][0]["expression"]
+
+
+def test_validating_webhooks_cover_our_config(render: Render) -> None:
+    config = find(render(), "ValidatingWebhookConfiguration")
+    by_name = {h["name"]: h for h in config["webhooks"]}
+    assert set(by_name) == {
+        "deviceclasses.gpu.hami.io",
+        "resourceclaims.gpu.hami.io",
+        "resourceclaimtemplates.gpu.hami.io",
+    }
+    for name, hook in by_name.items():
+        (rule,) = hook["rules"]
+        assert rule["apiGroups"] == ["resource.k8s.io"] and rule["apiVersions"] == ["v1"]
+        assert rule["resources"] == [name.split(".")[0]]
+        assert "'gpu.hami.io'" in hook["matchConditions"][0]["expression"]
+        assert hook["clientConfig"]["service"]["path"] == "/validate"
+    # The chart installs DeviceClasses next to the webhook: Fail would reject its own install.
+    assert by_name["deviceclasses.gpu.hami.io"]["failurePolicy"] == "Ignore"
+    assert by_name["resourceclaims.gpu.hami.io"]["rules"][0]["operations"] == ["CREATE"]
+
+
+def test_self_signed_ca_bundle_is_present_and_matches_the_secret(render: Render) -> None:
+    objects = render()
+    secret = find(objects, "Secret", "webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = secret["data"]["ca.crt"]
+    assert base64.b64decode(ca).startswith(b"-----BEGIN CERTIFICATE-----")
+    assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN RSA PRIVATE KEY-----")
+    for hook in _webhooks(objects):
+        assert hook["clientConfig"]["caBundle"] == ca, hook["name"]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+def test_self_signed_certificate_verifies_for_the_service(render: Render, tmp_path: Path) -> None:
+    data = find(render(), "Secret", "webhook-tls")["data"]
+    for key in ("ca.crt", "tls.crt"):
+        (tmp_path / key).write_bytes(base64.b64decode(data[key]))
+    service_dns = f"t-hami-dra-webhook.{NAMESPACE}.svc"
+    command = ["openssl", "verify", "-CAfile", tmp_path / "ca.crt", "-verify_hostname", service_dns]
+    proc = subprocess.run([*command, tmp_path / "tls.crt"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cert_manager_mode(render: Render) -> None:
+    objects = render(values=CERT_MANAGER)
+    assert not [s for s in all_of(objects, "Secret")], "cert-manager writes the Secret"
+    cert = find(objects, "Certificate")
+    issuer = find(objects, "Issuer")
+    assert cert["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    deploy = find(objects, "Deployment", "webhook")
+    volume = next(v for v in deploy["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == cert["spec"]["secretName"]
+    assert f"t-hami-dra-webhook.{NAMESPACE}.svc" in cert["spec"]["dnsNames"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = find(objects, kind)
+        inject = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert inject == f"{NAMESPACE}/{cert['metadata']['name']}"
+        assert all("caBundle" not in h["clientConfig"] for h in config["webhooks"]), "cainjector fills it"
+
+
+def test_cert_manager_with_an_existing_issuer(render: Render) -> None:
+    objects = render(values=CERT_MANAGER_ISSUER)
+    assert not all_of(objects, "Issuer")
+    assert find(objects, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "ca"}
+
+
+def test_existing_certificate_mode(render: Render) -> None:
+    objects = render(values=EXISTING_CERT)
+    assert not all_of(objects, "Secret") and not all_of(objects, "Certificate")
+    deploy = find(objects, "Deployment", "webhook")
+    volume = next(v for v in deploy["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == "my-tls"
+    assert {h["clientConfig"]["caBundle"] for h in _webhooks(objects)} == {"LS0tLS1CRUdJTg=="}
+    with pytest.raises(HelmError, match=r"existing\.caBundle is required"):
+        render(values={"webhook": {"certificate": {"mode": "existing", "existing": {"secretName": "x"}}}})
+
+
+def test_components_can_be_turned_off(render: Render) -> None:
+    objects = render(values=PLUGIN_ONLY)
+    kinds = {o["kind"] for o in objects}
+    assert "MutatingWebhookConfiguration" not in kinds and "ValidatingAdmissionPolicy" not in kinds
+    assert [o["metadata"]["name"] for o in all_of(objects, "Deployment")] == []
+    assert [o["metadata"]["name"] for o in all_of(objects, "DeviceClass")] == ["gpu.hami.io"]
+    assert [o["metadata"]["name"] for o in all_of(objects, "ServiceAccount")] == ["t-hami-dra-kubelet-plugin"]
+
+
+def test_gate_annotation_names_the_gate_the_webhook_adds() -> None:
+    webhook = pytest.importorskip("dra_driver.webhook", reason="the webhook package is not written yet")
+    assert webhook.GATE_NAME == GATE

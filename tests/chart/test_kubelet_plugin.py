@@ -1,0 +1,101 @@
+"""The kubelet-plugin DaemonSet: what kubelet, the CDI runtime and the CLI contract need."""
+
+from __future__ import annotations
+
+from tests.chart.combos import SIMULATED
+from tests.chart.conftest import ALL_ON, NAMESPACE, Render, container, find
+
+
+def _plugin(objects: list[dict]) -> dict:
+    return find(objects, "DaemonSet", "kubelet-plugin")
+
+
+def test_node_name_comes_from_the_pod_spec(render: Render) -> None:
+    plugin = container(_plugin(render()))
+    env = {e["name"]: e for e in plugin["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "--node-name=$(NODE_NAME)" in plugin["args"]
+
+
+def test_host_paths_and_mounts(render: Render) -> None:
+    ds = _plugin(render())
+    volumes = {v["name"]: v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"]}
+    assert volumes == {
+        "plugins": "/var/lib/kubelet/plugins/gpu.hami.io",
+        "plugins-registry": "/var/lib/kubelet/plugins_registry",
+        "cdi": "/var/run/cdi",
+        "dev": "/dev",
+    }
+    mounts = {m["name"]: m["mountPath"] for m in container(ds)["volumeMounts"]}
+    assert mounts == volumes, "each host directory is mounted at the same path inside the container"
+
+
+def test_args_follow_the_cli_contract(render: Render) -> None:
+    args = container(_plugin(render()))["args"]
+    assert args[:2] == ["-v", "kubelet-plugin"]
+    assert {
+        "--driver-name=gpu.hami.io",
+        "--source=nvml",
+        "--plugin-dir=/var/lib/kubelet/plugins/gpu.hami.io",
+        "--registry-dir=/var/lib/kubelet/plugins_registry",
+        "--cdi-dir=/var/run/cdi",
+        "--metrics-port=8080",
+        "--nvidia-cdi-kind=nvidia.com/gpu",
+    } <= set(args)
+    assert "--no-policy-taint" not in args, "devices are policy-tainted by default"
+
+
+def test_simulated_source(render: Render) -> None:
+    ds = _plugin(render(values=SIMULATED))
+    args = container(ds)["args"]
+    assert {"--source=simulated", "--profile=t4", "--gpus=4"} <= set(args)
+    assert not any(a.startswith("--nvidia-cdi-kind") for a in args), "no NVIDIA toolkit spec for fake GPUs"
+    security = container(ds)["securityContext"]
+    assert security["privileged"] is False, "simulated GPUs need no privileges"
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    dev = next(m for m in container(ds)["volumeMounts"] if m["name"] == "dev")
+    assert dev["readOnly"] is True
+
+
+def test_privileged_only_for_nvml(render: Render) -> None:
+    assert container(_plugin(render()))["securityContext"]["privileged"] is True
+    forced = render(values={"kubeletPlugin": {"privileged": False}})
+    assert container(_plugin(forced))["securityContext"]["privileged"] is False
+
+
+def test_rolling_update_one_node_at_a_time(render: Render) -> None:
+    strategy = _plugin(render())["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+
+
+def test_custom_kubelet_root_and_options(render: Render) -> None:
+    ds = _plugin(render(values_file=ALL_ON))
+    args = container(ds)["args"]
+    assert args[0] == "-vv"
+    assert {
+        "--plugin-dir=/var/lib/kubelet/plugins/gpu.hami.io",
+        "--cdi-dir=/etc/cdi",
+        "--hami-core-lib=/usr/local/vgpu/libvgpu.so",
+        "--no-policy-taint",
+        "--metrics-port=9400",
+    } <= set(args)
+    assert args[-1].startswith("--health-file="), "extraArgs come last"
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["serviceAccountName"] == "gpu-plugin"
+    assert {"name": "regcred"} in spec["imagePullSecrets"]
+    assert container(ds)["image"] == "registry.example.com/hami/hami-dra:0.1.0-test"
+
+
+def test_metrics_service_is_headless_and_selects_the_plugin(render: Render) -> None:
+    objects = render()
+    ds = _plugin(objects)
+    svc = find(objects, "Service", "kubelet-plugin-metrics")
+    assert svc["metadata"]["namespace"] == NAMESPACE
+    assert svc["spec"]["clusterIP"] == "None"
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in container(ds)["ports"]

@@ -1,0 +1,185 @@
+"""DeviceClasses with GpuConfig, least-privilege RBAC and the ResourceSlice admission policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.config import parse_gpu_config
+from tests.chart.combos import CUSTOM_DRIVER
+from tests.chart.conftest import ALL_ON, EXAMPLES, NAMESPACE, Render, all_of, find
+
+RECIPES = {
+    "binpack": "binpack",
+    "spread": "spread",
+    "mutex": "mutex",
+    "binpack-numa": "binpack,numa",
+    "mutex-binpack": "mutex,binpack",
+    "mutex-binpack-numa": "mutex,binpack,numa",
+}
+
+
+def _opaque(device_class: dict[str, Any]) -> dict[str, Any]:
+    (config,) = device_class["spec"]["config"]
+    opaque: dict[str, Any] = config["opaque"]
+    return opaque
+
+
+def test_default_and_recipe_classes(render: Render) -> None:
+    classes = {c["metadata"]["name"]: c for c in all_of(render(), "DeviceClass")}
+    assert set(classes) == {"gpu.hami.io"} | {f"{recipe}.gpu.hami.io" for recipe in RECIPES}
+    for name, device_class in classes.items():
+        assert device_class["spec"]["selectors"][0] == {
+            "cel": {"expression": 'device.driver == "gpu.hami.io"'}
+        }
+        opaque = _opaque(device_class)
+        assert opaque["driver"] == "gpu.hami.io"
+        expected = RECIPES.get(name.removesuffix(".gpu.hami.io"), "spread")
+        assert opaque["parameters"] == {
+            "apiVersion": "gpu.hami.io/v1alpha1",
+            "kind": "GpuConfig",
+            "policy": expected,
+            "nodePolicy": "binpack",
+        }
+
+
+@pytest.mark.parametrize("values_file", [None, ALL_ON], ids=["defaults", "all-options"])
+def test_every_gpu_config_passes_the_strict_model(render: Render, values_file: Any) -> None:
+    classes = all_of(render(values_file=values_file), "DeviceClass")
+    for device_class in classes:
+        for config in device_class["spec"].get("config", []):
+            parse_gpu_config(config["opaque"]["parameters"])  # raises ConfigError naming the field
+
+
+def test_all_gpu_config_fields_and_extra_selectors(render: Render) -> None:
+    classes = {c["metadata"]["name"]: c for c in all_of(render(values_file=ALL_ON), "DeviceClass")}
+    latency = classes["a100-latency.gpu.hami.io"]
+    assert _opaque(latency)["parameters"] == {
+        "apiVersion": "gpu.hami.io/v1alpha1",
+        "kind": "GpuConfig",
+        "policy": "mutex, binpack, numa",
+        "nodePolicy": "spread",
+        "scoringWeights": {"slot": 1, "core": 2, "memory": 3},
+        "numaBind": True,
+    }
+    expressions = [s["cel"]["expression"] for s in latency["spec"]["selectors"]]
+    assert expressions == [
+        'device.driver == "gpu.hami.io"',
+        'device.attributes["gpu.hami.io"].productName.startsWith("NVIDIA A100")',
+    ]
+    assert "config" not in classes["plain.gpu.hami.io"]["spec"], "no config: controller defaults apply"
+    assert classes["gpu.hami.io"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert _opaque(classes["mutex.gpu.hami.io"])["parameters"]["nodePolicy"] == "spread"
+
+
+def test_driver_name_propagates_everywhere(render: Render) -> None:
+    objects = render(values=CUSTOM_DRIVER)
+    rendered = yaml.safe_dump_all(objects)
+    assert "gpu.hami.io/v1alpha1" in rendered  # the GpuConfig API group is fixed...
+    assert "gpu.hami.io" not in rendered.replace("gpu.hami.io/v1alpha1", "").replace(
+        "gpu.hami.io/scheduling-gate: gpu.hami.io/allocation", ""
+    ), "...every other mention follows driverName"
+    for device_class in all_of(objects, "DeviceClass"):
+        assert (
+            device_class["spec"]["selectors"][0]["cel"]["expression"] == 'device.driver == "gpu.example.org"'
+        )
+        assert _opaque(device_class)["driver"] == "gpu.example.org"
+
+
+def test_examples_match_the_chart_recipe_classes(render: Render) -> None:
+    chart = {c["metadata"]["name"]: c["spec"] for c in all_of(render(), "DeviceClass")}
+    seen = set()
+    for recipe in RECIPES:
+        objects = list(yaml.safe_load_all((EXAMPLES / f"{recipe}.yaml").read_text()))
+        device_class = next(o for o in objects if o["kind"] == "DeviceClass")
+        name = device_class["metadata"]["name"]
+        assert device_class["spec"] == chart[name], f"{recipe}.yaml and the chart disagree on {name}"
+        template = next(o for o in objects if o["kind"] == "ResourceClaimTemplate")
+        (request,) = template["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == name
+        pod = next(o for o in objects if o["kind"] == "Pod")
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
+        seen.add(name)
+    assert len(seen) == len(RECIPES)
+
+
+def test_example_claim_config_passes_the_strict_model() -> None:
+    for path in EXAMPLES.glob("*.yaml"):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if obj and obj["kind"] == "ResourceClaimTemplate":
+                for config in obj["spec"]["spec"]["devices"].get("config", []):
+                    parse_gpu_config(config["opaque"]["parameters"])
+
+
+def _rules(objects: list[dict[str, Any]], name_suffix: str) -> set[tuple[str, str, str]]:
+    role = find(objects, "ClusterRole", name_suffix)
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_rbac_is_least_privilege(render: Render) -> None:
+    objects = render()
+    for role in all_of(objects, "ClusterRole") + all_of(objects, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"]["name"]
+    rs = "resource.k8s.io"
+    plugin = _rules(objects, "kubelet-plugin")
+    assert plugin == {
+        *((rs, "resourceslices", v) for v in ("get", "list", "watch", "create", "update", "delete")),
+        (rs, "resourceclaims", "get"),
+        ("", "nodes", "get"),
+    }
+    controller = _rules(objects, "controller")
+    assert {
+        *((rs, "resourceclaims", v) for v in ("get", "list", "watch", "update")),
+        (rs, "resourceclaims/status", "update"),
+        (rs, "resourceclaims/status", "patch"),
+        (rs, "resourceclaims/binding", "update"),
+        (rs, "resourceclaims/binding", "patch"),
+        *((rs, r, v) for r in ("resourceslices", "deviceclasses") for v in ("get", "list", "watch")),
+        *(("", "pods", v) for v in ("get", "list", "watch", "update", "patch")),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+    } <= controller
+    assert not {r for (_, r, v) in controller if v in ("create", "delete")} - {"events"}
+    assert not {v for (_, r, v) in controller if r == "resourceslices"} - {"get", "list", "watch"}
+    webhook = _rules(objects, "webhook")
+    assert {v for (_, _, v) in webhook} == {"get", "list", "watch"}
+
+
+def test_bindings_point_at_the_right_service_accounts(render: Render) -> None:
+    objects = render(values_file=ALL_ON)
+    accounts = {sa["metadata"]["name"] for sa in all_of(objects, "ServiceAccount")}
+    assert accounts == {"gpu-plugin", "gpu-controller", "gpu-webhook"}
+    for binding in all_of(objects, "ClusterRoleBinding"):
+        (subject,) = binding["subjects"]
+        assert subject["name"] in accounts
+        assert subject["namespace"] == NAMESPACE
+        assert binding["roleRef"]["name"] == binding["metadata"]["name"]
+
+
+def test_resourceslice_admission_policy(render: Render) -> None:
+    objects = render()
+    policy = find(objects, "ValidatingAdmissionPolicy")
+    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["resourceslices"] and rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    plugin_sa = find(objects, "DaemonSet", "kubelet-plugin")["spec"]["template"]["spec"]["serviceAccountName"]
+    (condition,) = spec["matchConditions"]
+    assert f'"system:serviceaccount:{NAMESPACE}:{plugin_sa}"' in condition["expression"]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "request.userInfo.extra[?'authentication.kubernetes.io/node-name']" in variables["userNodeName"]
+    assert "oldObject" in variables["slice"], "DELETE carries the slice in oldObject"
+    validations = [v["expression"] for v in spec["validations"]]
+    assert "variables.userNodeName == variables.objectNodeName" in validations
+    assert "variables.slice.spec.driver == 'gpu.hami.io'" in validations
