@@ -154,8 +154,9 @@ def _device_problems(device: Mapping[str, Any], where: str) -> list[str]:
                 f"{where}.attributes[{key}]: exactly one value must be specified, got {set_fields}"
             )
             continue
-        if "string" in set_fields and len(value["string"]) > 64:
-            problems.append(f"{where}.attributes[{key}].string: longer than 64 characters")
+        # Go's len(): UTF-8 bytes, not characters.
+        if "string" in set_fields and len(value["string"].encode()) > 64:
+            problems.append(f"{where}.attributes[{key}].string: longer than 64 bytes")
         if "version" in set_fields and (not _SEMVER.match(value["version"]) or len(value["version"]) > 64):
             problems.append(f"{where}.attributes[{key}].version {value['version']!r}: not semver 2.0.0")
         if "int" in set_fields and (isinstance(value["int"], bool) or not isinstance(value["int"], int)):

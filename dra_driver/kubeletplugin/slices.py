@@ -24,7 +24,7 @@ kube-scheduler never hands our GPUs out first-fit. Device taints are honoured fr
 decides when to ask for them. Both default to off.
 
 API limits are respected: at most 128 devices per slice (64 when any device has taints), at most
-32 attributes + capacities per device, string attributes at most 64 characters; a larger node is
+32 attributes + capacities per device, string attributes at most 64 bytes; a larger node is
 split into several slices of one pool, all with the same ``generation`` and ``resourceSliceCount``.
 Memory is published in whole MiB (rounded down) so that the 1Mi step validates, as NVIDIA's
 driver does. When the Node's UID is known, the slices are owned by the Node (garbage collection).
@@ -232,9 +232,11 @@ def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
 
 
 def _string(text: str, gpu: Gpu, key: str) -> dict[str, str]:
-    if len(text) > MAX_ATTRIBUTE_STRING:
-        log.warning("%s: %s longer than %d characters; truncated", gpu.name, key, MAX_ATTRIBUTE_STRING)
-        text = text[:MAX_ATTRIBUTE_STRING]
+    # The API counts UTF-8 bytes (Go's len), so cut at a character boundary within 64 bytes.
+    encoded = text.encode()
+    if len(encoded) > MAX_ATTRIBUTE_STRING:
+        log.warning("%s: %s longer than %d bytes; truncated", gpu.name, key, MAX_ATTRIBUTE_STRING)
+        text = encoded[:MAX_ATTRIBUTE_STRING].decode("utf-8", "ignore")
     return {"string": text}
 
 
