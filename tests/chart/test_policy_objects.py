@@ -134,6 +134,7 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     assert plugin == {
         *((rs, "resourceslices", v) for v in ("get", "list", "watch", "create", "update", "delete")),
         (rs, "resourceclaims", "get"),
+        (rs, "resourceclaims", "list"),
         ("", "nodes", "get"),
     }
     controller = _rules(objects, "controller")
@@ -151,7 +152,7 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     assert not {r for (_, r, v) in controller if v in ("create", "delete")} - {"events"}
     assert not {v for (_, r, v) in controller if r == "resourceslices"} - {"get", "list", "watch"}
     webhook = _rules(objects, "webhook")
-    assert {v for (_, _, v) in webhook} == {"get", "list", "watch"}
+    assert webhook == {(rs, r, "get") for r in ("resourceclaims", "resourceclaimtemplates", "deviceclasses")}
 
 
 def test_bindings_point_at_the_right_service_accounts(render: Render) -> None:
