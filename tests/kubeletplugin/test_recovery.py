@@ -1,0 +1,238 @@
+"""Crash between the checkpoint phases (kill -9), corrupt checkpoint, reboot, clean shutdown, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint
+from dra_driver.kubeletplugin.plugin import KubeletPlugin
+from dra_driver.kubeletplugin.prepare import FAILPOINT_ENV
+from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
+from dra_driver.sandbox.server import SandboxServer
+from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
+from tests.kubeletplugin.helpers import DRIVER, claim, result
+from tests.kubeletplugin.upstream import REPO_ROOT
+
+#: The console script, without depending on where it was installed (``python -m`` would load the CLI twice).
+HAMI_DRA = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())"]
+
+
+class PluginProcess:
+    """``hami-dra kubelet-plugin`` as a child process, the way the DaemonSet runs it."""
+
+    def __init__(self, dirs: Dirs, sandbox: SandboxServer, env: dict[str, str] | None = None) -> None:
+        cmd = [
+            *HAMI_DRA, "kubelet-plugin",
+            "--node-name", NODE, "--source", "simulated", "--profile", "t4", "--gpus", "4",
+            "--kubeconfig", str(sandbox.kubeconfig_path), "--no-publish",
+            "--plugin-dir", str(dirs.plugin), "--registry-dir", str(dirs.registry),
+            "--cdi-dir", str(dirs.cdi),
+            "--boot-id-file", str(dirs.boot_id),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env=dict(os.environ, **(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith("ready:"):
+            self.process.kill()
+            raise AssertionError(
+                f"plugin did not start: {line}{self.process.stderr.read() if self.process.stderr else ''}"
+            )
+        self.registration_socket = Path(line.split(":", 1)[1].strip())
+
+    def terminate(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(10)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[PluginProcess]]:
+    started: list[PluginProcess] = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+def connect(protocol: KubeletProtocol, socket: Path) -> PluginClient:
+    client = PluginClient(protocol, socket)
+    client.register()
+    return client
+
+
+def test_kill_between_checkpoint_phases(
+    dirs: Dirs,
+    sandbox: SandboxServer,
+    api_client: Any,
+    protocol: KubeletProtocol,
+    processes: list[PluginProcess],
+) -> None:
+    c = create_claim(api_client, claim("c1", [result("gpu-1")]))
+    uid = c["metadata"]["uid"]
+    crashing = PluginProcess(dirs, sandbox, {FAILPOINT_ENV: "after-prepare-started"})
+    processes.append(crashing)
+    kubelet = connect(protocol, crashing.registration_socket)
+    with pytest.raises(grpc.RpcError):
+        kubelet.prepare([ref(c)], timeout=10)
+    assert crashing.process.wait(10) == -signal.SIGKILL
+    kubelet.close()
+    entries = Checkpoint(dirs.plugin / "checkpoint.json").load()
+    assert entries[uid].state == PREPARE_STARTED  # durable before any side effect
+    assert not list(dirs.cdi.glob("*.json"))
+
+    restarted = PluginProcess(dirs, sandbox)
+    processes.append(restarted)
+    kubelet = connect(protocol, restarted.registration_socket)
+    response = kubelet.prepare([ref(c)])
+    assert response.claims[uid].error == ""
+    assert Checkpoint(dirs.plugin / "checkpoint.json").load()[uid].state == PREPARE_COMPLETED
+    assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+    kubelet.close()
+    assert restarted.terminate() == 0
+    # clean shutdown removed both sockets (deregistration)
+    assert not (dirs.registry / f"{DRIVER}-reg.sock").exists() and not (dirs.plugin / "dra.sock").exists()
+
+
+def start_plugin(dirs: Dirs, api_client: Any) -> KubeletPlugin:
+    plugin = KubeletPlugin(plugin_options(dirs), profile_gpus("t4", node_name=NODE, gpus=4), api_client)
+    plugin.start()
+    return plugin
+
+
+def test_corrupt_checkpoint_is_rebuilt_from_the_api(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    reserved = create_claim(api_client, claim("in-use", [result("gpu-0", share=False)]), reserved_for="pod-a")
+    plugin = start_plugin(dirs, api_client)
+    kubelet = connect(protocol, plugin.servers.registration_socket)
+    first = kubelet.prepare([ref(reserved)])
+    kubelet.close()
+    plugin.stop()
+    checkpoint = dirs.plugin / "checkpoint.json"
+    checkpoint.write_text(checkpoint.read_text()[:40] + "garbage")
+    for spec in dirs.cdi.iterdir():
+        spec.unlink()
+
+    plugin = start_plugin(dirs, api_client)
+    try:
+        assert "corrupt checkpoint" in caplog.text
+        assert list(dirs.plugin.glob("checkpoint.json.corrupt-*"))
+        uid = reserved["metadata"]["uid"]
+        assert plugin.preparer.prepared()[uid].state == PREPARE_COMPLETED
+        assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+        kubelet = connect(protocol, plugin.servers.registration_socket)
+        assert kubelet.prepare([ref(reserved)]) == first
+        # the rebuilt state still defends the GPU
+        rival = create_claim(api_client, claim("rival", [result("gpu-0")]))
+        assert "allocated exclusively" in kubelet.prepare([ref(rival)]).claims[rival["metadata"]["uid"]].error
+        kubelet.close()
+    finally:
+        plugin.stop()
+
+
+def test_reboot_reprepares_with_empty_cdi_dir(dirs: Dirs, api_client: Any, protocol: KubeletProtocol) -> None:
+    c = create_claim(api_client, claim("c1", [result("gpu-2", memory="4Gi", cores=50)]))
+    uid = c["metadata"]["uid"]
+    plugin = start_plugin(dirs, api_client)
+    kubelet = connect(protocol, plugin.servers.registration_socket)
+    before = kubelet.prepare([ref(c)])
+    spec_path = dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json"
+    spec = spec_path.read_text()
+    kubelet.close()
+    plugin.stop()
+
+    dirs.boot_id.write_text("boot-2\n")  # reboot: new boot ID, tmpfs CDI dir wiped
+    for path in dirs.cdi.iterdir():
+        path.unlink()
+    plugin = start_plugin(dirs, api_client)
+    try:
+        assert plugin.preparer.prepared()[uid].boot_id == "boot-1"  # kept, but not trusted
+        kubelet = connect(protocol, plugin.servers.registration_socket)
+        assert kubelet.prepare([ref(c)]) == before
+        assert spec_path.read_text() == spec
+        assert plugin.preparer.prepared()[uid].boot_id == "boot-2"
+        kubelet.close()
+    finally:
+        plugin.stop()
+
+
+def test_periodic_cleanup_unprepares_deleted_claims(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol
+) -> None:
+    from kubernetes import client as k8s
+
+    keep = create_claim(api_client, claim("keep", [result("gpu-0")]))
+    gone = create_claim(api_client, claim("gone", [result("gpu-1")]))
+    plugin = start_plugin(dirs, api_client)
+    try:
+        kubelet = connect(protocol, plugin.servers.registration_socket)
+        kubelet.prepare([ref(keep), ref(gone)])
+        kubelet.close()
+        k8s.ResourceV1Api(api_client).delete_namespaced_resource_claim(
+            "gone", "default", _preload_content=False
+        )
+        assert plugin.preparer.cleanup_deleted() == [gone["metadata"]["uid"]]
+        assert set(plugin.preparer.prepared()) == {keep["metadata"]["uid"]}
+        assert [p.name for p in dirs.cdi.iterdir()] == [f"k8s.gpu.hami.io-gpu_{keep['metadata']['uid']}.json"]
+    finally:
+        plugin.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--source", "simulated", "--profile", "t4"], "--node-name"),
+        (["--node-name", "n"], "--source nvml|simulated is required"),
+        (["--node-name", "n", "--source", "simulated"], "--profile"),
+        (
+            ["--node-name", "n", "--source", "simulated", "--profile", "t4", "--kubeconfig", "/nonexistent"],
+            "cannot load",
+        ),
+    ],
+)
+def test_cli_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "KUBECONFIG")}
+    run = subprocess.run(
+        [*HAMI_DRA, "kubelet-plugin", *args],
+        capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert message in run.stderr and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_checkpoint_file_is_valid_json_with_checksum(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol
+) -> None:
+    c = create_claim(api_client, claim("c1", [result("gpu-0")]))
+    plugin = start_plugin(dirs, api_client)
+    try:
+        kubelet = connect(protocol, plugin.servers.registration_socket)
+        kubelet.prepare([ref(c)])
+        kubelet.close()
+        document = json.loads((dirs.plugin / "checkpoint.json").read_text())
+        assert document["version"] == 1 and len(document["checksum"]) == 64
+        assert document["claims"][c["metadata"]["uid"]]["bootID"] == "boot-1"
+    finally:
+        plugin.stop()
