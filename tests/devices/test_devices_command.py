@@ -1,0 +1,98 @@
+"""``hami-dra discover`` end to end through the real CLI entry point (in process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from kube_validate import assert_valid
+
+from dra_driver.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "devices"
+
+
+def discover(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["discover", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_done_criterion_h100_node(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = discover(
+        capsys, "--source", "simulated", "--profile", "h100-80gb", "--gpus", "8", "--node-name", "node-1"
+    )
+    assert code == 0
+    (slice_,) = list(yaml.safe_load_all(out))
+    assert_valid(slice_)
+    devices = slice_["spec"]["devices"]
+    assert len(devices) == 8
+    for device in devices:
+        assert set(device["capacity"]) == {"memory", "cores", "slots"}
+        assert "resource.kubernetes.io/numaNode" in device["attributes"]
+
+
+def test_json_output_and_source_inferred_from_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = discover(capsys, "--profile", "t4", "--gpus", "2", "--node-name", "n1", "-o", "json")
+    assert code == 0
+    slice_ = json.loads(out)
+    assert slice_["kind"] == "ResourceSlice"
+    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+    assert_valid(slice_)
+
+
+def test_several_slices_print_as_a_list_or_documents(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = discover(capsys, "--profile", "t4", "--gpus", "130", "--node-name", "n1", "-o", "json")
+    assert code == 0
+    listing = json.loads(out)
+    assert listing["kind"] == "List" and len(listing["items"]) == 2
+    code, out, _ = discover(capsys, "--profile", "t4", "--gpus", "130", "--node-name", "n1")
+    assert [len(doc["spec"]["devices"]) for doc in yaml.safe_load_all(out)] == [128, 2]
+
+
+def test_devices_file_and_taint_preview(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = discover(
+        capsys, "--devices-file", str(EXAMPLES / "mixed.yaml"), "--node-name", "node-1", "--policy-taint",
+        "--taint-unhealthy", "--driver-name", "gpu.example.com",
+    )  # fmt: skip
+    assert code == 0
+    (slice_,) = list(yaml.safe_load_all(out))
+    assert_valid(slice_)
+    assert slice_["spec"]["driver"] == "gpu.example.com"
+    taints = [[t["key"] for t in d["taints"]] for d in slice_["spec"]["devices"]]
+    assert taints[3] == ["gpu.example.com/policy-managed", "gpu.example.com/unhealthy"]
+    assert taints[0] == ["gpu.example.com/policy-managed"]
+
+
+def test_node_name_from_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    # The default is read when the parser is built, i.e. inside main().
+    code, out, _ = discover(capsys, "--profile", "t4", "--gpus", "1", "-o", "json")
+    assert code == 0
+    assert json.loads(out)["spec"]["nodeName"] == "from-env"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "t4"], "--node-name is required (or set NODE_NAME)"),
+        (["--source", "simulated", "--node-name", "n"], "--source simulated needs --profile NAME"),
+        (["--source", "nvml", "--profile", "t4", "--node-name", "n"], "only apply to --source simulated"),
+        (["--profile", "t4", "--gpus", "-3", "--node-name", "n"], "--gpus must be within 0..1024"),
+        (["--profile", "t4", "--node-name", "Node_1"], "node name 'Node_1' is not a valid DNS subdomain"),
+        (["--devices-file", "/nonexistent/d.yaml", "--node-name", "n"], "cannot read devices file"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_status_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    code, out, err = discover(capsys, *args)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("hami-dra discover: error: ")
+    assert message in err
