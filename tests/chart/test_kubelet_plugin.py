@@ -25,9 +25,21 @@ def test_host_paths_and_mounts(render: Render) -> None:
         "plugins-registry": "/var/lib/kubelet/plugins_registry",
         "cdi": "/var/run/cdi",
         "dev": "/dev",
+        "cdi-static": "/etc/cdi",
     }
-    mounts = {m["name"]: m["mountPath"] for m in container(ds)["volumeMounts"]}
-    assert mounts == volumes, "each host directory is mounted at the same path inside the container"
+    mounts = {m["name"]: m for m in container(ds)["volumeMounts"]}
+    assert {name: m["mountPath"] for name, m in mounts.items()} == volumes, "same paths inside and outside"
+    assert mounts["cdi-static"]["readOnly"] is True, "only read, to find the NVIDIA toolkit's spec"
+    assert "readOnly" not in mounts["cdi"] and "readOnly" not in mounts["plugins"]
+
+
+def test_hami_core_library_is_mounted_at_its_host_path(render: Render) -> None:
+    ds = _plugin(render(values_file=ALL_ON))
+    volumes = {v["name"]: v["hostPath"] for v in ds["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hami-core-lib"] == {"path": "/usr/local/vgpu/libvgpu.so", "type": "File"}
+    mount = next(m for m in container(ds)["volumeMounts"] if m["name"] == "hami-core-lib")
+    assert mount == {"name": "hami-core-lib", "mountPath": "/usr/local/vgpu/libvgpu.so", "readOnly": True}
+    assert "cdi-static" not in volumes, "cdiDir is /etc/cdi already"
 
 
 def test_args_follow_the_cli_contract(render: Render) -> None:
@@ -53,8 +65,9 @@ def test_simulated_source(render: Render) -> None:
     security = container(ds)["securityContext"]
     assert security["privileged"] is False, "simulated GPUs need no privileges"
     assert security["capabilities"] == {"drop": ["ALL"]}
-    dev = next(m for m in container(ds)["volumeMounts"] if m["name"] == "dev")
-    assert dev["readOnly"] is True
+    mounts = {m["name"]: m for m in container(ds)["volumeMounts"]}
+    assert mounts["dev"]["readOnly"] is True
+    assert "cdi-static" not in mounts and "hami-core-lib" not in mounts
 
 
 def test_privileged_only_for_nvml(render: Render) -> None:
