@@ -370,7 +370,7 @@ class Api:
         name: str,
         options: Obj | None = None,
         opts: WriteOptions | None = None,
-    ) -> Obj:
+    ) -> tuple[Obj, bool]:
         """Delete now, or set ``deletionTimestamp`` while finalizers remain; dependents are GC'd."""
         options = options or {}
         opts = opts or WriteOptions()
@@ -398,14 +398,14 @@ class Api:
                 )
             self._admit(False, "DELETE", rt, "", current, current, ns, opts)
             if opts.dry_run:
-                return current
+                return current, False
             orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
             meta = current["metadata"]
             rv = meta["resourceVersion"]
             try:
                 if meta.get("finalizers") or rt.key == "namespaces":
                     if meta.get("deletionTimestamp"):
-                        return current
+                        return current, False
                     meta["deletionTimestamp"] = now()
                     meta["deletionGracePeriodSeconds"] = 0
                     if rt.key == "namespaces":
@@ -415,20 +415,20 @@ class Api:
                         self._gc_queue.put(("__orphan__", stored))
                     if rt.key == "namespaces":
                         self._gc_queue.put(("__namespace__", stored))
-                    return stored
+                    return stored, False
                 gone = self.store.remove(rt.key, key, rv)
             except KeyError:
                 continue
             self._gc_queue.put(("__orphan__" if orphan else rt.key, gone))
-            if rt.key == "pods":
-                return gone
+            if rt.returns_deleted_object:
+                return gone, True
             return {
                 "kind": "Status",
                 "apiVersion": "v1",
                 "metadata": {},
                 "status": "Success",
                 "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": meta["uid"]},
-            }
+            }, True
         raise e.conflict(rt, name, "too many concurrent updates")
 
     # ----------------------------------------------------------------------------------- garbage collection

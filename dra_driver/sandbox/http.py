@@ -123,6 +123,8 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         self.server.request_count += 1
         url = urllib.parse.urlsplit(self.path)
+        if len(url.path) > 1 and url.path.endswith("/"):  # /version/ is /version
+            url = url._replace(path=url.path.rstrip("/"))
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         raw = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
         try:
@@ -198,9 +200,13 @@ class Handler(BaseHTTPRequestHandler):
         ns = ""
         if len(rest) >= 3 and rest[0] == "namespaces":
             candidate = lookup(group, version, rest[2])
-            if candidate is not None and candidate.namespaced:
+            if (candidate is not None and candidate.namespaced) or (not group and rest[2] == "bindings"):
                 ns, rest = rest[1], rest[2:]
         rt = lookup(group, version, rest[0]) if rest else None
+        if rest == ["bindings"] and ns and method == "POST" and (group, version) == ("", "v1"):
+            body = self._json_body(raw) or {}
+            pod = (body.get("metadata") or {}).get("name", "")
+            return self._send_json(201, self.server.api.bind(ns, pod, body))
         if rt is None or len(rest) > 3:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) > 1 else ""
@@ -240,8 +246,8 @@ class Handler(BaseHTTPRequestHandler):
                 if param in query:
                     options[param] = query[param]
             if name:
-                result = api.delete(rt, ns, name, options, opts)
-                return self._send_json(200, result)
+                result, deleted = api.delete(rt, ns, name, options, opts)
+                return self._send_json(200 if deleted else 202, result)
             items, _ = api.list_objects(rt, ns, query.get("labelSelector"), query.get("fieldSelector"))
             for item in items:
                 try:

