@@ -1,8 +1,12 @@
 """Shared test helper: validate Kubernetes objects strictly, as the API server would.
 
-Usage from any test (tests/ is put on ``sys.path`` below if needed)::
+Usage from any test; put ``tests/`` on ``sys.path`` first, e.g. in ``tests/<area>/conftest.py``::
 
-    from kube_validate import assert_valid, KUBERNETES_VERSIONS
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+then::
+
+    from kube_validate import assert_valid, resource_slice_problems, KUBERNETES_VERSIONS
     assert_valid(obj)                          # strict schemas of 1.34 and 1.37 + ResourceSlice rules
     assert_valid(obj, versions=("1.36",))
 

@@ -16,6 +16,13 @@ card to itself), ``cores`` (100, 0..100 step 1, default 0) and ``slots`` (HAMi's
 default 1 per allocation), with ``allowMultipleAllocations: true``. Version attributes are strict
 semver (``535.104.05`` -> ``535.104.5``) because Kubernetes rejects anything else at CEL time.
 
+Attributes (unqualified names live in the driver's domain, e.g. ``device.attributes["gpu.hami.io"].index``):
+``type`` ("gpu"), ``index``, ``minor``, ``uuid``, ``productName``, ``brand``, ``architecture``,
+``cudaComputeCapability`` / ``driverVersion`` / ``cudaDriverVersion`` (version), ``healthy`` (bool),
+``nvlinkPeers`` (string, see :func:`nvlink_peers_attribute`; only with NVLink),
+``resource.kubernetes.io/numaNode`` (int), ``resource.kubernetes.io/pciBusID`` and
+``resource.kubernetes.io/pcieRoot``. Anything the source did not determine is omitted.
+
 Health is always visible as the attribute ``healthy``; with ``taint_unhealthy`` a sick GPU also
 gets the ``NoSchedule`` taint ``<driver>/unhealthy``. With ``policy_taint`` every GPU gets the
 ``NoSchedule`` taint ``<driver>/policy-managed`` that only our controller tolerates, so

@@ -8,7 +8,6 @@ NVML run happens in a fresh Python subprocess with the mock's directory on ``LD_
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ if str(TESTS) not in sys.path:  # makes tests/kube_validate.py importable as `ku
 
 MOCK_SOURCE = REPO / "hack" / "mock-nvml" / "mock_nvml.c"
 
-from mock_profiles import fake_sysfs  # noqa: E402  (needs the path above)
+from mock_profiles import fake_sysfs, nvml_env  # noqa: E402  (needs the path above)
 
 from dra_driver.devices.model import Gpu  # noqa: E402
 
@@ -77,16 +76,6 @@ def _gpu_from_dict(item: dict[str, Any]) -> Gpu:
     item = dict(item)
     item["nvlink_peers"] = tuple(tuple(pair) for pair in item["nvlink_peers"])
     return Gpu(**item)
-
-
-def nvml_env(lib_dir: Path, profile_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = (
-        f"{lib_dir}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(lib_dir)
-    )
-    env["MOCK_NVML_PROFILE"] = str(profile_path)
-    env["PYTHONPATH"] = str(REPO)
-    return env
 
 
 @pytest.fixture

@@ -6,12 +6,15 @@ and ``--source simulated`` describe the same hardware identically.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dra_driver.devices.model import Gpu
 from dra_driver.devices.nvml import ARCHITECTURES, BRANDS
+
+REPO = Path(__file__).resolve().parents[2]
 
 _BRAND_CODES = {name: code for code, name in BRANDS.items()}
 _ARCH_CODES = {name: code for code, name in ARCHITECTURES.items()}
@@ -86,3 +89,13 @@ def fake_sysfs(root: Path, gpus: Sequence[Gpu], numa: dict[int, str] | None = No
         if not link.exists():
             link.symlink_to(device_dir)
     return root
+
+
+def nvml_env(lib_dir: Path, profile_path: Path) -> dict[str, str]:
+    """Environment for a subprocess that loads the mock from ``lib_dir`` with ``profile_path``."""
+    env = dict(os.environ)
+    paths = [str(lib_dir), *filter(None, [env.get("LD_LIBRARY_PATH")])]
+    env["LD_LIBRARY_PATH"] = ":".join(paths)
+    env["MOCK_NVML_PROFILE"] = str(profile_path)
+    env["PYTHONPATH"] = str(REPO)
+    return env

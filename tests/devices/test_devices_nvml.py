@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import nvml_env
 from kube_validate import assert_valid
-from mock_profiles import fake_sysfs, profile_from_gpus
+from mock_profiles import fake_sysfs, nvml_env, profile_from_gpus
 
 from dra_driver.devices.nvml import NVML_NOT_FOUND_HINT
 from dra_driver.devices.simulated import profile_gpus
