@@ -19,17 +19,19 @@ What it does (kubelet behaviour it copies, see dra-interfaces.md (a), (b)):
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
 LOG = logging.getLogger(__name__)
 
@@ -197,4 +199,206 @@ class PreparedPod:
     uid: str
     claims: dict[str, dict[str, str]] = field(default_factory=dict)  # claim uid -> ref
     cdi_ids: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> CDI IDs
+    drivers: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> drivers that prepared it
     error: str = ""
+
+
+def _claim_names(pod: dict[str, Any]) -> list[str]:
+    """ResourceClaim names a pod uses: direct names, or those recorded for templates."""
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+        if name:
+            names.append(str(name))
+    return names
+
+
+def _pod_done(pod: dict[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+class KubeletSimulator:
+    """One node's kubelet, reduced to what a DRA driver observes (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_name: str,
+        registry_dir: Path,
+        api_client: Any,
+        protocol: KubeletProtocol,
+        interval: float = 0.1,
+    ) -> None:
+        from kubernetes import client
+
+        self.node_name = node_name
+        self.registry_dir = registry_dir
+        self.protocol = protocol
+        self.interval = interval
+        self._core: Any = client.CoreV1Api(api_client)
+        self._resource: Any = client.ResourceV1Api(api_client)
+        self.plugins: dict[str, PluginClient] = {}  # driver -> client
+        self._sockets: dict[Path, str] = {}  # registration socket -> driver
+        self.pods: dict[str, PreparedPod] = {}  # pod uid -> prepared state
+        self.health: dict[tuple[str, str, str], str] = {}  # (driver, pool, device) -> HEALTHY/UNHEALTHY
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Wipe the node's ResourceSlices (as kubelet does at start-up), then run the sync loop."""
+        self._resource.delete_collection_resource_slice(
+            field_selector=f"spec.nodeName={self.node_name}", _preload_content=False
+        )
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._loop, name=f"kubelet-{self.node_name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        for plugin in self.plugins.values():
+            plugin.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as err:  # keep going like kubelet; record for tests
+                LOG.warning("kubelet %s: %s", self.node_name, err)
+                self.errors.append(str(err))
+            self._stop.wait(self.interval)
+
+    def sync(self) -> None:
+        with self._lock:
+            self._sync_plugins()
+            self._sync_pods()
+
+    # -- plugins ------------------------------------------------------------------------------
+
+    def _sync_plugins(self) -> None:
+        present = {p for p in self.registry_dir.rglob("*") if not p.name.startswith(".") and p.is_socket()}
+        for socket in list(self._sockets):
+            if socket not in present:
+                driver = self._sockets.pop(socket)
+                LOG.info("kubelet %s: plugin %s deregistered", self.node_name, driver)
+                self.plugins.pop(driver).close()
+        for socket in sorted(present - set(self._sockets)):
+            client = PluginClient(self.protocol, socket)
+            try:
+                plugin = client.register()
+            except (grpc.RpcError, ProtocolError) as err:
+                client.close()
+                self.errors.append(f"registration via {socket} failed: {err}")
+                continue
+            self._sockets[socket] = plugin.driver
+            self.plugins[plugin.driver] = client
+            threading.Thread(target=self._watch_health, args=(plugin.driver, client), daemon=True).start()
+
+    def _watch_health(self, driver: str, client: PluginClient) -> None:
+        try:
+            for message in client.watch_health():
+                for device in message.devices:
+                    key = (driver, device.device.pool_name, device.device.device_name)
+                    self.health[key] = (
+                        self.protocol.pool.FindEnumTypeByName("v1alpha1.HealthStatus")
+                        .values_by_number[device.health]
+                        .name
+                    )
+                if self._stop.is_set():
+                    return
+        except grpc.RpcError:
+            return
+
+    # -- pods ---------------------------------------------------------------------------------
+
+    def _sync_pods(self) -> None:
+        response = self._core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.node_name}", _preload_content=False
+        )
+        pods = {p["metadata"]["uid"]: p for p in json.loads(response.data).get("items") or []}
+        for uid, pod in pods.items():
+            if not _pod_done(pod) and (uid not in self.pods or self.pods[uid].error):
+                self.pods[uid] = self._prepare_pod(pod)
+        for uid in list(self.pods):
+            if uid not in pods or _pod_done(pods[uid]):
+                self._unprepare_pod(self.pods.pop(uid))
+
+    def _prepare_pod(self, pod: dict[str, Any]) -> PreparedPod:
+        meta = pod["metadata"]
+        state = PreparedPod(uid=meta["uid"])
+        batches: dict[str, list[dict[str, str]]] = {}
+        for name in _claim_names(pod):
+            claim = json.loads(
+                self._resource.read_namespaced_resource_claim(
+                    name, meta["namespace"], _preload_content=False
+                ).data
+            )
+            status = claim.get("status") or {}
+            if not any(r.get("uid") == meta["uid"] for r in status.get("reservedFor") or []):
+                state.error = f"pod {meta['name']} is not allowed to use ResourceClaim {name}"
+                return state
+            ref = {"namespace": meta["namespace"], "name": name, "uid": claim["metadata"]["uid"]}
+            state.claims[ref["uid"]] = ref
+            drivers = {
+                r["driver"]
+                for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            }
+            for driver in sorted(drivers):
+                batches.setdefault(driver, []).append(ref)
+        for driver, claims in batches.items():
+            plugin = self.plugins.get(driver)
+            if plugin is None:
+                state.error = f"DRA driver {driver} is not registered"
+                return state
+            response = plugin.prepare(claims)
+            for claim_ref in claims:
+                if claim_ref["uid"] not in response.claims:
+                    state.error = "NodePrepareResources skipped a ResourceClaim"
+                    return state
+                result = response.claims[claim_ref["uid"]]
+                if result.error:
+                    state.error = (
+                        f"NodePrepareResources failed for ResourceClaim {claim_ref['name']}: {result.error}"
+                    )
+                    return state
+                state.drivers.setdefault(claim_ref["uid"], []).append(driver)
+                ids = state.cdi_ids.setdefault(claim_ref["uid"], [])
+                ids.extend(i for d in result.devices for i in d.cdi_device_ids)
+        return state
+
+    def _unprepare_pod(self, state: PreparedPod) -> None:
+        in_use = {uid for other in self.pods.values() for uid in other.claims}
+        by_driver: dict[str, list[dict[str, str]]] = {}
+        for uid, ref in state.claims.items():
+            if uid in in_use:
+                continue
+            for driver in state.drivers.get(uid, []):
+                by_driver.setdefault(driver, []).append(ref)
+        for driver, claims in by_driver.items():
+            plugin = self.plugins.get(driver)
+            if plugin is None:
+                self.errors.append(f"cannot unprepare {len(claims)} claim(s): driver {driver} not registered")
+                continue
+            response = plugin.unprepare(claims)
+            for claim_ref in claims:
+                error = (
+                    response.claims[claim_ref["uid"]].error
+                    if claim_ref["uid"] in response.claims
+                    else "skipped"
+                )
+                if error:
+                    self.errors.append(f"NodeUnprepareResources {claim_ref['name']}: {error}")
+
+    def cdi_ids(self, pod_uid: str) -> list[str]:
+        """CDI IDs kubelet would pass to the runtime for the pod (empty if not prepared)."""
+        state = self.pods.get(pod_uid)
+        return [i for ids in state.cdi_ids.values() for i in ids] if state else []

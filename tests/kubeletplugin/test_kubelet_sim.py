@@ -1,0 +1,123 @@
+"""The sandbox's kubelet simulator driving the real plugin: slice wipe, registration, pod lifecycle."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.plugin import KubeletPlugin
+from dra_driver.sandbox.kubelet import KubeletProtocol, KubeletSimulator
+from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options
+from tests.kubeletplugin.helpers import DRIVER, claim, result
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def foreign_slice() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "stale-other-driver"},
+        "spec": {
+            "driver": "other.example.com",
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+@pytest.fixture
+def node(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol
+) -> Iterator[tuple[KubeletSimulator, KubeletPlugin]]:
+    k8s.ResourceV1Api(api_client).create_resource_slice(foreign_slice(), _preload_content=False)
+    kubelet = KubeletSimulator(NODE, dirs.registry, api_client, protocol, interval=0.05)
+    kubelet.start()
+    plugin = KubeletPlugin(
+        plugin_options(dirs, publish=True), profile_gpus("t4", node_name=NODE, gpus=2), api_client
+    )
+    plugin.start()
+    try:
+        yield kubelet, plugin
+    finally:
+        plugin.stop()
+        kubelet.stop()
+
+
+def pod(name: str, claim_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+        },
+    }
+
+
+def test_kubelet_simulator_end_to_end(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, dirs: Dirs
+) -> None:
+    kubelet, plugin = node
+    api = k8s.ResourceV1Api(api_client)
+    core = k8s.CoreV1Api(api_client)
+
+    def slice_names() -> list[str]:
+        items = json.loads(api.list_resource_slice(_preload_content=False).data)["items"]
+        return [s["metadata"]["name"] for s in items]
+
+    # kubelet wiped the foreign slice at start-up; our plugin registered and (re-)published its pool
+    wait_for(lambda: DRIVER in kubelet.plugins)
+    assert "stale-other-driver" not in slice_names()
+    wait_for(lambda: [n for n in slice_names() if DRIVER in n])
+    assert plugin.registration.registered.is_set()
+
+    created = json.loads(core.create_namespaced_pod("default", pod("p1", "c1"), _preload_content=False).data)
+    pod_uid = created["metadata"]["uid"]
+    c = claim("c1", [result("gpu-1", memory="1Gi", cores=10)])
+    c = create_claim(api_client, c)
+    status = dict(c["status"], reservedFor=[{"resource": "pods", "name": "p1", "uid": pod_uid}])
+    c["status"] = status
+    api.replace_namespaced_resource_claim_status("c1", "default", c, _preload_content=False)
+
+    ids = wait_for(lambda: kubelet.cdi_ids(pod_uid))
+    claim_uid = c["metadata"]["uid"]
+    assert ids[0].startswith(f"k8s.gpu.hami.io/gpu={claim_uid}-gpu-1-")
+    assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists()
+    assert wait_for(lambda: kubelet.health.get((DRIVER, NODE, "gpu-1"))) == "HEALTHY"
+
+    # pod finishes -> kubelet unprepares -> the CDI spec and checkpoint entry are gone
+    created["status"] = {"phase": "Succeeded"}
+    core.replace_namespaced_pod_status("p1", "default", created, _preload_content=False)
+    wait_for(lambda: not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists())
+    assert plugin.preparer.prepared() == {}
+    assert not kubelet.errors, kubelet.errors
+
+
+def test_pod_not_in_reserved_for_is_not_prepared(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, dirs: Dirs
+) -> None:
+    kubelet, _ = node
+    core = k8s.CoreV1Api(api_client)
+    create_claim(api_client, claim("c2", [result("gpu-0")]))
+    created = json.loads(core.create_namespaced_pod("default", pod("p2", "c2"), _preload_content=False).data)
+    state = wait_for(lambda: kubelet.pods.get(created["metadata"]["uid"]))
+    assert "not allowed to use ResourceClaim c2" in state.error
+    assert not list(dirs.cdi.glob("*.json"))
