@@ -196,9 +196,19 @@ class SlicePublisher:
 
         while not self._stop.is_set():
             try:
+                # List first and watch from that resourceVersion: a deletion before the list is
+                # caught by the sync we trigger here, one after it arrives as an event.
+                listed = self._api.list_resource_slice(
+                    field_selector=self._selector(), _preload_content=False
+                )
+                version = json.loads(listed.data).get("metadata", {}).get("resourceVersion")
+                self._wake.set()
                 watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
                 stream = watcher.stream(
-                    self._api.list_resource_slice, field_selector=self._selector(), timeout_seconds=30
+                    self._api.list_resource_slice,
+                    field_selector=self._selector(),
+                    resource_version=version,
+                    timeout_seconds=30,
                 )
                 for event in stream:
                     if self._stop.is_set():
