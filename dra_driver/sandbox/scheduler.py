@@ -1,0 +1,215 @@
+"""The part of kube-scheduler that DRA drivers see, for pods whose claims someone else allocated.
+
+Copied behaviour (``dynamicresources.go``, dra-interfaces.md (g) 2):
+
+- pods with ``schedulingGates`` are not scheduled (PreEnqueue);
+- a pod is scheduled only when every claim it references exists and is allocated (optionally a
+  plain first-fit allocator, :mod:`~dra_driver.sandbox.firstfit`, allocates claims of classes
+  that nobody else manages, as kube-scheduler would);
+- Filter: a node fits when it is schedulable, matches the pod's ``nodeSelector`` and matches
+  every claim's ``allocation.nodeSelector`` (nil = any node); the first fitting node by name wins;
+- PreBind: the pod is appended to each claim's ``reservedFor`` (UpdateStatus, retried on
+  conflict; allocation untouched), then the pod is bound (``pods/binding``);
+- PostFilter: when no node fits and a claim was unavailable (its node selector matched none of
+  the otherwise fitting nodes) and it is reserved by nobody or only by this pod, the scheduler
+  **clears the allocation** (``reservedFor``, ``allocation`` and ``devices`` set to nil) of the
+  first such claim, whoever allocated it, and reports the pod unschedulable.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from dra_driver.sandbox.api import Api, WriteOptions, now
+from dra_driver.sandbox.claimcontroller import claim_names
+from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.reconciler import Reconciler
+from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.selectors import node_selector_matches
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+PODS = lookup("", "v1", "pods")
+NODES = lookup("", "v1", "nodes")
+CLAIMS = lookup("resource.k8s.io", "v1", "resourceclaims")
+EVENTS = lookup("", "v1", "events")
+USER = WriteOptions(user="system:kube-scheduler")
+
+
+class Allocator(Protocol):
+    """Allocates an unallocated claim in place of kube-scheduler's structured allocator."""
+
+    def allocate(self, claim: Obj, nodes: list[Obj]) -> bool:
+        """Write ``status.allocation`` for ``claim`` (True) or leave it (False)."""
+        ...
+
+
+def _node_ok(pod: Obj, node: Obj) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    labels = node["metadata"].get("labels") or {}
+    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def record_event(
+    api: Api,
+    obj: Obj,
+    kind: str,
+    reason: str,
+    message: str,
+    type_: str = "Normal",
+    component: str = "default-scheduler",
+) -> None:
+    """A core/v1 Event about ``obj`` (what ``kubectl describe`` shows)."""
+    assert EVENTS is not None
+    meta = obj["metadata"]
+    ns = meta.get("namespace") or "default"
+    stamp = now()
+    event = {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
+        "involvedObject": {
+            "kind": kind,
+            "namespace": meta.get("namespace"),
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "apiVersion": obj.get("apiVersion"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": component},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": component,
+    }
+    try:
+        api.create(EVENTS, ns, event)
+    except ApiError as err:
+        log.debug("event for %s not recorded: %s", meta["name"], err.message)
+
+
+class Scheduler(Reconciler):
+    name = "sandbox-scheduler"
+    watches = ("pods", "nodes", "resourceclaims.resource.k8s.io")
+
+    def __init__(self, api: Api, allocator: Allocator | None = None, resync: float = 1.0) -> None:
+        super().__init__(api, resync)
+        self.allocator = allocator
+        self._reported: dict[str, str] = {}
+
+    def reconcile(self) -> None:
+        assert PODS and NODES
+        pods, _ = self.api.list_objects(PODS, None, field_selector="spec.nodeName=")
+        nodes, _ = self.api.list_objects(NODES, None)
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            if spec.get("schedulingGates") or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if spec.get("schedulerName", "default-scheduler") != "default-scheduler":
+                continue
+            try:
+                self._schedule(pod, nodes)
+            except ApiError as err:  # conflicts etc.: retried on the next pass
+                log.info(
+                    "scheduling %s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], err.message
+                )
+
+    def _claims(self, pod: Obj) -> list[Obj] | None:
+        assert CLAIMS
+        out = []
+        for claim_name in claim_names(pod).values():
+            if claim_name is None:
+                return None
+            try:
+                out.append(self.api.get(CLAIMS, pod["metadata"]["namespace"], claim_name))
+            except ApiError:
+                return None
+        return out
+
+    def _schedule(self, pod: Obj, nodes: list[Obj]) -> None:
+        assert CLAIMS and PODS
+        ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+        claims = self._claims(pod)
+        if claims is None:
+            return self._unschedulable(pod, "waiting for the pod's ResourceClaims to be created")
+        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        if pending:
+            if self.allocator is None or not all(self.allocator.allocate(c, nodes) for c in pending):
+                return self._unschedulable(pod, "waiting for the pod's ResourceClaims to be allocated")
+            claims = self._claims(pod) or []
+        fitting = [n for n in nodes if _node_ok(pod, n)]
+        candidates = [
+            n
+            for n in fitting
+            if all(node_selector_matches(c["status"]["allocation"].get("nodeSelector"), n) for c in claims)
+        ]
+        if not candidates:
+            self._post_filter(pod, claims, fitting)
+            return None
+        node = sorted(candidates, key=lambda n: n["metadata"]["name"])[0]["metadata"]["name"]
+        for claim in claims:
+            self._reserve(claim, pod)
+        self.api.bind(ns, name, {"target": {"kind": "Node", "name": node}}, USER)
+        self._reported.pop(uid, None)
+        record_event(self.api, pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
+        return None
+
+    def _reserve(self, claim: Obj, pod: Obj) -> None:
+        assert CLAIMS
+        uid = pod["metadata"]["uid"]
+        for _ in range(10):
+            reserved = claim["status"].get("reservedFor") or []
+            if any(r.get("uid") == uid for r in reserved):
+                return
+            claim["status"]["reservedFor"] = [
+                *reserved,
+                {"resource": "pods", "name": pod["metadata"]["name"], "uid": uid},
+            ]
+            try:
+                self.api.update(
+                    CLAIMS, claim["metadata"]["namespace"], claim["metadata"]["name"], claim, "status", USER
+                )
+                return
+            except ApiError as err:
+                if err.code != 409:
+                    raise
+                claim = self.api.get(CLAIMS, claim["metadata"]["namespace"], claim["metadata"]["name"])
+                if not (claim.get("status") or {}).get("allocation"):
+                    raise
+        raise ApiError(409, "Conflict", "could not reserve the claim")
+
+    def _post_filter(self, pod: Obj, claims: list[Obj], fitting: list[Obj]) -> None:
+        assert CLAIMS
+        uid = pod["metadata"]["uid"]
+        for claim in claims:
+            selector = claim["status"]["allocation"].get("nodeSelector")
+            if any(node_selector_matches(selector, n) for n in fitting):
+                continue
+            reserved = claim["status"].get("reservedFor") or []
+            if not reserved or (len(reserved) == 1 and reserved[0].get("uid") == uid):
+                status = {
+                    k: v
+                    for k, v in claim["status"].items()
+                    if k not in ("reservedFor", "allocation", "devices")
+                }
+                claim["status"] = status
+                self.api.update(
+                    CLAIMS, claim["metadata"]["namespace"], claim["metadata"]["name"], claim, "status", USER
+                )
+                self._unschedulable(pod, "deallocation of ResourceClaim completed", force=True)
+                return
+        self._unschedulable(
+            pod, f"0/{len(fitting)} nodes are available: resourceclaim not available on the node"
+        )
+
+    def _unschedulable(self, pod: Obj, message: str, force: bool = False) -> None:
+        uid = pod["metadata"]["uid"]
+        if self._reported.get(uid) == message and not force:
+            return
+        self._reported[uid] = message
+        record_event(self.api, pod, "Pod", "FailedScheduling", message, "Warning")

@@ -1,0 +1,154 @@
+"""The simulated control plane: template claims, reservedFor cleanup, the binder and PostFilter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver.sandbox import SandboxServer
+from dra_driver.sandbox.claimcontroller import BUILTIN_FINALIZER, POD_CLAIM_NAME
+from dra_driver.sandbox.cluster import NodeContext, SandboxCluster
+from tests.sandbox.helpers import allocation, claim_obj, pod_obj
+
+NS = "default"
+GATE = "gpu.hami.io/allocation"
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.02)
+
+
+class FakeKubelet:
+    started: list[NodeContext] = []  # noqa: RUF012 - test bookkeeping
+    stopped: list[str] = []  # noqa: RUF012
+
+    def __init__(self, ctx: NodeContext) -> None:
+        FakeKubelet.started.append(ctx)
+        self.name = ctx.name
+
+    def stop(self) -> None:
+        FakeKubelet.stopped.append(self.name)
+
+
+@pytest.fixture
+def cluster(sandbox: SandboxServer) -> Iterator[SandboxCluster]:
+    FakeKubelet.started, FakeKubelet.stopped = [], []
+    with SandboxCluster(sandbox, nodes=2, kubelet_factory=FakeKubelet, resync=0.1) as c:
+        yield c
+
+
+def _template(res: client.ResourceV1Api) -> None:
+    res.create_namespaced_resource_claim_template(
+        NS,
+        {
+            "metadata": {"name": "one-gpu"},
+            "spec": {"metadata": {"labels": {"from": "template"}}, "spec": claim_obj("x")["spec"]},
+        },
+    )
+
+
+def _gated_pod(name: str) -> dict[str, Any]:
+    pod = pod_obj(name, claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    return pod
+
+
+def test_nodes_and_kubelet_hook(cluster: SandboxCluster, sandbox_client: Any) -> None:
+    nodes = client.CoreV1Api(sandbox_client).list_node().items
+    assert [n.metadata.name for n in nodes] == ["node-1", "node-2"]
+    assert [c.name for c in FakeKubelet.started] == ["node-1", "node-2"]
+    ctx = FakeKubelet.started[0]
+    assert ctx.registry_dir.is_dir() and ctx.plugins_dir.is_dir() and ctx.cdi_dir.is_dir()
+    cluster.stop()
+    assert sorted(FakeKubelet.stopped) == ["node-1", "node-2"]
+
+
+def test_template_claims_binding_and_cleanup(
+    cluster: SandboxCluster, sandbox: SandboxServer, sandbox_client: Any
+) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    _template(res)
+    pod = core.create_namespaced_pod(NS, _gated_pod("p1"))
+    statuses = wait_for(lambda: core.read_namespaced_pod_status("p1", NS).status.resource_claim_statuses)
+    claim_name = statuses[0].resource_claim_name
+    assert statuses[0].name == "gpu" and claim_name.startswith("p1-gpu-")
+    claim = res.read_namespaced_resource_claim(claim_name, NS)
+    assert claim.metadata.annotations[POD_CLAIM_NAME] == "gpu" and claim.metadata.labels == {
+        "from": "template"
+    }
+    owner = claim.metadata.owner_references[0]
+    assert (owner.kind, owner.uid, owner.controller, owner.block_owner_deletion) == (
+        "Pod",
+        pod.metadata.uid,
+        True,
+        True,
+    )
+    time.sleep(0.3)
+    assert core.read_namespaced_pod("p1", NS).spec.node_name is None, "a gated pod is never scheduled"
+
+    # an external allocator allocates for node-2 and removes the gate: the binder does the rest
+    res.patch_namespaced_resource_claim_status(
+        claim_name, NS, {"status": {"allocation": allocation("node-2")}}
+    )
+    core.patch_namespaced_pod("p1", NS, [{"op": "remove", "path": "/spec/schedulingGates"}])
+    wait_for(lambda: core.read_namespaced_pod("p1", NS).spec.node_name == "node-2")
+    reserved = res.read_namespaced_resource_claim(claim_name, NS).status.reserved_for
+    assert [(r.resource, r.name, r.uid) for r in reserved] == [("pods", "p1", pod.metadata.uid)]
+
+    # the pod ends: reservedFor is cleaned up and the generated claim deleted
+    core.patch_namespaced_pod_status("p1", NS, {"status": {"phase": "Succeeded"}})
+    wait_for(lambda: not res.list_namespaced_resource_claim(NS).items)
+
+
+def test_post_filter_clears_an_allocation_for_an_unusable_node(
+    cluster: SandboxCluster, sandbox_client: Any
+) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    res.create_namespaced_resource_claim(NS, claim_obj("c1"))
+    res.patch_namespaced_resource_claim_status("c1", NS, {"status": {"allocation": allocation("node-9")}})
+    core.create_namespaced_pod(NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimName": "c1"}]))
+    wait_for(lambda: res.read_namespaced_resource_claim("c1", NS).status.allocation is None)
+    events = core.list_namespaced_event(
+        NS, field_selector="involvedObject.name=p1,reason=FailedScheduling"
+    ).items
+    assert any(e.message == "deallocation of ResourceClaim completed" for e in events)
+    assert core.read_namespaced_pod("p1", NS).spec.node_name is None
+
+
+def test_builtin_finalizer_claims_are_deallocated_when_the_pod_goes(
+    cluster: SandboxCluster, sandbox_client: Any
+) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    claim = claim_obj("c1")
+    claim["metadata"]["finalizers"] = [BUILTIN_FINALIZER]
+    res.create_namespaced_resource_claim(NS, claim)
+    res.patch_namespaced_resource_claim_status("c1", NS, {"status": {"allocation": allocation("node-1")}})
+    core.create_namespaced_pod(NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimName": "c1"}]))
+    wait_for(lambda: core.read_namespaced_pod("p1", NS).spec.node_name == "node-1")
+    core.delete_namespaced_pod("p1", NS)
+    done = wait_for(
+        lambda: (c := res.read_namespaced_resource_claim("c1", NS)).metadata.finalizers is None and c
+    )
+    assert done.status.allocation is None and not done.status.reserved_for
+
+
+def test_bound_pod_gets_allocated_claims_reserved(cluster: SandboxCluster, sandbox_client: Any) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    res.create_namespaced_resource_claim(NS, claim_obj("c1"))
+    res.patch_namespaced_resource_claim_status("c1", NS, {"status": {"allocation": allocation("node-1")}})
+    pod = core.create_namespaced_pod(
+        NS, pod_obj("p1", node="node-1", claims=[{"name": "gpu", "resourceClaimName": "c1"}])
+    )
+    reserved = wait_for(lambda: res.read_namespaced_resource_claim("c1", NS).status.reserved_for)
+    assert reserved[0].uid == pod.metadata.uid
