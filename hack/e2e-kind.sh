@@ -143,10 +143,9 @@ place binpack-numa gpu-0
 
 log "mutex,binpack,numa with every card busy stays Pending"
 k apply -f api/examples/mutex-binpack-numa.yaml >/dev/null
-sleep 10
+reports_conflict() { grep -q ExclusiveDeviceAllocateConflict <<<"$(k describe pod mutex-binpack-numa)"; }
+wait_until "ExclusiveDeviceAllocateConflict on pod mutex-binpack-numa" reports_conflict
 [ -z "$(device_of mutex-binpack-numa)" ] || fail "mutex-binpack-numa was allocated although every card has tenants"
-k describe pod mutex-binpack-numa | grep -q ExclusiveDeviceAllocateConflict ||
-  fail "mutex-binpack-numa does not report ExclusiveDeviceAllocateConflict"
 echo "ok: Pending with ExclusiveDeviceAllocateConflict"
 
 log "freeing gpu-1"
@@ -158,7 +157,7 @@ echo "ok: mutex-binpack-numa -> gpu-1"
 log "containers run with HAMi-core limits from CDI"
 for pod in binpack binpack-2 mutex-binpack mutex binpack-numa mutex-binpack-numa; do
   k wait --for=condition=Ready "pod/${pod}" --timeout="${WAIT}s" >/dev/null || fail "pod ${pod} is not Ready"
-  k logs "$pod" | grep -qx 'CUDA_DEVICE_MEMORY_LIMIT_0=1000m' || fail "pod ${pod} lacks CUDA_DEVICE_MEMORY_LIMIT_0=1000m"
+  grep -qx 'CUDA_DEVICE_MEMORY_LIMIT_0=1000m' <<<"$(k logs "$pod")" || fail "pod ${pod} lacks CUDA_DEVICE_MEMORY_LIMIT_0=1000m"
 done
 echo "ok: 6 pods Ready with CUDA_DEVICE_MEMORY_LIMIT_0=1000m"
 
