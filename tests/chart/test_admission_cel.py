@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.conftest import NAMESPACE, Render, find
+from tests.chart.helpers import NAMESPACE, Render, find
 
 cel = pytest.importorskip("cel_expr_python.cel", reason="cel-expr-python is not installed")
 ext_optional = pytest.importorskip("cel_expr_python.ext.ext_optional")

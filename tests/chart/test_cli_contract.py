@@ -13,7 +13,7 @@ import io
 import pytest
 
 from tests.chart.combos import SIMULATED
-from tests.chart.conftest import ALL_ON, Render, container, find
+from tests.chart.helpers import ALL_ON, Render, container, find
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.chart.combos import CERT_MANAGER, CERT_MANAGER_ISSUER, EXISTING_CERT, HA, PLUGIN_ONLY
-from tests.chart.conftest import NAMESPACE, HelmError, Render, all_of, container, find
+from tests.chart.helpers import NAMESPACE, HelmError, Render, all_of, container, find
 
 GATE = "gpu.hami.io/allocation"
 

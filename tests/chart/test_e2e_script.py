@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.chart.conftest import EXAMPLES, REPO
+from tests.chart.helpers import EXAMPLES, REPO
 
 SCRIPT = REPO / "hack" / "e2e-kind.sh"
 

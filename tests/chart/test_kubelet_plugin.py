@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.chart.combos import SIMULATED
-from tests.chart.conftest import ALL_ON, NAMESPACE, Render, container, find
+from tests.chart.helpers import ALL_ON, NAMESPACE, Render, container, find
 
 
 def _plugin(objects: list[dict]) -> dict:

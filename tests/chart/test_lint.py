@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chart.conftest import ALL_ON, CHART, run_helm
+from tests.chart.helpers import ALL_ON, CHART, run_helm
 
 
 @pytest.mark.parametrize("values_args", [[], ["-f", str(ALL_ON)]], ids=["defaults", "all-options"])

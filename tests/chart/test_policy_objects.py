@@ -9,7 +9,7 @@ import yaml
 
 from dra_driver.config import parse_gpu_config
 from tests.chart.combos import CUSTOM_DRIVER
-from tests.chart.conftest import ALL_ON, EXAMPLES, NAMESPACE, Render, all_of, find
+from tests.chart.helpers import ALL_ON, EXAMPLES, NAMESPACE, Render, all_of, find
 
 RECIPES = {
     "binpack": "binpack",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.conftest import CHART, HelmError, Render
+from tests.chart.helpers import CHART, HelmError, Render
 
 BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("unknown top-level key", {"replicaCount": 2}, "replicaCount"),

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.chart.combos import COMBOS
-from tests.chart.conftest import ALL_ON, CHART, EXAMPLES, HelmError, Render, run_helm
+from tests.chart.helpers import ALL_ON, CHART, EXAMPLES, HelmError, Render, run_helm
 from tests.kube_validate import assert_valid
 
 #: Kinds from CRDs that kubernetes-validate has no schema for; checked by hand below.
