@@ -34,7 +34,7 @@ def test_controller_args_and_leader_election(render: Render) -> None:
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+            "verbs": ["get", "create", "update"],
         }
     ]
     binding = find(objects, "RoleBinding", "controller-leader-election")

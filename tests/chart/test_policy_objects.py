@@ -150,6 +150,7 @@ def test_rbac_is_least_privilege(render: Render) -> None:
         ("", "events", "patch"),
     } <= controller
     assert not {r for (_, r, v) in controller if v in ("create", "delete")} - {"events"}
+    assert {g for (g, r, _) in controller if r == "events"} == {""}, "core/v1 Events only"
     assert not {v for (_, r, v) in controller if r == "resourceslices"} - {"get", "list", "watch"}
     webhook = _rules(objects, "webhook")
     assert webhook == {(rs, r, "get") for r in ("resourceclaims", "resourceclaimtemplates", "deviceclasses")}
