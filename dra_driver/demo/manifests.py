@@ -1,0 +1,185 @@
+"""The demo's Kubernetes objects: the seed's lab (one node, four Tesla T4) and its pods, in order.
+
+The seed's worked example needs GPU 0 with two 1000 MiB tenants, GPU 1 with one, GPUs 2 and 3
+idle, then a ``mutex,binpack`` pod. On an idle node ``binpack`` ties everywhere and takes GPU 0,
+then stacks the second tenant there; ``spread`` then takes the least used card, GPU 1. So the
+tenants are created through ordinary policy classes, exactly as a user would, and the placements
+themselves are part of what the demo checks. A ``spread`` filler then takes GPU 3 so that a
+``mutex`` pod finds no idle card and stays Pending until the filler is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DRIVER = "gpu.hami.io"
+NODE = "gke-lab-node"
+NAMESPACE = "default"
+PROFILE = "t4"
+GPU_COUNT = 4
+TENANT_MEMORY = "1000Mi"
+
+#: DeviceClass name -> GpuConfig policy chain carried as the class's opaque parameters.
+CLASS_POLICIES: dict[str, str] = {
+    "binpack": "binpack",
+    "spread": "spread",
+    "mutex-binpack": "mutex,binpack",
+    "mutex": "mutex",
+}
+
+
+@dataclass(frozen=True)
+class DemoPod:
+    """One pod of the scenario and the card the seed's semantics send it to."""
+
+    name: str
+    recipe: str  # key of CLASS_POLICIES
+    expected_device: str
+    why: str
+
+    @property
+    def policy(self) -> str:
+        return CLASS_POLICIES[self.recipe]
+
+
+TENANTS = (
+    DemoPod("tenant-a", "binpack", "gpu-0", "idle node: binpack ties at 0, lowest index wins"),
+    DemoPod("tenant-b", "binpack", "gpu-0", "binpack stacks onto the busiest card that fits"),
+    DemoPod("tenant-c", "spread", "gpu-1", "spread takes the least used card (GPU 1..3 tie, index wins)"),
+)
+LATENCY = DemoPod(
+    "latency-tier", "mutex-binpack", "gpu-2", "mutex drops GPU 0 and 1, binpack ties 2 and 3, index wins"
+)
+FILLER = DemoPod("filler", "spread", "gpu-3", "spread takes the only card without tenants")
+EXCLUSIVE = DemoPod("exclusive", "mutex", "gpu-3", "mutex waits for a card without tenants")
+
+#: The seed's usage scores of GPU 0..3 when the latency-tier pod is placed.
+EXPECTED_SCORES = (3.302083, 1.651042, 0.0, 0.0)
+
+
+def class_name(recipe: str) -> str:
+    return f"{recipe}.{DRIVER}"
+
+
+def template_name(recipe: str) -> str:
+    return f"{recipe}-1000mi"
+
+
+def device_class(recipe: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": class_name(recipe)},
+        "spec": {
+            "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}],
+            "config": [
+                {
+                    "opaque": {
+                        "driver": DRIVER,
+                        "parameters": {
+                            "apiVersion": f"{DRIVER}/v1alpha1",
+                            "kind": "GpuConfig",
+                            "policy": CLASS_POLICIES[recipe],
+                            "nodePolicy": "binpack",
+                        },
+                    }
+                }
+            ],
+        },
+    }
+
+
+def claim_template(recipe: str) -> dict[str, Any]:
+    """One GPU with a 1000 MiB memory slice from the recipe's class."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template_name(recipe), "namespace": NAMESPACE},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": class_name(recipe),
+                                "count": 1,
+                                "capacity": {"requests": {"memory": TENANT_MEMORY}},
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def pod(demo_pod: DemoPod) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": demo_pod.name,
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/part-of": "hami-dra-demo", f"{DRIVER}/recipe": demo_pod.recipe},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template_name(demo_pod.recipe)}],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "env | grep ^CUDA_ ; sleep 86400"],
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+
+
+def webhook_configurations(url: str, ca_bundle: str) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, object): the mutating (pod gate) and validating (GpuConfig) webhooks, as the chart has them."""
+    common = {
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+    }
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "hami-dra-demo"},
+        "webhooks": [
+            {
+                "name": f"pods.{DRIVER}",
+                "clientConfig": {"url": f"{url}/mutate", "caBundle": ca_bundle},
+                "rules": [
+                    {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+                ],
+                **common,
+            }
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "hami-dra-demo"},
+        "webhooks": [
+            {
+                "name": f"config.{DRIVER}",
+                "clientConfig": {"url": f"{url}/validate", "caBundle": ca_bundle},
+                "rules": [
+                    {
+                        "operations": ["CREATE", "UPDATE"],
+                        "apiGroups": ["resource.k8s.io"],
+                        "apiVersions": ["v1"],
+                        "resources": ["deviceclasses", "resourceclaims", "resourceclaimtemplates"],
+                    }
+                ],
+                **common,
+            }
+        ],
+    }
+    return [("MutatingWebhookConfiguration", mutating), ("ValidatingWebhookConfiguration", validating)]

@@ -1,0 +1,90 @@
+"""The driver's real admission webhook, served over HTTPS and registered with the sandbox.
+
+The sandbox calls it the way kube-apiserver does (AdmissionReview v1, trusting only the
+configuration's ``caBundle``), so every demo pod gets the ``gpu.hami.io/allocation`` gate from
+the webhook itself and every DeviceClass/claim template is validated by it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dra_driver.demo import manifests
+from dra_driver.sandbox.certs import make_self_signed
+from dra_driver.webhook.lookup import KubeLookup
+from dra_driver.webhook.server import WebhookServer, tls_context
+
+
+class CompatLookup(KubeLookup):
+    """``KubeLookup`` whose GETs also work with kubernetes client >= 35 (new ``call_api`` signature).
+
+    ``KubeLookup._get`` passes ``auth_settings`` etc. to ``ApiClient.call_api``, which the
+    openapi-generator v7 client (kubernetes 35+) no longer accepts (TypeError). Until that is fixed
+    in ``dra_driver/webhook/lookup.py``, this falls back to ``param_serialize`` + ``call_api``;
+    once fixed, the parent's code runs unchanged.
+    """
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        try:
+            return super()._get(path)
+        except TypeError:
+            pass
+        _, url, headers, _, _ = self._api.param_serialize(
+            "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
+        response = self._api.call_api("GET", url, header_params=headers)
+        data = response.read()
+        if response.status == 404:
+            return None
+        if not 200 <= response.status <= 299:
+            raise RuntimeError(f"GET {path}: HTTP {response.status}: {data.decode(errors='replace')[:200]}")
+        result: dict[str, Any] = json.loads(data)
+        return result
+
+
+class DemoWebhook:
+    """Starts the webhook on 127.0.0.1 (free port) and registers its configurations."""
+
+    def __init__(self, api_client: Any, driver: str) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="hami-dra-demo-webhook-")
+        self._api_client = api_client
+        self.driver = driver
+        pair = make_self_signed(Path(self._dir.name), "hami-dra-webhook", ("127.0.0.1", "localhost"))
+        self.ca_bundle = base64.b64encode(pair.ca_pem).decode()
+        self.server = WebhookServer(
+            CompatLookup(api_client, driver),
+            driver,
+            host="127.0.0.1",
+            port=0,
+            ssl_context=tls_context(str(pair.cert_file), str(pair.key_file)),
+        )
+        self.server.start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server.port}"
+
+    def register(self) -> list[str]:
+        """Create the Mutating/ValidatingWebhookConfiguration objects; returns their kinds."""
+        from kubernetes import client
+
+        api = client.AdmissionregistrationV1Api(self._api_client)
+        kinds = []
+        for kind, body in manifests.webhook_configurations(self.url, self.ca_bundle):
+            if kind == "MutatingWebhookConfiguration":
+                api.create_mutating_webhook_configuration(body, _preload_content=False)
+            else:
+                api.create_validating_webhook_configuration(body, _preload_content=False)
+            kinds.append(kind)
+        return kinds
+
+    def stop(self) -> None:
+        try:
+            self.server.stop()
+        finally:
+            self._api_client.close()
+            self._dir.cleanup()
