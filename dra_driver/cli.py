@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.kubeletplugin.command",
     "dra_driver.controller.command",
     "dra_driver.webhook.command",
+    "dra_driver.sandbox.command",
 )
 
 

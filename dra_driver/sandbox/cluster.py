@@ -14,6 +14,8 @@ beside the cluster (kubelet plugins, the controller, the webhook) is handed to
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,9 +127,16 @@ class SandboxCluster:
         self.scheduler = Scheduler(server.api, allocator, resync)
         self.kubelets: dict[str, Stoppable] = {}
         self._components: list[Stoppable] = []
+        # Unix socket paths are limited to 108 bytes, so node roots live in a short temp dir;
+        # <state dir>/nodes links to it so people can find the sockets and CDI specs.
+        self.nodes_root = Path(tempfile.mkdtemp(prefix="hdra-"))
+        link = self.server.state_dir / "nodes"
+        if link.is_symlink() or not link.exists():
+            link.unlink(missing_ok=True)
+            link.symlink_to(self.nodes_root, target_is_directory=True)
 
     def node_context(self, name: str) -> NodeContext:
-        root = self.server.state_dir / "nodes" / name
+        root = self.nodes_root / name
         ctx = NodeContext(name, self.server, root)
         for d in (ctx.plugins_dir, ctx.registry_dir, ctx.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
@@ -173,6 +182,7 @@ class SandboxCluster:
         self.kubelets.clear()
         self.scheduler.stop()
         self.claim_controller.stop()
+        shutil.rmtree(self.nodes_root, ignore_errors=True)
 
     def __enter__(self) -> SandboxCluster:
         return self.start()
