@@ -86,26 +86,30 @@ def make_spec(kind: str, devices: list[dict[str, Any]], container_edits: dict[st
     return spec
 
 
-def write_spec(path: Path, spec: dict[str, Any]) -> None:
-    """Write ``spec`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir.
+def write_spec(path: Path, spec: dict[str, Any], durable: bool = False) -> None:
+    """Write ``spec`` to ``path`` atomically: temp file in the same dir, then rename.
 
     The temp name starts with a dot and does not end in .json, so a runtime scanning the dir never
-    parses a half-written spec.
+    parses a half-written spec. No fsync by default: the CDI dir is a tmpfs (``/var/run/cdi``)
+    that a reboot empties anyway, and the plugin re-creates missing specs on the next prepare;
+    the checkpoint, not the spec, is the durable record.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(spec, indent=2, sort_keys=False).encode() + b"\n"
+    data = json.dumps(spec, indent=1).encode() + b"\n"
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(tmp_name, 0o644)
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

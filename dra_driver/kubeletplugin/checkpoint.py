@@ -50,8 +50,6 @@ class ClaimEntry:
     devices: list[AllocatedDevice] = field(default_factory=list)
     #: CDI IDs returned per device, in the order of ``devices``.
     cdi_ids: list[list[str]] = field(default_factory=list)
-    #: The CDI spec we wrote, kept so a missing spec file can be re-created without the API.
-    spec: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +59,6 @@ class ClaimEntry:
             "bootID": self.boot_id,
             "devices": [d.to_json() for d in self.devices],
             "cdiIDs": self.cdi_ids,
-            "spec": self.spec,
         }
 
     @classmethod
@@ -76,7 +73,6 @@ class ClaimEntry:
             boot_id=str(data.get("bootID", "")),
             devices=[AllocatedDevice.from_json(d) for d in data.get("devices") or []],
             cdi_ids=[[str(i) for i in ids] for ids in data.get("cdiIDs") or []],
-            spec=data.get("spec"),
         )
 
 
@@ -89,9 +85,12 @@ def read_boot_id(path: Path = DEFAULT_BOOT_ID_FILE) -> str:
         return "unknown"
 
 
+def _canonical(claims: dict[str, Any]) -> bytes:
+    return json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
+
+
 def _checksum(claims: dict[str, Any]) -> str:
-    canonical = json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return hashlib.sha256(_canonical(claims)).hexdigest()
 
 
 class Checkpoint:
@@ -99,6 +98,23 @@ class Checkpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Encoded entries keyed by uid, reused while (entry object, state, boot ID) are unchanged:
+        # a save then costs O(changed entries) in JSON work instead of O(all prepared claims).
+        self._encoded: dict[str, tuple[tuple[int, str, str], bytes]] = {}
+
+    def _encode(self, entries: dict[str, ClaimEntry]) -> bytes:
+        """The canonical JSON of the claims map, byte-identical to ``_canonical`` of it."""
+        parts = []
+        fresh: dict[str, tuple[tuple[int, str, str], bytes]] = {}
+        for uid in sorted(entries):
+            entry = entries[uid]
+            key = (id(entry), entry.state, entry.boot_id)
+            cached = self._encoded.get(uid)
+            encoded = cached[1] if cached is not None and cached[0] == key else _canonical(entry.to_json())
+            fresh[uid] = (key, encoded)
+            parts.append(json.dumps(uid).encode() + b":" + encoded)
+        self._encoded = fresh
+        return b"{" + b",".join(parts) + b"}"
 
     def load(self) -> dict[str, ClaimEntry]:
         """Entries by claim UID; {} when absent. Raises CorruptCheckpoint on anything untrustworthy."""
@@ -123,9 +139,10 @@ class Checkpoint:
 
     def save(self, entries: dict[str, ClaimEntry]) -> None:
         """Atomically replace the checkpoint with ``entries``."""
-        claims = {uid: entry.to_json() for uid, entry in sorted(entries.items())}
-        document = {"version": VERSION, "checksum": _checksum(claims), "claims": claims}
-        data = json.dumps(document, separators=(",", ":")).encode()
+        canonical = self._encode(entries)
+        checksum = hashlib.sha256(canonical).hexdigest()
+        # The claims object is embedded exactly as hashed, so one serialisation serves both.
+        data = b'{"version":%d,"checksum":"%s","claims":%s}' % (VERSION, checksum.encode(), canonical)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=".checkpoint.", suffix=".tmp", dir=self.path.parent)
         try:

@@ -142,7 +142,7 @@ class Preparer:
             spec, cdi_ids = self._build_spec(ref.uid, resolved)
             self._write_side_effects(ref.uid, spec, resolved)
             entries[ref.uid] = ClaimEntry(
-                ref.namespace, ref.name, PREPARE_COMPLETED, self.config.boot_id, devices, cdi_ids, spec
+                ref.namespace, ref.name, PREPARE_COMPLETED, self.config.boot_id, devices, cdi_ids
             )
             LOG.info("rebuilt checkpoint entry for claim %s (%s)", ref, ref.uid)
         return entries
@@ -173,11 +173,12 @@ class Preparer:
         if entry is None or entry.state != PREPARE_COMPLETED or entry.boot_id != self.config.boot_id:
             return None
         path = self.config.cdi_dir / self.names.spec_file_name(ref.uid)
-        if entry.spec is None:
-            return None
         if not path.exists():
+            # The spec is a pure function of the devices and the inventory: rebuild it (no API call).
             LOG.info("CDI spec of claim %s missing; writing it again", ref)
-            cdi.write_spec(path, entry.spec)
+            resolved = self._resolve(ref, entry.devices)
+            spec, _ = self._build_spec(ref.uid, resolved)
+            self._write_side_effects(ref.uid, spec, resolved)
         return self._response(entry.devices, entry.cdi_ids)
 
     def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
@@ -196,7 +197,7 @@ class Preparer:
             check_fits(ref.uid, resolved, others, {g.name: g for g in self.inventory.all()})
             spec, cdi_ids = self._build_spec(ref.uid, resolved)
             entry = ClaimEntry(
-                ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids, spec
+                ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids
             )
             self._entries[ref.uid] = entry
             self._save()

@@ -21,7 +21,7 @@ from dra_driver.kubeletplugin.claims import AllocatedDevice
 def entries() -> dict[str, ClaimEntry]:
     device = AllocatedDevice("gpu/small", "node-1", "gpu-0", "s-1", {"memory": 1024, "cores": 10})
     return {
-        "u1": ClaimEntry("ns", "c1", PREPARE_COMPLETED, "boot-a", [device], [["k/gpu=x"]], {"kind": "k/gpu"}),
+        "u1": ClaimEntry("ns", "c1", PREPARE_COMPLETED, "boot-a", [device], [["k/gpu=x"]]),
         "u2": ClaimEntry("ns", "c2", PREPARE_STARTED, "boot-a"),
     }
 
@@ -60,3 +60,14 @@ def test_boot_id(tmp_path: Path) -> None:
     (tmp_path / "boot").write_text("abc\n")
     assert read_boot_id(tmp_path / "boot") == "abc"
     assert read_boot_id(tmp_path / "missing") == "unknown"
+
+
+def test_incremental_encoding_matches_canonical_form(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json")
+    current = entries()
+    checkpoint.save(current)
+    current["u2"].state = PREPARE_COMPLETED  # mutated in place: must not reuse the stale encoding
+    del current["u1"]
+    checkpoint.save(current)
+    loaded = checkpoint.load()  # verifies the checksum against a fresh canonical dump
+    assert loaded["u2"].state == PREPARE_COMPLETED and "u1" not in loaded
