@@ -237,3 +237,44 @@ def test_stale_socket_replaced(dirs: Dirs, api_client: Any) -> None:
     finally:
         running.stop()
     assert not Path(stale).exists()
+
+
+def test_nvml_mode_returns_nvidia_cdi_ids_and_checks_their_spec(
+    dirs: Dirs, api_client: Any, protocol: Any, caplog: Any
+) -> None:
+    """On real GPUs device nodes and libraries come from the NVIDIA toolkit's spec, not ours."""
+    import logging
+    import socket
+
+    from dra_driver.devices.simulated import profile_gpus
+    from tests.kubeletplugin.conftest import plugin_options
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gpus = profile_gpus("a100-80gb", node_name="node-1", gpus=2)
+    with caplog.at_level(logging.WARNING):
+        running = KubeletPlugin(plugin_options(dirs, simulated=False, metrics_port=port), gpus, api_client)
+        running.start()
+    try:
+        assert "nvidia-ctk cdi generate" in caplog.text
+        kubelet = PluginClient(protocol, running.servers.registration_socket)
+        kubelet.register()
+        c = create_claim(api_client, claim("c1", [result("gpu-1", share=False)]))
+        (device,) = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]].devices
+        assert list(device.cdi_device_ids) == [
+            f"k8s.gpu.hami.io/gpu={c['metadata']['uid']}-gpu-1",
+            f"nvidia.com/gpu={gpus[1].uuid}",
+        ]
+        spec = read_spec(dirs.cdi / f"k8s.gpu.hami.io-gpu_{c['metadata']['uid']}.json")
+        assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
+        # the lowest version that accepts the spec: 0.5.0 only because of a device name starting with a digit
+        assert spec["cdiVersion"] == ("0.5.0" if c["metadata"]["uid"][0].isdigit() else "0.3.0")
+        kubelet.close()
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            body = response.read().decode()
+        assert 'hami_dra_kubelet_plugin_requests_total{operation="prepare"} 1.0' in body
+    finally:
+        running.stop()
