@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
+import socket
+import threading
+import uuid
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +39,57 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.config import ConfigError, ControllerDefaults
 
     try:
-        ControllerDefaults(policy=args.default_policy, node_policy=args.default_node_policy)
+        defaults = ControllerDefaults(policy=args.default_policy, node_policy=args.default_node_policy)
     except ConfigError as err:
         raise UsageError(str(err)) from None
-    raise UsageError("the controller is not implemented yet")
+    if not 0 <= args.metrics_port < 65536:
+        raise UsageError(f"--metrics-port must be within 0..65535, got {args.metrics_port}")
+    from dra_driver.controller.controller import Controller
+    from dra_driver.controller.kube import Kube, KubeError
+    from dra_driver.controller.leader import LeaderElector
+    from dra_driver.controller.metrics import ControllerMetrics
+
+    kube = Kube(_api_client(args.kubeconfig))
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    metrics = ControllerMetrics()
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(kube, args.leader_elect_namespace, identity)
+        elector.start()
+    controller = Controller(
+        kube,
+        args.driver_name,
+        defaults,
+        is_leader=elector.is_leader if elector else None,
+        identity=identity,
+        metrics=metrics,
+    )
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        controller.start()
+    except KubeError as err:
+        raise UsageError(f"cannot reach the API server: {err}") from None
+    log.warning("hami-dra controller %s running for driver %s", identity, args.driver_name)
+    try:
+        stop.wait()
+    finally:
+        controller.stop()
+        if elector is not None:
+            elector.stop()
+    return 0
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
+        else:
+            config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
+    except Exception as err:
+        raise UsageError(f"cannot load Kubernetes configuration: {err}") from None
+    return client.ApiClient()

@@ -1,0 +1,97 @@
+"""A planned claim -> ``status.allocation`` exactly as the ``resource.k8s.io/v1`` API defines it.
+
+* one result per device: ``request`` (``req`` or ``req/sub``), ``driver``, ``pool``, ``device``;
+  our devices allow multiple allocations, so each result gets a fresh ``shareID`` (a UUID) and
+  ``consumedCapacity`` listing every capacity (``memory``, ``cores``, ``slots``), even zero ones;
+  ``adminAccess`` results take nothing and carry ``adminAccess: true``; request tolerations are
+  copied, as the scheduler copies them;
+* ``config``: for each request the class's configs (``source: FromClass``, ``requests: [req]``),
+  then the claim's configs (``source: FromClaim``, their own ``requests``), as kube-scheduler
+  builds them, so the kubelet plugin sees the same thing whoever allocated;
+* ``nodeSelector`` pins the node with ``matchFields metadata.name In [node]``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dra_driver.controller.planner import ClaimPlan
+from dra_driver.quantity import format_bytes
+
+Obj = Mapping[str, Any]
+
+
+def node_selector(node: str) -> dict[str, Any]:
+    return {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    }
+
+
+def pinned_node(allocation: Obj | None) -> str | None:
+    """The single node an allocation's nodeSelector pins (our and the scheduler's form), if any."""
+    if not allocation:
+        return None
+    terms: list[Any] = list((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ())
+    if len(terms) != 1:
+        return None
+    for requirement in terms[0].get("matchFields") or ():
+        values: list[Any] = list(requirement.get("values") or ())
+        if (
+            requirement.get("key") == "metadata.name"
+            and requirement.get("operator") == "In"
+            and len(values) == 1
+        ):
+            return str(values[0])
+    return None
+
+
+def build_allocation(
+    plan: ClaimPlan,
+    node: str,
+    driver: str,
+    device_class: Callable[[str], Obj | None],
+    request_classes: Mapping[str, str],
+    new_uid: Callable[[], str] = lambda: str(uuid.uuid4()),
+) -> dict[str, Any]:
+    results = []
+    for result in plan.results:
+        entry: dict[str, Any] = {
+            "request": result.request,
+            "driver": driver,
+            "pool": result.pool,
+            "device": result.device,
+        }
+        if result.admin_access:
+            entry["adminAccess"] = True
+        else:
+            entry["shareID"] = new_uid()
+            entry["consumedCapacity"] = {
+                "memory": format_bytes(result.share.memory),
+                "cores": str(result.share.cores),
+                "slots": str(result.share.tenants),
+            }
+        if result.tolerations:
+            entry["tolerations"] = [dict(toleration) for toleration in result.tolerations]
+        results.append(entry)
+    config: list[dict[str, Any]] = []
+    seen_requests = []
+    for result in plan.results:
+        if result.request not in seen_requests:
+            seen_requests.append(result.request)
+    for request in seen_requests:
+        klass = device_class(request_classes[request]) or {}
+        for entry in (klass.get("spec") or {}).get("config") or ():
+            if entry.get("opaque"):
+                config.append({"source": "FromClass", "requests": [request], "opaque": dict(entry["opaque"])})
+    for entry in ((plan.claim.get("spec") or {}).get("devices") or {}).get("config") or ():
+        if entry.get("opaque"):
+            copied: dict[str, Any] = {"source": "FromClaim", "opaque": dict(entry["opaque"])}
+            if entry.get("requests"):
+                copied["requests"] = list(entry["requests"])
+            config.append(copied)
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
+    return {"devices": devices, "nodeSelector": node_selector(node)}

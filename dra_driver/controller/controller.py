@@ -1,0 +1,270 @@
+"""``Controller``: informers feed one worker thread that drives the ``Reconciler``.
+
+Informer threads only append changes to a queue; the worker applies them to its caches, the
+ledger and the indexes, works out which pods and claims need a look, and reconciles them while it
+leads (a replica that does not lead keeps its caches warm, so a failover takes effect at once).
+Pods that did not fit are retried whenever capacity may have appeared: a claim released or
+shrunk, a slice, node or DeviceClass changed. A periodic resync looks at everything again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dra_driver.config import ControllerDefaults
+from dra_driver.controller import FINALIZER
+from dra_driver.controller.kube import (
+    DEVICE_CLASSES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Kube,
+    KubeError,
+    Obj,
+)
+from dra_driver.controller.ledger import claim_uses
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.reconciler import Reconciler, has_gate
+from dra_driver.controller.watch import Informer, object_key
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        driver: str,
+        defaults: ControllerDefaults | None = None,
+        *,
+        is_leader: Callable[[], bool] | None = None,
+        identity: str = "hami-dra-controller",
+        resync_seconds: float = 30.0,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self.kube = kube
+        self.driver = driver
+        self.metrics = metrics or ControllerMetrics()
+        self.reconciler = Reconciler(
+            kube, driver, defaults or ControllerDefaults(), self.metrics, identity=identity
+        )
+        self.is_leader = is_leader or (lambda: True)
+        self.resync_seconds = resync_seconds
+        self._queue: list[tuple[str, Obj | None, Obj | None]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._dirty_pods: set[str] = set()
+        self._dirty_claims: set[str] = set()
+        self.pending_pods: set[str] = set()
+        self._retry_pending = False
+        self._slices_changed = False
+        self._was_leader = False
+        self._last_resync = 0.0
+        self._metrics_generation = -1
+        self.passes = 0
+        self.informers = {
+            resource.kind: Informer(kube, resource, self._on_change)
+            for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS)
+        }
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self, sync_timeout: float = 30.0) -> None:
+        for informer in self.informers.values():
+            informer.start()
+        deadline = time.monotonic() + sync_timeout
+        for informer in self.informers.values():
+            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                raise KubeError(0, f"could not list {informer.resource.plural} within {sync_timeout:.0f}s")
+        self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for informer in self.informers.values():
+            informer.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _on_change(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        with self._lock:
+            self._queue.append((kind, old, new))
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=0.5 if self._dirty_pods or self._dirty_claims else 2.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+            except Exception:  # keep reconciling; the failing item is retried on the next pass
+                log.exception("controller pass failed")
+                time.sleep(0.2)
+
+    # --- one pass ------------------------------------------------------------------------------
+    def run_once(self) -> None:
+        self._drain()
+        leading = self.is_leader()
+        self.metrics.leader.set(1 if leading else 0)
+        if not leading:
+            self._was_leader = False
+            return
+        now = time.monotonic()
+        if not self._was_leader or now - self._last_resync > self.resync_seconds:
+            self._resync()
+            self._last_resync = now
+            self._was_leader = True
+        self.passes += 1
+        claims, self._dirty_claims = self._dirty_claims, set()
+        for key in sorted(claims):
+            namespace, _, name = key.partition("/")
+            claim = self.reconciler.claim(namespace, name)
+            if claim is None:
+                continue
+            try:
+                if self.reconciler.reconcile_claim(claim) == "retry":
+                    self._dirty_claims.add(key)
+            except KubeError as err:
+                log.warning("claim %s: %s", key, err)
+                self._dirty_claims.add(key)
+        pods = self._dirty_pods
+        if self._retry_pending:
+            pods |= self.pending_pods
+            self._retry_pending = False
+        self._dirty_pods = set()
+        for key in self._fifo(pods):
+            pod = self.reconciler.pods.get(key)
+            if pod is None:
+                self.pending_pods.discard(key)
+                continue
+            try:
+                outcome = self.reconciler.reconcile_pod(pod)
+            except KubeError as err:
+                log.warning("pod %s: %s", key, err)
+                self._dirty_pods.add(key)
+                continue
+            if outcome == "pending":
+                self.pending_pods.add(key)
+            else:
+                self.pending_pods.discard(key)
+                if outcome == "retry":
+                    self._dirty_pods.add(key)
+        if self.reconciler.ledger.generation != self._metrics_generation:
+            self._metrics_generation = self.reconciler.ledger.generation
+            self.metrics.update_gpus(self.reconciler.ledger)
+
+    def _fifo(self, keys: set[str]) -> list[str]:
+        def created(key: str) -> tuple[str, str]:
+            pod = self.reconciler.pods.get(key) or {}
+            return (str((pod.get("metadata") or {}).get("creationTimestamp", "")), key)
+
+        return sorted(keys, key=created)
+
+    def _resync(self) -> None:
+        reconciler = self.reconciler
+        for key, pod in reconciler.pods.items():
+            if has_gate(pod) or key in self.pending_pods:
+                self._dirty_pods.add(key)
+        for key, claim in reconciler.claims.items():
+            if FINALIZER in ((claim.get("metadata") or {}).get("finalizers") or ()):
+                self._dirty_claims.add(key)
+                self._dirty_pods |= reconciler.consumers.get(key, set())
+
+    def _drain(self) -> None:
+        with self._lock:
+            queue, self._queue = self._queue, []
+        reconciler = self.reconciler
+        for kind, old, new in queue:
+            obj = new if new is not None else old
+            assert obj is not None
+            key = object_key(obj)
+            if kind == "Pod":
+                self._pod_changed(key, old, new)
+            elif kind == "ResourceClaim":
+                self._claim_changed(key, old, new)
+            elif kind == "ResourceSlice":
+                self._slices_changed = True
+            elif kind == "DeviceClass":
+                self._set(reconciler.classes, key, new)
+                self._retry_pending = True
+            elif kind == "Node":
+                self._set(reconciler.nodes, key, new)
+                self._retry_pending = True
+        if self._slices_changed:
+            self._slices_changed = False
+            reconciler.refresh_inventory(self.informers["ResourceSlice"].snapshot())
+            self._retry_pending = True
+
+    @staticmethod
+    def _set(cache: dict[str, Any], key: str, new: Obj | None) -> None:
+        if new is None:
+            cache.pop(key, None)
+        else:
+            cache[key] = new
+
+    def _pod_changed(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        reconciler = self.reconciler
+        current = reconciler.pods.get(key)
+        if new is not None and current is not None and _rv_newer_or_same(current, new):
+            new = current  # our own write already recorded a newer version
+        self._set(reconciler.pods, key, new)
+        reconciler.observe_pod(old if current is None else current, new)
+        self._dirty_pods.add(key)
+        gone = new is None or (new.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if gone and old is not None:
+            namespace = (old.get("metadata") or {}).get("namespace")
+            for _, claim_name in _claims_of(old):
+                self._dirty_claims.add(f"{namespace}/{claim_name}")
+            for claim_key, pods in reconciler.consumers.items():
+                if key in pods:
+                    self._dirty_claims.add(claim_key)
+            uid = str((old.get("metadata") or {}).get("uid"))
+            for (owner, _), claim_name in reconciler.owned.items():
+                if owner == uid:
+                    self._dirty_claims.add(f"{namespace}/{claim_name}")
+            if (old.get("spec") or {}).get("nodeName"):
+                self._retry_pending = True  # its CPU/memory on the node is free again
+
+    def _claim_changed(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        reconciler = self.reconciler
+        self._set(reconciler.claims, key, new)
+        before = claim_uses(old, self.driver) if old is not None else ()
+        if new is None:
+            reconciler.forget_claim(key)
+        reconciler.observe_claim(old, new)
+        after = claim_uses(new, self.driver) if new is not None else ()
+        if len(after) < len(before):
+            self._retry_pending = True  # capacity was released
+        self._dirty_claims.add(key)
+        self._dirty_pods |= reconciler.consumers.get(key, set())
+        meta = (new or old or {}).get("metadata") or {}
+        for owner in meta.get("ownerReferences") or ():
+            pod_key = reconciler.pods_by_uid.get(str(owner.get("uid")))
+            if pod_key:
+                self._dirty_pods.add(pod_key)
+
+
+def _rv_newer_or_same(current: Obj, new: Obj) -> bool:
+    """Whether ``current`` (our write) is at least as new as ``new`` (an informer event)."""
+    try:
+        return int(current["metadata"]["resourceVersion"]) > int(new["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _claims_of(pod: Obj) -> list[tuple[str, str]]:
+    from dra_driver.controller.pods import pod_claim_names
+
+    return [(pod_claim, name) for pod_claim, name in pod_claim_names(pod) if name]

@@ -1,0 +1,153 @@
+"""ResourceSlices of our driver -> engine cards and CEL inputs, per node.
+
+Only the newest generation of each pool counts, and only complete pools (as many slices at that
+generation as ``resourceSliceCount`` says), as kube-scheduler does. Device ``gpu-<i>`` of pool P on
+node N becomes ``GpuCard(node=N, index=i)``; capacities ``memory``/``cores``/``slots`` and the
+attributes ``productName``, ``uuid``, ``healthy``, ``resource.kubernetes.io/numaNode`` and
+``nvlinkPeers`` fill the card. CEL inputs are converted once here, when a slice changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.cel import DeviceInput, device_input
+from dra_driver.cel.values import ValueParseError, parse_quantity
+from dra_driver.engine import GpuCard
+
+NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "numaNode")
+_DEVICE_NAME = re.compile(r"^gpu-(\d+)$")
+#: HAMi's link weight per NVLink (a pair with k links scores 100 * k).
+NVLINK_PAIR_WEIGHT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One published device: where it is, its card and its CEL input."""
+
+    pool: str
+    name: str
+    node: str
+    card: GpuCard
+    cel: DeviceInput
+    taints: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(slots=True)
+class NodeInventory:
+    node: str
+    devices: dict[tuple[str, str], Device] = field(default_factory=dict)  # (pool, device name)
+
+    @property
+    def cards(self) -> list[GpuCard]:
+        return [device.card for device in self.devices.values()]
+
+
+def _attribute(attributes: Mapping[str, Any], *names: str) -> Any:
+    for name in names:
+        value = attributes.get(name)
+        if isinstance(value, Mapping):
+            for kind in ("int", "string", "bool", "version"):
+                if kind in value:
+                    return value[kind]
+    return None
+
+
+def _capacity(capacity: Mapping[str, Any], name: str) -> int | None:
+    value = (capacity.get(name) or {}).get("value")
+    if value is None:
+        return None
+    try:
+        amount = parse_quantity(str(value))
+    except ValueParseError:
+        return None
+    return int(amount)
+
+
+def parse_nvlink_peers(text: str) -> dict[int, int]:
+    """``"18:1-3;4:5"`` -> ``{1: 1800, 2: 1800, 3: 1800, 5: 400}`` (pair scores by peer index)."""
+    scores: dict[int, int] = {}
+    for group in filter(None, text.split(";")):
+        links_text, _, ranges = group.partition(":")
+        links = int(links_text)
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            for peer in range(int(first), int(last or first) + 1):
+                scores[peer] = links * NVLINK_PAIR_WEIGHT
+    return scores
+
+
+def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any]) -> Device | None:
+    """Convert one ``spec.devices[]`` entry; None for devices that are not GPUs we can place."""
+    name = str(entry.get("name", ""))
+    attributes = entry.get("attributes") or {}
+    capacity = entry.get("capacity") or {}
+    index = _attribute(attributes, "index")
+    if not isinstance(index, int):
+        match = _DEVICE_NAME.match(name)
+        if match is None:
+            return None
+        index = int(match.group(1))
+    memory = _capacity(capacity, "memory")
+    if not memory or memory <= 0:
+        return None
+    cores = _capacity(capacity, "cores") or 100
+    slots = _capacity(capacity, "slots") or 10
+    numa = _attribute(attributes, *NUMA_ATTRIBUTES)
+    healthy = _attribute(attributes, "healthy")
+    uuid = _attribute(attributes, "uuid")
+    links: dict[int, int] = {}
+    peers = _attribute(attributes, "nvlinkPeers")
+    if isinstance(peers, str):
+        try:
+            links = parse_nvlink_peers(peers)
+        except ValueError:
+            links = {}
+    card = GpuCard(
+        node=node,
+        index=index,
+        memory=memory,
+        product_name=str(_attribute(attributes, "productName") or ""),
+        uuid=str(uuid) if uuid else f"{pool}/{name}",
+        numa_node=numa if isinstance(numa, int) else None,
+        cores=cores,
+        slots=slots,
+        healthy=healthy is not False,
+        links=links,
+    )
+    return Device(pool, name, node, card, device_input(driver, entry), tuple(entry.get("taints") or ()))
+
+
+def complete_pools(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, list[Mapping[str, Any]]]:
+    """Our slices grouped by pool, keeping only the newest generation of complete pools."""
+    by_pool: dict[str, list[Mapping[str, Any]]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") != driver or not spec.get("nodeName"):
+            continue
+        by_pool.setdefault(str((spec.get("pool") or {}).get("name", "")), []).append(item)
+    result = {}
+    for pool, items in by_pool.items():
+        newest = max(int(item["spec"]["pool"].get("generation", 0)) for item in items)
+        current = [item for item in items if int(item["spec"]["pool"].get("generation", 0)) == newest]
+        expected = int(current[0]["spec"]["pool"].get("resourceSliceCount", 1))
+        if len(current) == expected:
+            result[pool] = current
+    return result
+
+
+def build_inventory(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, NodeInventory]:
+    """All nodes' devices from the current slices."""
+    nodes: dict[str, NodeInventory] = {}
+    for pool, items in complete_pools(slices, driver).items():
+        for item in items:
+            node = str(item["spec"]["nodeName"])
+            inventory = nodes.setdefault(node, NodeInventory(node))
+            for entry in item["spec"].get("devices") or ():
+                device = device_from_slice(driver, node, pool, entry)
+                if device is not None:
+                    inventory.devices[(pool, device.name)] = device
+    return nodes

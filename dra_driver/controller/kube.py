@@ -1,0 +1,195 @@
+"""The controller's thin REST layer: plain dicts in and out over the real ``kubernetes`` client.
+
+Objects stay dicts (no generated models) so that fields newer than the client (consumable
+capacity, shareID, device taints) round-trip untouched. Errors become ``KubeError`` with the HTTP
+status, so callers can tell a conflict (409: re-read and retry) from a gone watch (410: relist).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace)}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name)}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+PODS = Resource("", "v1", "pods", "Pod", True)
+NODES = Resource("", "v1", "nodes", "Node", False)
+EVENTS = Resource("", "v1", "events", "Event", True)
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+
+
+class KubeError(Exception):
+    """An API error with its HTTP status (0 when the server could not be reached)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+def _error(err: Exception) -> KubeError:
+    status = int(getattr(err, "status", 0) or 0)
+    body = getattr(err, "body", None)
+    message = str(err)
+    if body:
+        try:
+            message = json.loads(body).get("message", message)
+        except (ValueError, AttributeError):
+            message = str(body)[:500]
+    return KubeError(status, message)
+
+
+class Kube:
+    """REST calls through ``kubernetes.client.ApiClient.call_api`` (auth, TLS, proxies from kubeconfig)."""
+
+    def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.timeout = request_timeout
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            _, url, headers, _, _ = self.api_client.param_serialize(
+                method,
+                path,
+                query_params=list((query or {}).items()),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=timeout or self.timeout
+            )
+        except ApiException as err:
+            raise _error(err) from None
+        except (HTTPError, OSError) as err:
+            raise KubeError(0, f"{method} {path}: {err}") from None
+        status = int(response.status)
+        if not 200 <= status <= 299:
+            data = response.read()
+            message = data.decode(errors="replace")[:500] if data else str(response.reason)
+            with contextlib.suppress(ValueError, AttributeError):
+                message = json.loads(data).get("message", message)
+            raise KubeError(status, message)
+        if stream:
+            return response.response
+        data = response.read()
+        return json.loads(data) if data else {}
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        result: Obj = self._call("GET", resource.path(namespace, name))
+        return result
+
+    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj:
+        query: dict[str, Any] = {}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        result: Obj = self._call("GET", resource.path(), query=query)
+        return result
+
+    def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj:
+        result: Obj = self._call("POST", resource.path(namespace), body=obj)
+        return result
+
+    def update(self, resource: Resource, obj: Obj, *, status: bool = False) -> Obj:
+        meta = obj["metadata"]
+        path = resource.path(meta.get("namespace"), meta["name"], "status" if status else None)
+        result: Obj = self._call("PUT", path, body=obj)
+        return result
+
+    def patch(
+        self, resource: Resource, namespace: str | None, name: str, patch: Any, *, status: bool = False
+    ) -> Obj:
+        path = resource.path(namespace, name, "status" if status else None)
+        kind = "application/json-patch+json" if isinstance(patch, list) else "application/merge-patch+json"
+        result: Obj = self._call("PATCH", path, body=patch, content_type=kind)
+        return result
+
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int = 300) -> Iterator[Obj]:
+        """Watch events (``type``, ``object``) from ``resource_version``, until the server ends the stream.
+
+        An ``ERROR`` event with a 410 status raises ``KubeError(410)`` so the caller relists.
+        """
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        from urllib3.exceptions import HTTPError
+
+        response = self._call("GET", resource.path(), query=query, stream=True, timeout=timeout_seconds + 30)
+        try:
+            buffer = b""
+            for chunk in response.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event: Obj = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise KubeError(
+                            int(status.get("code") or 0), str(status.get("message", "watch error"))
+                        )
+                    yield event
+        except (OSError, ValueError, HTTPError) as err:
+            raise KubeError(0, f"watch {resource.plural}: {err}") from None
+        finally:
+            response.release_conn()

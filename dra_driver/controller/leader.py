@@ -1,0 +1,164 @@
+"""Lease-based leader election (coordination.k8s.io/v1), like client-go's leaderelection.
+
+A replica leads while it holds an unexpired Lease: it renews every ``retry_period`` and gives up
+leadership itself when it could not renew within ``renew_deadline`` (before others may take over
+after ``lease_duration``), so two replicas never both believe they lead. Every write to the Lease
+carries its resourceVersion: of two candidates racing for an expired lease, exactly one wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from dra_driver.controller.kube import LEASES, Kube, KubeError, Obj
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> float:
+    if not text:
+        return 0.0
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        try:
+            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            return 0.0
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        identity: str,
+        *,
+        name: str = "hami-dra-controller",
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.identity = identity
+        self.name = name
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.on_change = on_change
+        self._leading = threading.Event()
+        self._last_renew = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def is_leader(self) -> bool:
+        if self._leading.is_set() and time.monotonic() - self._last_renew > self.renew_deadline:
+            self._set(False)
+        return self._leading.is_set()
+
+    def wait_for_leadership(self, timeout: float | None = None) -> bool:
+        return self._leading.wait(timeout)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, release: bool = True) -> None:
+        self._stop.set()
+        if release and self._leading.is_set():
+            try:
+                lease = self.kube.get(LEASES, self.namespace, self.name)
+                if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                    lease["spec"]["holderIdentity"] = None
+                    lease["spec"]["leaseDurationSeconds"] = 1
+                    self.kube.update(LEASES, lease)
+            except KubeError as err:
+                log.info("could not release lease: %s", err)
+        self._set(False)
+
+    def _set(self, leading: bool) -> None:
+        if leading == self._leading.is_set():
+            return
+        if leading:
+            self._leading.set()
+        else:
+            self._leading.clear()
+        log.warning(
+            "%s %s leadership of lease %s/%s",
+            self.identity,
+            "acquired" if leading else "lost",
+            self.namespace,
+            self.name,
+        )
+        if self.on_change is not None:
+            self.on_change(leading)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.try_acquire_or_renew():
+                    self._last_renew = time.monotonic()
+                    self._set(True)
+                else:
+                    self._set(False)
+            except KubeError as err:
+                log.info("leader election: %s", err)
+            self.is_leader()  # drop leadership once the renew deadline passed without a renewal
+            self._stop.wait(self.retry_period)
+
+    def try_acquire_or_renew(self) -> bool:
+        now = _now()
+        try:
+            lease: Obj = self.kube.get(LEASES, self.namespace, self.name)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {
+                    "holderIdentity": self.identity,
+                    "leaseDurationSeconds": int(self.lease_duration),
+                    "acquireTime": now,
+                    "renewTime": now,
+                    "leaseTransitions": 0,
+                },
+            }
+            try:
+                self.kube.create(LEASES, self.namespace, body)
+            except KubeError as create_err:
+                if create_err.status == 409:
+                    return False
+                raise
+            return True
+        spec = lease.setdefault("spec", {})
+        holder = spec.get("holderIdentity")
+        expires = _parse(spec.get("renewTime")) + float(
+            spec.get("leaseDurationSeconds") or self.lease_duration
+        )
+        if holder and holder != self.identity and time.time() < expires:
+            return False
+        if holder != self.identity:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        spec["holderIdentity"] = self.identity
+        spec["leaseDurationSeconds"] = int(self.lease_duration)
+        spec["renewTime"] = now
+        try:
+            self.kube.update(LEASES, lease)
+        except KubeError as err:
+            if err.conflict:
+                return False
+            raise
+        return True

@@ -1,0 +1,189 @@
+"""The usage ledger: every device of our driver and what all allocated claims take from it.
+
+Usage comes from every allocated claim's results for our driver, whoever allocated it (our
+controller, kube-scheduler, a human): ``consumedCapacity`` for results with a ``shareID``, the
+whole card for a result without one; ``adminAccess`` results take nothing (as in the scheduler).
+The ledger keeps each claim's contribution and rebuilds only the affected node of the engine's
+``ClusterState`` when a claim or a node's inventory changes, so a result that names a device not
+(yet) published is kept and applied as soon as the slice appears.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.cel.values import ValueParseError, parse_quantity
+from dra_driver.controller.inventory import Device, NodeInventory
+from dra_driver.engine import ClusterState, DeviceShare, Placement, StateError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """What one result takes from one device; ``None`` amounts mean the whole card."""
+
+    pool: str
+    device: str
+    memory: int | None
+    cores: int | None
+    slots: int | None
+
+
+def _amount(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(parse_quantity(str(value)))
+    except ValueParseError:
+        return None
+
+
+def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
+    """The device uses recorded in a claim's ``status.allocation`` for our driver."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    uses = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        if result.get("driver") != driver or result.get("adminAccess"):
+            continue
+        pool, device = str(result.get("pool", "")), str(result.get("device", ""))
+        if not result.get("shareID"):
+            uses.append(Use(pool, device, None, None, None))
+            continue
+        consumed = result.get("consumedCapacity") or {}
+        uses.append(
+            Use(
+                pool,
+                device,
+                _amount(consumed.get("memory")) or 0,
+                _amount(consumed.get("cores")) or 0,
+                _amount(consumed.get("slots")) or 1,
+            )
+        )
+    return tuple(uses)
+
+
+class Ledger:
+    """Inventory + per-claim contributions -> ``ClusterState`` (single owner; not thread-safe)."""
+
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        self.inventory: dict[str, NodeInventory] = {}
+        self._devices: dict[tuple[str, str], Device] = {}  # (pool, device) -> device
+        self._claims: dict[str, tuple[Use, ...]] = {}  # claim uid -> uses
+        self._by_node: dict[str, set[str]] = {}  # node -> claim uids using it
+        self._unplaced: set[str] = set()  # claims with a use on an unknown device
+        self.generation = 0  # bumped whenever usage or inventory changes
+        self.inventory_generation = 0  # bumped whenever the inventory changes (CEL caches)
+
+    # --- inventory ---------------------------------------------------------------------------
+    def set_inventory(self, nodes: Mapping[str, NodeInventory]) -> None:
+        """Replace the whole inventory (after a slice change); rebuild the nodes that changed.
+
+        Claims are re-indexed because a device may have appeared (a claim allocated before its
+        slice was seen) or moved; nodes whose cards did not change keep their state.
+        """
+        names = set(self.inventory) | set(nodes)
+        changed = {name for name in names if _cards(self.inventory.get(name)) != _cards(nodes.get(name))}
+        previously_unplaced = set(self._unplaced)
+        self.inventory = dict(nodes)
+        self._devices = {key: device for node in nodes.values() for key, device in node.devices.items()}
+        self._by_node = {}
+        self._unplaced = set()
+        for uid, uses in self._claims.items():
+            nodes_used = self._index(uid, uses)
+            if uid in previously_unplaced:
+                changed |= nodes_used
+        for name in changed:
+            self._rebuild(name)
+        self.generation += 1
+        self.inventory_generation += 1
+
+    def device(self, pool: str, name: str) -> Device | None:
+        return self._devices.get((pool, name))
+
+    # --- claims ------------------------------------------------------------------------------
+    def set_claim(self, uid: str, uses: tuple[Use, ...]) -> None:
+        if self._claims.get(uid, ()) == uses:
+            return
+        affected = self._nodes_of(uid)
+        if uses:
+            self._claims[uid] = uses
+        else:
+            self._claims.pop(uid, None)
+        for node in affected:
+            self._by_node.get(node, set()).discard(uid)
+        affected |= self._index(uid, uses)
+        for node in affected:
+            self._rebuild(node)
+        self.generation += 1
+
+    def remove_claim(self, uid: str) -> None:
+        self.set_claim(uid, ())
+
+    def claims(self) -> Mapping[str, tuple[Use, ...]]:
+        return self._claims
+
+    def _index(self, uid: str, uses: Iterable[Use]) -> set[str]:
+        nodes = set()
+        self._unplaced.discard(uid)
+        for use in uses:
+            device = self._devices.get((use.pool, use.device))
+            if device is None:
+                self._unplaced.add(uid)
+                continue
+            nodes.add(device.node)
+            self._by_node.setdefault(device.node, set()).add(uid)
+        return nodes
+
+    def _nodes_of(self, uid: str) -> set[str]:
+        nodes = set()
+        for use in self._claims.get(uid, ()):
+            device = self._devices.get((use.pool, use.device))
+            if device is not None:
+                nodes.add(device.node)
+        return nodes
+
+    # --- engine state ------------------------------------------------------------------------
+    def shares_on(self, node: str) -> list[DeviceShare]:
+        shares = []
+        for uid in sorted(self._by_node.get(node, ())):
+            for use in self._claims.get(uid, ()):
+                device = self._devices.get((use.pool, use.device))
+                if device is None or device.node != node:
+                    continue
+                card = device.card
+                if use.memory is None:
+                    shares.append(DeviceShare(card.index, card.memory, card.cores, card.slots))
+                else:
+                    shares.append(DeviceShare(card.index, use.memory, use.cores or 0, use.slots or 1))
+        return shares
+
+    def _rebuild(self, node: str) -> None:
+        """Reset one node of the engine state to inventory + recorded contributions."""
+        self.state.remove_node(node)
+        inventory = self.inventory.get(node)
+        if inventory is None or not inventory.devices:
+            return
+        try:
+            self.state.set_node(node, inventory.cards)
+        except StateError as err:
+            log.warning("node %s: inconsistent inventory, ignored: %s", node, err)
+            return
+        shares = self.shares_on(node)
+        if shares:
+            # Observed facts are recorded even when they overcommit (someone else allocated them).
+            self.state.allocate(Placement(node, tuple(shares)), strict=False)
+
+    def rebuild(self, node: str) -> None:
+        """Drop tentative allocations made directly on ``state`` for ``node``."""
+        self._rebuild(node)
+
+
+def _cards(inventory: NodeInventory | None) -> tuple[Any, ...]:
+    if inventory is None:
+        return ()
+    return tuple(sorted((key, device.card) for key, device in inventory.devices.items()))

@@ -1,0 +1,263 @@
+"""Plan a pod's allocations: every request of every claim, one node, through the engine.
+
+The first request picks the node (the engine ranks nodes by the node policy and cards by the
+chain); the pod's other requests must fit on that node, placed one after the other with the
+earlier ones recorded, so two requests of one pod never take the same share twice. If a later
+request does not fit there, the node is excluded and the whole pod is planned again. Claims of
+the pod that are already allocated pin the node. Nothing is written here: the reconciler turns
+the plan into API writes and records it in the ledger only once a write succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.config import ConfigError, ControllerDefaults, resolve_config
+from dra_driver.config.resolve import driver_configs
+from dra_driver.controller.ledger import Ledger
+from dra_driver.controller.requests import ClaimRequest, Eligible, Matcher, RequestError, RequestSpec
+from dra_driver.engine import Decision, DeviceShare, Placement, PlacementRequest, place
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResultPlan:
+    """One allocated device of one request."""
+
+    request: str
+    pool: str
+    device: str
+    node: str
+    share: DeviceShare
+    admin_access: bool
+    tolerations: tuple[Obj, ...]
+
+
+@dataclass(slots=True)
+class ClaimPlan:
+    claim: Obj
+    results: list[ResultPlan] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodPlan:
+    node: str | None
+    claims: list[ClaimPlan]
+    reason: str | None = None  # why the pod cannot be placed (None: planned)
+    decisions: list[tuple[str, Decision, str]] = field(default_factory=list)  # (subject, decision, config)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PlanInput:
+    """A claim to allocate with its requests resolved to our classes."""
+
+    claim: Obj
+    requests: list[ClaimRequest]
+
+
+class Planner:
+    def __init__(
+        self,
+        ledger: Ledger,
+        matcher: Matcher,
+        driver: str,
+        defaults: ControllerDefaults,
+        device_class: Callable[[str], Obj | None],
+    ) -> None:
+        self.ledger = ledger
+        self.matcher = matcher
+        self.driver = driver
+        self.defaults = defaults
+        self.device_class = device_class
+
+    def plan(
+        self,
+        pod: Obj,
+        inputs: list[PlanInput],
+        allowed_nodes: frozenset[str],
+        pinned_node: str | None,
+    ) -> PodPlan:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        candidates = allowed_nodes if pinned_node is None else allowed_nodes & {pinned_node}
+        if pinned_node is not None and not candidates:
+            return PodPlan(
+                None, [], reason=f"claims already allocated on node {pinned_node}, where the pod cannot run"
+            )
+        excluded: set[str] = set()
+        last_reason = "no node can run the pod" if not candidates else None
+        plan = PodPlan(None, [])
+        while candidates - excluded:
+            plan = PodPlan(None, [ClaimPlan(item.claim) for item in inputs])
+            touched: set[str] = set()
+            try:
+                node, reason = self._try(plan, inputs, frozenset(candidates - excluded), annotations, touched)
+            except (RequestError, ConfigError) as err:
+                node, reason = None, str(err)
+                for name in touched:
+                    self.ledger.rebuild(name)
+                plan.reason = reason
+                return plan
+            for name in touched:
+                self.ledger.rebuild(name)  # tentative allocations were only for planning
+            if reason is None:
+                plan.node = node
+                return plan
+            last_reason = reason
+            if node is None:
+                break  # the first request fits on no allowed node: nothing else to try
+            excluded.add(node)
+        plan.claims, plan.node, plan.reason = [], None, last_reason
+        return plan
+
+    def _try(
+        self,
+        plan: PodPlan,
+        inputs: list[PlanInput],
+        candidates: frozenset[str],
+        annotations: Mapping[str, str],
+        touched: set[str],
+    ) -> tuple[str | None, str | None]:
+        node: str | None = None
+        for claim_plan, item in zip(plan.claims, inputs, strict=True):
+            meta = item.claim.get("metadata") or {}
+            subject = f"claim {meta.get('namespace')}/{meta.get('name')}"
+            claim_config = ((item.claim.get("spec") or {}).get("devices") or {}).get("config")
+            for request in item.requests:
+                allowed = candidates if node is None else frozenset({node})
+                placed, reason = self._place_request(
+                    plan, claim_plan, request, subject, claim_config, annotations, allowed, touched
+                )
+                if placed is None:
+                    return node, f"{subject} request {request.name}: {reason}"
+                node = placed
+        return node, None
+
+    def _place_request(
+        self,
+        plan: PodPlan,
+        claim_plan: ClaimPlan,
+        request: ClaimRequest,
+        subject: str,
+        claim_config: Any,
+        annotations: Mapping[str, str],
+        allowed: frozenset[str],
+        touched: set[str],
+    ) -> tuple[str | None, str]:
+        reasons = []
+        for spec in request.alternatives:
+            device_class = self.device_class(spec.class_name)
+            if device_class is None:
+                reasons.append(f"DeviceClass {spec.class_name} not found")
+                continue
+            eligible = self.matcher.eligible(
+                spec, device_class, subject, self.ledger.inventory, self.ledger.inventory_generation
+            )
+            nodes = allowed & eligible.nodes
+            if not nodes:
+                reasons.append(f"no device matches the selectors of {spec.name} on a node the pod can run on")
+                continue
+            class_configs = driver_configs(
+                (device_class.get("spec") or {}).get("config"),
+                driver=self.driver,
+                request=None,
+                where=f"DeviceClass {spec.class_name}",
+            )
+            claim_configs = driver_configs(claim_config, driver=self.driver, request=spec.name, where=subject)
+            resolved = resolve_config(
+                class_configs=class_configs,
+                claim_configs=claim_configs,
+                annotations=annotations,
+                defaults=self.defaults,
+            )
+            if resolved.unknown_policies:
+                plan.warnings.append(
+                    f"{subject}: unknown policy name(s) ignored: {', '.join(resolved.unknown_policies)}"
+                )
+            if spec.admin_access:
+                result = self._admin(spec, eligible, nodes)
+                if result is None:
+                    reasons.append(f"not enough devices for admin access request {spec.name}")
+                    continue
+                node, devices = result
+                for device in devices:
+                    claim_plan.results.append(
+                        ResultPlan(
+                            spec.name,
+                            device.pool,
+                            device.name,
+                            node,
+                            DeviceShare(device.card.index, 0, 0, 0),
+                            True,
+                            spec.tolerations,
+                        )
+                    )
+                return node, ""
+            decision = self._decide(spec, eligible, nodes, resolved)
+            plan.decisions.append((f"{subject} request {spec.name}", decision, resolved.describe()))
+            if decision.placement is None:
+                reasons.append(decision.reason or "does not fit")
+                continue
+            placement = decision.placement
+            self.ledger.state.allocate(placement)
+            touched.add(placement.node)
+            inventory = self.ledger.inventory[placement.node]
+            by_index = {device.card.index: device for device in inventory.devices.values()}
+            for share in placement.devices:
+                device = by_index[share.index]
+                claim_plan.results.append(
+                    ResultPlan(
+                        spec.name, device.pool, device.name, placement.node, share, False, spec.tolerations
+                    )
+                )
+            return placement.node, ""
+        return None, "; ".join(reasons) if len(reasons) > 1 else (reasons[0] if reasons else "does not fit")
+
+    def _decide(
+        self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: Any
+    ) -> Decision:
+        def request(count: int, allowed: frozenset[str]) -> PlacementRequest:
+            return PlacementRequest(
+                name=spec.name,
+                count=count,
+                memory=spec.memory,
+                cores=spec.cores,
+                policy=resolved.policy,
+                node_policy=resolved.node_policy,
+                weights=resolved.weights,
+                numa_bind=resolved.numa_bind,
+                include_uuids=tuple(sorted(eligible.uuids)) if eligible.uuids is not None else (),
+                allowed_nodes=allowed,
+            )
+
+        if not spec.all_devices:
+            return place(self.ledger.state, request(spec.count, nodes))
+        decision: Decision | None = None
+        for node in sorted(nodes):  # allocationMode All: every matching device of one node
+            count = len(eligible.per_node.get(node, ()))
+            decision = place(self.ledger.state, request(count, frozenset({node})))
+            if decision.placement is not None:
+                return decision
+        assert decision is not None
+        return decision
+
+    @staticmethod
+    def _admin(spec: RequestSpec, eligible: Eligible, nodes: frozenset[str]) -> tuple[str, list[Any]] | None:
+        for node in sorted(nodes):
+            devices = list(eligible.per_node.get(node, ()))
+            if spec.all_devices and devices:
+                return node, devices
+            if len(devices) >= spec.count:
+                return node, devices[: spec.count]
+        return None
+
+
+def placement_of(results: list[ResultPlan]) -> Placement | None:
+    if not results:
+        return None
+    return Placement(results[0].node, tuple(result.share for result in results if not result.admin_access))

@@ -1,0 +1,459 @@
+"""The controller's state machine: gated pods -> allocated claims -> gate removed; releases.
+
+Everything runs on one worker thread (``Controller.run_once``); informer threads only queue keys.
+Writes follow dra-interfaces.md (g): our finalizer is added to a claim (Update) before its
+allocation is written (UpdateStatus), both with the resourceVersion just read, so a concurrent
+allocator (another replica, kube-scheduler) makes one of the writes fail with 409 instead of
+allocating a device twice; only then is the pod's gate removed. A crash between any two writes
+leaves a state the next pass completes: a finalizer without allocation is reused or dropped, an
+allocated claim of a still-gated pod pins the pod's node, an allocated pod's gate is removed.
+
+Deallocation: a claim carrying our finalizer is released (allocation cleared, then finalizer
+removed) when it is being deleted, or when nobody reserved it and no live pod refers to it.
+A claim whose allocation kube-scheduler's PostFilter cleared (finalizer still ours) is allocated
+again for its pending pod.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from dra_driver.config import ControllerDefaults
+from dra_driver.config.classes import is_driver_class
+from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.controller.allocation import build_allocation, pinned_node
+from dra_driver.controller.inventory import build_inventory
+from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
+from dra_driver.controller.ledger import Ledger, claim_uses
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.planner import PlanInput, Planner, PodPlan
+from dra_driver.controller.pods import bound_requests_by_node, node_fit_problem, pod_active, pod_claim_names
+from dra_driver.controller.requests import Matcher, RequestError, claim_requests
+from dra_driver.engine import Decision
+
+log = logging.getLogger("dra_driver.controller")
+CONDITION_TYPE = "gpu.hami.io/Allocated"
+_HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
+ASSUME_SECONDS = 30.0
+MAX_WRITE_ATTEMPTS = 5
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = _meta(obj)
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _owners(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(owner pod uid, pod claim name) of a claim generated from a template."""
+    meta = _meta(claim)
+    pod_claim = (meta.get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name")
+    if not pod_claim:
+        return []
+    return [
+        (str(owner.get("uid")), str(pod_claim))
+        for owner in meta.get("ownerReferences") or ()
+        if owner.get("kind") == "Pod"
+    ]
+
+
+def has_gate(pod: Mapping[str, Any]) -> bool:
+    return any(gate.get("name") == GATE_NAME for gate in (pod.get("spec") or {}).get("schedulingGates") or ())
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_decision(subject: str, decision: Decision, config: str) -> str:
+    """HAMi's "computer score" log line: every card with its score, eligibility and the choice."""
+    cards = []
+    for card in decision.candidates:
+        mark = "*" if card.chosen else ""
+        state = "" if card.eligible else f"({card.reason.value if card.reason else 'ineligible'})"
+        cards.append(f"{card.node}/gpu-{card.index}={card.score:.6f}{mark}{state}")
+    outcome = (
+        f"-> {decision.placement.node} "
+        + ",".join(f"gpu-{share.index}" for share in decision.placement.devices)
+        if decision.placement is not None
+        else f"-> pending: {decision.reason}"
+    )
+    return f"{subject}: {config} {outcome}; scores: {' '.join(cards) or '-'}"
+
+
+class Reconciler:
+    """Reads caches through ``view`` callables, writes through ``kube``; single-threaded."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        driver: str,
+        defaults: ControllerDefaults,
+        metrics: ControllerMetrics,
+        *,
+        policy_taint: str | None = None,
+        identity: str = "hami-dra-controller",
+    ) -> None:
+        self.kube = kube
+        self.driver = driver
+        self.metrics = metrics
+        self.identity = identity
+        self.ledger = Ledger()
+        self.classes: dict[str, Obj] = {}
+        self.pods: dict[str, Obj] = {}
+        self.claims: dict[str, Obj] = {}
+        self.nodes: dict[str, Obj] = {}
+        self.matcher = Matcher(driver, policy_taint or f"{driver}/policy-managed")
+        self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
+        self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
+        self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
+        self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
+        self.pods_by_uid: dict[str, str] = {}
+        self._assumed: dict[str, tuple[float, Obj]] = {}  # claim key -> (when, object we wrote)
+
+    # --- views ---------------------------------------------------------------------------------
+    def is_ours(self, class_name: Any) -> bool:
+        klass = self.classes.get(str(class_name))
+        return klass is not None and is_driver_class(klass, self.driver)
+
+    def claim(self, namespace: str, name: str) -> Obj | None:
+        key = f"{namespace}/{name}"
+        entry = self._assumed.get(key)
+        cached = self.claims.get(key)
+        if entry is None:
+            return cached
+        when, assumed = entry
+        same_object = cached is None or _meta(cached).get("uid") == _meta(assumed).get("uid")
+        caught_up = cached is not None and _meta(cached).get("resourceVersion") == _meta(assumed).get(
+            "resourceVersion"
+        )
+        if not same_object or caught_up or time.monotonic() - when > ASSUME_SECONDS:
+            self._assumed.pop(key, None)
+            return cached
+        return assumed
+
+    def forget_claim(self, key: str) -> None:
+        """The claim was deleted: drop what we assumed about it."""
+        self._assumed.pop(key, None)
+
+    def observe_claim(self, old: Obj | None, new: Obj | None) -> None:
+        """Keep the ledger and the template-claim index in step with a claim change."""
+        if old is not None and new is None:
+            self.ledger.remove_claim(str(_meta(old).get("uid")))
+            for owner in _owners(old):
+                self.owned.pop(owner, None)
+            return
+        if new is None:
+            return
+        self.ledger.set_claim(str(_meta(new).get("uid")), claim_uses(new, self.driver))
+        for owner in _owners(new):
+            self.owned[owner] = str(_meta(new).get("name"))
+
+    def observe_pod(self, old: Obj | None, new: Obj | None) -> None:
+        """Index which claims each pod refers to (for releases) and pods by UID."""
+        if old is not None:
+            for claim_key in self._pod_refs(old):
+                self.consumers.get(claim_key, set()).discard(_key(old))
+            self.pods_by_uid.pop(str(_meta(old).get("uid")), None)
+        if new is not None:
+            for claim_key in self._pod_refs(new):
+                self.consumers.setdefault(claim_key, set()).add(_key(new))
+            self.pods_by_uid[str(_meta(new).get("uid"))] = _key(new)
+
+    @staticmethod
+    def _pod_refs(pod: Obj) -> list[str]:
+        namespace = _meta(pod).get("namespace")
+        return [f"{namespace}/{name}" for _, name in pod_claim_names(pod) if name]
+
+    def refresh_inventory(self, slices: list[Obj]) -> None:
+        self.ledger.set_inventory(build_inventory(slices, self.driver))
+
+    def _remember(self, claim: Obj) -> None:
+        self._assumed[_key(claim)] = (time.monotonic(), claim)
+        self.observe_claim(None, claim)
+
+    # --- pods ----------------------------------------------------------------------------------
+    def pod_claims(self, pod: Obj) -> list[tuple[str, Obj | None]]:
+        namespace = str(_meta(pod).get("namespace"))
+        result = []
+        for pod_claim, claim_name in pod_claim_names(pod):
+            if claim_name is None:
+                claim_name = self._template_claim_name(pod, pod_claim)
+            result.append((pod_claim, None if claim_name is None else self.claim(namespace, claim_name)))
+        return result
+
+    def _template_claim_name(self, pod: Obj, pod_claim: str) -> str | None:
+        """Fallback before kcm recorded resourceClaimStatuses: a claim owned by the pod for that entry."""
+        return self.owned.get((str(_meta(pod).get("uid")), pod_claim))
+
+    def is_candidate(self, pod: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        if spec.get("nodeName") or not pod_active(pod) or _meta(pod).get("deletionTimestamp"):
+            return False
+        if has_gate(pod):
+            return True
+        # PostFilter cleared an allocation we made: our finalizer stays, allocation is gone.
+        for _, claim in self.pod_claims(pod):
+            if (
+                claim is not None
+                and FINALIZER in (_meta(claim).get("finalizers") or ())
+                and not (claim.get("status") or {}).get("allocation")
+                and not spec.get("schedulingGates")
+            ):
+                return True
+        return False
+
+    def allowed_nodes(self, pod: Obj) -> frozenset[str]:
+        bound = bound_requests_by_node(self.pods.values())
+        allowed = set()
+        for name, node in self.nodes.items():
+            if name in self.ledger.inventory and node_fit_problem(pod, node, bound.get(name, {})) is None:
+                allowed.add(name)
+        return frozenset(allowed)
+
+    def reconcile_pod(self, pod: Obj) -> str:
+        """Allocate what the pod needs; returns "done", "waiting", "pending" or "skip"."""
+        if not self.is_candidate(pod):
+            return "skip"
+        claims = self.pod_claims(pod)
+        if any(claim is None for _, claim in claims):
+            return "waiting"  # a template claim is not created yet: its creation wakes us up
+        inputs: list[PlanInput] = []
+        pinned: set[str] = set()
+        request_classes: dict[str, dict[str, str]] = {}
+        for _, claim in claims:
+            assert claim is not None
+            allocation = (claim.get("status") or {}).get("allocation")
+            if allocation:
+                node = pinned_node(allocation)
+                if node is not None:
+                    pinned.add(node)
+                continue
+            try:
+                requests, foreign = claim_requests(claim, self.is_ours)
+            except RequestError as err:
+                return self._pending(pod, f"claim {_key(claim)}: {err}", "InvalidRequest")
+            if not requests:
+                continue
+            if foreign:
+                message = (
+                    f"claim {_key(claim)} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
+                    "put them in separate claims"
+                )
+                return self._pending(pod, message, "MixedClaim")
+            inputs.append(PlanInput(claim, requests))
+            request_classes[_key(claim)] = {
+                spec.name: spec.class_name for request in requests for spec in request.alternatives
+            }
+        if len(pinned) > 1:
+            return self._pending(
+                pod, f"claims are allocated on different nodes: {sorted(pinned)}", "NodeConflict"
+            )
+        if not inputs:
+            return self._finish(pod)
+        started = time.perf_counter()
+        plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod), next(iter(pinned), None))
+        self.metrics.latency.observe(time.perf_counter() - started)
+        self._log_plan(pod, plan)
+        if plan.reason is not None or plan.node is None:
+            return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
+        for claim_plan in plan.claims:
+            klasses = request_classes[_key(claim_plan.claim)]
+            allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
+            if not self._write_allocation(claim_plan.claim, allocation):
+                return "retry"
+            self.metrics.allocations.inc()
+        return self._finish(pod)
+
+    def _log_plan(self, pod: Obj, plan: PodPlan) -> None:
+        for subject, decision, config in plan.decisions:
+            log.info("pod %s %s", _key(pod), format_decision(subject, decision, config))
+        for warning in plan.warnings:
+            self._event(pod, "Warning", "UnknownPolicy", warning)
+
+    # --- writes --------------------------------------------------------------------------------
+    def _write_allocation(self, claim: Mapping[str, Any], allocation: dict[str, Any]) -> bool:
+        """Finalizer (Update) then allocation (UpdateStatus), both guarded by resourceVersion."""
+        current = copy.deepcopy(dict(claim))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            try:
+                if (current.get("status") or {}).get("allocation"):
+                    self._remember(current)
+                    return False  # allocated elsewhere in the meantime: plan again with it counted
+                if FINALIZER not in (_meta(current).get("finalizers") or ()):
+                    current["metadata"]["finalizers"] = [*(_meta(current).get("finalizers") or ()), FINALIZER]
+                    current = self.kube.update(RESOURCE_CLAIMS, current)
+                current.setdefault("status", {})["allocation"] = allocation
+                written = self.kube.update(RESOURCE_CLAIMS, current, status=True)
+                self._remember(written)
+                return True
+            except KubeError as err:
+                if err.not_found:
+                    return False
+                if not err.conflict:
+                    raise
+                self.metrics.conflicts.inc()
+                current = self.kube.get(
+                    RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name"))
+                )
+        return False
+
+    def _finish(self, pod: Obj) -> str:
+        """Remove our gate (and mark the condition allocated if we reported it pending)."""
+        uid = str(_meta(pod).get("uid"))
+        current = dict(pod)
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if not has_gate(current):
+                break
+            updated = copy.deepcopy(current)
+            gates = [
+                gate for gate in updated["spec"].get("schedulingGates") or () if gate.get("name") != GATE_NAME
+            ]
+            updated["spec"]["schedulingGates"] = gates
+            try:
+                current = self.kube.update(PODS, updated)
+                self.pods[_key(current)] = current
+                break
+            except KubeError as err:
+                if err.not_found:
+                    return "skip"
+                if not err.conflict:
+                    raise
+                self.metrics.conflicts.inc()
+                current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
+        if self.pending_messages.pop(uid, None) is not None:
+            self._set_condition(current, "True", "Allocated", "all GPU claims are allocated")
+        return "done"
+
+    def _pending(self, pod: Obj, message: str, reason: str) -> str:
+        uid = str(_meta(pod).get("uid"))
+        hami_reason = _HAMI_REASON.search(message)
+        first_reason = hami_reason.group(1) if hami_reason else reason
+        if self.pending_messages.get(uid) != message:
+            self.pending_messages[uid] = message
+            self.metrics.failures.labels(first_reason).inc()
+            log.warning("pod %s pending: %s", _key(pod), message)
+            self._event(pod, "Warning", "FailedAllocation", message)
+            self._set_condition(pod, "False", reason, message)
+        return "pending"
+
+    def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
+        meta = _meta(pod)
+        now = _now()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": "hami-dra-controller"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": "gpu.hami.io/controller",
+            "reportingInstance": self.identity,
+        }
+        try:
+            self.kube.create(EVENTS, str(meta.get("namespace")), event)
+        except KubeError as err:
+            log.info("event for %s not recorded: %s", _key(pod), err)
+
+    def _set_condition(self, pod: Obj, status: str, reason: str, message: str) -> None:
+        current = pod
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            updated = copy.deepcopy(dict(current))
+            conditions = [
+                condition
+                for condition in (updated.setdefault("status", {}).get("conditions") or ())
+                if condition.get("type") != CONDITION_TYPE
+            ]
+            conditions.append(
+                {
+                    "type": CONDITION_TYPE,
+                    "status": status,
+                    "reason": reason,
+                    "message": message[:32768],
+                    "lastTransitionTime": _now(),
+                }
+            )
+            updated["status"]["conditions"] = conditions
+            try:
+                written = self.kube.update(PODS, updated, status=True)
+                self.pods[_key(written)] = written
+                return
+            except KubeError as err:
+                if not err.conflict:
+                    log.info("condition for %s not written: %s", _key(pod), err)
+                    return
+                current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
+
+    # --- release -------------------------------------------------------------------------------
+    def live_consumers(self, claim: Obj) -> bool:
+        """Whether an active pod refers to the claim (its pod-claim entry resolves to it)."""
+        for pod_key in self.consumers.get(_key(claim), ()):
+            pod = self.pods.get(pod_key)
+            if pod is not None and pod_active(pod):
+                return True
+        for owner_uid, _ in _owners(claim):
+            owner_key = self.pods_by_uid.get(owner_uid)
+            owner = self.pods.get(owner_key) if owner_key else None
+            if owner is not None and pod_active(owner):
+                return True
+        return False
+
+    def reconcile_claim(self, claim: Obj) -> str:
+        """Release a claim of ours that nobody uses; returns what it did."""
+        meta = _meta(claim)
+        if FINALIZER not in (meta.get("finalizers") or ()):
+            return "skip"
+        status = claim.get("status") or {}
+        if status.get("reservedFor"):
+            return "in-use"
+        deleting = bool(meta.get("deletionTimestamp"))
+        if not deleting and self.live_consumers(claim):
+            return "in-use"
+        current: Obj = claim
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            try:
+                if (current.get("status") or {}).get("reservedFor"):
+                    return "in-use"
+                if (current.get("status") or {}).get("allocation"):
+                    cleared = copy.deepcopy(dict(current))
+                    cleared["status"].pop("allocation", None)
+                    cleared["status"].pop("devices", None)
+                    current = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
+                    self.metrics.deallocations.inc()
+                    self._remember(current)
+                released = copy.deepcopy(dict(current))
+                released["metadata"]["finalizers"] = [
+                    item for item in _meta(current).get("finalizers") or () if item != FINALIZER
+                ]
+                written = self.kube.update(RESOURCE_CLAIMS, released)
+                self._remember(written)
+                log.info("claim %s released", _key(claim))
+                return "released"
+            except KubeError as err:
+                if err.not_found:
+                    return "gone"
+                if not err.conflict:
+                    raise
+                self.metrics.conflicts.inc()
+                current = self.kube.get(RESOURCE_CLAIMS, meta.get("namespace"), str(meta.get("name")))
+        return "retry"

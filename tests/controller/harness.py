@@ -1,0 +1,196 @@
+"""Test harness: a sandbox cluster with GPU slices, DeviceClasses, and our controller running."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dra_driver.config import ControllerDefaults
+from dra_driver.controller.controller import Controller
+from dra_driver.controller.kube import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from dra_driver.controller.kube import EVENTS as EVENTS_RESOURCE
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.sandbox import SandboxServer
+from dra_driver.sandbox.cluster import SandboxCluster
+
+DRIVER = "gpu.hami.io"
+NS = "default"
+GATE = "gpu.hami.io/allocation"
+MIB = 1024 * 1024
+CFG = {"apiVersion": "gpu.hami.io/v1alpha1", "kind": "GpuConfig"}
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout}s")
+        time.sleep(0.02)
+
+
+def device_class(
+    name: str, config: dict[str, Any] | None = None, selectors: list[str] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selectors": [
+            {"cel": {"expression": expr}} for expr in (selectors or [f'device.driver == "{DRIVER}"'])
+        ]
+    }
+    if config is not None:
+        spec["config"] = [{"opaque": {"driver": DRIVER, "parameters": {**CFG, **config}}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def request(
+    name: str = "gpu",
+    klass: str = DRIVER,
+    memory: str | None = None,
+    cores: int | None = None,
+    count: int | None = None,
+    selectors: list[str] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": klass}
+    capacity = {}
+    if memory is not None:
+        capacity["memory"] = memory
+    if cores is not None:
+        capacity["cores"] = str(cores)
+    if capacity:
+        body["capacity"] = {"requests": capacity}
+    if count is not None:
+        body["count"] = count
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": expr}} for expr in selectors]
+    return {"name": name, "exactly": body}
+
+
+def claim(name: str, *requests: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
+    devices: dict[str, Any] = {"requests": list(requests) or [request()]}
+    if config is not None:
+        devices["config"] = [{"opaque": {"driver": DRIVER, "parameters": {**CFG, **config}}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"devices": devices},
+    }
+
+
+def pod(
+    name: str, claims: dict[str, str], *, gated: bool = True, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``claims`` maps pod claim names to ``claim:<name>`` or ``template:<name>``."""
+    entries = []
+    for entry, ref in claims.items():
+        kind, _, target = ref.partition(":")
+        key = "resourceClaimName" if kind == "claim" else "resourceClaimTemplateName"
+        entries.append({"name": entry, key: target})
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"claims": [{"name": entry} for entry in claims]},
+            }
+        ],
+        "resourceClaims": entries,
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    meta: dict[str, Any] = {"name": name, "namespace": NS}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+class Harness:
+    """Owns the cluster objects of one test; ``start_controller`` runs our controller against it."""
+
+    def __init__(self, server: SandboxServer, cluster: SandboxCluster) -> None:
+        self.server = server
+        self.cluster = cluster
+        self.api_client = server.api_client()
+        self.kube = Kube(self.api_client)
+        self.controllers: list[Controller] = []
+
+    def publish(self, node: str, profile: str = "t4", gpus: int = 4, **kwargs: Any) -> None:
+        for obj in build_resource_slices(
+            profile_gpus(profile, node_name=node, gpus=gpus), node_name=node, driver_name=DRIVER, **kwargs
+        ):
+            self.kube.create(RESOURCE_SLICES, None, obj)
+
+    def create_class(self, obj: dict[str, Any]) -> None:
+        self.kube.create(DEVICE_CLASSES, None, obj)
+
+    def create_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.create(RESOURCE_CLAIMS, NS, obj)
+
+    def create_pod(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.create(PODS, NS, obj)
+
+    def create_template(self, name: str, *requests: dict[str, Any]) -> dict[str, Any]:
+        template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": list(requests)}}},
+        }
+        path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates"
+        result: dict[str, Any] = self.kube._call("POST", path, body=template)
+        return result
+
+    def get_claim(self, name: str) -> dict[str, Any]:
+        return self.kube.get(RESOURCE_CLAIMS, NS, name)
+
+    def get_pod(self, name: str) -> dict[str, Any]:
+        return self.kube.get(PODS, NS, name)
+
+    def start_controller(self, **kwargs: Any) -> Controller:
+        defaults = kwargs.pop("defaults", ControllerDefaults())
+        controller = Controller(Kube(self.server.api_client()), DRIVER, defaults, **kwargs)
+        controller.start()
+        self.controllers.append(controller)
+        return controller
+
+    def stop(self) -> None:
+        for controller in self.controllers:
+            controller.stop()
+        self.api_client.close()
+
+    def pod_claim(self, pod_name: str, entry: str = "gpu") -> dict[str, Any]:
+        """The claim a pod entry resolves to (template claims: via resourceClaimStatuses)."""
+        pod_obj = self.get_pod(pod_name)
+        for ref in pod_obj["spec"].get("resourceClaims") or ():
+            if ref["name"] == entry and ref.get("resourceClaimName"):
+                return self.get_claim(ref["resourceClaimName"])
+        for status in (pod_obj.get("status") or {}).get("resourceClaimStatuses") or ():
+            if status["name"] == entry:
+                return self.get_claim(status["resourceClaimName"])
+        raise AssertionError(f"pod {pod_name} has no claim {entry}")
+
+    def devices_of(self, claim_name: str) -> list[str]:
+        allocation = (self.get_claim(claim_name).get("status") or {}).get("allocation") or {}
+        return [f"{r['pool']}/{r['device']}" for r in allocation.get("devices", {}).get("results", [])]
+
+    def allocated(self, claim_name: str) -> bool:
+        return bool((self.get_claim(claim_name).get("status") or {}).get("allocation"))
+
+    def bound_node(self, pod_name: str) -> str | None:
+        return self.get_pod(pod_name)["spec"].get("nodeName")
+
+    def events(self, pod_name: str) -> list[str]:
+        items = (
+            self.kube.list(EVENTS_RESOURCE, field_selector=f"involvedObject.name={pod_name}").get("items")
+            or []
+        )
+        return [item.get("message", "") for item in items]
