@@ -1,0 +1,199 @@
+"""Failure cases against the sandbox: conflicts, injected API faults, watch loss, failover, crashes."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube
+from dra_driver.controller.leader import LeaderElector
+from dra_driver.sandbox import SandboxServer
+from dra_driver.sandbox.cluster import SandboxCluster
+from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
+from tests.kube_validate import assert_valid
+
+
+@pytest.fixture
+def harness(sandbox: SandboxServer) -> Iterator[Harness]:
+    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
+    h = Harness(sandbox, cluster)
+    h.publish("node-1", "t4", 4)
+    h.create_class(device_class(DRIVER))
+    h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
+    try:
+        yield h
+    finally:
+        h.stop()
+        cluster.stop()
+
+
+def devices(h: Harness, names: list[str]) -> list[str]:
+    return [device for name in names for device in h.devices_of(name)]
+
+
+def test_written_objects_pass_kubernetes_validate(harness: Harness) -> None:
+    harness.start_controller()
+    harness.create_claim(claim("v", request(memory="1000Mi", cores=30)))
+    harness.create_pod(pod("v-pod", {"gpu": "claim:v"}))
+    wait_for(lambda: harness.bound_node("v-pod"))
+    written = harness.get_claim("v")
+    assert written["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["cores"] == "30"
+    assert_valid(written)
+    harness.create_claim(claim("too-big", request(memory="20Gi")))
+    harness.create_pod(pod("big-pod", {"gpu": "claim:too-big"}))
+    wait_for(lambda: harness.events("big-pod"))
+    events = harness.kube.list(EVENTS).get("items") or []
+    assert "4/4 CardInsufficientMemory" in events[0]["message"]
+    for event in events:
+        assert_valid(event)
+    assert_valid(harness.get_pod("big-pod"))
+
+
+def test_conflicts_and_server_errors_are_retried(harness: Harness) -> None:
+    harness.server.faults.inject(r"/resourceclaims/c1/status$", status=409, count=2, methods={"PUT"})
+    harness.server.faults.inject(r"/pods/p1$", status=409, count=1, methods={"PUT"})
+    harness.server.faults.inject(r"/resourceclaims/c2$", status=500, count=2, methods={"PUT"})
+    controller = harness.start_controller()
+    harness.create_claim(claim("c1", request(memory="1Gi")))
+    harness.create_claim(claim("c2", request(memory="1Gi")))
+    harness.create_pod(pod("p1", {"gpu": "claim:c1"}))
+    harness.create_pod(pod("p2", {"gpu": "claim:c2"}))
+    wait_for(lambda: harness.bound_node("p1") and harness.bound_node("p2"), what="both bound")
+    assert controller.metrics.conflicts._value.get() >= 3
+    assert len(harness.devices_of("c1")) == len(harness.devices_of("c2")) == 1
+
+
+def test_concurrent_allocation_by_someone_else_wins_without_double_counting(harness: Harness) -> None:
+    """Another allocator writes the claim first: our write conflicts, we adopt theirs and only ungate."""
+    harness.create_claim(claim("race", request(memory="1Gi")))
+    harness.create_pod(pod("race-pod", {"gpu": "claim:race"}))
+    current = harness.get_claim("race")
+    current["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-3"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+                ]
+            },
+        }
+    }
+    harness.kube.update(RESOURCE_CLAIMS, current, status=True)
+    controller = harness.start_controller()
+    wait_for(lambda: harness.bound_node("race-pod"))
+    assert harness.devices_of("race") == ["node-1/gpu-3"]
+    usage = controller.reconciler.ledger.state.nodes["node-1"].usage[3]
+    assert usage.tenants == 10  # an exclusive result fills every slot of the card, counted once
+
+
+def test_watch_loss_and_410_relist_keep_working(harness: Harness) -> None:
+    controller = harness.start_controller()
+    harness.create_claim(claim("w1", request(memory="1Gi")))
+    harness.create_pod(pod("w1-pod", {"gpu": "claim:w1"}))
+    wait_for(lambda: harness.bound_node("w1-pod"))
+    relists = controller.informers["ResourceClaim"].relists
+    harness.server.compact()
+    harness.server.faults.close_watches(None)
+    harness.create_claim(claim("w2", request(memory="1Gi")))
+    harness.create_pod(pod("w2-pod", {"gpu": "claim:w2"}))
+    wait_for(lambda: harness.bound_node("w2-pod"), what="w2-pod bound after watch loss")
+    wait_for(lambda: controller.informers["ResourceClaim"].relists > relists, what="relist after 410")
+
+
+def test_leader_failover_never_both_allocate(harness: Harness) -> None:
+    electors = []
+    controllers = []
+    for identity in ("replica-a", "replica-b"):
+        kube = Kube(harness.server.api_client())
+        elector = LeaderElector(kube, NS, identity, lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
+        elector.start()
+        electors.append(elector)
+        controllers.append(harness.start_controller(is_leader=elector.is_leader, identity=identity))
+    wait_for(lambda: sum(e.is_leader() for e in electors) == 1, what="one leader")
+    leader = next(i for i, e in enumerate(electors) if e.is_leader())
+    follower = 1 - leader
+    for i in range(3):
+        harness.create_claim(claim(f"l{i}", request(klass="gpu-mutex", memory="1Gi")))
+        harness.create_pod(pod(f"l{i}-pod", {"gpu": f"claim:l{i}"}))
+    wait_for(lambda: all(harness.bound_node(f"l{i}-pod") for i in range(3)), what="first batch bound")
+    assert controllers[follower].metrics.allocations._value.get() == 0
+    electors[leader].stop(release=False)  # crash: no release, the lease must expire
+    controllers[leader].stop()
+    wait_for(lambda: electors[follower].is_leader(), timeout=10, what="failover")
+    harness.create_claim(claim("l3", request(klass="gpu-mutex", memory="1Gi")))
+    harness.create_pod(pod("l3-pod", {"gpu": "claim:l3"}))
+    wait_for(lambda: harness.bound_node("l3-pod"), what="allocated by the new leader")
+    assert controllers[follower].metrics.allocations._value.get() == 1
+    assert sorted(devices(harness, ["l0", "l1", "l2", "l3"])) == [f"node-1/gpu-{i}" for i in range(4)]
+    electors[follower].stop()
+
+
+def test_restart_after_crash_between_finalizer_and_allocation(harness: Harness) -> None:
+    harness.create_claim(claim("half", request(memory="1Gi")))
+    current = harness.get_claim("half")
+    current["metadata"]["finalizers"] = [FINALIZER]  # the crash happened right after this write
+    harness.kube.update(RESOURCE_CLAIMS, current)
+    harness.create_pod(pod("half-pod", {"gpu": "claim:half"}))
+    harness.start_controller()
+    wait_for(lambda: harness.bound_node("half-pod"))
+    assert harness.get_claim("half")["metadata"]["finalizers"] == [FINALIZER]
+    assert len(harness.devices_of("half")) == 1
+
+
+def test_restart_after_crash_between_allocation_and_gate_removal(harness: Harness) -> None:
+    first = harness.start_controller()
+    harness.server.faults.inject(r"/pods/gated$", status=500, methods={"PUT"})  # gate removal keeps failing
+    harness.create_claim(claim("kept", request(memory="1Gi")))
+    harness.create_pod(pod("gated", {"gpu": "claim:kept"}))
+    wait_for(lambda: harness.allocated("kept"), what="allocation written")
+    share = copy.deepcopy(harness.get_claim("kept")["status"]["allocation"])
+    first.stop()  # the crash
+    harness.server.faults.clear()
+    harness.start_controller()
+    wait_for(lambda: harness.bound_node("gated"), what="gate removed after restart")
+    assert harness.get_claim("kept")["status"]["allocation"] == share  # not allocated twice
+    assert GATE_NAME not in [g["name"] for g in harness.get_pod("gated")["spec"].get("schedulingGates") or ()]
+
+
+def test_deleted_pod_releases_template_claim_and_finalizer(harness: Harness) -> None:
+    harness.start_controller()
+    harness.create_template("one", request(memory="1Gi"))
+    harness.create_pod(pod("tpl-pod", {"gpu": "template:one"}))
+    wait_for(lambda: harness.bound_node("tpl-pod"))
+    name = harness.pod_claim("tpl-pod")["metadata"]["name"]
+    harness.kube._call("DELETE", PODS.path(NS, "tpl-pod"))
+
+    def claim_gone() -> bool:
+        try:
+            harness.get_claim(name)
+        except Exception:
+            return True
+        return False
+
+    wait_for(claim_gone, what="template claim deleted (our finalizer removed)")
+
+
+def test_unschedulable_then_node_added(sandbox: SandboxServer) -> None:
+    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
+    h = Harness(sandbox, cluster)
+    try:
+        h.publish("node-1", "t4", 1)
+        h.create_class(device_class(DRIVER))
+        h.start_controller()
+        h.create_claim(claim("two", request(count=2, memory="1Gi")))
+        h.create_pod(pod("two-pod", {"gpu": "claim:two"}))
+        wait_for(lambda: h.events("two-pod"), what="pending")
+        assert "NodeInsufficientDevice" in h.events("two-pod")[0] or "Insufficient" in h.events("two-pod")[0]
+        cluster.add_node("node-2")
+        h.publish("node-2", "t4", 2)
+        assert wait_for(lambda: h.bound_node("two-pod"), what="bound to the new node") == "node-2"
+    finally:
+        h.stop()
+        cluster.stop()
+    time.sleep(0)
