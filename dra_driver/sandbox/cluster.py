@@ -7,8 +7,10 @@ What runs: one Node object per node (Ready, schedulable), the resourceclaim cont
 (:mod:`claimcontroller`) and the scheduler/binder (:mod:`scheduler`). Per node, an optional
 ``kubelet_factory(NodeContext)`` starts a kubelet simulator (``dra_driver.sandbox.kubelet``,
 which registers plugins over their real sockets and prepares claims); ``NodeContext`` gives it
-the node's name, the server and private plugin/registry/CDI directories. Anything else started
-beside the cluster (kubelet plugins, the controller, the webhook) is handed to
+the node's name, the server and private plugin/registry/CDI directories. Like a real
+kube-scheduler, the scheduler allocates unallocated claims of ungated pods itself (plain first fit,
+:mod:`firstfit`, honouring device taints) unless ``first_fit=False`` or another ``allocator`` is
+given. Anything else started beside the cluster (kubelet plugins, the controller, the webhook) is handed to
 :meth:`SandboxCluster.add_component` so that :meth:`stop` stops it too.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, Protocol
 
 from dra_driver.sandbox.claimcontroller import ClaimController
 from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.firstfit import FirstFitAllocator
 from dra_driver.sandbox.resources import lookup
 from dra_driver.sandbox.scheduler import Allocator, Scheduler
 from dra_driver.sandbox.server import SandboxServer
@@ -118,12 +121,15 @@ class SandboxCluster:
         *,
         kubelet_factory: KubeletFactory | None = None,
         allocator: Allocator | None = None,
+        first_fit: bool = True,
         resync: float = 1.0,
     ) -> None:
         self.server = server
         self.node_names = [f"node-{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
         self.kubelet_factory = kubelet_factory
         self.claim_controller = ClaimController(server.api, resync)
+        if allocator is None and first_fit:
+            allocator = FirstFitAllocator(server.api)
         self.scheduler = Scheduler(server.api, allocator, resync)
         self.kubelets: dict[str, Stoppable] = {}
         self._components: list[Stoppable] = []

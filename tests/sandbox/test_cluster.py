@@ -152,3 +152,72 @@ def test_bound_pod_gets_allocated_claims_reserved(cluster: SandboxCluster, sandb
     )
     reserved = wait_for(lambda: res.read_namespaced_resource_claim("c1", NS).status.reserved_for)
     assert reserved[0].uid == pod.metadata.uid
+
+
+def _shared_slice(node: str) -> dict[str, Any]:
+    from tests.sandbox.helpers import slice_obj
+
+    obj = slice_obj(f"{node}-shared", node, devices=2, driver="other.example.com")
+    for dev in obj["spec"]["devices"]:
+        dev["allowMultipleAllocations"] = True
+        dev["capacity"]["memory"]["requestPolicy"] = {
+            "default": "1Gi",
+            "validRange": {"min": "1Mi", "step": "1Mi"},
+        }
+    obj["spec"]["devices"][0]["taints"] = [{"key": "gpu.hami.io/policy-managed", "effect": "NoSchedule"}]
+    return obj
+
+
+def test_first_fit_allocates_ungated_claims_and_honours_taints(
+    cluster: SandboxCluster, sandbox_client: Any
+) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    res.create_device_class(
+        {
+            "metadata": {"name": "other"},
+            "spec": {
+                "selectors": [{"cel": {"expression": 'device.driver == "other.example.com"'}}],
+                "config": [{"opaque": {"driver": "other.example.com", "parameters": {"a": 1}}}],
+            },
+        }
+    )
+    res.create_resource_slice(_shared_slice("node-2"))
+    claim = claim_obj("c1")
+    claim["spec"]["devices"]["requests"][0]["exactly"] = {
+        "deviceClassName": "other",
+        "capacity": {"requests": {"memory": "1000Mi"}},
+    }
+    res.create_namespaced_resource_claim(NS, claim)
+    core.create_namespaced_pod(NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimName": "c1"}]))
+    wait_for(lambda: core.read_namespaced_pod("p1", NS).spec.node_name == "node-2")
+    got = res.read_namespaced_resource_claim("c1", NS)
+    result = got.status.allocation.devices.results[0]
+    assert result.device == "gpu-1", "gpu-0 carries an untolerated NoSchedule taint"
+    assert result.consumed_capacity == {"memory": "1000Mi"} and result.share_id
+    assert got.status.allocation.devices.config[0].source == "FromClass"
+    assert BUILTIN_FINALIZER in got.metadata.finalizers
+    assert [r.name for r in got.status.reserved_for] == ["p1"]
+
+
+def test_first_fit_leaves_claims_pending_when_nothing_fits(
+    cluster: SandboxCluster, sandbox_client: Any
+) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    res.create_device_class(
+        {
+            "metadata": {"name": "other"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "other.example.com"'}}]},
+        }
+    )
+    res.create_resource_slice(_shared_slice("node-1"))
+    claim = claim_obj("big")
+    claim["spec"]["devices"]["requests"][0]["exactly"] = {
+        "deviceClassName": "other",
+        "capacity": {"requests": {"memory": "16Gi"}},
+    }
+    res.create_namespaced_resource_claim(NS, claim)
+    core.create_namespaced_pod(NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimName": "big"}]))
+    wait_for(lambda: any(e.reason == "FailedScheduling" for e in core.list_namespaced_event(NS).items))
+    status = res.read_namespaced_resource_claim("big", NS).status
+    assert status is None or status.allocation is None
+    assert core.read_namespaced_pod("p1", NS).spec.node_name is None

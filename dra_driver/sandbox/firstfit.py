@@ -1,0 +1,334 @@
+"""kube-scheduler's structured allocation, reduced to plain first fit, for the sandbox.
+
+A real kube-scheduler allocates every unallocated claim of a pod it schedules (that is why the
+driver gates its pods and taints its devices). This allocator does the same for the sandbox's
+scheduler, written independently of the driver's controller so that it can catch disagreements:
+
+- nodes in name order; per node the devices of the *current* pools (highest generation, complete)
+  published for it (``nodeName``, ``allNodes`` or a matching ``nodeSelector``), slices and
+  devices in name order; the first node where every request fits wins;
+- a device is eligible when the class's and the request's CEL selectors match (via
+  ``dra_driver.cel``, Kubernetes' CEL semantics), its ``NoSchedule``/``NoExecute`` taints are
+  tolerated by the request, and it is free: unallocated, or ``allowMultipleAllocations`` with
+  enough capacity left (consumable capacity rules of dra-interfaces.md (f));
+- ``exactly`` (ExactCount / All) and ``firstAvailable`` (first subrequest that fits) requests;
+  claims with ``constraints`` are not allocated (reported), as this simple allocator cannot honour them;
+- the result carries ``shareID`` + ``consumedCapacity`` for shared devices, the class configs
+  (``FromClass``) then the claim configs (``FromClaim``), a ``nodeSelector`` for the node, and the
+  claim gets kube-scheduler's finalizer ``resource.kubernetes.io/delete-protection`` first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from fractions import Fraction
+from typing import Any
+
+from dra_driver.sandbox.api import Api, WriteOptions
+from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.selectors import node_selector_matches
+from dra_driver.sandbox.validation import parse_quantity
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+CLAIMS = lookup("resource.k8s.io", "v1", "resourceclaims")
+SLICES = lookup("resource.k8s.io", "v1", "resourceslices")
+CLASSES = lookup("resource.k8s.io", "v1", "deviceclasses")
+FINALIZER = "resource.kubernetes.io/delete-protection"
+USER = WriteOptions(user="system:kube-scheduler")
+DeviceKey = tuple[str, str, str]  # driver, pool, device
+
+
+def format_quantity(value: Fraction) -> str:
+    """A canonical-enough Kubernetes quantity for an exact amount (binary suffix when it divides)."""
+    if value.denominator != 1:
+        return f"{math.ceil(value * 1000)}m"
+    n = int(value)
+    for suffix, factor in (
+        ("Ei", 2**60),
+        ("Pi", 2**50),
+        ("Ti", 2**40),
+        ("Gi", 2**30),
+        ("Mi", 2**20),
+        ("Ki", 2**10),
+    ):
+        if n and n % factor == 0:
+            return f"{n // factor}{suffix}"
+    return str(n)
+
+
+def _tolerated(taint: Obj, tolerations: list[Obj]) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        if tol.get("operator", "Equal") == "Exists":
+            if not tol.get("key") or tol["key"] == taint.get("key"):
+                return True
+        elif tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def consumption(device: Obj, requested: dict[str, Any]) -> dict[str, Fraction] | None:
+    """What one allocation of a multi-allocatable device consumes per capacity (None: does not fit policy)."""
+    out: dict[str, Fraction] = {}
+    for name, cap in (device.get("capacity") or {}).items():
+        policy = cap.get("requestPolicy") or {}
+        if name not in requested:
+            default = policy.get("default")
+            amount = parse_quantity(default) if default is not None else parse_quantity(cap.get("value"))
+            out[name] = amount or Fraction(0)
+            continue
+        want = parse_quantity(requested[name]) or Fraction(0)
+        if (valid := policy.get("validValues")) is not None:
+            fits = sorted(v for v in (parse_quantity(x) for x in valid) if v is not None and v >= want)
+            if not fits:
+                return None
+            want = fits[0]
+        elif (rng := policy.get("validRange")) is not None:
+            low = parse_quantity(rng.get("min")) or Fraction(0)
+            if want < low:
+                want = low
+            step = parse_quantity(rng["step"]) if rng.get("step") is not None else None
+            if step:
+                want = low + math.ceil((want - low) / step) * step
+            high = parse_quantity(rng["max"]) if rng.get("max") is not None else None
+            if high is not None and want > high:
+                return None
+        out[name] = want
+    if any(name not in (device.get("capacity") or {}) for name in requested):
+        return None
+    return out
+
+
+class FirstFitAllocator:
+    """Allocates claims for the sandbox scheduler (see module docstring)."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    # ----------------------------------------------------------------------------------- state
+
+    def _in_use(self) -> tuple[set[DeviceKey], dict[DeviceKey, dict[str, Fraction]]]:
+        assert CLAIMS
+        exclusive: set[DeviceKey] = set()
+        shared: dict[DeviceKey, dict[str, Fraction]] = {}
+        for claim in self.api.list_objects(CLAIMS, None)[0]:
+            alloc = (claim.get("status") or {}).get("allocation") or {}
+            for res in (alloc.get("devices") or {}).get("results") or []:
+                if res.get("adminAccess"):
+                    continue
+                key = (res["driver"], res["pool"], res["device"])
+                if res.get("shareID"):
+                    used = shared.setdefault(key, {})
+                    for name, qty in (res.get("consumedCapacity") or {}).items():
+                        used[name] = used.get(name, Fraction(0)) + (parse_quantity(qty) or Fraction(0))
+                else:
+                    exclusive.add(key)
+        return exclusive, shared
+
+    def _devices_for(self, node: Obj) -> list[tuple[str, str, Obj]]:
+        """(driver, pool, device) usable on ``node`` from current, complete pools, in name order."""
+        assert SLICES
+        slices = self.api.list_objects(SLICES, None)[0]
+        pools: dict[tuple[str, str], list[Obj]] = {}
+        for s in slices:
+            spec = s["spec"]
+            pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(s)
+        out: list[tuple[str, str, Obj]] = []
+        for (driver, pool), members in sorted(pools.items()):
+            top = max(m["spec"]["pool"]["generation"] for m in members)
+            current = sorted(
+                (m for m in members if m["spec"]["pool"]["generation"] == top),
+                key=lambda m: m["metadata"]["name"],
+            )
+            if len(current) != current[0]["spec"]["pool"]["resourceSliceCount"]:
+                continue  # incomplete pool: nothing of it is allocated
+            for s in current:
+                spec = s["spec"]
+                if spec.get("nodeName") and spec["nodeName"] != node["metadata"]["name"]:
+                    continue
+                if spec.get("nodeSelector") and not node_selector_matches(spec["nodeSelector"], node):
+                    continue
+                out.extend((driver, pool, d) for d in spec.get("devices") or [])
+        return out
+
+    # ----------------------------------------------------------------------------------- matching
+
+    def _eligible(self, driver: str, device: Obj, req: Obj, class_selectors: list[str]) -> bool:
+        from dra_driver.cel import SelectorError, device_input, selectors_match
+
+        for taint in device.get("taints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
+                taint, req.get("tolerations") or []
+            ):
+                return False
+        request_selectors = [s["cel"]["expression"] for s in req.get("selectors") or [] if s.get("cel")]
+        try:
+            cel_input = device_input(driver, device)
+            return selectors_match("class", class_selectors, cel_input) and selectors_match(
+                "request", request_selectors, cel_input
+            )
+        except SelectorError as err:
+            log.info("first-fit: device %s skipped: %s", device.get("name"), err)
+            return False
+
+    def _fit_request(
+        self,
+        name: str,
+        req: Obj,
+        devices: list[tuple[str, str, Obj]],
+        taken: set[DeviceKey],
+        shared: dict[DeviceKey, dict[str, Fraction]],
+    ) -> list[Obj] | None:
+        assert CLASSES
+        try:
+            device_class = self.api.get(CLASSES, "", req.get("deviceClassName", ""))
+        except ApiError:
+            return None
+        class_selectors = [
+            s["cel"]["expression"]
+            for s in (device_class.get("spec") or {}).get("selectors") or []
+            if s.get("cel")
+        ]
+        requested = (req.get("capacity") or {}).get("requests") or {}
+        mode = req.get("allocationMode", "ExactCount")
+        want = req.get("count", 1)
+        results: list[Obj] = []
+        for driver, pool, device in devices:
+            key = (driver, pool, device["name"])
+            if key in taken or not self._eligible(driver, device, req, class_selectors):
+                continue
+            result: Obj = {"request": name, "driver": driver, "pool": pool, "device": device["name"]}
+            if device.get("allowMultipleAllocations"):
+                use = consumption(device, requested)
+                if use is None:
+                    continue
+                used = shared.get(key, {})
+                caps = device.get("capacity") or {}
+                if any(
+                    used.get(c, Fraction(0)) + amount > (parse_quantity(caps[c].get("value")) or Fraction(0))
+                    for c, amount in use.items()
+                ):
+                    continue
+                for c, amount in use.items():
+                    used[c] = used.get(c, Fraction(0)) + amount
+                shared[key] = used
+                result["shareID"] = str(uuid.uuid4())
+                result["consumedCapacity"] = {c: format_quantity(a) for c, a in use.items()}
+            elif key in shared or not self._dedicated_fits(device, requested):
+                continue  # a shared device is not free for a dedicated allocation
+            taken.add(key)
+            results.append(result)
+            if mode == "ExactCount" and len(results) == want:
+                return results
+        return results if mode == "All" and results else None
+
+    @staticmethod
+    def _dedicated_fits(device: Obj, requested: dict[str, Any]) -> bool:
+        caps = device.get("capacity") or {}
+        for name, qty in requested.items():
+            if name not in caps:
+                return False
+            have, want = parse_quantity(caps[name].get("value")), parse_quantity(qty)
+            if have is None or want is None or want > have:
+                return False
+        return True
+
+    def _try(
+        self,
+        name: str,
+        req: Obj,
+        devices: list[tuple[str, str, Obj]],
+        taken: set[DeviceKey],
+        shared: dict[DeviceKey, dict[str, Fraction]],
+    ) -> list[Obj] | None:
+        """:meth:`_fit_request` on copies of the usage state, committed only when the request fits."""
+        trial_taken = set(taken)
+        trial_shared = {k: dict(v) for k, v in shared.items()}
+        fit = self._fit_request(name, req, devices, trial_taken, trial_shared)
+        if fit is not None:
+            taken |= trial_taken
+            shared.clear()
+            shared.update(trial_shared)
+        return fit
+
+    # ----------------------------------------------------------------------------------- allocate
+
+    def allocate(self, claim: Obj, nodes: list[Obj]) -> bool:
+        assert CLAIMS and CLASSES
+        meta = claim["metadata"]
+        devices_spec = (claim.get("spec") or {}).get("devices") or {}
+        if devices_spec.get("constraints"):
+            log.info(
+                "first-fit: claim %s/%s has constraints; not allocating", meta["namespace"], meta["name"]
+            )
+            return False
+        exclusive, shared0 = self._in_use()
+        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            devices = self._devices_for(node)
+            taken = set(exclusive)
+            shared = {k: dict(v) for k, v in shared0.items()}
+            results: list[Obj] = []
+            used_classes: list[tuple[str, str]] = []
+            for request in devices_spec.get("requests") or []:
+                fit = None
+                if request.get("exactly"):
+                    fit = self._try(request["name"], request["exactly"], devices, taken, shared)
+                    used_classes.append((request["name"], request["exactly"].get("deviceClassName", "")))
+                for sub in request.get("firstAvailable") or []:
+                    fit = self._try(f"{request['name']}/{sub['name']}", sub, devices, taken, shared)
+                    if fit is not None:
+                        used_classes.append((request["name"], sub.get("deviceClassName", "")))
+                        break
+                if fit is None:
+                    break
+                results.extend(fit)
+            else:
+                return self._write(claim, node, results, used_classes)
+        return False
+
+    def _write(self, claim: Obj, node: Obj, results: list[Obj], used_classes: list[tuple[str, str]]) -> bool:
+        assert CLAIMS and CLASSES
+        meta = claim["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        config: list[Obj] = []
+        for request, class_name in used_classes:
+            device_class = self.api.get(CLASSES, "", class_name)
+            for entry in (device_class.get("spec") or {}).get("config") or []:
+                config.append({"source": "FromClass", "requests": [request], "opaque": entry["opaque"]})
+        for entry in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
+            item = {"source": "FromClaim", "opaque": entry["opaque"]}
+            if entry.get("requests"):
+                item["requests"] = entry["requests"]
+            config.append(item)
+        allocation: Obj = {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [node["metadata"]["name"]]}
+                        ]
+                    }
+                ]
+            },
+        }
+        if config:
+            allocation["devices"]["config"] = config
+        try:
+            if FINALIZER not in (meta.get("finalizers") or []):
+                meta["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                claim = self.api.update(CLAIMS, ns, name, claim, "", USER)
+            if (claim.get("status") or {}).get("allocation"):
+                return True  # allocated elsewhere in the meantime
+            claim.setdefault("status", {})["allocation"] = allocation
+            self.api.update(CLAIMS, ns, name, claim, "status", USER)
+        except ApiError as err:
+            log.info("first-fit: writing the allocation of %s/%s failed: %s", ns, name, err.message)
+            return False
+        return True
