@@ -19,6 +19,7 @@ NAMESPACE = "default"
 PROFILE = "t4"
 GPU_COUNT = 4
 TENANT_MEMORY = "1000Mi"
+GATE = f"{DRIVER}/allocation"  # added by the webhook, removed by the controller
 
 #: DeviceClass name -> GpuConfig policy chain carried as the class's opaque parameters.
 CLASS_POLICIES: dict[str, str] = {
@@ -156,7 +157,12 @@ def webhook_configurations(url: str, ca_bundle: str) -> list[tuple[str, dict[str
                 "name": f"pods.{DRIVER}",
                 "clientConfig": {"url": f"{url}/mutate", "caBundle": ca_bundle},
                 "rules": [
-                    {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                    }
                 ],
                 **common,
             }

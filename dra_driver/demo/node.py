@@ -52,7 +52,9 @@ class LabNode:
             boot_id_file=boot_id,
             cleanup_seconds=3600.0,
         )
-        self.plugin = KubeletPlugin(options, profile_gpus(profile, node_name=ctx.name, gpus=gpus), self._client())
+        self.plugin = KubeletPlugin(
+            options, profile_gpus(profile, node_name=ctx.name, gpus=gpus), self._client()
+        )
         try:
             self.plugin.start()
         except BaseException:

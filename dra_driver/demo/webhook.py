@@ -72,7 +72,7 @@ class DemoWebhook:
         """Create the Mutating/ValidatingWebhookConfiguration objects; returns their kinds."""
         from kubernetes import client
 
-        api = client.AdmissionregistrationV1Api(self._api_client)
+        api: Any = client.AdmissionregistrationV1Api(self._api_client)
         kinds = []
         for kind, body in manifests.webhook_configurations(self.url, self.ca_bundle):
             if kind == "MutatingWebhookConfiguration":

