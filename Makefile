@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/hami-dra simulate examples/worked-example.yaml
+	$(VENV)/bin/hami-dra demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check dra_driver tests hack
