@@ -29,7 +29,7 @@ from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.admission import Admission
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.patch import apply_patch
-from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, by_key, lookup
+from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, by_key, require
 from dra_driver.sandbox.selectors import make_filter
 from dra_driver.sandbox.store import Event, Store, Watcher
 from dra_driver.sandbox.validation import Validator
@@ -37,8 +37,8 @@ from dra_driver.sandbox.validation import Validator
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-NAMESPACES = lookup("", "v1", "namespaces")
-PODS = lookup("", "v1", "pods")
+NAMESPACES = require("", "v1", "namespaces")
+PODS = require("", "v1", "pods")
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _RETRIES = 50
@@ -63,7 +63,6 @@ class Api:
     """See module docstring. ``history_window`` bounds the watch history (older RVs get 410)."""
 
     def __init__(self, kube_version: str = "1.36", history_window: int = 10000) -> None:
-        assert NAMESPACES is not None and PODS is not None
         self.store = Store(history_window)
         self.validator = Validator(kube_version)
         self.admission = Admission(self._webhook_configs, lambda ns: self.store.get("namespaces", ("", ns)))
@@ -136,7 +135,6 @@ class Api:
         if not rt.namespaced:
             return
         nsobj = self.store.get("namespaces", ("", ns))
-        assert NAMESPACES is not None
         if nsobj is None:
             raise e.not_found(NAMESPACES, ns)
         if nsobj["metadata"].get("deletionTimestamp"):
@@ -329,7 +327,6 @@ class Api:
 
     def bind(self, ns: str, name: str, body: Any, opts: WriteOptions | None = None) -> Obj:
         """``POST pods/<name>/binding``: what kube-scheduler uses to set ``spec.nodeName``."""
-        assert PODS is not None
         node = ((body or {}).get("target") or {}).get("name")
         if not node:
             raise e.invalid_object(PODS, name, [e.required("target.name")])
@@ -479,7 +476,6 @@ class Api:
                         log.warning(
                             "namespace cleanup of %s/%s failed: %s", ns, obj["metadata"]["name"], err.message
                         )
-        assert NAMESPACES is not None
         current = self.store.get("namespaces", ("", ns))
         if current is not None:
             remaining = any(self.store.items(rt.key, ns)[0] for rt in RESOURCE_TYPES if rt.namespaced)

@@ -26,14 +26,14 @@ from typing import Any
 from dra_driver.sandbox.api import WriteOptions
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.reconciler import Reconciler
-from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.resources import require
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-PODS = lookup("", "v1", "pods")
-CLAIMS = lookup("resource.k8s.io", "v1", "resourceclaims")
-TEMPLATES = lookup("resource.k8s.io", "v1", "resourceclaimtemplates")
+PODS = require("", "v1", "pods")
+CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")
+TEMPLATES = require("resource.k8s.io", "v1", "resourceclaimtemplates")
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 BUILTIN_FINALIZER = "resource.kubernetes.io/delete-protection"
 USER = WriteOptions(user="system:serviceaccount:kube-system:resourceclaim-controller")
@@ -63,7 +63,6 @@ class ClaimController(Reconciler):
     watches = ("pods", "resourceclaims.resource.k8s.io")
 
     def reconcile(self) -> None:
-        assert PODS and CLAIMS
         pods, _ = self.api.list_objects(PODS, None)
         claims, _ = self.api.list_objects(CLAIMS, None)
         by_uid = {p["metadata"]["uid"]: p for p in pods}
@@ -76,7 +75,6 @@ class ClaimController(Reconciler):
     # ----------------------------------------------------------------------------------- pods
 
     def _ensure_claims(self, pod: Obj, claims: list[Obj]) -> None:
-        assert PODS and CLAIMS and TEMPLATES
         ns, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
         statuses = list((pod.get("status") or {}).get("resourceClaimStatuses") or [])
         recorded = {s["name"] for s in statuses}
@@ -153,7 +151,6 @@ class ClaimController(Reconciler):
         }
 
     def _reserve_for_bound_pod(self, pod: Obj, claims: list[Obj]) -> None:
-        assert CLAIMS
         ns = pod["metadata"]["namespace"]
         for claim_name in claim_names(pod).values():
             if claim_name is None:
@@ -180,7 +177,6 @@ class ClaimController(Reconciler):
     # ----------------------------------------------------------------------------------- claims
 
     def _sync_claim(self, claim: Obj, pods_by_uid: dict[str, Obj]) -> None:
-        assert CLAIMS
         meta = claim["metadata"]
         ns, name = meta["namespace"], meta["name"]
         status = claim.get("status") or {}

@@ -27,11 +27,11 @@ from typing import Any, Protocol
 from dra_driver.sandbox.claimcontroller import ClaimController
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.firstfit import FirstFitAllocator
-from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.resources import require
 from dra_driver.sandbox.scheduler import Allocator, Scheduler
 from dra_driver.sandbox.server import SandboxServer
 
-NODES = lookup("", "v1", "nodes")
+NODES = require("", "v1", "nodes")
 
 
 class Stoppable(Protocol):
@@ -157,7 +157,6 @@ class SandboxCluster:
 
     def add_node(self, name: str, labels: dict[str, str] | None = None) -> NodeContext:
         """Register a Node object and start its kubelet (if a factory was given)."""
-        assert NODES is not None
         try:
             self.server.api.create(NODES, "", node_object(name, labels, self.server.kube_version))
         except ApiError as err:

@@ -30,7 +30,7 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.sandbox.certs import make_self_signed
 from dra_driver.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
-from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.resources import require
 
 log = logging.getLogger(__name__)
 #: Not ``-m dra_driver.cli``: that would make a second copy of the module (and of UsageError).
@@ -188,9 +188,8 @@ def start_webhook(cluster: SandboxCluster, options: DriverOptions) -> None:
             "resources": ["deviceclasses", "resourceclaims", "resourceclaimtemplates"],
         }
     ]
-    mutating = lookup("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
-    validating = lookup("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
-    assert mutating is not None and validating is not None
+    mutating = require("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+    validating = require("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
     api.create(mutating, "", {"metadata": {"name": "hami-dra"}, "webhooks": [hook("/mutate", pods, "Fail")]})
     api.create(
         validating, "", {"metadata": {"name": "hami-dra"}, "webhooks": [hook("/validate", dra, "Fail")]}

@@ -28,16 +28,16 @@ from typing import Any
 
 from dra_driver.sandbox.api import Api, WriteOptions
 from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.resources import require
 from dra_driver.sandbox.selectors import node_selector_matches
 from dra_driver.sandbox.validation import parse_quantity
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-CLAIMS = lookup("resource.k8s.io", "v1", "resourceclaims")
-SLICES = lookup("resource.k8s.io", "v1", "resourceslices")
-CLASSES = lookup("resource.k8s.io", "v1", "deviceclasses")
+CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")
+SLICES = require("resource.k8s.io", "v1", "resourceslices")
+CLASSES = require("resource.k8s.io", "v1", "deviceclasses")
 FINALIZER = "resource.kubernetes.io/delete-protection"
 USER = WriteOptions(user="system:kube-scheduler")
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -114,7 +114,6 @@ class FirstFitAllocator:
     # ----------------------------------------------------------------------------------- state
 
     def _in_use(self) -> tuple[set[DeviceKey], dict[DeviceKey, dict[str, Fraction]]]:
-        assert CLAIMS
         exclusive: set[DeviceKey] = set()
         shared: dict[DeviceKey, dict[str, Fraction]] = {}
         for claim in self.api.list_objects(CLAIMS, None)[0]:
@@ -133,7 +132,6 @@ class FirstFitAllocator:
 
     def _devices_for(self, node: Obj) -> list[tuple[str, str, Obj]]:
         """(driver, pool, device) usable on ``node`` from current, complete pools, in name order."""
-        assert SLICES
         slices = self.api.list_objects(SLICES, None)[0]
         pools: dict[tuple[str, str], list[Obj]] = {}
         for s in slices:
@@ -185,7 +183,6 @@ class FirstFitAllocator:
         taken: set[DeviceKey],
         shared: dict[DeviceKey, dict[str, Fraction]],
     ) -> list[Obj] | None:
-        assert CLASSES
         try:
             device_class = self.api.get(CLASSES, "", req.get("deviceClassName", ""))
         except ApiError:
@@ -260,7 +257,6 @@ class FirstFitAllocator:
     # ----------------------------------------------------------------------------------- allocate
 
     def allocate(self, claim: Obj, nodes: list[Obj]) -> bool:
-        assert CLAIMS and CLASSES
         meta = claim["metadata"]
         devices_spec = (claim.get("spec") or {}).get("devices") or {}
         if devices_spec.get("constraints"):
@@ -293,7 +289,6 @@ class FirstFitAllocator:
         return False
 
     def _write(self, claim: Obj, node: Obj, results: list[Obj], used_classes: list[tuple[str, str]]) -> bool:
-        assert CLAIMS and CLASSES
         meta = claim["metadata"]
         ns, name = meta["namespace"], meta["name"]
         config: list[Obj] = []

@@ -182,6 +182,14 @@ def lookup(group: str, version: str, plural: str) -> ResourceType | None:
     return _BY_PATH.get((group, version, plural))
 
 
+def require(group: str, version: str, plural: str) -> ResourceType:
+    """Like :func:`lookup` for resources known to exist (module constants); KeyError otherwise."""
+    rt = lookup(group, version, plural)
+    if rt is None:
+        raise KeyError(f"{group}/{version}/{plural}")
+    return rt
+
+
 def by_key(key: str) -> ResourceType:
     """The resource for a store key such as ``resourceclaims.resource.k8s.io``; KeyError if unknown."""
     return _BY_KEY[key]

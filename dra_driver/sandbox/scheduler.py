@@ -25,16 +25,16 @@ from dra_driver.sandbox.api import Api, WriteOptions, now
 from dra_driver.sandbox.claimcontroller import claim_names
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.reconciler import Reconciler
-from dra_driver.sandbox.resources import lookup
+from dra_driver.sandbox.resources import require
 from dra_driver.sandbox.selectors import node_selector_matches
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-PODS = lookup("", "v1", "pods")
-NODES = lookup("", "v1", "nodes")
-CLAIMS = lookup("resource.k8s.io", "v1", "resourceclaims")
-EVENTS = lookup("", "v1", "events")
+PODS = require("", "v1", "pods")
+NODES = require("", "v1", "nodes")
+CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")
+EVENTS = require("", "v1", "events")
 USER = WriteOptions(user="system:kube-scheduler")
 
 
@@ -64,7 +64,6 @@ def record_event(
     component: str = "default-scheduler",
 ) -> None:
     """A core/v1 Event about ``obj`` (what ``kubectl describe`` shows)."""
-    assert EVENTS is not None
     meta = obj["metadata"]
     ns = meta.get("namespace") or "default"
     stamp = now()
@@ -103,7 +102,6 @@ class Scheduler(Reconciler):
         self._reported: dict[str, str] = {}
 
     def reconcile(self) -> None:
-        assert PODS and NODES
         pods, _ = self.api.list_objects(PODS, None, field_selector="spec.nodeName=")
         nodes, _ = self.api.list_objects(NODES, None)
         for pod in pods:
@@ -120,7 +118,6 @@ class Scheduler(Reconciler):
                 )
 
     def _claims(self, pod: Obj) -> list[Obj] | None:
-        assert CLAIMS
         out = []
         for claim_name in claim_names(pod).values():
             if claim_name is None:
@@ -132,7 +129,6 @@ class Scheduler(Reconciler):
         return out
 
     def _schedule(self, pod: Obj, nodes: list[Obj]) -> None:
-        assert CLAIMS and PODS
         ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
         claims = self._claims(pod)
         if claims is None:
@@ -160,7 +156,6 @@ class Scheduler(Reconciler):
         return None
 
     def _reserve(self, claim: Obj, pod: Obj) -> None:
-        assert CLAIMS
         uid = pod["metadata"]["uid"]
         for _ in range(10):
             reserved = claim["status"].get("reservedFor") or []
@@ -184,7 +179,6 @@ class Scheduler(Reconciler):
         raise ApiError(409, "Conflict", "could not reserve the claim")
 
     def _post_filter(self, pod: Obj, claims: list[Obj], fitting: list[Obj]) -> None:
-        assert CLAIMS
         uid = pod["metadata"]["uid"]
         for claim in claims:
             selector = claim["status"]["allocation"].get("nodeSelector")
