@@ -67,6 +67,7 @@ class Controller:
         self._was_leader = False
         self._last_resync = 0.0
         self._metrics_generation = -1
+        self._metrics_at = 0.0
         self.passes = 0
         self.informers = {
             resource.kind: Informer(kube, resource, self._on_change)
@@ -161,8 +162,9 @@ class Controller:
                 self.pending_pods.discard(key)
                 if outcome == "retry":
                     self._dirty_pods.add(key)
-        if self.reconciler.ledger.generation != self._metrics_generation:
-            self._metrics_generation = self.reconciler.ledger.generation
+        generation = self.reconciler.ledger.generation
+        if generation != self._metrics_generation and time.monotonic() - self._metrics_at > 1.0:
+            self._metrics_generation, self._metrics_at = generation, time.monotonic()
             self.metrics.update_gpus(self.reconciler.ledger)
 
     def _fifo(self, keys: set[str]) -> list[str]:

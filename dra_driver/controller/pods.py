@@ -112,8 +112,13 @@ def pod_active(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
 
 
-def node_fit_problem(pod: Obj, node: Obj, bound_requests: Mapping[str, float]) -> str | None:
-    """Why ``pod`` cannot run on ``node`` (a short reason), or None."""
+def node_fit_problem(
+    pod: Obj,
+    node: Obj,
+    bound_requests: Mapping[str, float],
+    wanted: Mapping[str, float] | None = None,
+) -> str | None:
+    """Why ``pod`` cannot run on ``node`` (a short reason), or None; ``wanted`` = ``pod_requests(pod)``."""
     spec = pod.get("spec") or {}
     meta = node.get("metadata") or {}
     name = meta.get("name")
@@ -137,7 +142,8 @@ def node_fit_problem(pod: Obj, node: Obj, bound_requests: Mapping[str, float]) -
     if not taints_tolerated(node_spec.get("taints") or (), tolerations, ("NoSchedule", "NoExecute")):
         return "TaintToleration"
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    wanted = pod_requests(pod)
+    if wanted is None:
+        wanted = pod_requests(pod)
     for resource, amount in wanted.items():
         if amount <= 0 or resource not in allocatable:
             continue

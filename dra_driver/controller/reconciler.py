@@ -20,6 +20,7 @@ import copy
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -33,7 +34,13 @@ from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, Kube
 from dra_driver.controller.ledger import Ledger, claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
-from dra_driver.controller.pods import bound_requests_by_node, node_fit_problem, pod_active, pod_claim_names
+from dra_driver.controller.pods import (
+    bound_requests_by_node,
+    node_fit_problem,
+    pod_active,
+    pod_claim_names,
+    pod_requests,
+)
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.engine import Decision
 
@@ -115,9 +122,12 @@ class Reconciler:
         self.matcher = Matcher(driver, policy_taint or f"{driver}/policy-managed")
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
+        self.decision_seconds: deque[float] = deque(maxlen=100_000)  # for benchmarks and debugging
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
+        self.bound_generation = 0  # bumped when a pod bound to a node changes (CPU/memory in use)
+        self._bound_cache: tuple[int, dict[str, dict[str, float]]] | None = None
         self._assumed: dict[str, tuple[float, Obj]] = {}  # claim key -> (when, object we wrote)
 
     # --- views ---------------------------------------------------------------------------------
@@ -160,6 +170,8 @@ class Reconciler:
 
     def observe_pod(self, old: Obj | None, new: Obj | None) -> None:
         """Index which claims each pod refers to (for releases) and pods by UID."""
+        if any(obj is not None and (obj.get("spec") or {}).get("nodeName") for obj in (old, new)):
+            self.bound_generation += 1
         if old is not None:
             for claim_key in self._pod_refs(old):
                 self.consumers.get(claim_key, set()).discard(_key(old))
@@ -213,10 +225,18 @@ class Reconciler:
         return False
 
     def allowed_nodes(self, pod: Obj) -> frozenset[str]:
-        bound = bound_requests_by_node(self.pods.values())
+        wanted = pod_requests(pod)
+        bound: Mapping[str, Mapping[str, float]] = {}
+        if any(amount > 0 for amount in wanted.values()):
+            if self._bound_cache is None or self._bound_cache[0] != self.bound_generation:
+                self._bound_cache = (self.bound_generation, bound_requests_by_node(self.pods.values()))
+            bound = self._bound_cache[1]
         allowed = set()
         for name, node in self.nodes.items():
-            if name in self.ledger.inventory and node_fit_problem(pod, node, bound.get(name, {})) is None:
+            if (
+                name in self.ledger.inventory
+                and node_fit_problem(pod, node, bound.get(name, {}), wanted) is None
+            ):
                 allowed.add(name)
         return frozenset(allowed)
 
@@ -262,7 +282,9 @@ class Reconciler:
             return self._finish(pod)
         started = time.perf_counter()
         plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod), next(iter(pinned), None))
-        self.metrics.latency.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.metrics.latency.observe(elapsed)
+        self.decision_seconds.append(elapsed)
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
