@@ -1,13 +1,34 @@
 """A sandbox Kubernetes cluster in one process, for tests and the demo. Never used in production.
 
 No kube-apiserver, kubelet or GPU can be installed on the development machines, so the driver's
-components are tested against this strict stand-in: a real HTTP API server speaking the
-Kubernetes REST protocol (``server``/``http``/``api``), and a node simulator playing the parts of
-kube-controller-manager, kube-scheduler and kubelet that DRA relies on (``nodes``). Whatever it
-accepts, a real API server must accept too; where it is simpler than Kubernetes it says so.
+components are tested against this strict stand-in: a real HTTPS API server speaking the
+Kubernetes REST protocol, and a node simulator playing the parts of kube-controller-manager,
+kube-scheduler and kubelet that DRA relies on. Whatever it accepts, a real API server must
+accept too; where it is simpler than Kubernetes it says so below.
 
-Entry points: :class:`~dra_driver.sandbox.server.SandboxServer` (fixtures) and
-``hami-dra sandbox up|down`` (``command``). No production module imports this package.
+Modules: ``server`` (:class:`SandboxServer`, start/stop, kubeconfig), ``http`` (REST routing,
+lists, watches), ``api`` (write path: admission, validation, optimistic concurrency, finalizers,
+garbage collection), ``store`` (global resourceVersion, history, watchers), ``validation``
+(kubernetes-validate strict + DRA rules), ``admission`` (webhooks), ``patch``, ``selectors``,
+``tables``, ``discovery``, ``faults``, ``certs``; simulator: ``cluster`` (:class:`SandboxCluster`,
+nodes, per-node kubelet hook), ``claimcontroller``, ``scheduler``, ``firstfit``, ``kubelet``;
+``driver`` and ``command`` for ``hami-dra sandbox up|status|down``.
+
+Known simplifications (all stricter or absent, never more permissive):
+
+- JSON only (clients asking for protobuf or CBOR also accept JSON); no server-side apply
+  (``kubectl apply --server-side`` gets 415; client-side ``kubectl apply`` works); ``/openapi/v3``
+  only says which PATCH operations exist and that ``fieldValidation`` is supported (no schemas,
+  so no ``kubectl explain``); no ``/openapi/v2`` (``kubectl apply`` of a ``kind: List`` needs it).
+- Unknown fields are always rejected (as ``fieldValidation=Strict``), also for clients that
+  default to ``Warn``.
+- Pods are deleted at once (no graceful termination; finalizers are honoured); namespaces are
+  drained and removed by a background task.
+- Webhooks: ``matchConditions``, reinvocation and ``matchPolicy`` are not evaluated; ``service``
+  client configs need ``Admission.service_resolver``.
+- Lists are served from the current state (``resourceVersionMatch`` is accepted, not enforced);
+  ``continue`` tokens page through the current state.
+- No authorization: the one bearer token in the kubeconfig may do everything.
 """
 
 from dra_driver.sandbox.server import SandboxServer

@@ -11,7 +11,6 @@ skips the webhook).
 from __future__ import annotations
 
 import base64
-import fnmatch
 import json
 import logging
 import ssl
@@ -41,16 +40,20 @@ def _rule_matches(rule: Obj, operation: str, rt: ResourceType, subresource: str,
         return False
     if not any(v in ("*", rt.version) for v in rule.get("apiVersions") or []):
         return False
-    name = f"{rt.plural}/{subresource}" if subresource else rt.plural
-    if not any(
-        r == "*/*"
-        or (fnmatch.fnmatchcase(name, r) and (subresource or "/" not in r))
-        or (r == "*" and not subresource)
-        for r in rule.get("resources") or []
-    ):
+    if not any(_resource_matches(r, rt.plural, subresource) for r in rule.get("resources") or []):
         return False
     scope = rule.get("scope", "*")
     return bool(scope == "*" or (scope == "Namespaced") == namespaced)
+
+
+def _resource_matches(pattern: str, plural: str, subresource: str) -> bool:
+    """``pods`` / ``*`` match main resources only; ``pods/*``, ``*/status``, ``*/*`` match subresources."""
+    if pattern == "*/*":
+        return True
+    if "/" not in pattern:
+        return not subresource and pattern in ("*", plural)
+    resource, _, sub = pattern.partition("/")
+    return bool(subresource) and resource in ("*", plural) and sub in ("*", subresource)
 
 
 class Admission:

@@ -7,9 +7,13 @@ HTTP/1.1. Responses are JSON (clients that prefer protobuf also accept JSON).
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import json
 import logging
+import socket
 import ssl
+import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +58,26 @@ class SandboxHTTPServer(ThreadingHTTPServer):
         self.bookmark_interval = bookmark_interval
         self.stopping = False
         self.request_count = 0
+        self._connections: set[Any] = set()
+        self._conn_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conn_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conn_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Drop every open client connection (keep-alive and watches), as a stopping server does."""
+        with self._conn_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -128,7 +152,10 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         raw = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
         try:
-            if url.path not in PUBLIC and self.headers.get("Authorization") != f"Bearer {self.server.token}":
+            given = (self.headers.get("Authorization") or "").encode()
+            if url.path not in PUBLIC and not hmac.compare_digest(
+                given, f"Bearer {self.server.token}".encode()
+            ):
                 raise e.unauthorized()
             delay, fault = self.server.faults.match(method, url.path)
             if delay:

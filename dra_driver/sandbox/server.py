@@ -135,6 +135,7 @@ class SandboxServer:
         self.api.close()
         self._http.shutdown()
         self._http.server_close()
+        self._http.close_connections()
         self._thread.join(timeout=5)
         if self._own_dir is not None:
             self._own_dir.cleanup()

@@ -92,3 +92,40 @@ def test_invalid_apply_is_rejected_with_field_path(kubectl: Kubectl) -> None:
     unknown = MANIFESTS.split("---")[1].replace("  devices:\n", "  bogus: 1\n  devices:\n")
     result = kubectl("apply", "-f", "-", stdin=unknown, check=False)
     assert result.returncode != 0 and 'unknown field "spec.bogus"' in result.stderr
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  containers:
+  - name: main
+    image: busybox:1
+    env: [{name: A, value: "1"}]
+  - name: side
+    image: busybox:1
+"""
+
+
+def test_apply_core_types_with_strategic_merge_patch(kubectl: Kubectl) -> None:
+    kubectl("apply", "-f", "-", stdin=POD)
+    changed = POD.replace("image: busybox:1\n    env", "image: busybox:2\n    env").replace(
+        "{app: web}", "{app: web, tier: x}"
+    )
+    assert "pod/web configured" in kubectl("apply", "-f", "-", stdin=changed).stdout
+    pod = json.loads(kubectl("get", "pod", "web", "-o", "json").stdout)
+    assert [(c["name"], c["image"]) for c in pod["spec"]["containers"]] == [
+        ("main", "busybox:2"),
+        ("side", "busybox:1"),
+    ]
+    assert pod["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    assert pod["metadata"]["labels"] == {"app": "web", "tier": "x"}
+    kubectl("annotate", "pod", "web", "note=hi")
+    kubectl("label", "pod", "web", "tier-")
+    pod = json.loads(kubectl("get", "pod", "web", "-o", "json").stdout)
+    assert pod["metadata"]["labels"] == {"app": "web"} and pod["metadata"]["annotations"]["note"] == "hi"
+    kubectl("delete", "pod", "web", "--wait=true")
+    assert kubectl("get", "pods", "-o", "name").stdout == ""
