@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,12 @@ SANDBOX = (
     "s = SandboxServer.start(state_dir=__import__('pathlib').Path(sys.argv[1])); "
     "print(s.kubeconfig_path, flush=True); time.sleep(3600)"
 )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), to show where the time goes."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -154,12 +161,15 @@ def main() -> int:
         capacity = 80
         pending = refs[1:]
         wall = 0.0
+        pids = {"plugin": plugin.pid, "sandbox": sandbox.pid, "kubelet": os.getpid()}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         while pending:
             batch, pending = pending[:capacity], pending[capacity:]
             started = time.perf_counter()
             run_parallel(caller, batch)
             wall += time.perf_counter() - started
             run_parallel(unprepare_all, batch)
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         figures = {
             "callers": args.callers,
             "prepares": len(prepare_ms),
@@ -169,6 +179,12 @@ def main() -> int:
             "unprepare_p50_ms": round(statistics.median(unprepare_ms), 2),
             "unprepare_p99_ms": round(percentile(unprepare_ms, 0.99), 2),
             "throughput_per_s": round(len(prepare_ms) / wall, 1),
+            **{
+                f"cpu_ms_per_claim_{name}": round(seconds * 1000 / len(prepare_ms), 2)
+                for name, seconds in cpu.items()
+            },
+            "cpus": os.cpu_count(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
         }
         if args.json:
             print(json.dumps(figures))

@@ -98,20 +98,23 @@ class Checkpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        # Encoded entries keyed by uid, reused while (entry object, state, boot ID) are unchanged:
-        # a save then costs O(changed entries) in JSON work instead of O(all prepared claims).
-        self._encoded: dict[str, tuple[tuple[int, str, str], bytes]] = {}
+        # Encoded entries by uid, reused while the entry (object and state) is unchanged: a save
+        # then costs O(changed entries) in JSON work instead of O(all prepared claims). Holding
+        # the entry object keeps its identity from being reused by another object.
+        self._encoded: dict[str, tuple[ClaimEntry, str, str, bytes]] = {}
 
     def _encode(self, entries: dict[str, ClaimEntry]) -> bytes:
         """The canonical JSON of the claims map, byte-identical to ``_canonical`` of it."""
         parts = []
-        fresh: dict[str, tuple[tuple[int, str, str], bytes]] = {}
+        fresh: dict[str, tuple[ClaimEntry, str, str, bytes]] = {}
         for uid in sorted(entries):
             entry = entries[uid]
-            key = (id(entry), entry.state, entry.boot_id)
             cached = self._encoded.get(uid)
-            encoded = cached[1] if cached is not None and cached[0] == key else _canonical(entry.to_json())
-            fresh[uid] = (key, encoded)
+            if cached is not None and cached[0] is entry and cached[1:3] == (entry.state, entry.boot_id):
+                encoded = cached[3]
+            else:
+                encoded = _canonical(entry.to_json())
+            fresh[uid] = (entry, entry.state, entry.boot_id, encoded)
             parts.append(json.dumps(uid).encode() + b":" + encoded)
         self._encoded = fresh
         return b"{" + b",".join(parts) + b"}"

@@ -1,8 +1,13 @@
 """NodePrepareResources / NodeUnprepareResources, independent of the gRPC API version.
 
-One Preparer per plugin. API reads happen outside the lock (so concurrent kubelet calls overlap
-their network round trips); the checkpoint, the capacity check and the CDI writes happen under one
-lock, so two claims can never both pass the last-line-of-defence check for the same capacity.
+One Preparer per plugin. Concurrency design:
+- ``_lock`` guards the in-memory claim map; the capacity check and the insertion of the new
+  ``PrepareStarted`` entry happen in one critical section, so two claims can never both pass the
+  last-line-of-defence check for the same capacity;
+- API reads, CDI writes and checkpoint fsyncs happen outside it;
+- checkpoint writes are group-committed (``_persist``): a caller waits until a snapshot that
+  includes its change is on disk, and one write serves every change made before it;
+- calls for the same claim are serialised by a striped per-claim lock.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import shutil
 import signal
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +105,11 @@ class Preparer:
         self.metrics = metrics
         self.names = cdi.CdiNames(config.driver)
         self._lock = threading.Lock()
-        self._entries: dict[str, ClaimEntry] = {}
+        self._entries: dict[str, ClaimEntry] = {}  # entries are replaced, never mutated in place
+        self._version = 0  # bumped on every change of _entries
+        self._io_lock = threading.Lock()
+        self._durable_version = 0
+        self._claim_locks = [threading.Lock() for _ in range(64)]
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -167,9 +176,13 @@ class Preparer:
                     self.metrics.errors.labels("prepare").inc()
         return results
 
+    def _claim_lock(self, claim_uid: str) -> threading.Lock:
+        return self._claim_locks[hash(claim_uid) % len(self._claim_locks)]
+
     def _cached(self, ref: ClaimRef) -> list[PreparedDevice] | None:
         """Result of an earlier prepare in this boot; re-creates a missing spec file from the entry."""
-        entry = self._entries.get(ref.uid)
+        with self._lock:
+            entry = self._entries.get(ref.uid)
         if entry is None or entry.state != PREPARE_COMPLETED or entry.boot_id != self.config.boot_id:
             return None
         path = self.config.cdi_dir / self.names.spec_file_name(ref.uid)
@@ -182,30 +195,30 @@ class Preparer:
         return self._response(entry.devices, entry.cdi_ids)
 
     def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
-        with self._lock:
+        with self._claim_lock(ref.uid):
             cached = self._cached(ref)
-        if cached is not None:
-            return cached
-        claim = self.claims.get(ref)
-        devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
-        resolved = self._resolve(ref, devices)
-        with self._lock:
-            cached = self._cached(ref)  # a concurrent call for the same claim may have finished
             if cached is not None:
                 return cached
-            others = [(uid, d) for uid, e in self._entries.items() if uid != ref.uid for d in e.devices]
-            check_fits(ref.uid, resolved, others, {g.name: g for g in self.inventory.all()})
+            claim = self.claims.get(ref)
+            devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
+            resolved = self._resolve(ref, devices)
             spec, cdi_ids = self._build_spec(ref.uid, resolved)
+            gpus = {g.name: g for g in self.inventory.all()}
             entry = ClaimEntry(
                 ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids
             )
-            self._entries[ref.uid] = entry
-            self._save()
+            with self._lock:
+                others = [(uid, d) for uid, e in self._entries.items() if uid != ref.uid for d in e.devices]
+                check_fits(ref.uid, resolved, others, gpus)
+                self._entries[ref.uid] = entry
+                version = self._changed()
+            self._persist(version)  # PrepareStarted is durable before any side effect
             _failpoint("after-prepare-started")
             self._write_side_effects(ref.uid, spec, resolved)
-            entry.state = PREPARE_COMPLETED
-            self._save()
-            self._update_gauges()
+            with self._lock:
+                self._entries[ref.uid] = replace(entry, state=PREPARE_COMPLETED)
+                version = self._changed()
+            self._persist(version)
             return self._response(devices, cdi_ids)
 
     def _resolve(
@@ -279,12 +292,15 @@ class Preparer:
         return results
 
     def _unprepare_one(self, claim_uid: str) -> None:
-        with self._lock:
+        # Side effects first, then the entry: a crash in between leaves an entry whose unprepare
+        # is simply repeated, never a CDI spec that nothing remembers.
+        with self._claim_lock(claim_uid):
             cdi.remove_spec(self.config.cdi_dir / self.names.spec_file_name(claim_uid))
             shutil.rmtree(self.config.hami.claim_dir(claim_uid), ignore_errors=True)
-            if self._entries.pop(claim_uid, None) is not None:
-                self._save()
-            self._update_gauges()
+            with self._lock:
+                version = self._changed() if self._entries.pop(claim_uid, None) is not None else 0
+            if version:
+                self._persist(version)
 
     def cleanup_deleted(self) -> list[str]:
         """Unprepare claims that no longer exist in the API (kubelet missed or lost the unprepare)."""
@@ -310,8 +326,21 @@ class Preparer:
         with self._lock:
             return dict(self._entries)
 
-    def _save(self) -> None:
-        self.checkpoint.save(self._entries)
+    def _changed(self) -> int:
+        """Record a change of ``_entries`` (caller holds ``_lock``); returns its version."""
+        self._version += 1
+        self._update_gauges()
+        return self._version
+
+    def _persist(self, version: int) -> None:
+        """Return once a checkpoint containing change ``version`` is on disk (group commit)."""
+        with self._io_lock:
+            if self._durable_version >= version:
+                return  # another caller's write already included our change
+            with self._lock:
+                snapshot, current = dict(self._entries), self._version
+            self.checkpoint.save(snapshot)
+            self._durable_version = current
 
     def _update_gauges(self) -> None:
         if self.metrics is None:
