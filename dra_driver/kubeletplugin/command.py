@@ -54,26 +54,62 @@ def register(subparsers: Any) -> None:
         description="Serve kubelet's DRA API for this node's GPUs and publish their ResourceSlice.",
     )
     parser.add_argument("--node-name", default=_env("NODE_NAME"), help="this node (env NODE_NAME)")
-    parser.add_argument("--driver-name", default=_env("DRIVER_NAME", DEFAULT_DRIVER_NAME))
-    parser.add_argument("--source", choices=("nvml", "simulated"), default=_env("DEVICE_SOURCE"))
+    parser.add_argument(
+        "--driver-name",
+        default=_env("DRIVER_NAME", DEFAULT_DRIVER_NAME),
+        help="DRA driver name (env DRIVER_NAME)",
+    )
+    parser.add_argument(
+        "--source",
+        choices=("nvml", "simulated"),
+        default=_env("DEVICE_SOURCE"),
+        help="GPU source (env DEVICE_SOURCE)",
+    )
     parser.add_argument("--profile", default=_env("GPU_PROFILE"), help="simulated GPU model")
     parser.add_argument("--gpus", type=int, default=_env_int("GPU_COUNT"), help="simulated GPU count")
-    parser.add_argument("--devices-file", type=Path, default=_env_path("DEVICES_FILE"))
+    parser.add_argument(
+        "--devices-file", type=Path, default=_env_path("DEVICES_FILE"), help="simulated GPUs from YAML/JSON"
+    )
     parser.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="default: in-cluster config")
     parser.add_argument(
         "--plugin-dir",
         type=Path,
         default=_env_path("PLUGIN_DIR", f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}"),
+        help="DRA socket, checkpoint and HAMi-core state (env PLUGIN_DIR)",
     )
     parser.add_argument(
-        "--registry-dir", type=Path, default=_env_path("REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")
+        "--registry-dir",
+        type=Path,
+        default=_env_path("REGISTRY_DIR", "/var/lib/kubelet/plugins_registry"),
+        help="kubelet's plugin registration dir (env REGISTRY_DIR)",
     )
-    parser.add_argument("--cdi-dir", type=Path, default=_env_path("CDI_ROOT", "/var/run/cdi"))
-    parser.add_argument("--hami-core-lib", type=Path, default=_env_path("HAMI_CORE_LIB"))
-    parser.add_argument("--nvidia-cdi-kind", default=_env("NVIDIA_CDI_KIND", "nvidia.com/gpu"))
-    parser.add_argument("--metrics-port", type=int, default=_env_int("METRICS_PORT"))
+    parser.add_argument(
+        "--cdi-dir",
+        type=Path,
+        default=_env_path("CDI_ROOT", "/var/run/cdi"),
+        help="transient CDI specs (env CDI_ROOT)",
+    )
+    parser.add_argument(
+        "--hami-core-lib",
+        type=Path,
+        default=_env_path("HAMI_CORE_LIB"),
+        help="host path of libvgpu.so to preload in containers with shared GPUs (env HAMI_CORE_LIB)",
+    )
+    parser.add_argument(
+        "--nvidia-cdi-kind",
+        default=_env("NVIDIA_CDI_KIND", "nvidia.com/gpu"),
+        help="CDI kind of the NVIDIA Container Toolkit spec returned next to ours on NVML nodes ('' = none)",
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=_env_int("METRICS_PORT"), help="serve /metrics (env METRICS_PORT)"
+    )
     parser.add_argument("--no-policy-taint", action="store_true", help="do not taint GPUs policy-managed")
-    parser.add_argument("--health-file", type=Path, default=_env_path("HEALTH_FILE"))
+    parser.add_argument(
+        "--health-file",
+        type=Path,
+        default=_env_path("HEALTH_FILE"),
+        help="YAML/JSON {gpu-N: unhealthy|healthy} polled for GPU health (simulated nodes; env HEALTH_FILE)",
+    )
     parser.add_argument("--no-publish", action="store_true", help="do not publish ResourceSlices")
     parser.add_argument(
         "--boot-id-file", type=Path, default=Path("/proc/sys/kernel/random/boot_id"), help=argparse.SUPPRESS
