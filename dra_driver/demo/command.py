@@ -19,7 +19,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from rich.console import Console
+
 from dra_driver.cli import UsageError
+from dra_driver.demo import manifests, render
+from dra_driver.demo.checks import Checks
 
 log = logging.getLogger(__name__)
 
@@ -38,29 +42,32 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run_demo(file: IO[str] | None = None, *, use_kubectl: bool = True, timeout: float = 20.0) -> int:
-    """Run the demo, printing to ``file`` (stdout by default); returns the exit code."""
-    from dra_driver.demo import render
-    from dra_driver.demo.checks import Checks
+def execute(console: Console, *, use_kubectl: bool = True, timeout: float = 20.0) -> Checks:
+    """Start the stack, run the scenario, stop everything; problems become failed checks."""
     from dra_driver.demo.observe import Kubectl
     from dra_driver.demo.scenario import Scenario
     from dra_driver.demo.stack import DemoStack
 
-    console = render.make_console(file)
-    started = time.monotonic()
-    console.rule("hami-dra demo: the seed's lab, one node with four Tesla T4 (15360 MiB)", align="left")
     checks = Checks()
     with tempfile.TemporaryDirectory(prefix="hami-dra-demo-kubectl-") as cache:
         try:
             with DemoStack.start() as stack:
-                console.print(
-                    f"sandbox API server {stack.server.url if stack.server else '?'}, node gke-lab-node"
-                )
+                url = stack.server.url if stack.server else "?"
+                console.print(f"sandbox API server {url}, node {manifests.NODE}")
                 kubectl = Kubectl(stack.kubeconfig, Path(cache)) if use_kubectl else None
                 checks = Scenario(stack, console, kubectl, timeout).run()
         except Exception as err:  # start-up/tear-down problems are reported as a failed check
             log.debug("demo failed", exc_info=True)
             checks.fail("demo runs", "no error", f"{type(err).__name__}: {err}")
+    return checks
+
+
+def run_demo(file: IO[str] | None = None, *, use_kubectl: bool = True, timeout: float = 20.0) -> int:
+    """Run the demo, printing to ``file`` (stdout by default); returns the exit code."""
+    console = render.make_console(file)
+    started = time.monotonic()
+    console.rule("hami-dra demo: the seed's lab, one node with four Tesla T4 (15360 MiB)", align="left")
+    checks = execute(console, use_kubectl=use_kubectl, timeout=timeout)
     console.rule("Result", align="left")
     console.print(render.checks_table(checks.items))
     elapsed = time.monotonic() - started

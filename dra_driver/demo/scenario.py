@@ -98,14 +98,38 @@ class Scenario:
         claim = self.cluster.claim_of(pod)
         return None if claim is None or not allocated_device(claim) else (pod, claim)
 
+    def _wait_scheduled(self, name: str) -> tuple[Obj, Obj]:
+        try:
+            return wait_for(
+                lambda: self._scheduled(name), f"pod {name} to be allocated and scheduled", self.timeout
+            )
+        except DemoFailure as err:
+            raise DemoFailure(f"{err} ({self._pod_state(name)})") from None
+
+    def _pod_state(self, name: str) -> str:
+        """Where a pod got stuck, for a failure message: gates, node, claim, last condition/event."""
+        pod = self.cluster.pod(name)
+        if pod is None:
+            return "the pod does not exist"
+        claim = self.cluster.claim_of(pod)
+        parts = [
+            f"gates: {', '.join(_gates(pod)) or 'none'}",
+            f"node: {pod['spec'].get('nodeName') or 'none'}",
+            f"claim: {claim['metadata']['name'] if claim else 'not created'}"
+            + (f" allocated {allocated_device(claim)}" if claim and allocated_device(claim) else ""),
+        ]
+        entry = condition(pod, CONDITION)
+        if entry:
+            parts.append(f"condition {entry.get('reason')}: {entry.get('message')}")
+        events = self.cluster.events(pod)
+        if events:
+            parts.append(f"last event {events[-1].get('reason')}: {events[-1].get('message')}")
+        return "; ".join(parts)
+
     def place(self, demo_pod: DemoPod) -> tuple[Obj, Obj]:
         created = self.cluster.create_pod(manifests.pod(demo_pod))
         self.checks.expect(f"webhook gated {demo_pod.name}", [manifests.GATE], _gates(created))
-        pod, claim = wait_for(
-            lambda: self._scheduled(demo_pod.name),
-            f"pod {demo_pod.name} to be allocated and scheduled",
-            self.timeout,
-        )
+        pod, claim = self._wait_scheduled(demo_pod.name)
         device = allocated_device(claim) or "-"
         self.placements.append(
             (demo_pod.name, demo_pod.policy, demo_pod.expected_device, device, demo_pod.why)
@@ -189,11 +213,7 @@ class Scenario:
             )
         self._rule(f"Deleting pod {manifests.FILLER.name} frees {manifests.FILLER.expected_device}")
         self.cluster.delete_pod(manifests.FILLER.name)
-        pod, claim = wait_for(
-            lambda: self._scheduled(exclusive.name),
-            f"pod {exclusive.name} to be scheduled after the release",
-            self.timeout,
-        )
+        pod, claim = self._wait_scheduled(exclusive.name)
         device = allocated_device(claim) or "-"
         self.checks.expect(f"{exclusive.name} (mutex) placed on", exclusive.expected_device, device)
         self.console.print(f"pod {exclusive.name} scheduled on {pod['spec']['nodeName']} / {device}")
