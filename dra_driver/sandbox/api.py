@@ -53,6 +53,30 @@ def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
+def default_pod(pod: Obj) -> None:
+    """The Pod defaults kube-apiserver fills in that clients commonly read back."""
+    spec = pod.setdefault("spec", {})
+    for key, value in (
+        ("restartPolicy", "Always"),
+        ("dnsPolicy", "ClusterFirst"),
+        ("schedulerName", "default-scheduler"),
+        ("terminationGracePeriodSeconds", 30),
+        ("securityContext", {}),
+        ("enableServiceLinks", True),
+        ("priority", 0),
+        ("preemptionPolicy", "PreemptLowerPriority"),
+    ):
+        spec.setdefault(key, value)
+    for kind in ("initContainers", "containers"):
+        for container in spec.get(kind) or []:
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("terminationMessagePolicy", "File")
+            image = str(container.get("image", ""))
+            latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+            container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+            container.setdefault("resources", {})
+
+
 @dataclass
 class WriteOptions:
     dry_run: bool = False
@@ -190,6 +214,7 @@ class Api:
         if rt.reset_status_on_create:
             obj.pop("status", None)
         if rt.key == "pods":
+            default_pod(obj)
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         elif rt.key == "namespaces":
             obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]

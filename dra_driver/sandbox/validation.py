@@ -26,6 +26,7 @@ from kubernetes_validate import utils as kv_utils
 
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.errors import ApiError, FieldError
+from dra_driver.sandbox.pod_rules import validate_pod, validate_pod_update
 from dra_driver.sandbox.resources import ResourceType
 
 Obj = dict[str, Any]
@@ -691,6 +692,10 @@ class Validator:
             validate_claim_spec(errs, "spec.spec", (obj.get("spec") or {}).get("spec") or {})
         elif key == "deviceclasses.resource.k8s.io":
             validate_device_class(errs, obj)
+        elif key == "pods" and not status_only:
+            validate_pod(obj, errs)
+            if old is not None:
+                validate_pod_update(obj, old, errs)
         if errs:
             raise e.invalid_object(rt, obj.get("metadata", {}).get("name", ""), list(errs))
 

@@ -416,3 +416,37 @@ def test_nodes_and_pod_binding(sandbox_client: Any) -> None:
         NS, {"metadata": {"name": "p1"}, "target": {"kind": "Node", "name": "node-1"}}, _preload_content=False
     )
     assert core.read_namespaced_pod("p1", NS).spec.node_name == "node-1"
+
+
+def test_pod_rules_for_claims_and_gates(sandbox_client: Any) -> None:
+    core = client.CoreV1Api(sandbox_client)
+    bad = pod_obj("bad", claims=[{"name": "gpu", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}])
+    bad["spec"]["containers"][0]["resources"] = {"claims": [{"name": "other"}]}
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod(NS, bad)
+    fields = {c["field"] for c in error(exc)["details"]["causes"]}
+    assert fields == {"spec.resourceClaims[0]", "spec.containers[0].resources.claims[0].name"}
+
+    gated = pod_obj("p1", claims=[{"name": "gpu", "resourceClaimTemplateName": "t"}])
+    gated["spec"]["schedulingGates"] = [{"name": "gpu.hami.io/allocation"}]
+    core.create_namespaced_pod(NS, gated)
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod(
+            "p1", NS, {"spec": {"schedulingGates": [{"name": "gpu.hami.io/allocation"}, {"name": "another"}]}}
+        )
+    assert "only deletion is allowed" in error(exc)["message"]
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod(
+            "p1", NS, [{"op": "replace", "path": "/spec/restartPolicy", "value": "Never"}]
+        )
+    assert "pod updates may not change fields" in error(exc)["message"]
+    # allowed: node selector while gated, image, then removing the gate
+    core.patch_namespaced_pod("p1", NS, {"spec": {"nodeSelector": {"zone": "a"}}})
+    core.patch_namespaced_pod(
+        "p1", NS, [{"op": "replace", "path": "/spec/containers/0/image", "value": "b:2"}]
+    )
+    done = core.patch_namespaced_pod("p1", NS, [{"op": "remove", "path": "/spec/schedulingGates"}])
+    assert done.spec.scheduling_gates is None and done.spec.node_selector == {"zone": "a"}
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod("p1", NS, {"spec": {"nodeName": "node-1"}})
+    assert exc.value.status == 422
