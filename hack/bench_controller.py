@@ -48,6 +48,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", default="h100-80gb")
     parser.add_argument("--pods", type=int, default=800)
     parser.add_argument("--policy", default="binpack")
+    parser.add_argument("--workers", type=int, default=4, help="controller writer threads")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--profile-out", default=None, help="write a cProfile of the controller passes here")
     args = parser.parse_args(argv)
@@ -95,6 +96,7 @@ def main(argv: list[str]) -> int:
             DRIVER,
             ControllerDefaults(policy=args.policy),
             is_leader=leading.is_set,
+            write_workers=args.workers,
         )
         controller.start()
         profiler = None
@@ -186,6 +188,7 @@ def main(argv: list[str]) -> int:
             "gpus": args.nodes * args.gpus,
             "pods": args.pods,
             "policy": args.policy,
+            "writer_threads": args.workers,
             "seconds": round(elapsed, 3),
             "claims_per_second": round(args.pods / elapsed, 1),
             "decision_p50_ms": round(statistics.median(latencies) * 1000, 3),

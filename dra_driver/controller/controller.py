@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
@@ -29,7 +30,7 @@ from dra_driver.controller.kube import (
 )
 from dra_driver.controller.ledger import claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.reconciler import Reconciler, has_gate
+from dra_driver.controller.reconciler import CommitJob, CommitResult, Reconciler, has_gate
 from dra_driver.controller.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Controller:
         identity: str = "hami-dra-controller",
         resync_seconds: float = 30.0,
         metrics: ControllerMetrics | None = None,
+        write_workers: int = 4,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -69,6 +71,11 @@ class Controller:
         self._metrics_generation = -1
         self._metrics_at = 0.0
         self.passes = 0
+        #: Writes run on a small pool so planning (one thread, owns the ledger) overlaps API round trips.
+        self._writers = (
+            ThreadPoolExecutor(write_workers, thread_name_prefix="writer") if write_workers else None
+        )
+        self._in_flight: dict[str, Future[CommitResult]] = {}
         self.informers = {
             resource.kind: Informer(kube, resource, self._on_change)
             for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS)
@@ -93,6 +100,8 @@ class Controller:
             informer.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._writers is not None:
+            self._writers.shutdown(wait=True, cancel_futures=True)
 
     def wake(self) -> None:
         self._wake.set()
@@ -104,7 +113,8 @@ class Controller:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=0.5 if self._dirty_pods or self._dirty_claims else 2.0)
+            busy = self._dirty_pods or self._dirty_claims or self._in_flight
+            self._wake.wait(timeout=0.5 if busy else 2.0)
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -117,6 +127,7 @@ class Controller:
     # --- one pass ------------------------------------------------------------------------------
     def run_once(self) -> None:
         self._drain()
+        self._collect()
         leading = self.is_leader()
         self.metrics.leader.set(1 if leading else 0)
         if not leading:
@@ -130,6 +141,9 @@ class Controller:
         self.passes += 1
         claims, self._dirty_claims = self._dirty_claims, set()
         for key in sorted(claims):
+            if key in self.reconciler.in_flight_claims:
+                self._dirty_claims.add(key)
+                continue
             namespace, _, name = key.partition("/")
             claim = self.reconciler.claim(namespace, name)
             if claim is None:
@@ -146,6 +160,8 @@ class Controller:
             self._retry_pending = False
         self._dirty_pods = set()
         for key in self._fifo(pods):
+            if key in self._in_flight:
+                continue  # looked at again when its writes complete
             pod = self.reconciler.pods.get(key)
             if pod is None:
                 self.pending_pods.discard(key)
@@ -155,6 +171,10 @@ class Controller:
             except KubeError as err:
                 log.warning("pod %s: %s", key, err)
                 self._dirty_pods.add(key)
+                continue
+            if isinstance(outcome, CommitJob):
+                self.pending_pods.discard(key)
+                self._submit(key, outcome)
                 continue
             if outcome == "pending":
                 self.pending_pods.add(key)
@@ -166,6 +186,41 @@ class Controller:
         if generation != self._metrics_generation and time.monotonic() - self._metrics_at > 1.0:
             self._metrics_generation, self._metrics_at = generation, time.monotonic()
             self.metrics.update_gpus(self.reconciler.ledger)
+
+    def _submit(self, key: str, job: CommitJob) -> None:
+        if self._writers is None:
+            future: Future[CommitResult] = Future()
+            future.set_result(self.reconciler.commit(job))
+        else:
+            future = self._writers.submit(self.reconciler.commit, job)
+            future.add_done_callback(lambda _: self._wake.set())
+        self._in_flight[key] = future
+        if self._writers is None:
+            self._collect()
+
+    def _collect(self) -> None:
+        """Apply finished commits on this (the ledger's) thread."""
+        for key, future in list(self._in_flight.items()):
+            if not future.done():
+                continue
+            del self._in_flight[key]
+            try:
+                result = future.result()
+            except Exception as err:  # a writer failed unexpectedly: undo the assumption, retry
+                log.warning("pod %s: commit failed: %s", key, err)
+                result = CommitResult(CommitJob(self.reconciler.pods.get(key) or {}, []), outcome="retry")
+                for claim_key in list(self.reconciler.in_flight_claims):
+                    self._dirty_claims.add(claim_key)
+            self.reconciler.apply(result)
+            if result.outcome == "retry":
+                self._dirty_pods.add(key)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until no commit is in flight (tests and benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._in_flight
 
     def _fifo(self, keys: set[str]) -> list[str]:
         def created(key: str) -> tuple[str, str]:

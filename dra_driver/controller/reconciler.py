@@ -22,6 +22,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +59,36 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _key(obj: Mapping[str, Any]) -> str:
     meta = _meta(obj)
     return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+@dataclass(slots=True)
+class CommitJob:
+    """The writes for one planned pod: each claim's allocation (in order), then the gate."""
+
+    pod: Obj
+    writes: list[tuple[Mapping[str, Any], dict[str, Any]]]
+    clear_pending: bool = False
+
+
+@dataclass(slots=True)
+class CommitResult:
+    job: CommitJob
+    written: list[Obj] = field(default_factory=list)
+    failed: list[tuple[Mapping[str, Any], Obj | None]] = field(default_factory=list)
+    pod: Obj | None = None
+    outcome: str = "done"
+
+
+def _not_older(cached: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
+    """Whether the cache has caught up with what we wrote (resourceVersions compared as numbers,
+    as etcd issues them; opaque ones only by equality)."""
+    left, right = (
+        str(_meta(cached).get("resourceVersion", "")),
+        str(_meta(assumed).get("resourceVersion", "")),
+    )
+    if left.isdigit() and right.isdigit():
+        return int(left) >= int(right)
+    return left == right
 
 
 def _owners(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -126,6 +157,7 @@ class Reconciler:
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
+        self.in_flight_claims: set[str] = set()  # claims with an allocation being written
         self.bound_generation = 0  # bumped when a pod bound to a node changes (CPU/memory in use)
         self._bound_cache: tuple[int, dict[str, dict[str, float]]] | None = None
         self._assumed: dict[str, tuple[float, Obj]] = {}  # claim key -> (when, object we wrote)
@@ -143,9 +175,7 @@ class Reconciler:
             return cached
         when, assumed = entry
         same_object = cached is None or _meta(cached).get("uid") == _meta(assumed).get("uid")
-        caught_up = cached is not None and _meta(cached).get("resourceVersion") == _meta(assumed).get(
-            "resourceVersion"
-        )
+        caught_up = cached is not None and _not_older(cached, assumed)
         if not same_object or caught_up or time.monotonic() - when > ASSUME_SECONDS:
             self._assumed.pop(key, None)
             return cached
@@ -156,7 +186,12 @@ class Reconciler:
         self._assumed.pop(key, None)
 
     def observe_claim(self, old: Obj | None, new: Obj | None) -> None:
-        """Keep the ledger and the template-claim index in step with a claim change."""
+        """Keep the ledger and the template-claim index in step with a claim change.
+
+        While our allocation of the claim is being written, the ledger keeps our assumption: the
+        intermediate events of our own writes (the finalizer update) must not erase it. After the
+        writes, an event older than what we wrote is ignored the same way (``claim()``).
+        """
         if old is not None and new is None:
             self.ledger.remove_claim(str(_meta(old).get("uid")))
             for owner in _owners(old):
@@ -164,7 +199,10 @@ class Reconciler:
             return
         if new is None:
             return
-        self.ledger.set_claim(str(_meta(new).get("uid")), claim_uses(new, self.driver))
+        key = _key(new)
+        if key not in self.in_flight_claims:
+            effective = self.claim(str(_meta(new).get("namespace")), str(_meta(new).get("name"))) or new
+            self.ledger.set_claim(str(_meta(effective).get("uid")), claim_uses(effective, self.driver))
         for owner in _owners(new):
             self.owned[owner] = str(_meta(new).get("name"))
 
@@ -191,7 +229,7 @@ class Reconciler:
 
     def _remember(self, claim: Obj) -> None:
         self._assumed[_key(claim)] = (time.monotonic(), claim)
-        self.observe_claim(None, claim)
+        self.ledger.set_claim(str(_meta(claim).get("uid")), claim_uses(claim, self.driver))
 
     # --- pods ----------------------------------------------------------------------------------
     def pod_claims(self, pod: Obj) -> list[tuple[str, Obj | None]]:
@@ -240,8 +278,8 @@ class Reconciler:
                 allowed.add(name)
         return frozenset(allowed)
 
-    def reconcile_pod(self, pod: Obj) -> str:
-        """Allocate what the pod needs; returns "done", "waiting", "pending" or "skip"."""
+    def reconcile_pod(self, pod: Obj) -> str | CommitJob:
+        """Plan what the pod needs: a ``CommitJob`` to write, or "waiting", "pending", "skip"."""
         if not self.is_candidate(pod):
             return "skip"
         claims = self.pod_claims(pod)
@@ -279,7 +317,7 @@ class Reconciler:
                 pod, f"claims are allocated on different nodes: {sorted(pinned)}", "NodeConflict"
             )
         if not inputs:
-            return self._finish(pod)
+            return CommitJob(pod, [], self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None)
         started = time.perf_counter()
         plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod), next(iter(pinned), None))
         elapsed = time.perf_counter() - started
@@ -288,13 +326,52 @@ class Reconciler:
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
+        writes = []
         for claim_plan in plan.claims:
             klasses = request_classes[_key(claim_plan.claim)]
             allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
-            if not self._write_allocation(claim_plan.claim, allocation):
-                return "retry"
+            # Assume the allocation now, so the next pod is planned with it even while it is written.
+            assumed = {**claim_plan.claim, "status": {"allocation": allocation}}
+            self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), claim_uses(assumed, self.driver))
+            self.in_flight_claims.add(_key(claim_plan.claim))
+            writes.append((claim_plan.claim, allocation))
+        return CommitJob(pod, writes, self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None)
+
+    # --- commit (may run on a writer thread: API calls only, no shared state) -------------------
+    def commit(self, job: CommitJob) -> CommitResult:
+        """Write the claims' allocations, then remove the gate; never touches caches or the ledger."""
+        result = CommitResult(job)
+        for claim, allocation in job.writes:
+            written, current = self._write_allocation(claim, allocation)
+            if written is None:
+                result.failed.append((claim, current))
+                result.outcome = "retry"
+                return result
+            result.written.append(written)
             self.metrics.allocations.inc()
-        return self._finish(pod)
+        result.pod, result.outcome = self._finish(job.pod, job.clear_pending)
+        return result
+
+    def apply(self, result: CommitResult) -> None:
+        """Fold a commit's outcome back into the caches and the ledger (worker thread only)."""
+        for claim, _ in result.job.writes:
+            self.in_flight_claims.discard(_key(claim))
+        for written in result.written:
+            self._remember(written)
+        for claim, current in result.failed:
+            if current is not None:
+                self._remember(current)  # what the API really holds (someone else's allocation, or none)
+            else:
+                self.ledger.remove_claim(str(_meta(claim).get("uid")))
+        for claim, _ in result.job.writes[len(result.written) + len(result.failed) :]:
+            # Not attempted after an earlier failure: drop the assumption, keep what the cache says.
+            cached = self.claim(str(_meta(claim).get("namespace")), str(_meta(claim).get("name")))
+            if cached is None:
+                self.ledger.remove_claim(str(_meta(claim).get("uid")))
+            else:
+                self.observe_claim(None, cached)
+        if result.pod is not None:
+            self.pods[_key(result.pod)] = result.pod
 
     def _log_plan(self, pod: Obj, plan: PodPlan) -> None:
         for subject, decision, config in plan.decisions:
@@ -303,58 +380,73 @@ class Reconciler:
             self._event(pod, "Warning", "UnknownPolicy", warning)
 
     # --- writes --------------------------------------------------------------------------------
-    def _write_allocation(self, claim: Mapping[str, Any], allocation: dict[str, Any]) -> bool:
-        """Finalizer (Update) then allocation (UpdateStatus), both guarded by resourceVersion."""
-        current = copy.deepcopy(dict(claim))
+    def _write_allocation(
+        self, claim: Mapping[str, Any], allocation: dict[str, Any]
+    ) -> tuple[Obj | None, Obj | None]:
+        """Finalizer (Update) then allocation (UpdateStatus), both guarded by resourceVersion.
+
+        Returns ``(written, None)`` on success, else ``(None, current)`` with the claim as the API
+        holds it (``None`` when it is gone).
+        """
+        current: dict[str, Any] = copy.deepcopy(dict(claim))
         for _ in range(MAX_WRITE_ATTEMPTS):
             try:
                 if (current.get("status") or {}).get("allocation"):
-                    self._remember(current)
-                    return False  # allocated elsewhere in the meantime: plan again with it counted
+                    return None, current  # allocated elsewhere in the meantime: plan again with it counted
                 if FINALIZER not in (_meta(current).get("finalizers") or ()):
                     current["metadata"]["finalizers"] = [*(_meta(current).get("finalizers") or ()), FINALIZER]
                     current = self.kube.update(RESOURCE_CLAIMS, current)
                 current.setdefault("status", {})["allocation"] = allocation
-                written = self.kube.update(RESOURCE_CLAIMS, current, status=True)
-                self._remember(written)
-                return True
+                return self.kube.update(RESOURCE_CLAIMS, current, status=True), None
             except KubeError as err:
                 if err.not_found:
-                    return False
+                    return None, None
                 if not err.conflict:
-                    raise
+                    log.warning("claim %s: allocation not written: %s", _key(claim), err)
+                    try:
+                        return None, self.kube.get(
+                            RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name"))
+                        )
+                    except KubeError:
+                        return None, dict(claim)
                 self.metrics.conflicts.inc()
                 current = self.kube.get(
                     RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name"))
                 )
-        return False
+        return None, current
 
-    def _finish(self, pod: Obj) -> str:
-        """Remove our gate (and mark the condition allocated if we reported it pending)."""
-        uid = str(_meta(pod).get("uid"))
-        current = dict(pod)
+    def _get_claim(self, claim: Mapping[str, Any]) -> dict[str, Any]:
+        return self.kube.get(RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name")))
+
+    def _finish(self, pod: Obj, clear_pending: bool) -> tuple[Obj | None, str]:
+        """Remove our gate (and mark the condition allocated if we had reported it pending)."""
+        current: Obj = dict(pod)
         for _ in range(MAX_WRITE_ATTEMPTS):
             if not has_gate(current):
                 break
-            updated = copy.deepcopy(current)
+            updated = copy.deepcopy(dict(current))
             gates = [
                 gate for gate in updated["spec"].get("schedulingGates") or () if gate.get("name") != GATE_NAME
             ]
             updated["spec"]["schedulingGates"] = gates
             try:
                 current = self.kube.update(PODS, updated)
-                self.pods[_key(current)] = current
                 break
             except KubeError as err:
                 if err.not_found:
-                    return "skip"
+                    return None, "skip"
                 if not err.conflict:
-                    raise
+                    log.warning("pod %s: gate not removed: %s", _key(pod), err)
+                    return None, "retry"
                 self.metrics.conflicts.inc()
                 current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
-        if self.pending_messages.pop(uid, None) is not None:
-            self._set_condition(current, "True", "Allocated", "all GPU claims are allocated")
-        return "done"
+        else:
+            return None, "retry"
+        if clear_pending:
+            current = (
+                self._set_condition(current, "True", "Allocated", "all GPU claims are allocated") or current
+            )
+        return current, "done"
 
     def _pending(self, pod: Obj, message: str, reason: str) -> str:
         uid = str(_meta(pod).get("uid"))
@@ -365,7 +457,9 @@ class Reconciler:
             self.metrics.failures.labels(first_reason).inc()
             log.warning("pod %s pending: %s", _key(pod), message)
             self._event(pod, "Warning", "FailedAllocation", message)
-            self._set_condition(pod, "False", reason, message)
+            written = self._set_condition(pod, "False", reason, message)
+            if written is not None:
+                self.pods[_key(written)] = written
         return "pending"
 
     def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
@@ -397,7 +491,7 @@ class Reconciler:
         except KubeError as err:
             log.info("event for %s not recorded: %s", _key(pod), err)
 
-    def _set_condition(self, pod: Obj, status: str, reason: str, message: str) -> None:
+    def _set_condition(self, pod: Obj, status: str, reason: str, message: str) -> Obj | None:
         current = pod
         for _ in range(MAX_WRITE_ATTEMPTS):
             updated = copy.deepcopy(dict(current))
@@ -417,14 +511,14 @@ class Reconciler:
             )
             updated["status"]["conditions"] = conditions
             try:
-                written = self.kube.update(PODS, updated, status=True)
-                self.pods[_key(written)] = written
-                return
+                written: Obj = self.kube.update(PODS, updated, status=True)
+                return written
             except KubeError as err:
                 if not err.conflict:
                     log.info("condition for %s not written: %s", _key(pod), err)
-                    return
+                    return None
                 current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
+        return None
 
     # --- release -------------------------------------------------------------------------------
     def live_consumers(self, claim: Obj) -> bool:

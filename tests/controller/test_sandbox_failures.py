@@ -197,3 +197,18 @@ def test_unschedulable_then_node_added(sandbox: SandboxServer) -> None:
         h.stop()
         cluster.stop()
     time.sleep(0)
+
+
+def test_burst_of_exclusive_claims_never_shares_a_card(harness: Harness) -> None:
+    """Many pods planned while earlier writes are still in flight: the assumed usage must hold."""
+    for i in range(5):
+        harness.create_claim(claim(f"b{i}", request(klass="gpu-mutex", memory="1Gi")))
+        harness.create_pod(pod(f"b{i}-pod", {"gpu": f"claim:b{i}"}))
+    controller = harness.start_controller()
+    wait_for(lambda: sum(bool(harness.bound_node(f"b{i}-pod")) for i in range(5)) == 4, what="four bound")
+    controller.wait_idle()
+    placed = devices(harness, [f"b{i}" for i in range(5)])
+    assert sorted(placed) == [f"node-1/gpu-{i}" for i in range(4)]
+    pending = next(f"b{i}-pod" for i in range(5) if not harness.bound_node(f"b{i}-pod"))
+    wait_for(lambda: harness.events(pending), what="pending event")
+    assert "ExclusiveDeviceAllocateConflict" in harness.events(pending)[0]
