@@ -55,6 +55,8 @@ LATENCY = DemoPod(
 FILLER = DemoPod("filler", "spread", "gpu-3", "spread takes the only card without tenants")
 EXCLUSIVE = DemoPod("exclusive", "mutex", "gpu-3", "mutex waits for a card without tenants")
 
+MISSPELLED_POLICY = "mutex,binpak"
+
 #: The seed's usage scores of GPU 0..3 when the latency-tier pod is placed.
 EXPECTED_SCORES = (3.302083, 1.651042, 0.0, 0.0)
 
@@ -89,6 +91,14 @@ def device_class(recipe: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def misspelled_class() -> dict[str, Any]:
+    """A class whose chain names an unknown policy: the validating webhook must reject it."""
+    body = device_class("binpack")
+    body["metadata"]["name"] = class_name("typo")
+    body["spec"]["config"][0]["opaque"]["parameters"]["policy"] = MISSPELLED_POLICY
+    return body
 
 
 def claim_template(recipe: str) -> dict[str, Any]:

@@ -88,6 +88,19 @@ class Cluster:
     def create_class(self, body: Obj) -> None:
         self.resource.create_device_class(body, _preload_content=False)
 
+    def rejection(self, body: Obj) -> str | None:
+        """Try to create a DeviceClass; the API server's error message if refused, else None."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.create_class(body)
+        except ApiException as err:
+            try:
+                return str(json.loads(err.body or "{}").get("message") or err.reason)
+            except ValueError:
+                return str(err.reason)
+        return None
+
     def create_template(self, body: Obj) -> None:
         self.resource.create_namespaced_resource_claim_template(NAMESPACE, body, _preload_content=False)
 

@@ -89,6 +89,11 @@ class Scenario:
             self.cluster.create_template(manifests.claim_template(recipe))
         rows = [(manifests.class_name(r), p) for r, p in manifests.CLASS_POLICIES.items()]
         self.console.print(render.classes_table(rows))
+        message = self.cluster.rejection(manifests.misspelled_class())
+        shown = message or "accepted (expected a rejection)"
+        self.console.print(f"policy {manifests.MISSPELLED_POLICY!r} in a DeviceClass -> {shown}")
+        observed = "rejected naming binpak" if message and "binpak" in message else shown
+        self.checks.expect("webhook rejects an unknown policy name", "rejected naming binpak", observed)
 
     # --- 3. placements --------------------------------------------------------------------------
     def _scheduled(self, name: str) -> tuple[Obj, Obj] | None:

@@ -71,6 +71,7 @@ def test_demo_reproduces_the_seed_lab_and_cleans_up(probe: Path, monkeypatch: py
     elapsed = time.monotonic() - started
     assert checks.passed, [f"{c.name}: expected {c.expected}, observed {c.observed}" for c in checks.failures]
     observed = _observed(checks)
+    assert observed["webhook rejects an unknown policy name"] == "rejected naming binpak"
     assert observed["tenant-a (binpack) placed on"] == "gpu-0"
     assert observed["tenant-b (binpack) placed on"] == "gpu-0"
     assert observed["tenant-c (spread) placed on"] == "gpu-1"
