@@ -7,9 +7,11 @@ development machine; no Python crypto dependency) and are made once per process 
 
 from __future__ import annotations
 
-import functools
+import atexit
+import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +77,19 @@ def make_self_signed(
     return CertPair(cert, key)
 
 
-@functools.cache
+_SERVER_CERT: CertPair | None = None
+_LOCK = threading.Lock()
+
+
 def server_cert() -> CertPair:
-    """The API server's certificate, shared by every sandbox in this process (made on first use)."""
-    return make_self_signed(Path(tempfile.mkdtemp(prefix="hami-dra-sandbox-tls-")), "hami-dra-sandbox")
+    """The API server's certificate, shared by every sandbox in this process.
+
+    Made on first use, and made again if something cleaned its temp dir away meanwhile.
+    """
+    global _SERVER_CERT
+    with _LOCK:
+        if _SERVER_CERT is None or not (_SERVER_CERT.cert_file.exists() and _SERVER_CERT.key_file.exists()):
+            directory = Path(tempfile.mkdtemp(prefix="hami-dra-sandbox-tls-"))
+            atexit.register(shutil.rmtree, directory, True)
+            _SERVER_CERT = make_self_signed(directory, "hami-dra-sandbox")
+        return _SERVER_CERT
