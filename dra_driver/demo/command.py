@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -88,20 +87,4 @@ def run(args: argparse.Namespace) -> int:
         # The demo prints the controller's decisions and pending reasons itself; its warning log
         # lines would only interleave with the tables (-v shows them again).
         logging.getLogger("dra_driver").setLevel(logging.ERROR)
-    try:
-        return run_demo(use_kubectl=not args.no_kubectl, timeout=args.timeout)
-    finally:
-        _remove_sandbox_tls_dir()
-
-
-def _remove_sandbox_tls_dir() -> None:
-    """Remove the API server certificate dir the sandbox makes once per process.
-
-    ``sandbox.certs.server_cert()`` keeps its ``mkdtemp`` dir for the life of the process (it is
-    cached and shared by every sandbox), so nothing else removes it; this process is ending.
-    """
-    from dra_driver.sandbox import certs
-
-    if certs.server_cert.cache_info().currsize:
-        shutil.rmtree(certs.server_cert().cert_file.parent, ignore_errors=True)
-        certs.server_cert.cache_clear()
+    return run_demo(use_kubectl=not args.no_kubectl, timeout=args.timeout)
