@@ -28,9 +28,9 @@ from typing import Any
 
 from dra_driver.sandbox.api import Api, WriteOptions
 from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.fieldcheck import parse_quantity
 from dra_driver.sandbox.resources import require
 from dra_driver.sandbox.selectors import node_selector_matches
-from dra_driver.sandbox.validation import parse_quantity
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -12,14 +12,13 @@
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.errors import FieldError
+from dra_driver.sandbox.fieldcheck import DNS_LABEL
 
 Obj = dict[str, Any]
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 UPDATE_FORBIDDEN = (
     "pod updates may not change fields other than `spec.containers[*].image`, "
     "`spec.initContainers[*].image`, "

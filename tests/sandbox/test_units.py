@@ -7,10 +7,10 @@ from fractions import Fraction
 import pytest
 
 from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.fieldcheck import parse_quantity
 from dra_driver.sandbox.firstfit import consumption, format_quantity
 from dra_driver.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
 from dra_driver.sandbox.selectors import labels_match, node_selector_matches, parse_label_selector
-from dra_driver.sandbox.validation import parse_quantity
 
 
 @pytest.mark.parametrize(
