@@ -131,6 +131,14 @@ class Kube:
         data = response.read()
         return json.loads(data) if data else {}
 
+    def request(self, method: str, path: str, body: Any = None) -> Obj:
+        """A raw call for paths without a helper (deletes, other resources); JSON in and out."""
+        result: Obj = self._call(method, path, body=body)
+        return result
+
+    def delete(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        return self.request("DELETE", resource.path(namespace, name))
+
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
         result: Obj = self._call("GET", resource.path(namespace, name))
         return result

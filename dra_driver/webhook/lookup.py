@@ -1,6 +1,7 @@
 """Read what a pod refers to: its ResourceClaims and ResourceClaimTemplates, and DeviceClasses.
 
-The admission logic only needs "which device classes do this claim's requests use, with what
+Requests go through the controller's thin REST layer (``dra_driver.controller.kube``). The
+admission logic only needs "which device classes do this claim's requests use, with what
 capacity requests" and "is this class ours"; ``Lookup`` is that small interface. ``KubeLookup``
 implements it with the real ``kubernetes`` client, reading plain dicts (no generated models, so
 new API fields never break us) and caching DeviceClasses briefly since they rarely change.
@@ -8,13 +9,13 @@ new API fields never break us) and caching DeviceClasses briefly since they rare
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from dra_driver.config.classes import is_driver_class
+from dra_driver.controller.kube import Kube, KubeError
 
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
@@ -35,29 +36,19 @@ class KubeLookup:
     """``Lookup`` over the API server; DeviceClass answers are cached for ``class_ttl`` seconds."""
 
     def __init__(self, api_client: Any, driver: str, class_ttl: float = 30.0) -> None:
-        self._api = api_client
+        self._kube = Kube(api_client)
         self._driver = driver
         self._ttl = class_ttl
         self._classes: dict[str, tuple[float, bool | None]] = {}
         self._lock = threading.Lock()
 
     def _get(self, path: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            response = self._api.call_api(
-                path,
-                "GET",
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-            )
-        except ApiException as err:
-            if err.status == 404:
+            result: dict[str, Any] = self._kube.request("GET", path)
+        except KubeError as err:
+            if err.not_found:
                 return None
             raise
-        result: dict[str, Any] = json.loads(response.data)
         return result
 
     def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:

@@ -146,7 +146,7 @@ class Harness:
             "spec": {"spec": {"devices": {"requests": list(requests)}}},
         }
         path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates"
-        result: dict[str, Any] = self.kube._call("POST", path, body=template)
+        result: dict[str, Any] = self.kube.request("POST", path, template)
         return result
 
     def get_claim(self, name: str) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def test_pending_with_mutex_reason_then_scheduled_when_a_card_frees(harness: Har
     described = kubectl("describe", "pod", "excl-pod").stdout
     assert "ExclusiveDeviceAllocateConflict" in described
     # Free gpu-2: delete its pod; the claim is released (allocation cleared, finalizer removed).
-    harness.kube._call("DELETE", PODS.path(NS, "pod-c"))
+    harness.kube.delete(PODS, NS, "pod-c")
     wait_for(lambda: not harness.allocated("c"), what="claim c released")
     assert FINALIZER not in (harness.get_claim("c")["metadata"].get("finalizers") or [])
     assert wait_for(lambda: harness.bound_node("excl-pod"), what="excl-pod bound") == "node-1"

@@ -167,7 +167,7 @@ def test_deleted_pod_releases_template_claim_and_finalizer(harness: Harness) -> 
     harness.create_pod(pod("tpl-pod", {"gpu": "template:one"}))
     wait_for(lambda: harness.bound_node("tpl-pod"))
     name = harness.pod_claim("tpl-pod")["metadata"]["name"]
-    harness.kube._call("DELETE", PODS.path(NS, "tpl-pod"))
+    harness.kube.delete(PODS, NS, "tpl-pod")
 
     def claim_gone() -> bool:
         try:
