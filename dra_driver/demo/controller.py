@@ -64,7 +64,11 @@ class DemoController:
         reconciler = self.controller.reconciler
         self.recorder = RecordingPlanner(reconciler.planner)
         reconciler.planner = self.recorder  # type: ignore[assignment]
-        self.controller.start(sync_timeout=15.0)
+        try:
+            self.controller.start(sync_timeout=15.0)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         try:

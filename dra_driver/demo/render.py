@@ -40,7 +40,7 @@ def _attr(device: Obj, name: str) -> str:
     return str(next(iter(value.values()), "-")) if value else "-"
 
 
-def _mib(quantity: str) -> str:
+def mib(quantity: str) -> str:
     return f"{parse_bytes(quantity) // (1024 * 1024)} MiB"
 
 
@@ -60,7 +60,7 @@ def slice_table(resource_slice: Obj) -> Table:
             device["name"],
             _attr(device, "index"),
             _attr(device, "productName"),
-            _mib(capacity["memory"]["value"]) if "memory" in capacity else "-",
+            mib(capacity["memory"]["value"]) if "memory" in capacity else "-",
             str((capacity.get("cores") or {}).get("value", "-")),
             str((capacity.get("slots") or {}).get("value", "-")),
             _attr(device, "resource.kubernetes.io/numaNode"),

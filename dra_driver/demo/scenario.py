@@ -2,8 +2,8 @@
 
 1. the plugin registers with kubelet and publishes the node's ResourceSlice (API + real kubectl);
 2. DeviceClasses carrying policy chains and claim templates are applied (validated by the webhook);
-3. tenants: two ``binpack`` pods -> GPU 0, one ``spread`` pod -> GPU 1; then ``mutex,binpack`` ->
-   GPU 2; 4. with the controller's per-card scores 3.302083 / 1.651042 / 0 / 0;
+3. tenants: two ``binpack`` pods -> GPU 0, one ``spread`` pod -> GPU 1; then ``mutex,binpack`` -> GPU 2;
+4. why GPU 2: the controller's per-card scores 3.302083 / 1.651042 / 0 / 0 from its own decision;
 5. that claim's allocation and the CDI spec the plugin wrote for it (memory limit 1000m);
 6. a ``spread`` filler takes GPU 3, so a ``mutex`` pod stays Pending with
    ``ExclusiveDeviceAllocateConflict`` until the filler is deleted, and is then scheduled.
@@ -72,7 +72,7 @@ class Scenario:
         devices = slices[0]["spec"]["devices"]
         names = [d["name"] for d in devices]
         self.checks.expect("slice devices", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"], names)
-        memory = {render._mib(d["capacity"]["memory"]["value"]) for d in devices}
+        memory = {render.mib(d["capacity"]["memory"]["value"]) for d in devices}
         self.checks.expect("memory per Tesla T4", {"15360 MiB"}, memory)
         if self.kubectl is not None:
             text = self.kubectl.run("get", "resourceslices", "-o", "wide")
@@ -95,7 +95,7 @@ class Scenario:
         observed = "rejected naming binpak" if message and "binpak" in message else shown
         self.checks.expect("webhook rejects an unknown policy name", "rejected naming binpak", observed)
 
-    # --- 3. placements --------------------------------------------------------------------------
+    # --- 3. placements and 4. scores ------------------------------------------------------------
     def _scheduled(self, name: str) -> tuple[Obj, Obj] | None:
         pod = self.cluster.pod(name)
         if pod is None or not (pod.get("spec") or {}).get("nodeName"):
@@ -143,7 +143,10 @@ class Scenario:
         return pod, claim
 
     def scores(self) -> None:
-        self._rule("4. Why GPU 2: the controller's per-card scores for the mutex,binpack pod")
+        expected = manifests.LATENCY.expected_device
+        self._rule(
+            f"4. Why {expected}: the controller's per-card scores for the {manifests.LATENCY.policy} pod"
+        )
         key = f"{manifests.NAMESPACE}/{manifests.LATENCY.name}"
         recorder = self.stack.controller.recorder if self.stack.controller else None
         decisions = [
@@ -157,9 +160,9 @@ class Scenario:
         observed = tuple(round(card.score, 6) for card in cards)
         self.checks.expect("scores GPU 0..3", manifests.EXPECTED_SCORES, observed)
         chosen = [f"gpu-{card.index}" for card in cards if card.chosen]
-        self.checks.expect("card chosen by mutex,binpack", ["gpu-2"], chosen)
+        self.checks.expect(f"card chosen by {manifests.LATENCY.policy}", [expected], chosen)
 
-    # --- 4. allocation and CDI ------------------------------------------------------------------
+    # --- 5. allocation and CDI ------------------------------------------------------------------
     def allocation_and_cdi(self, placed: tuple[Obj, Obj]) -> None:
         pod, claim = placed
         self._rule("5. The claim's allocation and the CDI spec the plugin wrote")
@@ -184,7 +187,7 @@ class Scenario:
             "CDI memory limit", MEMORY_LIMIT_ENV, MEMORY_LIMIT_ENV if MEMORY_LIMIT_ENV in env else env
         )
 
-    # --- 5. mutex pending, then scheduled -------------------------------------------------------
+    # --- 6. mutex pending, then scheduled -------------------------------------------------------
     def mutex_waits(self) -> None:
         self._rule("6. A mutex pod waits for a card without tenants")
         self.place(manifests.FILLER)

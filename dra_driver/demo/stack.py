@@ -53,9 +53,11 @@ class DemoStack:
     def _start(self) -> None:
         self.server = SandboxServer.start()
         self.api_client = self.server.api_client()
+        # Assigned before start() so that stop() cleans up a node that failed half way.
         self.cluster = SandboxCluster(
             self.server, [manifests.NODE], kubelet_factory=self._lab_node, resync=0.2
-        ).start()
+        )
+        self.cluster.start()
         self.webhook = DemoWebhook(self.server.api_client(), manifests.DRIVER)
         self.webhook.register()
         self.controller = DemoController(self.server.api_client(), manifests.DRIVER)

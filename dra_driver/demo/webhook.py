@@ -8,7 +8,6 @@ the webhook itself and every DeviceClass/claim template is validated by it.
 from __future__ import annotations
 
 import base64
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,33 +18,6 @@ from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
 
 
-class CompatLookup(KubeLookup):
-    """``KubeLookup`` whose GETs also work with kubernetes client >= 35 (new ``call_api`` signature).
-
-    ``KubeLookup._get`` passes ``auth_settings`` etc. to ``ApiClient.call_api``, which the
-    openapi-generator v7 client (kubernetes 35+) no longer accepts (TypeError). Until that is fixed
-    in ``dra_driver/webhook/lookup.py``, this falls back to ``param_serialize`` + ``call_api``;
-    once fixed, the parent's code runs unchanged.
-    """
-
-    def _get(self, path: str) -> dict[str, Any] | None:
-        try:
-            return super()._get(path)
-        except TypeError:
-            pass
-        _, url, headers, _, _ = self._api.param_serialize(
-            "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
-        )
-        response = self._api.call_api("GET", url, header_params=headers)
-        data = response.read()
-        if response.status == 404:
-            return None
-        if not 200 <= response.status <= 299:
-            raise RuntimeError(f"GET {path}: HTTP {response.status}: {data.decode(errors='replace')[:200]}")
-        result: dict[str, Any] = json.loads(data)
-        return result
-
-
 class DemoWebhook:
     """Starts the webhook on 127.0.0.1 (free port) and registers its configurations."""
 
@@ -53,16 +25,21 @@ class DemoWebhook:
         self._dir = tempfile.TemporaryDirectory(prefix="hami-dra-demo-webhook-")
         self._api_client = api_client
         self.driver = driver
-        pair = make_self_signed(Path(self._dir.name), "hami-dra-webhook", ("127.0.0.1", "localhost"))
-        self.ca_bundle = base64.b64encode(pair.ca_pem).decode()
-        self.server = WebhookServer(
-            CompatLookup(api_client, driver),
-            driver,
-            host="127.0.0.1",
-            port=0,
-            ssl_context=tls_context(str(pair.cert_file), str(pair.key_file)),
-        )
-        self.server.start()
+        try:
+            pair = make_self_signed(Path(self._dir.name), "hami-dra-webhook", ("127.0.0.1", "localhost"))
+            self.ca_bundle = base64.b64encode(pair.ca_pem).decode()
+            self.server = WebhookServer(
+                KubeLookup(api_client, driver),
+                driver,
+                host="127.0.0.1",
+                port=0,
+                ssl_context=tls_context(str(pair.cert_file), str(pair.key_file)),
+            )
+            self.server.start()
+        except BaseException:
+            api_client.close()
+            self._dir.cleanup()
+            raise
 
     @property
     def url(self) -> str:
