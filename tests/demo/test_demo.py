@@ -94,7 +94,7 @@ def test_demo_reproduces_the_seed_lab_and_cleans_up(probe: Path, monkeypatch: py
         "consumedCapacity",
     ):
         assert needle in text, needle
-    if "kubectl not installed" not in text:
+    if "kubectl not found" not in text:
         assert "$ kubectl get resourceslices" in text and "$ kubectl describe pod exclusive" in text
     assert not ANSI.search(text), "non-TTY output must carry no escape codes"
     assert max(len(line) for line in text.splitlines()) <= render.WIDTH
