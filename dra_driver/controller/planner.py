@@ -160,7 +160,10 @@ class Planner:
             )
             nodes = allowed & eligible.nodes
             if not nodes:
-                reasons.append(f"no device matches the selectors of {spec.name} on a node the pod can run on")
+                reasons.append(
+                    f"no device of class {spec.class_name} matches the selectors (and tolerates the taints) "
+                    "on a node the pod can run on"
+                )
                 continue
             class_configs = driver_configs(
                 (device_class.get("spec") or {}).get("config"),
