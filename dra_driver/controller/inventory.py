@@ -34,6 +34,8 @@ class Device:
     card: GpuCard
     cel: DeviceInput
     taints: tuple[Mapping[str, Any], ...] = ()
+    #: Attribute values by fully qualified name (``gpu.hami.io/index``), for claim constraints.
+    attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -118,7 +120,14 @@ def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any
         healthy=healthy is not False,
         links=links,
     )
-    return Device(pool, name, node, card, device_input(driver, entry), tuple(entry.get("taints") or ()))
+    qualified = {
+        (key if "/" in key else f"{driver}/{key}"): next(iter(value.values()), None)
+        for key, value in attributes.items()
+        if isinstance(value, Mapping) and value
+    }
+    return Device(
+        pool, name, node, card, device_input(driver, entry), tuple(entry.get("taints") or ()), qualified
+    )
 
 
 def complete_pools(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, list[Mapping[str, Any]]]:

@@ -136,7 +136,36 @@ class Planner:
                 if placed is None:
                     return node, f"{subject} request {request.name}: {reason}"
                 node = placed
+            problem = self._constraint_problem(item.claim, claim_plan)
+            if problem is not None:
+                return node, f"{subject}: {problem}"
         return node, None
+
+    def _constraint_problem(self, claim: Obj, claim_plan: ClaimPlan) -> str | None:
+        """Check ``spec.devices.constraints`` on the policy's choice (they do not steer the choice).
+
+        The engine ranks by policy; a claim constraint (``matchAttribute``/``distinctAttribute``)
+        is verified afterwards and a violation keeps the pod pending with a clear reason.
+        """
+        constraints = ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or ()
+        for position, constraint in enumerate(constraints):
+            names = set(constraint.get("requests") or ())
+            values = []
+            for result in claim_plan.results:
+                if names and result.request.split("/", 1)[0] not in names and result.request not in names:
+                    continue
+                device = self.ledger.device(result.pool, result.device)
+                attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
+                values.append(None if device is None else device.attributes.get(str(attribute)))
+            if constraint.get("matchAttribute") and (None in values or len(set(values)) > 1):
+                return (
+                    f"constraint #{position}: the devices chosen by the policy do not share "
+                    f"{constraint['matchAttribute']} ({values}); use numaBind or a selector instead"
+                )
+            if constraint.get("distinctAttribute") and len(set(values)) != len(values):
+                repeated = constraint["distinctAttribute"]
+                return f"constraint #{position}: the devices chosen by the policy repeat {repeated}"
+        return None
 
     def _place_request(
         self,

@@ -240,3 +240,18 @@ def test_format_decision_and_metrics() -> None:
 
 def test_nvlink_peers_parse() -> None:
     assert parse_nvlink_peers("18:1-3;4:5") == {1: 1800, 2: 1800, 3: 1800, 5: 400}
+
+
+def test_claim_constraints_are_checked_on_the_choice() -> None:
+    _, p = planner()
+    same_numa = [{"matchAttribute": "resource.kubernetes.io/numaNode"}]
+    ok = claim(exact("a", count=2))
+    ok["spec"]["devices"]["constraints"] = same_numa
+    assert plan_one(ok, p).reason is None  # gpu-0 and gpu-1 share NUMA node 0
+    spread = claim(exact("a", count=3))
+    spread["spec"]["devices"]["constraints"] = same_numa
+    reason = plan_one(spread, p).reason
+    assert reason is not None and "do not share resource.kubernetes.io/numaNode" in reason
+    distinct = claim(exact("a", count=2))
+    distinct["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.hami.io/index"}]
+    assert plan_one(distinct, p).reason is None
