@@ -17,6 +17,20 @@ from dataclasses import dataclass
 
 from dra_driver.sandbox.errors import ApiError
 
+#: Status reasons Kubernetes uses with these codes (clients branch on them, e.g. IsConflict).
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
 
 @dataclass
 class Fault:
@@ -86,6 +100,7 @@ class Faults:
                         {"Retry-After": "1"},
                     )
                 elif fault.status is not None:
-                    error = ApiError(fault.status, "InternalError", "Internal error occurred: injected fault")
+                    reason = REASONS.get(fault.status, "InternalError")
+                    error = ApiError(fault.status, reason, f"injected fault ({reason})")
                 return fault.delay, error
         return 0.0, None

@@ -355,10 +355,16 @@ def test_fault_injection(sandbox: SandboxServer, sandbox_client: Any) -> None:
             res.list_resource_slice()
         assert exc.value.status == 500
     res.list_resource_slice()
+    sandbox.faults.inject(r"/resourceslices/s0$", status=409, methods={"PUT"})
     sandbox.faults.inject(r"/resourceslices", status=429)
     with pytest.raises(ApiException) as exc:
         res.create_resource_slice(slice_obj("s1", "n"))
     assert exc.value.status == 429 and exc.value.headers["Retry-After"] == "1"
+    created = res.create_resource_slice(slice_obj("s0", "n"))
+    with pytest.raises(ApiException) as exc:
+        res.replace_resource_slice("s0", created)
+    assert (exc.value.status, error(exc)["reason"]) == (409, "Conflict")
+    res.replace_resource_slice("s0", created)
     sandbox.faults.inject(r"/resourceslices", delay=0.3)
     t0 = time.monotonic()
     res.list_resource_slice()
