@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The sandbox API server (dra_driver/sandbox/certs.py) makes its self-signed TLS certificates with
+# the openssl command line tool. Idempotent: does nothing when openssl is already installed.
+set -euo pipefail
+if command -v openssl >/dev/null 2>&1; then
+  exit 0
+fi
+apt-get update -qq
+apt-get install -y -qq openssl
