@@ -216,6 +216,16 @@ class Api:
         if rt.key == "pods":
             default_pod(obj)
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            if obj["spec"].get("schedulingGates"):
+                obj["status"]["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "SchedulingGated",
+                        "message": "Scheduling is blocked due to non-empty scheduling gates",
+                        "lastTransitionTime": now(),
+                    }
+                ]
         elif rt.key == "namespaces":
             obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
             obj["status"] = {"phase": "Active"}

@@ -18,6 +18,7 @@ Copied behaviour (``dynamicresources.go``, dra-interfaces.md (g) 2):
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Protocol
 
@@ -207,3 +208,26 @@ class Scheduler(Reconciler):
             return
         self._reported[uid] = message
         record_event(self.api, pod, "Pod", "FailedScheduling", message, "Warning")
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": now(),
+        }
+        conditions = [
+            c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"
+        ]
+        patch = {"status": {"conditions": [*conditions, condition]}}
+        try:
+            self.api.patch(
+                PODS,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                "application/merge-patch+json",
+                json.dumps(patch).encode(),
+                "status",
+                USER,
+            )
+        except ApiError as err:
+            log.debug("pod condition not recorded: %s", err.message)

@@ -43,6 +43,21 @@ def _claim_state(obj: Obj) -> str:
     return ",".join(states)
 
 
+def _pod_status(obj: Obj) -> str:
+    """kubectl's STATUS column: Terminating, SchedulingGated, else the phase."""
+    if obj["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    status = obj.get("status") or {}
+    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    if (
+        scheduled
+        and scheduled.get("reason") == "SchedulingGated"
+        and (obj.get("spec") or {}).get("schedulingGates")
+    ):
+        return "SchedulingGated"
+    return str(status.get("phase", "Unknown"))
+
+
 def _pod_ready(obj: Obj) -> str:
     statuses = (obj.get("status") or {}).get("containerStatuses") or []
     total = len((obj.get("spec") or {}).get("containers") or [])
@@ -123,7 +138,7 @@ COLUMNS: dict[str, list[Column]] = {
             "string",
             "The aggregate status of the containers in this pod.",
             0,
-            lambda o: (o.get("status") or {}).get("phase", "Unknown"),
+            _pod_status,
         ),
         (
             "Restarts",

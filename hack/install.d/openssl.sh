@@ -5,5 +5,6 @@ set -euo pipefail
 if command -v openssl >/dev/null 2>&1; then
   exit 0
 fi
+export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq openssl
+apt-get install -y -qq openssl >/dev/null

@@ -95,7 +95,11 @@ def test_template_claims_binding_and_cleanup(
         True,
     )
     time.sleep(0.3)
-    assert core.read_namespaced_pod("p1", NS).spec.node_name is None, "a gated pod is never scheduled"
+    gated = core.read_namespaced_pod("p1", NS)
+    assert gated.spec.node_name is None, "a gated pod is never scheduled"
+    assert [(c.type, c.status, c.reason) for c in gated.status.conditions] == [
+        ("PodScheduled", "False", "SchedulingGated")
+    ]
 
     # an external allocator allocates for node-2 and removes the gate: the binder does the rest
     res.patch_namespaced_resource_claim_status(
@@ -123,7 +127,9 @@ def test_post_filter_clears_an_allocation_for_an_unusable_node(
         NS, field_selector="involvedObject.name=p1,reason=FailedScheduling"
     ).items
     assert any(e.message == "deallocation of ResourceClaim completed" for e in events)
-    assert core.read_namespaced_pod("p1", NS).spec.node_name is None
+    pod = core.read_namespaced_pod("p1", NS)
+    assert pod.spec.node_name is None
+    assert pod.status.conditions[0].reason == "Unschedulable"
 
 
 def test_builtin_finalizer_claims_are_deallocated_when_the_pod_goes(
