@@ -6,8 +6,9 @@ Copied behaviour (``dynamicresources.go``, dra-interfaces.md (g) 2):
 - a pod is scheduled only when every claim it references exists and is allocated (optionally a
   plain first-fit allocator, :mod:`~dra_driver.sandbox.firstfit`, allocates claims of classes
   that nobody else manages, as kube-scheduler would);
-- Filter: a node fits when it is schedulable, matches the pod's ``nodeSelector`` and matches
-  every claim's ``allocation.nodeSelector`` (nil = any node); the first fitting node by name wins;
+- Filter: a node fits when it is schedulable, matches the pod's ``nodeSelector`` and required node
+  affinity, has no untolerated ``NoSchedule``/``NoExecute`` taint, and matches every claim's
+  ``allocation.nodeSelector`` (nil = any node); the first fitting node by name wins (no scoring);
 - PreBind: the pod is appended to each claim's ``reservedFor`` (UpdateStatus, retried on
   conflict; allocation untouched), then the pod is bound (``pods/binding``);
 - PostFilter: when no node fits and a claim was unavailable (its node selector matched none of
@@ -47,12 +48,39 @@ class Allocator(Protocol):
         ...
 
 
+def _tolerates(tolerations: list[Obj], taint: Obj) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        if tol.get("operator", "Equal") == "Exists" and (
+            not tol.get("key") or tol["key"] == taint.get("key")
+        ):
+            return True
+        if tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
 def _node_ok(pod: Obj, node: Obj) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
+    """The node-level Filter plugins that matter here: unschedulable, nodeSelector, required node
+    affinity, and NoSchedule/NoExecute node taints."""
+    spec = pod.get("spec") or {}
+    node_spec = node.get("spec") or {}
+    if node_spec.get("unschedulable"):
         return False
     labels = node["metadata"].get("labels") or {}
-    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if affinity is not None and not node_selector_matches(affinity, node):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(
+        t.get("effect") not in ("NoSchedule", "NoExecute") or _tolerates(tolerations, t)
+        for t in node_spec.get("taints") or []
+    )
 
 
 def record_event(

@@ -227,3 +227,36 @@ def test_first_fit_leaves_claims_pending_when_nothing_fits(
     status = res.read_namespaced_resource_claim("big", NS).status
     assert status is None or status.allocation is None
     assert core.read_namespaced_pod("p1", NS).spec.node_name is None
+
+
+def test_binder_honours_node_filters(cluster: SandboxCluster, sandbox_client: Any) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    core.patch_node(
+        "node-1", {"spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}}
+    )
+    free = allocation("node-1")
+    del free["nodeSelector"]  # usable on every node
+    for name in ("c1", "c2"):
+        res.create_namespaced_resource_claim(NS, claim_obj(name))
+        res.patch_namespaced_resource_claim_status(name, NS, {"status": {"allocation": free}})
+    core.create_namespaced_pod(
+        NS, pod_obj("untolerated", claims=[{"name": "gpu", "resourceClaimName": "c1"}])
+    )
+    wait_for(lambda: core.read_namespaced_pod("untolerated", NS).spec.node_name == "node-2")
+    tolerant = pod_obj("tolerant", claims=[{"name": "gpu", "resourceClaimName": "c2"}])
+    tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    tolerant["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    core.create_namespaced_pod(NS, tolerant)
+    wait_for(lambda: core.read_namespaced_pod("tolerant", NS).spec.node_name == "node-1")
