@@ -4,9 +4,9 @@ A real kube-scheduler allocates every unallocated claim of a pod it schedules (t
 driver gates its pods and taints its devices). This allocator does the same for the sandbox's
 scheduler, written independently of the driver's controller so that it can catch disagreements:
 
-- nodes in name order; per node the devices of the *current* pools (highest generation, complete)
-  published for it (``nodeName``, ``allNodes`` or a matching ``nodeSelector``), slices and
-  devices in name order; the first node where every request fits wins;
+- for the node the scheduler tries, the devices of the *current* pools (highest generation,
+  complete) published for it (``nodeName``, ``allNodes`` or a matching ``nodeSelector``), pools,
+  slices and devices in name order;
 - a device is eligible when the class's and the request's CEL selectors match (via
   ``dra_driver.cel``, Kubernetes' CEL semantics), its ``NoSchedule``/``NoExecute`` taints are
   tolerated by the request, and it is free: unallocated, or ``allowMultipleAllocations`` with
@@ -14,8 +14,8 @@ scheduler, written independently of the driver's controller so that it can catch
 - ``exactly`` (ExactCount / All) and ``firstAvailable`` (first subrequest that fits) requests;
   claims with ``constraints`` are not allocated (reported), as this simple allocator cannot honour them;
 - the result carries ``shareID`` + ``consumedCapacity`` for shared devices, the class configs
-  (``FromClass``) then the claim configs (``FromClaim``), a ``nodeSelector`` for the node, and the
-  claim gets kube-scheduler's finalizer ``resource.kubernetes.io/delete-protection`` first.
+  (``FromClass``) then the claim configs (``FromClaim``) and a ``nodeSelector`` for the node.
+  The scheduler writes it (:mod:`scheduler`, PreBind) together with ``reservedFor``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import uuid
 from fractions import Fraction
 from typing import Any
 
-from dra_driver.sandbox.api import Api, WriteOptions
+from dra_driver.sandbox.api import Api
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.fieldcheck import parse_quantity
 from dra_driver.sandbox.resources import require
@@ -38,8 +38,6 @@ Obj = dict[str, Any]
 CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")
 SLICES = require("resource.k8s.io", "v1", "resourceslices")
 CLASSES = require("resource.k8s.io", "v1", "deviceclasses")
-FINALIZER = "resource.kubernetes.io/delete-protection"
-USER = WriteOptions(user="system:kube-scheduler")
 DeviceKey = tuple[str, str, str]  # driver, pool, device
 
 
@@ -113,11 +111,14 @@ class FirstFitAllocator:
 
     # ----------------------------------------------------------------------------------- state
 
-    def _in_use(self) -> tuple[set[DeviceKey], dict[DeviceKey, dict[str, Fraction]]]:
+    def _in_use(self, in_cycle: list[Obj]) -> tuple[set[DeviceKey], dict[DeviceKey, dict[str, Fraction]]]:
         exclusive: set[DeviceKey] = set()
         shared: dict[DeviceKey, dict[str, Fraction]] = {}
-        for claim in self.api.list_objects(CLAIMS, None)[0]:
-            alloc = (claim.get("status") or {}).get("allocation") or {}
+        allocations = [
+            (c.get("status") or {}).get("allocation") for c in self.api.list_objects(CLAIMS, None)[0]
+        ]
+        for alloc in [*allocations, *in_cycle]:
+            alloc = alloc or {}
             for res in (alloc.get("devices") or {}).get("results") or []:
                 if res.get("adminAccess"):
                     continue
@@ -256,41 +257,46 @@ class FirstFitAllocator:
 
     # ----------------------------------------------------------------------------------- allocate
 
-    def allocate(self, claim: Obj, nodes: list[Obj]) -> bool:
+    def allocate(self, claim: Obj, node: Obj, in_cycle: list[Obj]) -> Obj | None:
+        """An allocation of ``claim`` on ``node`` (not written), or None when it does not fit.
+
+        ``in_cycle`` holds allocations made for the same pod in this scheduling cycle but not
+        written yet, so that two claims of one pod never get the same device.
+        """
         meta = claim["metadata"]
         devices_spec = (claim.get("spec") or {}).get("devices") or {}
         if devices_spec.get("constraints"):
             log.info(
                 "first-fit: claim %s/%s has constraints; not allocating", meta["namespace"], meta["name"]
             )
-            return False
-        exclusive, shared0 = self._in_use()
-        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-            devices = self._devices_for(node)
-            taken = set(exclusive)
-            shared = {k: dict(v) for k, v in shared0.items()}
-            results: list[Obj] = []
-            used_classes: list[tuple[str, str]] = []
-            for request in devices_spec.get("requests") or []:
-                fit = None
-                if request.get("exactly"):
-                    fit = self._try(request["name"], request["exactly"], devices, taken, shared)
-                    used_classes.append((request["name"], request["exactly"].get("deviceClassName", "")))
-                for sub in request.get("firstAvailable") or []:
-                    fit = self._try(f"{request['name']}/{sub['name']}", sub, devices, taken, shared)
-                    if fit is not None:
-                        used_classes.append((request["name"], sub.get("deviceClassName", "")))
-                        break
-                if fit is None:
+            return None
+        taken, shared = self._in_use(in_cycle)
+        devices = self._devices_for(node)
+        results: list[Obj] = []
+        used_classes: list[tuple[str, str]] = []
+        for request in devices_spec.get("requests") or []:
+            fit = None
+            alternatives = (
+                [(request["name"], request["exactly"])]
+                if request.get("exactly")
+                else [
+                    (f"{request['name']}/{sub['name']}", sub) for sub in request.get("firstAvailable") or []
+                ]
+            )
+            for name, body in alternatives:
+                fit = self._try(name, body, devices, taken, shared)
+                if fit is not None:
+                    used_classes.append((request["name"], body.get("deviceClassName", "")))
                     break
-                results.extend(fit)
-            else:
-                return self._write(claim, node, results, used_classes)
-        return False
+            if fit is None:
+                return None
+            results.extend(fit)
+        return self._allocation(claim, node, results, used_classes)
 
-    def _write(self, claim: Obj, node: Obj, results: list[Obj], used_classes: list[tuple[str, str]]) -> bool:
-        meta = claim["metadata"]
-        ns, name = meta["namespace"], meta["name"]
+    def _allocation(
+        self, claim: Obj, node: Obj, results: list[Obj], used_classes: list[tuple[str, str]]
+    ) -> Obj:
+        """``status.allocation`` as kube-scheduler builds it: results, class then claim configs, node."""
         config: list[Obj] = []
         for request, class_name in used_classes:
             device_class = self.api.get(CLASSES, "", class_name)
@@ -301,29 +307,10 @@ class FirstFitAllocator:
             if entry.get("requests"):
                 item["requests"] = entry["requests"]
             config.append(item)
-        allocation: Obj = {
-            "devices": {"results": results},
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": [node["metadata"]["name"]]}
-                        ]
-                    }
-                ]
-            },
+        term = {
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node["metadata"]["name"]]}]
         }
+        allocation: Obj = {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [term]}}
         if config:
             allocation["devices"]["config"] = config
-        try:
-            if FINALIZER not in (meta.get("finalizers") or []):
-                meta["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
-                claim = self.api.update(CLAIMS, ns, name, claim, "", USER)
-            if (claim.get("status") or {}).get("allocation"):
-                return True  # allocated elsewhere in the meantime
-            claim.setdefault("status", {})["allocation"] = allocation
-            self.api.update(CLAIMS, ns, name, claim, "status", USER)
-        except ApiError as err:
-            log.info("first-fit: writing the allocation of %s/%s failed: %s", ns, name, err.message)
-            return False
-        return True
+        return allocation

@@ -3,14 +3,17 @@
 Copied behaviour (``dynamicresources.go``, dra-interfaces.md (g) 2):
 
 - pods with ``schedulingGates`` are not scheduled (PreEnqueue);
-- a pod is scheduled only when every claim it references exists and is allocated (optionally a
-  plain first-fit allocator, :mod:`~dra_driver.sandbox.firstfit`, allocates claims of classes
-  that nobody else manages, as kube-scheduler would);
+- a pod is scheduled only when every claim it references exists; claims that are still
+  unallocated are allocated in the scheduling cycle by the ``allocator`` (plain first fit,
+  :mod:`~dra_driver.sandbox.firstfit`, as kube-scheduler would), else the pod waits;
 - Filter: a node fits when it is schedulable, matches the pod's ``nodeSelector`` and required node
   affinity, has no untolerated ``NoSchedule``/``NoExecute`` taint, and matches every claim's
   ``allocation.nodeSelector`` (nil = any node); the first fitting node by name wins (no scoring);
-- PreBind: the pod is appended to each claim's ``reservedFor`` (UpdateStatus, retried on
-  conflict; allocation untouched), then the pod is bound (``pods/binding``);
+- PreBind: a claim allocated in this cycle gets the finalizer
+  ``resource.kubernetes.io/delete-protection`` (Update), then allocation and ``reservedFor`` in
+  one UpdateStatus ("got allocated elsewhere in the meantime" if someone was faster); an already
+  allocated claim only gets the pod appended to ``reservedFor`` (retried on conflict); then the
+  pod is bound (``pods/binding``);
 - PostFilter: when no node fits and a claim was unavailable (its node selector matched none of
   the otherwise fitting nodes) and it is reserved by nobody or only by this pod, the scheduler
   **clears the allocation** (``reservedFor``, ``allocation`` and ``devices`` set to nil) of the
@@ -38,13 +41,14 @@ NODES = require("", "v1", "nodes")
 CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")
 EVENTS = require("", "v1", "events")
 USER = WriteOptions(user="system:kube-scheduler")
+FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
 class Allocator(Protocol):
-    """Allocates an unallocated claim in place of kube-scheduler's structured allocator."""
+    """Computes allocations in place of kube-scheduler's structured allocator (nothing is written)."""
 
-    def allocate(self, claim: Obj, nodes: list[Obj]) -> bool:
-        """Write ``status.allocation`` for ``claim`` (True) or leave it (False)."""
+    def allocate(self, claim: Obj, node: Obj, in_cycle: list[Obj]) -> Obj | None:
+        """``status.allocation`` for ``claim`` on ``node`` given this cycle's other allocations, or None."""
         ...
 
 
@@ -162,50 +166,79 @@ class Scheduler(Reconciler):
         claims = self._claims(pod)
         if claims is None:
             return self._unschedulable(pod, "waiting for the pod's ResourceClaims to be created")
+        allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
-        if pending:
-            if self.allocator is None or not all(self.allocator.allocate(c, nodes) for c in pending):
-                return self._unschedulable(pod, "waiting for the pod's ResourceClaims to be allocated")
-            claims = self._claims(pod) or []
+        if pending and self.allocator is None:
+            return self._unschedulable(pod, "waiting for the pod's ResourceClaims to be allocated")
         fitting = [n for n in nodes if _node_ok(pod, n)]
         candidates = [
             n
             for n in fitting
-            if all(node_selector_matches(c["status"]["allocation"].get("nodeSelector"), n) for c in claims)
+            if all(node_selector_matches(c["status"]["allocation"].get("nodeSelector"), n) for c in allocated)
         ]
         if not candidates:
-            self._post_filter(pod, claims, fitting)
+            self._post_filter(pod, allocated, fitting)
             return None
-        node = sorted(candidates, key=lambda n: n["metadata"]["name"])[0]["metadata"]["name"]
-        for claim in claims:
-            self._reserve(claim, pod)
-        self.api.bind(ns, name, {"target": {"kind": "Node", "name": node}}, USER)
+        for node in sorted(candidates, key=lambda n: n["metadata"]["name"]):
+            new = self._allocate_on(pending, node)
+            if new is not None:
+                break
+        else:
+            return self._unschedulable(pod, f"0/{len(nodes)} nodes are available: cannot allocate all claims")
+        node_name = node["metadata"]["name"]
+        for claim in claims:  # PreBind
+            self._bind_claim(claim, pod, new.get(claim["metadata"]["name"]))
+        self.api.bind(ns, name, {"target": {"kind": "Node", "name": node_name}}, USER)
         self._reported.pop(uid, None)
-        record_event(self.api, pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
+        record_event(self.api, pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {node_name}")
         return None
 
-    def _reserve(self, claim: Obj, pod: Obj) -> None:
-        uid = pod["metadata"]["uid"]
+    def _allocate_on(self, pending: list[Obj], node: Obj) -> dict[str, Obj] | None:
+        """Allocations for every pending claim on ``node`` (claim name -> allocation), or None."""
+        assert self.allocator is not None or not pending
+        out: dict[str, Obj] = {}
+        for claim in pending:
+            assert self.allocator is not None
+            allocation = self.allocator.allocate(claim, node, list(out.values()))
+            if allocation is None:
+                return None
+            out[claim["metadata"]["name"]] = allocation
+        return out
+
+    def _bind_claim(self, claim: Obj, pod: Obj, allocation: Obj | None) -> None:
+        """bindClaim: for a claim allocated in this cycle add the finalizer, then write allocation and
+        ``reservedFor`` in one UpdateStatus; otherwise only append the pod to ``reservedFor``."""
+        ns, name, uid = claim["metadata"]["namespace"], claim["metadata"]["name"], pod["metadata"]["uid"]
+        ref = {"resource": "pods", "name": pod["metadata"]["name"], "uid": uid}
         for _ in range(10):
-            reserved = claim["status"].get("reservedFor") or []
+            status = claim.setdefault("status", {})
+            if allocation is not None:
+                if status.get("allocation"):
+                    raise ApiError(
+                        409, "Conflict", f"claim {ns}/{name} got allocated elsewhere in the meantime"
+                    )
+                if FINALIZER not in (claim["metadata"].get("finalizers") or []):
+                    claim["metadata"]["finalizers"] = [
+                        *(claim["metadata"].get("finalizers") or []),
+                        FINALIZER,
+                    ]
+                    claim = self.api.update(CLAIMS, ns, name, claim, "", USER)
+                    status = claim.setdefault("status", {})
+                status["allocation"] = allocation
+            reserved = status.get("reservedFor") or []
             if any(r.get("uid") == uid for r in reserved):
                 return
-            claim["status"]["reservedFor"] = [
-                *reserved,
-                {"resource": "pods", "name": pod["metadata"]["name"], "uid": uid},
-            ]
+            status["reservedFor"] = [*reserved, ref]
             try:
-                self.api.update(
-                    CLAIMS, claim["metadata"]["namespace"], claim["metadata"]["name"], claim, "status", USER
-                )
+                self.api.update(CLAIMS, ns, name, claim, "status", USER)
                 return
             except ApiError as err:
                 if err.code != 409:
                     raise
-                claim = self.api.get(CLAIMS, claim["metadata"]["namespace"], claim["metadata"]["name"])
-                if not (claim.get("status") or {}).get("allocation"):
+                claim = self.api.get(CLAIMS, ns, name)
+                if allocation is None and not (claim.get("status") or {}).get("allocation"):
                     raise
-        raise ApiError(409, "Conflict", "could not reserve the claim")
+        raise ApiError(409, "Conflict", f"could not reserve claim {ns}/{name}")
 
     def _post_filter(self, pod: Obj, claims: list[Obj], fitting: list[Obj]) -> None:
         uid = pod["metadata"]["uid"]

@@ -260,3 +260,35 @@ def test_binder_honours_node_filters(cluster: SandboxCluster, sandbox_client: An
     }
     core.create_namespaced_pod(NS, tolerant)
     wait_for(lambda: core.read_namespaced_pod("tolerant", NS).spec.node_name == "node-1")
+
+
+def test_first_fit_never_gives_one_device_twice(cluster: SandboxCluster, sandbox_client: Any) -> None:
+    from tests.sandbox.helpers import slice_obj
+
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    res.create_device_class(
+        {
+            "metadata": {"name": "other"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "other.example.com"'}}]},
+        }
+    )
+    res.create_resource_slice(slice_obj("node-1-other", "node-1", devices=2, driver="other.example.com"))
+    for name in ("a", "b", "c"):
+        claim = claim_obj(name)
+        claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "other"
+        res.create_namespaced_resource_claim(NS, claim)
+    core.create_namespaced_pod(
+        NS,
+        pod_obj(
+            "two", claims=[{"name": "x", "resourceClaimName": "a"}, {"name": "y", "resourceClaimName": "b"}]
+        ),
+    )
+    wait_for(lambda: core.read_namespaced_pod("two", NS).spec.node_name == "node-1")
+    devices = {
+        res.read_namespaced_resource_claim(n, NS).status.allocation.devices.results[0].device for n in "ab"
+    }
+    assert devices == {"gpu-0", "gpu-1"}
+    core.create_namespaced_pod(NS, pod_obj("third", claims=[{"name": "x", "resourceClaimName": "c"}]))
+    pod = wait_for(lambda: (p := core.read_namespaced_pod("third", NS)).status.conditions and p)
+    assert pod.status.conditions[0].reason == "Unschedulable" and pod.spec.node_name is None
+    assert "cannot allocate all claims" in pod.status.conditions[0].message
