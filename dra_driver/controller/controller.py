@@ -280,6 +280,10 @@ class Controller:
         reconciler.observe_pod(old if current is None else current, new)
         self._dirty_pods.add(key)
         gone = new is None or (new.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if new is None and old is not None:
+            uid = str((old.get("metadata") or {}).get("uid"))
+            reconciler.pending_messages.pop(uid, None)
+            reconciler.warned.pop(uid, None)
         if gone and old is not None:
             namespace = (old.get("metadata") or {}).get("namespace")
             for _, claim_name in _claims_of(old):

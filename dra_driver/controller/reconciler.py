@@ -79,6 +79,16 @@ class CommitResult:
     outcome: str = "done"
 
 
+def _class_names(claim: Mapping[str, Any]) -> set[str]:
+    names = set()
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+        if request.get("exactly"):
+            names.add(str(request["exactly"].get("deviceClassName", "")))
+        for sub in request.get("firstAvailable") or ():
+            names.add(str(sub.get("deviceClassName", "")))
+    return names
+
+
 def _not_older(cached: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
     """Whether the cache has caught up with what we wrote (resourceVersions compared as numbers,
     as etcd issues them; opaque ones only by equality)."""
@@ -157,6 +167,7 @@ class Reconciler:
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
+        self.warned: dict[str, set[str]] = {}  # pod uid -> warnings already reported as events
         self.in_flight_claims: set[str] = set()  # claims with an allocation being written
         self.bound_generation = 0  # bumped when a pod bound to a node changes (CPU/memory in use)
         self._bound_cache: tuple[int, dict[str, dict[str, float]]] | None = None
@@ -296,6 +307,12 @@ class Reconciler:
                 if node is not None:
                     pinned.add(node)
                 continue
+            missing = sorted(name for name in _class_names(claim) if name not in self.classes)
+            if missing:
+                # Keep the gate: once the class exists it may be ours, and an ungated pod would be
+                # allocated first-fit by kube-scheduler.
+                message = f"claim {_key(claim)}: DeviceClass {', '.join(missing)} not found"
+                return self._pending(pod, message, "DeviceClassNotFound")
             try:
                 requests, foreign = claim_requests(claim, self.is_ours)
             except RequestError as err:
@@ -376,8 +393,11 @@ class Reconciler:
     def _log_plan(self, pod: Obj, plan: PodPlan) -> None:
         for subject, decision, config in plan.decisions:
             log.info("pod %s %s", _key(pod), format_decision(subject, decision, config))
+        uid = str(_meta(pod).get("uid"))
         for warning in plan.warnings:
-            self._event(pod, "Warning", "UnknownPolicy", warning)
+            if warning not in self.warned.setdefault(uid, set()):
+                self.warned[uid].add(warning)
+                self._event(pod, "Warning", "UnknownPolicy", warning)
 
     # --- writes --------------------------------------------------------------------------------
     def _write_allocation(

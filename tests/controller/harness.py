@@ -22,7 +22,7 @@ MIB = 1024 * 1024
 CFG = {"apiVersion": "gpu.hami.io/v1alpha1", "kind": "GpuConfig"}
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         result = check()

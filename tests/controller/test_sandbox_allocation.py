@@ -221,3 +221,15 @@ def test_postfilter_deallocation_is_reallocated_elsewhere(sandbox: SandboxServer
     finally:
         h.stop()
         cluster.stop()
+
+
+def test_pod_waits_gated_until_its_device_class_exists(harness: Harness) -> None:
+    harness.publish("node-1", "t4", 2)
+    harness.start_controller()
+    harness.create_claim(claim("early", request(memory="1Gi")))
+    harness.create_pod(pod("early-pod", {"gpu": "claim:early"}))
+    wait_for(lambda: harness.events("early-pod"), what="pending event")
+    assert "DeviceClass gpu.hami.io not found" in harness.events("early-pod")[0]
+    assert harness.get_pod("early-pod")["spec"]["schedulingGates"] == [{"name": "gpu.hami.io/allocation"}]
+    harness.create_class(device_class(DRIVER))
+    wait_for(lambda: harness.bound_node("early-pod"), what="bound once the class exists")
