@@ -87,8 +87,19 @@ class SchemaValidator:
                     unknown.append(f"{path}.{extra}" if path else extra)
             elif err.validator == "required":
                 missing = re.findall(r"'([^']+)' is a required property", err.message)
-                field_errors.append(
-                    e.required(f"{path}.{missing[0]}" if missing and path else path or "<root>")
+                field = missing[0] if missing else ""
+                field_errors.append(e.required(f"{path}.{field}" if path and field else path or field))
+            elif err.validator == "type":
+                # Go's JSON decoder fails before validation runs: Kubernetes answers 400, not 422.
+                wanted = (
+                    err.validator_value
+                    if isinstance(err.validator_value, str)
+                    else "/".join(map(str, err.validator_value))
+                )
+                raise e.bad_request(
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
+                    f"unmarshal {_json_type(err.instance)} into Go struct field {rt.kind}.{path} "
+                    f"of type {wanted}"
                 )
             else:
                 field_errors.append(e.invalid(path or "<root>", err.instance, err.message))
@@ -98,6 +109,18 @@ class SchemaValidator:
             )
         if field_errors:
             raise e.invalid_object(rt, name, field_errors)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
 
 
 def _path(parts: Any) -> str:

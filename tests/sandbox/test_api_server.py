@@ -117,6 +117,22 @@ def test_unknown_fields_are_rejected_like_strict_decoding(sandbox: SandboxServer
     )
 
 
+def test_type_errors_are_400_and_missing_fields_422(sandbox: SandboxServer) -> None:
+    from dra_driver.sandbox.errors import ApiError
+
+    obj = slice_obj("s1", "node-1")
+    obj["spec"]["devices"][0]["name"] = 5
+    with pytest.raises(ApiError) as exc:
+        sandbox.api.create(_rt("resourceslices"), "", obj)
+    assert exc.value.code == 400
+    assert (
+        "cannot unmarshal number into Go struct field ResourceSlice.spec.devices[0].name" in exc.value.message
+    )
+    with pytest.raises(ApiError) as exc:
+        sandbox.api.create(_rt("resourceslices"), "", {"metadata": {"name": "s2"}})
+    assert exc.value.code == 422 and exc.value.status()["details"]["causes"][0]["field"] == "spec"
+
+
 def _rt(plural: str) -> Any:
     from dra_driver.sandbox.resources import RESOURCE_TYPES
 
