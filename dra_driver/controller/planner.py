@@ -253,6 +253,8 @@ class Planner:
     def _decide(
         self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: Any
     ) -> Decision:
+        include = eligible.include_uuids
+
         def request(count: int, allowed: frozenset[str]) -> PlacementRequest:
             return PlacementRequest(
                 name=spec.name,
@@ -263,7 +265,7 @@ class Planner:
                 node_policy=resolved.node_policy,
                 weights=resolved.weights,
                 numa_bind=resolved.numa_bind,
-                include_uuids=tuple(sorted(eligible.uuids)) if eligible.uuids is not None else (),
+                include_uuids=include,
                 allowed_nodes=allowed,
             )
 

@@ -22,6 +22,7 @@ from dra_driver.controller.pods import taints_tolerated
 from dra_driver.engine import MIB
 
 Obj = Mapping[str, Any]
+MAX_CACHED_SELECTIONS = 1024
 
 
 class RequestError(ValueError):
@@ -121,6 +122,11 @@ class Eligible:
     nodes: frozenset[str]
     per_node: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
 
+    @property
+    def include_uuids(self) -> tuple[str, ...]:
+        """The engine's ``include_uuids`` (empty = no restriction)."""
+        return () if self.uuids is None else tuple(sorted(self.uuids))
+
 
 class Matcher:
     """CEL + taint eligibility per (class, selectors, tolerations), cached until the inventory changes."""
@@ -153,6 +159,8 @@ class Matcher:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
+        if len(self._cache) >= MAX_CACHED_SELECTIONS:
+            self._cache.clear()  # per-claim selectors could otherwise grow it without bound
         uuids, nodes, per_node, total = set(), set(), {}, 0
         for node, node_inventory in inventory.items():
             matched = []
