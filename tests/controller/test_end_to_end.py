@@ -134,3 +134,15 @@ def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, S
         h.create_class(device_class("bad", {"policy": "mutex,packed"}))
     assert err.value.status in (400, 403, 422)
     assert "unknown policy name(s) 'packed'" in err.value.message
+
+
+def test_webhook_rejects_two_limited_claims_in_one_container(e2e: tuple[Harness, SandboxCluster]) -> None:
+    h, _ = e2e
+    from dra_driver.controller.kube import KubeError
+
+    h.create_class(device_class(DRIVER))
+    h.create_claim(claim("lim-a", request(memory="1Gi")))
+    h.create_claim(claim("lim-b", request(memory="1Gi")))
+    with pytest.raises(KubeError) as err:
+        h.create_pod(pod("two-limits", {"a": "claim:lim-a", "b": "claim:lim-b"}, gated=False))
+    assert "container main consumes 2 GPU claims with memory/cores limits (a, b)" in err.value.message
