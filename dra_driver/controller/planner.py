@@ -98,13 +98,12 @@ class Planner:
             try:
                 node, reason = self._try(plan, inputs, frozenset(candidates - excluded), annotations, touched)
             except (RequestError, ConfigError) as err:
-                node, reason = None, str(err)
-                for name in touched:
-                    self.ledger.rebuild(name)
-                plan.reason = reason
+                # The claim itself is wrong (CEL error, invalid config): no other node would help.
+                plan.claims, plan.reason = [], str(err)
                 return plan
-            for name in touched:
-                self.ledger.rebuild(name)  # tentative allocations were only for planning
+            finally:
+                for name in touched:
+                    self.ledger.rebuild(name)  # tentative allocations were only for planning
             if reason is None:
                 plan.node = node
                 return plan
