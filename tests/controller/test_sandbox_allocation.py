@@ -233,3 +233,27 @@ def test_pod_waits_gated_until_its_device_class_exists(harness: Harness) -> None
     assert harness.get_pod("early-pod")["spec"]["schedulingGates"] == [{"name": "gpu.hami.io/allocation"}]
     harness.create_class(device_class(DRIVER))
     wait_for(lambda: harness.bound_node("early-pod"), what="bound once the class exists")
+
+
+def test_node_policy_spread_versus_binpack(sandbox: SandboxServer) -> None:
+    cluster = SandboxCluster(sandbox, nodes=["node-1", "node-2"], resync=0.05).start()
+    h = Harness(sandbox, cluster)
+    try:
+        for name in ("node-1", "node-2"):
+            h.publish(name, "t4", 2)
+        h.create_class(device_class("packed", {"nodePolicy": "binpack"}))
+        h.create_class(device_class("spread", {"nodePolicy": "spread"}))
+        h.start_controller()
+        for name in ("p1", "p2"):
+            h.create_claim(claim(name, request(klass="packed", memory="1Gi")))
+            h.create_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}))
+            wait_for(lambda name=name: h.bound_node(f"{name}-pod"))
+        assert h.bound_node("p1-pod") == h.bound_node("p2-pod")  # binpack: the busier node again
+        first = h.bound_node("p1-pod")
+        h.create_claim(claim("s1", request(klass="spread", memory="1Gi")))
+        h.create_pod(pod("s1-pod", {"gpu": "claim:s1"}))
+        wait_for(lambda: h.bound_node("s1-pod"))
+        assert h.bound_node("s1-pod") != first  # spread: the idle node
+    finally:
+        h.stop()
+        cluster.stop()
