@@ -255,3 +255,12 @@ def test_claim_constraints_are_checked_on_the_choice() -> None:
     distinct = claim(exact("a", count=2))
     distinct["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.hami.io/index"}]
     assert plan_one(distinct, p).reason is None
+
+
+def test_selector_exclusions_are_named_as_such_in_pending_reasons() -> None:
+    _, p = planner()
+    only_gpu3 = exact(
+        "a", count=2, selectors=[{"cel": {"expression": 'device.attributes["gpu.hami.io"].index == 3'}}]
+    )
+    reason = plan_one(claim(only_gpu3), p).reason
+    assert reason is not None and "3/4 DeviceSelectorMismatch" in reason and "CardUuidMismatch" not in reason
