@@ -11,6 +11,8 @@ import contextlib
 import hmac
 import json
 import logging
+import queue
+import select
 import socket
 import ssl
 import threading
@@ -375,7 +377,9 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 try:
                     item = watcher.queue.get(timeout=min(left, interval))
-                except Exception:  # queue.Empty: time for a bookmark
+                except queue.Empty:  # idle: has the client gone? else time for a bookmark
+                    if self._client_gone():
+                        break
                     if bookmarks:
                         with api.store.lock:
                             if watcher.queue.empty():
@@ -401,6 +405,14 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             api.store.unwatch(watcher)
+
+    def _client_gone(self) -> bool:
+        """During a watch the client sends nothing, so a readable socket means it closed (EOF)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     def _render(self, rt: ResourceType, obj: Obj, as_table: bool) -> Obj:
         return tables.table(rt, [obj], obj["metadata"]["resourceVersion"]) if as_table else obj

@@ -168,6 +168,11 @@ class Store:
             self._watchers.append(watcher)
             return watcher, backlog
 
+    def watch_count(self) -> int:
+        """Open watches (tests check that abandoned ones are cleaned up)."""
+        with self.lock:
+            return len(self._watchers)
+
     def unwatch(self, watcher: Watcher) -> None:
         with self.lock:
             watcher.closed = True

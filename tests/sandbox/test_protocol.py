@@ -195,3 +195,24 @@ def test_in_process_writes_are_validated_too(sandbox: SandboxServer, user: str) 
             WriteOptions(user=user),
         )
     assert "spec.pool.resourceSliceCount" in str(exc.value)
+
+
+def test_abandoned_watches_are_cleaned_up() -> None:
+    import socket
+    import time
+
+    with SandboxServer.start(bookmark_interval=0.05) as server:
+        ctx = ssl.create_default_context(cafile=str(server.tls.cert_file))
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        conn = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        request = (
+            f"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n\r\n"
+        )
+        conn.sendall(request.encode())
+        assert b"200 OK" in conn.recv(4096)
+        assert server.api.store.watch_count() == 1
+        conn.close()
+        deadline = time.monotonic() + 5
+        while server.api.store.watch_count() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.api.store.watch_count() == 0
