@@ -31,8 +31,26 @@ from dra_driver.sandbox.http import SandboxHTTPServer
 DEFAULT_KUBE_VERSION = "1.36"
 
 
+def supported_versions() -> list[str]:
+    """Kubernetes minor versions (>= 1.34, resource.k8s.io/v1) with bundled strict schemas."""
+    from kubernetes_validate import utils as kv_utils
+
+    out = []
+    for version in kv_utils.all_versions():
+        major, minor = (int(x) for x in version.split(".")[:2])
+        if (major, minor) >= (1, 34) and f"{major}.{minor}" not in out:
+            out.append(f"{major}.{minor}")
+    return out
+
+
 class SandboxServer:
-    """A running sandbox API server; use :meth:`start` (context manager) and :meth:`stop`."""
+    """A running sandbox API server; use :meth:`start` (context manager) and :meth:`stop`.
+
+    Options: ``kube_version`` ("1.34" ... "1.37"): what ``/version`` reports and which strict
+    schemas validate objects; ``history_window``: watch events kept (older resourceVersions get
+    410 Gone); ``bookmark_interval``: seconds between BOOKMARK events on idle watches that ask for
+    them; ``state_dir``: where the kubeconfig goes (a temp dir removed on stop by default).
+    """
 
     def __init__(
         self,
@@ -42,6 +60,9 @@ class SandboxServer:
         bookmark_interval: float = 1.0,
         state_dir: Path | None = None,
     ) -> None:
+        if kube_version not in supported_versions():
+            choices = ", ".join(supported_versions())
+            raise ValueError(f"unsupported Kubernetes version {kube_version!r}: use one of {choices}")
         self.kube_version = kube_version
         self.api = Api(kube_version=kube_version, history_window=history_window)
         self.token = secrets.token_urlsafe(24)
