@@ -40,7 +40,7 @@ def test_starts_fast_and_serves_version() -> None:
 def test_kube_version_is_configurable() -> None:
     with SandboxServer.start(kube_version="1.34") as server:
         assert client.VersionApi(server.api_client()).get_code().minor == "34"
-    with pytest.raises(ValueError, match="unsupported Kubernetes version '1.20'"):
+    with pytest.raises(ValueError, match=r"unsupported Kubernetes version '1\.20'"):
         SandboxServer(kube_version="1.20")
 
 
