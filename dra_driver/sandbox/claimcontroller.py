@@ -23,8 +23,9 @@ import json
 import logging
 from typing import Any
 
-from dra_driver.sandbox.api import WriteOptions
+from dra_driver.sandbox.api import Api, WriteOptions
 from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.events import record_event
 from dra_driver.sandbox.reconciler import Reconciler
 from dra_driver.sandbox.resources import require
 
@@ -60,7 +61,11 @@ def claim_names(pod: Obj) -> dict[str, str | None]:
 
 class ClaimController(Reconciler):
     name = "sandbox-resourceclaim-controller"
-    watches = ("pods", "resourceclaims.resource.k8s.io")
+    watches = ("pods", "resourceclaims.resource.k8s.io", "resourceclaimtemplates.resource.k8s.io")
+
+    def __init__(self, api: Api, resync: float = 1.0) -> None:
+        super().__init__(api, resync)
+        self._warned: set[str] = set()
 
     def reconcile(self) -> None:
         pods, _ = self.api.list_objects(PODS, None)
@@ -96,13 +101,19 @@ class ClaimController(Reconciler):
             if existing is None:
                 try:
                     template = self.api.get(TEMPLATES, ns, template_name)
-                except ApiError:
-                    log.info(
-                        "pod %s/%s waits for ResourceClaimTemplate %s",
-                        ns,
-                        pod["metadata"]["name"],
-                        template_name,
-                    )
+                except ApiError as err:
+                    key = f"{uid}/{template_name}"
+                    if key not in self._warned:  # once per pod and template, like an event series
+                        self._warned.add(key)
+                        record_event(
+                            self.api,
+                            pod,
+                            "Pod",
+                            "FailedResourceClaimCreation",
+                            f"PodResourceClaim {entry['name']}: {err.message}",
+                            "Warning",
+                            "resource_claim",
+                        )
                     continue
                 existing = self.api.create(CLAIMS, ns, self._claim_from(pod, entry["name"], template), USER)
                 claims.append(existing)
@@ -128,7 +139,9 @@ class ClaimController(Reconciler):
     @staticmethod
     def _claim_from(pod: Obj, entry: str, template: Obj) -> Obj:
         tmeta = (template.get("spec") or {}).get("metadata") or {}
-        prefix = f"{pod['metadata']['name']}-{entry}"[:57] + "-"
+        prefix = f"{pod['metadata']['name']}-{entry}-"
+        if len(prefix) > 57:  # as kcm: keep both ends so the claim name stays recognisable
+            prefix = prefix[:28] + prefix[-29:]
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",

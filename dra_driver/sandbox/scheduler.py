@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from dra_driver.sandbox.api import Api, WriteOptions, now
 from dra_driver.sandbox.claimcontroller import claim_names
 from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.events import record_event
 from dra_driver.sandbox.reconciler import Reconciler
 from dra_driver.sandbox.resources import require
 from dra_driver.sandbox.selectors import node_selector_matches
@@ -39,7 +40,6 @@ Obj = dict[str, Any]
 PODS = require("", "v1", "pods")
 NODES = require("", "v1", "nodes")
 CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")
-EVENTS = require("", "v1", "events")
 USER = WriteOptions(user="system:kube-scheduler")
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
@@ -85,44 +85,6 @@ def _node_ok(pod: Obj, node: Obj) -> bool:
         t.get("effect") not in ("NoSchedule", "NoExecute") or _tolerates(tolerations, t)
         for t in node_spec.get("taints") or []
     )
-
-
-def record_event(
-    api: Api,
-    obj: Obj,
-    kind: str,
-    reason: str,
-    message: str,
-    type_: str = "Normal",
-    component: str = "default-scheduler",
-) -> None:
-    """A core/v1 Event about ``obj`` (what ``kubectl describe`` shows)."""
-    meta = obj["metadata"]
-    ns = meta.get("namespace") or "default"
-    stamp = now()
-    event = {
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
-        "involvedObject": {
-            "kind": kind,
-            "namespace": meta.get("namespace"),
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "apiVersion": obj.get("apiVersion"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "reason": reason,
-        "message": message,
-        "type": type_,
-        "source": {"component": component},
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-        "reportingComponent": component,
-    }
-    try:
-        api.create(EVENTS, ns, event)
-    except ApiError as err:
-        log.debug("event for %s not recorded: %s", meta["name"], err.message)
 
 
 class Scheduler(Reconciler):

@@ -292,3 +292,22 @@ def test_first_fit_never_gives_one_device_twice(cluster: SandboxCluster, sandbox
     pod = wait_for(lambda: (p := core.read_namespaced_pod("third", NS)).status.conditions and p)
     assert pod.status.conditions[0].reason == "Unschedulable" and pod.spec.node_name is None
     assert "cannot allocate all claims" in pod.status.conditions[0].message
+
+
+def test_missing_template_is_reported_then_used_once_it_exists(
+    cluster: SandboxCluster, sandbox_client: Any
+) -> None:
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    long_name = "a-pod-with-a-rather-long-name-for-truncation"
+    core.create_namespaced_pod(NS, _gated_pod(long_name))
+    events = wait_for(
+        lambda: core.list_namespaced_event(NS, field_selector="reason=FailedResourceClaimCreation").items
+    )
+    assert (
+        events[0].type == "Warning"
+        and 'resourceclaimtemplates.resource.k8s.io "one-gpu" not found' in events[0].message
+    )
+    _template(res)
+    statuses = wait_for(lambda: core.read_namespaced_pod_status(long_name, NS).status.resource_claim_statuses)
+    name = statuses[0].resource_claim_name
+    assert len(name) <= 63 and name.startswith(long_name[:28]) and "-gpu-" in name
