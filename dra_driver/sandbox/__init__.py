@@ -12,7 +12,8 @@ garbage collection), ``store`` (global resourceVersion, history, watchers), ``va
 (kubernetes-validate strict, metadata; ``dra_rules``, ``pod_rules``, ``fieldcheck``),
 ``admission`` (webhooks), ``patch``, ``selectors``,
 ``tables``, ``discovery``, ``faults``, ``certs``; simulator: ``cluster`` (:class:`SandboxCluster`,
-nodes, per-node kubelet hook), ``claimcontroller``, ``scheduler``, ``firstfit``, ``kubelet``;
+nodes, per-node kubelet hook), ``claimcontroller``, ``scheduler``, ``firstfit``, ``events``,
+``reconciler``, ``kubelet``;
 ``driver`` and ``command`` for ``hami-dra sandbox up|status|down``.
 
 Known simplifications (all stricter or absent, never more permissive):

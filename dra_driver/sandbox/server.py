@@ -84,7 +84,7 @@ class SandboxServer:
             target=self._http.serve_forever,
             name="sandbox-apiserver",
             daemon=True,
-            kwargs={"poll_interval": 0.1},
+            kwargs={"poll_interval": 0.02},
         )
         self._started = False
 
