@@ -35,4 +35,4 @@ def test_bench_create_claim(benchmark: Any, sandbox_client: Any) -> None:
 def test_bench_get_slice(benchmark: Any, sandbox_client: Any) -> None:
     res = client.ResourceV1Api(sandbox_client)
     res.create_resource_slice(slice_obj("s1", "node-1", devices=8))
-    benchmark(lambda: res.read_resource_slice("s1", _preload_content=False))
+    benchmark(lambda: res.read_resource_slice("s1"))
