@@ -71,8 +71,8 @@ class Reconciler:
     def stop(self) -> None:
         self._stop.set()
         for watcher in self._watchers:
+            watcher.close()  # wakes the forwarding thread (unwatch alone would leave it blocked)
             self.api.store.unwatch(watcher)
-            watcher.close()
         self._wake.put(True)
         if self._thread is not None:
             self._thread.join(timeout=5)
