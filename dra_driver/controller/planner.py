@@ -19,7 +19,7 @@ from dra_driver.config import ConfigError, ControllerDefaults, resolve_config
 from dra_driver.config.resolve import driver_configs
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.requests import ClaimRequest, Eligible, Matcher, RequestError, RequestSpec
-from dra_driver.engine import Decision, DeviceShare, Placement, PlacementRequest, Reason, place
+from dra_driver.engine import Decision, DeviceShare, Placement, PlacementRequest, place
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -232,7 +232,7 @@ class Planner:
             decision = self._decide(spec, eligible, nodes, resolved)
             plan.decisions.append((f"{subject} request {spec.name}", decision, resolved.describe()))
             if decision.placement is None:
-                reasons.append(selector_reason(decision.reason or "does not fit"))
+                reasons.append(decision.reason or "does not fit")
                 continue
             placement = decision.placement
             self.ledger.state.allocate(placement)
@@ -252,8 +252,6 @@ class Planner:
     def _decide(
         self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: Any
     ) -> Decision:
-        include = eligible.include_uuids
-
         def request(count: int, allowed: frozenset[str]) -> PlacementRequest:
             return PlacementRequest(
                 name=spec.name,
@@ -264,7 +262,7 @@ class Planner:
                 node_policy=resolved.node_policy,
                 weights=resolved.weights,
                 numa_bind=resolved.numa_bind,
-                include_uuids=include,
+                allowed_devices=eligible.devices,
                 allowed_nodes=allowed,
             )
 
@@ -288,15 +286,6 @@ class Planner:
             if len(devices) >= spec.count:
                 return node, devices[: spec.count]
         return None
-
-
-#: The engine's UUID filter is how CEL selectors and device taints reach it, so its reason means
-#: "excluded by the request's selectors or taints" here; we say so instead of HAMi's UUID wording.
-SELECTOR_MISMATCH = "DeviceSelectorMismatch"
-
-
-def selector_reason(text: str) -> str:
-    return text.replace(Reason.CARD_UUID_MISMATCH.value, SELECTOR_MISMATCH)
 
 
 def placement_of(results: list[ResultPlan]) -> Placement | None:

@@ -34,7 +34,7 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.planner import PlanInput, Planner, PodPlan, selector_reason
+from dra_driver.controller.planner import PlanInput, Planner, PodPlan
 from dra_driver.controller.pods import (
     bound_requests_by_node,
     node_fit_problem,
@@ -127,11 +127,7 @@ def format_decision(subject: str, decision: Decision, config: str) -> str:
     cards = []
     for card in decision.candidates:
         mark = "*" if card.chosen else ""
-        state = (
-            ""
-            if card.eligible
-            else f"({selector_reason(card.reason.value) if card.reason else 'ineligible'})"
-        )
+        state = "" if card.eligible else f"({card.reason.value if card.reason else 'ineligible'})"
         cards.append(f"{card.node}/gpu-{card.index}={card.score:.6f}{mark}{state}")
     outcome = (
         f"-> {decision.placement.node} "

@@ -4,7 +4,7 @@ A request of one of our DeviceClasses (``exactly``, or each ``firstAvailable`` s
 becomes a ``RequestSpec``; which devices it may use is decided here with CEL (class selectors,
 then the request's, exactly as kube-scheduler evaluates them, errors abort the claim) and device
 taints (our own ``<driver>/policy-managed`` taint is the one we ignore). The engine receives that
-device set as ``include_uuids`` and the nodes that have such devices as ``allowed_nodes``.
+device set as ``allowed_devices`` and the nodes that have such devices as ``allowed_nodes``.
 """
 
 from __future__ import annotations
@@ -116,16 +116,11 @@ def claim_requests(claim: Obj, is_ours: Any) -> tuple[list[ClaimRequest], list[s
 
 @dataclass(frozen=True, slots=True)
 class Eligible:
-    """Devices a request may use: by UUID (None = every device of ours) and the nodes holding them."""
+    """Devices a request may use, as ``(node, index)`` (None = all of ours), and the nodes holding them."""
 
-    uuids: frozenset[str] | None
+    devices: frozenset[tuple[str, int]] | None
     nodes: frozenset[str]
     per_node: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
-
-    @property
-    def include_uuids(self) -> tuple[str, ...]:
-        """The engine's ``include_uuids`` (empty = no restriction)."""
-        return () if self.uuids is None else tuple(sorted(self.uuids))
 
 
 class Matcher:
@@ -161,18 +156,18 @@ class Matcher:
             return cached
         if len(self._cache) >= MAX_CACHED_SELECTIONS:
             self._cache.clear()  # per-claim selectors could otherwise grow it without bound
-        uuids, nodes, per_node, total = set(), set(), {}, 0
+        devices, nodes, per_node, total = set(), set(), {}, 0
         for node, node_inventory in inventory.items():
             matched = []
             for device in sorted(node_inventory.devices.values(), key=lambda item: item.card.index):
                 total += 1
                 if self._matches(spec, class_exprs, claim_subject, device):
                     matched.append(device)
-                    uuids.add(device.card.uuid)
+                    devices.add((node, device.card.index))
             if matched:
                 nodes.add(node)
                 per_node[node] = tuple(matched)
-        eligible = Eligible(None if len(uuids) == total else frozenset(uuids), frozenset(nodes), per_node)
+        eligible = Eligible(None if len(devices) == total else frozenset(devices), frozenset(nodes), per_node)
         self._cache[key] = eligible
         return eligible
 

@@ -33,6 +33,8 @@ def check_card(card: GpuCard, usage: CardUsage, request: PlacementRequest) -> Re
     """Return why ``card`` cannot take one GPU of ``request`` right now, or ``None`` if it can."""
     if not card.healthy:
         return Reason.CARD_NOT_HEALTH
+    if request.allowed_devices is not None and (card.node, card.index) not in request.allowed_devices:
+        return Reason.DEVICE_SELECTOR_MISMATCH
     if not product_matches(card, request):
         return Reason.CARD_TYPE_MISMATCH
     if not uuid_matches(card, request):

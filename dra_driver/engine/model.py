@@ -108,6 +108,9 @@ class PlacementRequest:
     exclude_uuids: tuple[str, ...] = ()
     #: Nodes the workload may run on (taints, affinity, ... decided by the caller); ``None`` = all.
     allowed_nodes: frozenset[str] | None = None
+    #: Cards the request may use as ``(node, index)``, e.g. those matching DRA CEL selectors and
+    #: tolerated taints; ``None`` = every card. Others fail with ``DeviceSelectorMismatch``.
+    allowed_devices: frozenset[tuple[str, int]] | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1:

@@ -15,6 +15,8 @@ class Reason(StrEnum):
     """Why a card cannot take a request; a card is counted under the first check it fails."""
 
     CARD_NOT_HEALTH = "CardNotHealth"
+    #: Not HAMi's: the card is outside the request's eligible set (DRA CEL selectors, device taints).
+    DEVICE_SELECTOR_MISMATCH = "DeviceSelectorMismatch"
     CARD_TYPE_MISMATCH = "CardTypeMismatch"
     CARD_UUID_MISMATCH = "CardUuidMismatch"
     CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"

@@ -103,3 +103,11 @@ def test_multi_gpu_insufficient_counts_accepted_cards(count: int) -> None:
     assert not decision.allocated
     assert "1/2 AllocatedCardsInsufficientRequest" in (decision.reason or "")
     assert "1/2 ExclusiveDeviceAllocateConflict" in (decision.reason or "")
+
+
+def test_allowed_devices_filter_has_its_own_reason() -> None:
+    state = ClusterState([t4(0), t4(1), t4(2)])
+    reasons = _reasons(state, allowed_devices=frozenset({("node-1", 1)}))
+    assert reasons == {0: Reason.DEVICE_SELECTOR_MISMATCH, 1: None, 2: Reason.DEVICE_SELECTOR_MISMATCH}
+    decision = place(state, request(allowed_devices=frozenset()))
+    assert decision.reason == "3/3 DeviceSelectorMismatch"
