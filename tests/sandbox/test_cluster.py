@@ -311,3 +311,15 @@ def test_missing_template_is_reported_then_used_once_it_exists(
     statuses = wait_for(lambda: core.read_namespaced_pod_status(long_name, NS).status.resource_claim_statuses)
     name = statuses[0].resource_claim_name
     assert len(name) <= 63 and name.startswith(long_name[:28]) and "-gpu-" in name
+
+
+def test_stop_leaves_no_threads_behind() -> None:
+    import threading
+
+    def ours() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("sandbox-")]
+
+    before = ours()
+    with SandboxServer.start() as server, SandboxCluster(server, 1, resync=0.1):
+        assert len(ours()) > len(before)
+    wait_for(lambda: ours() == before)
