@@ -295,6 +295,19 @@ class Api:
             if want_rv is not None and want_rv != cur_rv:
                 raise e.conflict(rt, name, e.STALE)
             new = mutate(copy.deepcopy(current))
+            uid = new["metadata"].get("uid")
+            if uid and uid != current["metadata"]["uid"]:
+                raise e.conflict(
+                    rt,
+                    name,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{current['metadata']['uid']}",
+                )
+            if new["metadata"].get("name", name) != name:
+                raise e.invalid_object(
+                    rt, name, [e.invalid("metadata.name", new["metadata"]["name"], "field is immutable")]
+                )
+            new["metadata"]["name"] = name
             new = self._prepare_update(rt, new, current, sub)
             new = self._admit(True, "UPDATE", rt, sub, new, current, ns, opts)
             new = self._prepare_update(rt, new, current, sub)

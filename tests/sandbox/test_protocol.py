@@ -216,3 +216,16 @@ def test_abandoned_watches_are_cleaned_up() -> None:
         while server.api.store.watch_count() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert server.api.store.watch_count() == 0
+
+
+def test_uid_and_name_cannot_change(sandbox: SandboxServer) -> None:
+    sandbox.api.create(CLAIMS, "default", claim_obj("c1"))
+    path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1"
+    code, _, out = call(
+        sandbox, "PATCH", path, {"metadata": {"uid": "other"}}, content_type="application/merge-patch+json"
+    )
+    assert code == 409 and "Precondition failed: UID in precondition: other" in json.loads(out)["message"]
+    code, _, out = call(
+        sandbox, "PATCH", path, {"metadata": {"name": "c2"}}, content_type="application/merge-patch+json"
+    )
+    assert code == 422 and json.loads(out)["details"]["causes"][0]["field"] == "metadata.name"
