@@ -96,8 +96,12 @@ class Admission:
         namespace: str,
         user: str,
         dry_run: bool,
+        warnings: list[str] | None = None,
     ) -> Obj:
-        """Call the matching webhooks; return the (possibly patched) object or raise ApiError."""
+        """Call the matching webhooks; return the (possibly patched) object or raise ApiError.
+
+        Webhook ``warnings`` are appended to ``warnings`` (sent back as HTTP ``Warning`` headers).
+        """
         kind = "mutatingwebhookconfigurations" if mutating else "validatingwebhookconfigurations"
         subject = obj if operation != "DELETE" else (old or obj)
         for hook in self._matching(kind, operation, rt, sub, subject, namespace):
@@ -134,6 +138,8 @@ class Admission:
                     "InternalError",
                     f'Internal error occurred: failed calling webhook "{hook.get("name")}": {err}',
                 ) from err
+            if warnings is not None:
+                warnings.extend(str(w) for w in response.get("warnings") or [])
             if not response.get("allowed"):
                 result = response.get("status") or {}
                 code = result.get("code") or 403

@@ -79,8 +79,11 @@ def default_pod(pod: Obj) -> None:
 
 @dataclass
 class WriteOptions:
+    """Per-request options: ``dryRun=All``, the requesting user, and warnings collected for the reply."""
+
     dry_run: bool = False
     user: str = "sandbox-admin"
+    warnings: list[str] | None = None
 
 
 class Api:
@@ -182,7 +185,7 @@ class Api:
     ) -> Obj:
         if rt.group == "admissionregistration.k8s.io":
             return obj  # like kube-apiserver: webhooks are never called for webhook configurations
-        return self.admission.run(mutating, op, rt, sub, obj, old, ns, opts.user, opts.dry_run)
+        return self.admission.run(mutating, op, rt, sub, obj, old, ns, opts.user, opts.dry_run, opts.warnings)
 
     # ----------------------------------------------------------------------------------- create
 

@@ -106,6 +106,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Audit-Id", "sandbox")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        for warning in self._warnings:
+            self.send_header("Warning", '299 - "' + warning.replace('"', "'") + '"')
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -148,6 +150,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         self.server.request_count += 1
+        self._warnings: list[str] = []
         url = urllib.parse.urlsplit(self.path)
         if len(url.path) > 1 and url.path.endswith("/"):  # /version/ is /version
             url = url._replace(path=url.path.rstrip("/"))
@@ -242,7 +245,7 @@ class Handler(BaseHTTPRequestHandler):
         sub = rest[2] if len(rest) > 2 else ""
         if rt.namespaced and name and not ns:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        opts = WriteOptions(dry_run=query.get("dryRun") == "All")
+        opts = WriteOptions(dry_run=query.get("dryRun") == "All", warnings=self._warnings)
         api = self.server.api
         if method == "GET" and watch:
             return self._watch(rt, ns, name, query)

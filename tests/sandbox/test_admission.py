@@ -41,7 +41,9 @@ class Reviewer(BaseHTTPRequestHandler):
                 {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "gpu.hami.io/allocation"}]},
             ]
             response.update(
-                patchType="JSONPatch", patch=base64.b64encode(json.dumps(patch).encode()).decode()
+                patchType="JSONPatch",
+                patch=base64.b64encode(json.dumps(patch).encode()).decode(),
+                warnings=['policy "foo" is unknown'],
             )
         elif req["name"].startswith("deny-"):
             response.update(
@@ -155,3 +157,16 @@ def test_failure_policy(sandbox: SandboxServer, sandbox_client: Any, webhook: tu
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_pod(NS, pod_obj("failed"))
     assert exc.value.status == 500 and "failed calling webhook" in exc.value.body
+
+
+def test_webhook_warnings_reach_the_client(
+    sandbox: SandboxServer, sandbox_client: Any, webhook: tuple[str, str]
+) -> None:
+    from tests.sandbox.test_protocol import call
+
+    url, ca = webhook
+    client.AdmissionregistrationV1Api(sandbox_client).create_mutating_webhook_configuration(
+        _config("MutatingWebhookConfiguration", url + "/mutate", ca, ["pods"], "")
+    )
+    code, headers, _ = call(sandbox, "POST", "/api/v1/namespaces/default/pods", pod_obj("p1"))
+    assert code == 201 and headers["Warning"] == "299 - \"policy 'foo' is unknown\""
