@@ -82,6 +82,11 @@ def run_up(args: argparse.Namespace) -> int:
         raise UsageError("--nodes must be between 1 and 64")
     if args.gpus < 1 or args.gpus > 16:
         raise UsageError("--gpus must be between 1 and 16")
+    if not args.no_driver:
+        from dra_driver.devices.simulated import PROFILES
+
+        if args.profile not in PROFILES:
+            raise UsageError(f"unknown --profile {args.profile!r}; choose one of: {', '.join(PROFILES)}")
     state_dir: Path = (args.state_dir or default_state_dir()).resolve()
     pid = _running_pid(state_dir)
     if pid is not None:
@@ -117,6 +122,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"sandbox API server: {server.url}")
         print(f"kubeconfig: {server.kubeconfig_path}")
         print(f"try: kubectl --kubeconfig {server.kubeconfig_path} get resourceslices")
+        print(f"  or: export KUBECONFIG={server.kubeconfig_path}")
         print("stop with: hami-dra sandbox down (or Ctrl-C)", flush=True)
         while not stop.wait(0.5):
             pass

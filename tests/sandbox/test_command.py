@@ -96,3 +96,9 @@ def test_usage_errors(tmp_path: Path) -> None:
         [*CLI, "sandbox", "down", "--state-dir", str(tmp_path)], capture_output=True, text=True
     )
     assert down.returncode == 2 and "no sandbox is running" in down.stderr
+    profile = subprocess.run(
+        [*CLI, "sandbox", "up", "--profile", "v100", "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert profile.returncode == 2 and "unknown --profile 'v100'; choose one of: t4" in profile.stderr
