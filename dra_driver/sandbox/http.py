@@ -245,6 +245,8 @@ class Handler(BaseHTTPRequestHandler):
         sub = rest[2] if len(rest) > 2 else ""
         if rt.namespaced and name and not ns:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if rt.namespaced and not ns and method != "GET":  # the all-namespaces path only lists and watches
+            raise e.method_not_allowed()
         opts = WriteOptions(dry_run=query.get("dryRun") == "All", warnings=self._warnings)
         api = self.server.api
         if method == "GET" and watch:
@@ -274,6 +276,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send_json(200, api.patch(rt, ns, name, ctype, raw, sub, opts))
         if method == "DELETE":
             options = self._json_body(raw) or {}
+            if not isinstance(options, dict):
+                raise e.bad_request("DeleteOptions must be a JSON object")
             for param in ("propagationPolicy", "gracePeriodSeconds"):
                 if param in query:
                     options[param] = query[param]
@@ -283,7 +287,9 @@ class Handler(BaseHTTPRequestHandler):
             items, _ = api.list_objects(rt, ns, query.get("labelSelector"), query.get("fieldSelector"))
             for item in items:
                 try:
-                    api.delete(rt, ns, item["metadata"]["name"], options, opts)
+                    api.delete(
+                        rt, item["metadata"].get("namespace", ""), item["metadata"]["name"], options, opts
+                    )
                 except ApiError as err:
                     if err.code != 404:
                         raise

@@ -229,3 +229,18 @@ def test_uid_and_name_cannot_change(sandbox: SandboxServer) -> None:
         sandbox, "PATCH", path, {"metadata": {"name": "c2"}}, content_type="application/merge-patch+json"
     )
     assert code == 422 and json.loads(out)["details"]["causes"][0]["field"] == "metadata.name"
+
+
+def test_delete_collection(sandbox: SandboxServer) -> None:
+    sandbox.api.create(NAMESPACES, "", {"metadata": {"name": "team"}})
+    for ns in ("default", "team"):
+        claim = claim_obj("c1")
+        claim["metadata"]["labels"] = {"drop": "yes"}
+        sandbox.api.create(CLAIMS, ns, claim)
+    sandbox.api.create(CLAIMS, "team", claim_obj("keep"))
+    code, _, _ = call(sandbox, "DELETE", "/apis/resource.k8s.io/v1/resourceclaims?labelSelector=drop%3Dyes")
+    assert code == 405, "only the namespaced path supports deletecollection"
+    for ns in ("default", "team"):
+        path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims?labelSelector=drop%3Dyes"
+        assert call(sandbox, "DELETE", path)[0] == 200
+    assert [c["metadata"]["name"] for c in sandbox.api.list_objects(CLAIMS, None)[0]] == ["keep"]
