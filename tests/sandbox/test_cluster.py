@@ -323,3 +323,51 @@ def test_stop_leaves_no_threads_behind() -> None:
     with SandboxServer.start() as server, SandboxCluster(server, 1, resync=0.1):
         assert len(ours()) > len(before)
     wait_for(lambda: ours() == before)
+
+
+def test_everything_the_simulator_writes_is_valid_kubernetes(
+    cluster: SandboxCluster, sandbox: SandboxServer, sandbox_client: Any
+) -> None:
+    from tests.kube_validate import assert_valid
+
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    res.create_device_class(
+        {
+            "metadata": {"name": "other"},
+            "spec": {
+                "selectors": [{"cel": {"expression": 'device.driver == "other.example.com"'}}],
+                "config": [{"opaque": {"driver": "other.example.com", "parameters": {"a": 1}}}],
+            },
+        }
+    )
+    res.create_resource_slice(_shared_slice("node-1"))
+    res.create_namespaced_resource_claim_template(
+        NS,
+        {
+            "metadata": {"name": "shared"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": "other",
+                                    "capacity": {"requests": {"memory": "2Gi"}},
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
+    core.create_namespaced_pod(
+        NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimTemplateName": "shared"}])
+    )
+    wait_for(lambda: core.read_namespaced_pod("p1", NS).spec.node_name == "node-1")
+    stored = list(sandbox.api.store.iter_all())
+    kinds = {obj["kind"] for _, obj in stored}
+    assert {"Pod", "ResourceClaim", "ResourceSlice", "Event", "Node", "Namespace"} <= kinds
+    for _, obj in stored:
+        assert_valid(obj)
