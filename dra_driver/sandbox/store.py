@@ -11,7 +11,7 @@ import copy
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +73,6 @@ class Store:
         self._history: deque[Event] = deque()
         self._compacted = 0  # every event with rv <= this has been dropped
         self._watchers: list[Watcher] = []
-        self.hooks: list[Callable[[Event], None]] = []
 
     # ----------------------------------------------------------------------------------- reads
 
@@ -141,8 +140,6 @@ class Store:
         for w in self._watchers:
             if not w.closed and w.wants(event):
                 w.queue.put(event)
-        for hook in self.hooks:
-            hook(event)
 
     def compact(self) -> None:
         """Drop the whole history, as an etcd compaction would: every older RV now gets 410."""
