@@ -27,7 +27,8 @@ Known simplifications (all stricter or absent, never more permissive):
 - Pods are deleted at once (no graceful termination; finalizers are honoured); namespaces are
   drained and removed by a background task.
 - Webhooks: ``matchConditions``, reinvocation and ``matchPolicy`` are not evaluated; ``service``
-  client configs need ``Admission.service_resolver``.
+  client configs need ``server.api.admission.service_resolver`` (the certificate is still checked
+  for ``<name>.<namespace>.svc``, as kube-apiserver does).
 - Lists are served from the current state (``resourceVersionMatch`` is accepted, not enforced);
   ``continue`` tokens page through the current state.
 - No authorization: the one bearer token in the kubeconfig may do everything.

@@ -11,10 +11,12 @@ skips the webhook).
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
+import socket
 import ssl
-import urllib.request
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +56,19 @@ def _resource_matches(pattern: str, plural: str, subresource: str) -> bool:
         return not subresource and pattern in ("*", plural)
     resource, _, sub = pattern.partition("/")
     return bool(subresource) and resource in ("*", plural) and sub in ("*", subresource)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to ``address`` while verifying the certificate for ``server_name``."""
+
+    def __init__(self, address: tuple[str, int], server_name: str, context: ssl.SSLContext, timeout: float):
+        super().__init__(server_name, address[1], timeout=timeout, context=context)
+        self._address = address
+        self._tls = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection(self._address, self.timeout)
+        self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
 
 
 class Admission:
@@ -162,33 +177,46 @@ class Admission:
 
     def _call(self, hook: Obj, review: Obj) -> Obj:
         cfg = hook.get("clientConfig") or {}
-        url = cfg.get("url")
-        if not url and cfg.get("service"):
+        if cfg.get("url"):
+            parts = urllib.parse.urlsplit(cfg["url"])
+            if parts.scheme != "https" or not parts.hostname:
+                raise OSError(f"webhook URL {cfg['url']!r} must be https://host[:port]/path")
+            address = (parts.hostname, parts.port or 443)
+            server_name, path = parts.hostname, parts.path or "/"
+        elif cfg.get("service"):
             svc = cfg["service"]
-            target = None
-            if self.service_resolver is not None:
-                target = self.service_resolver(
-                    svc.get("namespace", ""), svc.get("name", ""), svc.get("port", 443)
-                )
+            namespace, name, port = svc.get("namespace", ""), svc.get("name", ""), int(svc.get("port", 443))
+            target = self.service_resolver(namespace, name, port) if self.service_resolver else None
             if target is None:
-                raise OSError(
-                    f"service {svc.get('namespace')}/{svc.get('name')} is not registered in the sandbox"
-                )
-            url = f"https://{target}{svc.get('path') or ''}"
-        if not url:
+                raise OSError(f"service {namespace}/{name} is not registered in the sandbox")
+            host, _, target_port = target.rpartition(":")
+            # Connect where the resolver says, but verify the certificate for the Service's DNS
+            # name, as kube-apiserver does.
+            address, server_name, path = (
+                (host, int(target_port)),
+                f"{name}.{namespace}.svc",
+                svc.get("path") or "/",
+            )
+        else:
             raise OSError("webhook has neither clientConfig.url nor clientConfig.service")
         context = ssl.create_default_context()
         if cfg.get("caBundle"):
             context = ssl.create_default_context(cadata=base64.b64decode(cfg["caBundle"]).decode())
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(review).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        )
         timeout = float(hook.get("timeoutSeconds") or 10)
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
+        conn = _PinnedHTTPSConnection(address, server_name, context, timeout)
+        try:
+            conn.request(
+                "POST",
+                path,
+                body=json.dumps(review).encode(),
+                headers={"Content-Type": "application/json", "Accept": "application/json"},
+            )
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise OSError(f"webhook answered HTTP {resp.status}")
             body = json.loads(resp.read())
+        finally:
+            conn.close()
         response: Obj = body.get("response") or {}
         if response.get("uid") != review["request"]["uid"]:
             raise ValueError("webhook response uid does not match the request uid")

@@ -61,7 +61,7 @@ class Reviewer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def webhook(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    pair = make_self_signed(tmp_path / "tls", "webhook")
+    pair = make_self_signed(tmp_path / "tls", "webhook", ("127.0.0.1", "hami-dra-webhook.kube-system.svc"))
     server = ThreadingHTTPServer(("127.0.0.1", 0), Reviewer)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(pair.cert_file, pair.key_file)
@@ -170,3 +170,40 @@ def test_webhook_warnings_reach_the_client(
     )
     code, headers, _ = call(sandbox, "POST", "/api/v1/namespaces/default/pods", pod_obj("p1"))
     assert code == 201 and headers["Warning"] == "299 - \"policy 'foo' is unknown\""
+
+
+def test_service_client_config_through_the_resolver(
+    sandbox: SandboxServer, sandbox_client: Any, webhook: tuple[str, str]
+) -> None:
+    url, ca = webhook
+    config = _config("MutatingWebhookConfiguration", url, ca, ["pods"], "")
+    config["webhooks"][0]["clientConfig"] = {
+        "service": {"namespace": "kube-system", "name": "hami-dra-webhook", "port": 443, "path": "/mutate"},
+        "caBundle": ca,
+    }
+    client.AdmissionregistrationV1Api(sandbox_client).create_mutating_webhook_configuration(config)
+    core = client.CoreV1Api(sandbox_client)
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod(NS, pod_obj("unresolved"))
+    assert "is not registered in the sandbox" in json.loads(exc.value.body)["message"]
+    host_port = url.removeprefix("https://")
+    sandbox.api.admission.service_resolver = lambda ns, name, port: (
+        host_port if (ns, name, port) == ("kube-system", "hami-dra-webhook", 443) else None
+    )
+    assert core.create_namespaced_pod(NS, pod_obj("resolved")).metadata.labels == {"mutated": "yes"}
+
+
+def test_service_certificates_are_checked_for_the_service_name(
+    sandbox: SandboxServer, sandbox_client: Any, webhook: tuple[str, str]
+) -> None:
+    url, ca = webhook
+    config = _config("MutatingWebhookConfiguration", url, ca, ["pods"], "")
+    config["webhooks"][0]["clientConfig"] = {
+        "service": {"namespace": "other-ns", "name": "hami-dra-webhook", "path": "/mutate"},
+        "caBundle": ca,
+    }
+    client.AdmissionregistrationV1Api(sandbox_client).create_mutating_webhook_configuration(config)
+    sandbox.api.admission.service_resolver = lambda ns, name, port: url.removeprefix("https://")
+    with pytest.raises(ApiException) as exc:
+        client.CoreV1Api(sandbox_client).create_namespaced_pod(NS, pod_obj("p1"))
+    assert "hami-dra-webhook.other-ns.svc" in json.loads(exc.value.body)["message"]
