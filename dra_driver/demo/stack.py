@@ -78,7 +78,6 @@ class DemoStack:
             self.controller.stop if self.controller else None,
             self.webhook.stop if self.webhook else None,
             cluster.stop if cluster else None,
-            (lambda: _end_forwarders(cluster)) if cluster else None,
             self.api_client.close if self.api_client else None,
             self.server.stop if self.server else None,
         ]
@@ -102,16 +101,3 @@ class DemoStack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def _end_forwarders(cluster: SandboxCluster) -> None:
-    """Wake the sandbox reconcilers' watch-forwarding threads so they exit.
-
-    Workaround: ``sandbox.reconciler.Reconciler.stop`` calls ``store.unwatch(w)`` (which sets
-    ``w.closed``) before ``w.close()``, so ``close()`` never queues the ``None`` that ends the
-    forwarder thread and one thread per watched resource stays blocked. An extra ``None`` is
-    harmless once that is fixed (the thread has already returned).
-    """
-    for reconciler in (cluster.claim_controller, cluster.scheduler):
-        for watcher in getattr(reconciler, "_watchers", ()):
-            watcher.queue.put(None)
