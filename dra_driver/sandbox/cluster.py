@@ -135,7 +135,7 @@ class SandboxCluster:
         self._components: list[Stoppable] = []
         # Unix socket paths are limited to 108 bytes, so node roots live in a short temp dir;
         # <state dir>/nodes links to it so people can find the sockets and CDI specs.
-        self.nodes_root = Path(tempfile.mkdtemp(prefix="hdra-"))
+        self.nodes_root = Path(tempfile.mkdtemp(prefix="hdra-", dir=_short_temp_dir()))
         link = self.server.state_dir / "nodes"
         if link.is_symlink() or not link.exists():
             link.unlink(missing_ok=True)
@@ -196,3 +196,13 @@ class SandboxCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+#: Longest root that still leaves room for ``/<node>/plugins/<driver>/dra.sock`` under 108 bytes.
+_MAX_ROOT_LENGTH = 48
+
+
+def _short_temp_dir() -> str | None:
+    """``$TMPDIR`` when it is short enough for unix sockets (macOS and pytest's are not), else /tmp."""
+    default = tempfile.gettempdir()
+    return None if len(default) <= _MAX_ROOT_LENGTH else "/tmp"
