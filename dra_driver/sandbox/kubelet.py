@@ -27,6 +27,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -328,6 +329,8 @@ class KubeletSimulator:
         for uid, pod in pods.items():
             if not _pod_done(pod) and (uid not in self.pods or self.pods[uid].error):
                 self.pods[uid] = self._prepare_pod(pod)
+                if not self.pods[uid].error:
+                    self._mark_running(pod)
         for uid in list(self.pods):
             if uid not in pods or _pod_done(pods[uid]):
                 self._unprepare_pod(self.pods.pop(uid))
@@ -374,6 +377,36 @@ class KubeletSimulator:
                 ids = state.cdi_ids.setdefault(claim_ref["uid"], [])
                 ids.extend(i for d in result.devices for i in d.cdi_device_ids)
         return state
+
+    def _mark_running(self, pod: dict[str, Any]) -> None:
+        """Report the pod Running once its claims are prepared, as kubelet does after starting containers.
+
+        Nothing runs for real; the status only lets ``kubectl get pods`` tell prepared pods apart.
+        """
+        meta, now = pod["metadata"], datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        containers = (pod.get("spec") or {}).get("containers") or []
+        status = {
+            "phase": "Running",
+            "startTime": now,
+            "containerStatuses": [
+                {
+                    "name": container["name"],
+                    "image": container.get("image", ""),
+                    "imageID": "",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": now}},
+                }
+                for container in containers
+            ],
+        }
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+        except ApiException as err:  # the pod may be gone already; the next sync sees that
+            self.errors.append(f"cannot report pod {meta['name']} Running: {err.status} {err.reason}")
 
     def _unprepare_pod(self, state: PreparedPod) -> None:
         in_use = {uid for other in self.pods.values() for uid in other.claims}

@@ -103,9 +103,16 @@ def test_kubelet_simulator_end_to_end(
     assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists()
     assert wait_for(lambda: kubelet.health.get((DRIVER, NODE, "gpu-1"))) == "HEALTHY"
 
+    # prepared -> kubelet reports the pod Running
+    def read_pod() -> dict[str, Any]:
+        return dict(json.loads(core.read_namespaced_pod("p1", "default", _preload_content=False).data))
+
+    running = wait_for(lambda: read_pod() if read_pod()["status"].get("phase") == "Running" else None)
+    assert [s["ready"] for s in running["status"]["containerStatuses"]] == [True]
+
     # pod finishes -> kubelet unprepares -> the CDI spec and checkpoint entry are gone
-    created["status"] = {"phase": "Succeeded"}
-    core.replace_namespaced_pod_status("p1", "default", created, _preload_content=False)
+    running["status"] = {"phase": "Succeeded"}
+    core.replace_namespaced_pod_status("p1", "default", running, _preload_content=False)
     wait_for(lambda: not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists())
     assert plugin.preparer.prepared() == {}
     assert not kubelet.errors, kubelet.errors
