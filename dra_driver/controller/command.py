@@ -13,6 +13,7 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
+from dra_driver.kubeconfig import load_api_client
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.controller.leader import LeaderElector
     from dra_driver.controller.metrics import ControllerMetrics
 
-    kube = Kube(_api_client(args.kubeconfig))
+    kube = Kube(load_api_client(args.kubeconfig))
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     metrics = ControllerMetrics()
     elector = None
@@ -80,16 +81,3 @@ def run(args: argparse.Namespace) -> int:
         if elector is not None:
             elector.stop()
     return 0
-
-
-def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
-        else:
-            config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
-    except Exception as err:
-        raise UsageError(f"cannot load Kubernetes configuration: {err}") from None
-    return client.ApiClient()

@@ -24,6 +24,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
+from dra_driver.kubeconfig import load_api_client
 
 LOG = logging.getLogger(__name__)
 
@@ -118,19 +119,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    except (config.ConfigException, OSError) as err:
-        where = kubeconfig or "in-cluster service account"
-        raise UsageError(f"cannot load Kubernetes config from {where}: {err} (pass --kubeconfig)") from err
-
-
 def run(args: argparse.Namespace) -> int:
     from dra_driver.devices.model import DeviceModelError
     from dra_driver.devices.source import DeviceSourceError, open_source
@@ -153,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         ).discover()
     except (DeviceSourceError, DeviceModelError) as err:
         raise UsageError(str(err)) from err
-    api_client = _api_client(args.kubeconfig)
+    api_client = load_api_client(args.kubeconfig)
     options = PluginOptions(
         node_name=args.node_name,
         driver_name=args.driver_name,

@@ -405,8 +405,9 @@ class KubeletSimulator:
 
         try:
             self._core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
-        except ApiException as err:  # the pod may be gone already; the next sync sees that
-            self.errors.append(f"cannot report pod {meta['name']} Running: {err.status} {err.reason}")
+        except ApiException as err:
+            if err.status != 404:  # a pod deleted meanwhile is normal; the next sync unprepares it
+                self.errors.append(f"cannot report pod {meta['name']} Running: {err.status} {err.reason}")
 
     def _unprepare_pod(self, state: PreparedPod) -> None:
         in_use = {uid for other in self.pods.values() for uid in other.claims}

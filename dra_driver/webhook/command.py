@@ -10,6 +10,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
+from dra_driver.kubeconfig import load_api_client
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         context = tls_context(args.tls_cert_file, args.tls_key_file)
     except (OSError, ssl.SSLError) as err:
         raise UsageError(f"cannot load --tls-cert-file/--tls-key-file: {err}") from None
-    api_client = _api_client(args.kubeconfig)
+    api_client = load_api_client(args.kubeconfig)
     server = WebhookServer(
         KubeLookup(api_client, args.driver_name), args.driver_name, port=args.port, ssl_context=context
     )
@@ -49,16 +50,3 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return 0
-
-
-def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
-        else:
-            config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
-    except Exception as err:
-        raise UsageError(f"cannot load Kubernetes configuration: {err}") from None
-    return client.ApiClient()

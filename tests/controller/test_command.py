@@ -65,7 +65,7 @@ def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> 
         (["--default-policy", "nonsense"], "default policy 'nonsense'"),
         (["--default-node-policy", "packed"], "default node policy"),
         (["--metrics-port", "70000"], "--metrics-port must be within"),
-        (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes configuration"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes config from"),
     ],
 )
 def test_bad_flags_are_one_line_errors(

@@ -93,8 +93,14 @@ def test_pending_with_mutex_reason_then_scheduled_when_a_card_frees(harness: Har
     assert "ExclusiveDeviceAllocateConflict" in described
     # Free gpu-2: delete its pod; the claim is released (allocation cleared, finalizer removed).
     harness.kube.delete(PODS, NS, "pod-c")
-    wait_for(lambda: not harness.allocated("c"), what="claim c released")
-    assert FINALIZER not in (harness.get_claim("c")["metadata"].get("finalizers") or [])
+    # Released in two writes (allocation cleared, then finalizer removed): wait for both.
+    wait_for(
+        lambda: (
+            not harness.allocated("c")
+            and FINALIZER not in (harness.get_claim("c")["metadata"].get("finalizers") or [])
+        ),
+        what="claim c released and its finalizer removed",
+    )
     assert wait_for(lambda: harness.bound_node("excl-pod"), what="excl-pod bound") == "node-1"
     assert harness.devices_of("excl") == ["node-1/gpu-2"]
 
