@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	bash hack/install.d/openssl.sh
 	$(VENV)/bin/hami-dra demo
 
 lint: $(STAMP)
@@ -29,8 +30,15 @@ tools:
 test: lint tools
 	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider
 
-bench: $(STAMP)
+# Figures, not assertions: engine placements/s, NodePrepareResources latency, controller claims/s,
+# sandbox API latencies.
+bench: $(STAMP) tools
 	$(PY) hack/bench_engine.py
+	$(PY) hack/bench_prepare.py --callers 1
+	$(PY) hack/bench_prepare.py --callers 8
+	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy binpack
+	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy mutex,binpack
+	$(PY) -m pytest -q -m bench -p no:cacheprovider tests/sandbox/test_bench.py -s
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
