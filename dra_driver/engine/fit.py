@@ -35,9 +35,9 @@ def check_card(card: GpuCard, usage: CardUsage, request: PlacementRequest) -> Re
         return Reason.CARD_NOT_HEALTH
     if request.allowed_devices is not None and (card.node, card.index) not in request.allowed_devices:
         return Reason.DEVICE_SELECTOR_MISMATCH
-    if not product_matches(card, request):
+    if (request.include_products or request.exclude_products) and not product_matches(card, request):
         return Reason.CARD_TYPE_MISMATCH
-    if not uuid_matches(card, request):
+    if (request.include_uuids or request.exclude_uuids) and not uuid_matches(card, request):
         return Reason.CARD_UUID_MISMATCH
     if usage.tenants >= card.slots:
         return Reason.CARD_TIME_SLICING_EXHAUSTED
