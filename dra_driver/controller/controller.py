@@ -76,6 +76,7 @@ class Controller:
             ThreadPoolExecutor(write_workers, thread_name_prefix="writer") if write_workers else None
         )
         self._in_flight: dict[str, Future[CommitResult]] = {}
+        self._jobs: dict[str, CommitJob] = {}  # pod key -> the job its in-flight future writes
         self.informers = {
             resource.kind: Informer(kube, resource, self._on_change)
             for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS)
@@ -190,11 +191,15 @@ class Controller:
     def _submit(self, key: str, job: CommitJob) -> None:
         if self._writers is None:
             future: Future[CommitResult] = Future()
-            future.set_result(self.reconciler.commit(job))
+            try:
+                future.set_result(self.reconciler.commit(job))
+            except Exception as err:  # handled by ``_collect`` like a failed writer thread
+                future.set_exception(err)
         else:
             future = self._writers.submit(self.reconciler.commit, job)
             future.add_done_callback(lambda _: self._wake.set())
         self._in_flight[key] = future
+        self._jobs[key] = job
         if self._writers is None:
             self._collect()
 
@@ -204,13 +209,16 @@ class Controller:
             if not future.done():
                 continue
             del self._in_flight[key]
+            job = self._jobs.pop(key)
             try:
                 result = future.result()
             except Exception as err:  # a writer failed unexpectedly: undo the assumption, retry
                 log.warning("pod %s: commit failed: %s", key, err)
-                result = CommitResult(CommitJob(self.reconciler.pods.get(key) or {}, []), outcome="retry")
-                for claim_key in list(self.reconciler.in_flight_claims):
-                    self._dirty_claims.add(claim_key)
+                # With the job's writes counted as not attempted, ``apply`` takes its claims out of
+                # flight and back to what the cache says (they would otherwise be skipped forever).
+                result = CommitResult(job, outcome="retry")
+                for claim, _ in job.writes:
+                    self._dirty_claims.add(f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
             self.reconciler.apply(result)
             if result.outcome == "retry":
                 self._dirty_pods.add(key)

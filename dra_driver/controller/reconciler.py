@@ -296,6 +296,10 @@ class Reconciler:
         claims = self.pod_claims(pod)
         if any(claim is None for _, claim in claims):
             return "waiting"  # a template claim is not created yet: its creation wakes us up
+        if any(claim is not None and _key(claim) in self.in_flight_claims for _, claim in claims):
+            # A claim shared with another pod whose allocation is being written: planning it again
+            # would replace that assumed use in the ledger while the other write may still win.
+            return "retry"
         inputs: list[PlanInput] = []
         pinned: set[str] = set()
         request_classes: dict[str, dict[str, str]] = {}
@@ -358,15 +362,21 @@ class Reconciler:
     def commit(self, job: CommitJob) -> CommitResult:
         """Write the claims' allocations, then remove the gate; never touches caches or the ledger."""
         result = CommitResult(job)
-        for claim, allocation in job.writes:
-            written, current = self._write_allocation(claim, allocation)
-            if written is None:
-                result.failed.append((claim, current))
-                result.outcome = "retry"
-                return result
-            result.written.append(written)
-            self.metrics.allocations.inc()
-        result.pod, result.outcome = self._finish(job.pod, job.clear_pending)
+        try:
+            for claim, allocation in job.writes:
+                written, current = self._write_allocation(claim, allocation)
+                if written is None:
+                    result.failed.append((claim, current))
+                    result.outcome = "retry"
+                    return result
+                result.written.append(written)
+                self.metrics.allocations.inc()
+            result.pod, result.outcome = self._finish(job.pod, job.clear_pending)
+        except KubeError as err:
+            # A re-read after a conflict failed: the claim being written counts as not attempted
+            # (``apply`` falls back to the cache), so it is neither wedged in flight nor lost.
+            log.warning("pod %s: writes interrupted: %s", _key(job.pod), err)
+            result.outcome = "retry"
         return result
 
     def apply(self, result: CommitResult) -> None:
@@ -376,10 +386,15 @@ class Reconciler:
         for written in result.written:
             self._remember(written)
         for claim, current in result.failed:
-            if current is not None:
-                self._remember(current)  # what the API really holds (someone else's allocation, or none)
-            else:
+            if current is None:
                 self.ledger.remove_claim(str(_meta(claim).get("uid")))
+                continue
+            self._remember(current)  # what the API really holds (someone else's allocation, or none)
+            cached = self.claims.get(_key(claim))
+            if cached is not None:
+                # ``current`` may be our stale copy (its re-read failed) while the cache already
+                # holds a newer version that arrived during the write: count the newer one.
+                self.observe_claim(None, cached)
         for claim, _ in result.job.writes[len(result.written) + len(result.failed) :]:
             # Not attempted after an earlier failure: drop the assumption, keep what the cache says.
             cached = self.claim(str(_meta(claim).get("namespace")), str(_meta(claim).get("name")))

@@ -1,0 +1,123 @@
+"""Races found in review: shared claims planned twice, writer failures, stale state after a failed write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dra_driver.controller import FINALIZER
+from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS
+from dra_driver.sandbox import SandboxServer
+from dra_driver.sandbox.cluster import SandboxCluster
+from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
+
+
+@pytest.fixture
+def harness(sandbox: SandboxServer) -> Iterator[Harness]:
+    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
+    h = Harness(sandbox, cluster)
+    h.publish("node-1", "t4", 4)
+    h.create_class(device_class(DRIVER))
+    h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
+    try:
+        yield h
+    finally:
+        h.stop()
+        cluster.stop()
+
+
+def _listed_claim(h: Harness, name: str) -> dict[str, Any] | None:
+    """Read a claim through the list path (GETs of the claim itself may carry injected faults)."""
+    for item in h.kube.list(RESOURCE_CLAIMS).get("items") or ():
+        if item["metadata"]["name"] == name:
+            item.setdefault("apiVersion", "resource.k8s.io/v1")
+            item.setdefault("kind", "ResourceClaim")
+            return dict(item)
+    return None
+
+
+def test_claim_shared_by_two_gated_pods_is_planned_once(harness: Harness) -> None:
+    """Pod B must not re-plan a claim whose allocation pod A is still writing.
+
+    Otherwise B's plan replaces A's assumed use in the ledger, A's write wins, and the card A
+    took looks free to the next pod: two exclusive claims on one card.
+    """
+    harness.create_claim(claim("shared", request(klass="gpu-mutex", memory="1Gi")))
+    harness.create_pod(pod("a-pod", {"gpu": "claim:shared"}))
+    harness.create_pod(pod("b-pod", {"gpu": "claim:shared"}))
+    for i in range(3):
+        harness.create_claim(claim(f"d{i}", request(klass="gpu-mutex", memory="1Gi")))
+        harness.create_pod(pod(f"d{i}-pod", {"gpu": f"claim:d{i}"}))
+    # Keep the shared claim's first write in flight while every pod is planned in one pass.
+    harness.server.faults.inject(r"/resourceclaims/shared$", delay=0.5, count=1, methods={"PUT"})
+    controller = harness.start_controller(write_workers=1)
+    names = ["a-pod", "b-pod", "d0-pod", "d1-pod", "d2-pod"]
+    wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
+    controller.wait_idle()
+    placed = [device for name in ["shared", "d0", "d1", "d2"] for device in harness.devices_of(name)]
+    assert sorted(placed) == [f"node-1/gpu-{i}" for i in range(4)], placed
+
+
+def test_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Harness) -> None:
+    """A conflict whose re-read fails must not wedge the claim: it is released when its pod goes."""
+    status_conflict = harness.server.faults.inject(
+        r"/resourceclaims/wedged/status$", status=409, count=None, methods={"PUT"}
+    )
+    reread = harness.server.faults.inject(r"/resourceclaims/wedged$", status=500, count=None, methods={"GET"})
+    controller = harness.start_controller()
+    harness.create_claim(claim("wedged", request(memory="1Gi")))
+    harness.create_pod(pod("wedged-pod", {"gpu": "claim:wedged"}))
+    wait_for(lambda: status_conflict.hits >= 1 and reread.hits >= 1, what="conflict and failed re-read")
+    harness.kube.delete(PODS, NS, "wedged-pod")
+    wait_for(lambda: "default/wedged-pod" not in controller.reconciler.pods, what="pod gone from the cache")
+    controller.wait_idle()
+    harness.server.faults.clear()
+
+    def released() -> bool:
+        listed = _listed_claim(harness, "wedged")
+        return listed is not None and FINALIZER not in listed["metadata"].get("finalizers", [])
+
+    wait_for(released, what="our finalizer removed once the pod is gone")
+    harness.kube.delete(RESOURCE_CLAIMS, NS, "wedged")
+    wait_for(lambda: _listed_claim(harness, "wedged") is None, what="claim deleted (our finalizer removed)")
+    assert not controller.reconciler.in_flight_claims
+
+
+def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harness: Harness) -> None:
+    """Another allocator takes the claim while our write fails and cannot be re-read: count theirs."""
+    slow = harness.server.faults.inject(
+        r"/resourceclaims/taken$", status=500, delay=0.6, count=1, methods={"PUT"}
+    )
+    harness.server.faults.inject(r"/resourceclaims/taken$", status=500, count=1, methods={"GET"})
+    # The gate stays (its removal keeps failing): no later write of the claim corrects the ledger.
+    ungate = harness.server.faults.inject(r"/pods/taken-pod$", status=500, count=None, methods={"PUT"})
+    controller = harness.start_controller()
+    harness.create_claim(claim("taken", request(memory="1Gi")))
+    harness.create_pod(pod("taken-pod", {"gpu": "claim:taken"}))
+    wait_for(lambda: slow.hits >= 1, what="our finalizer write in flight")
+    current = _listed_claim(harness, "taken")
+    assert current is not None
+    current["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-2"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+                ]
+            },
+        }
+    }
+    harness.kube.update(RESOURCE_CLAIMS, current, status=True)  # e.g. kube-scheduler, first fit
+    wait_for(lambda: ungate.hits >= 1, what="gate removal tried with the other allocation")
+    uid = current["metadata"]["uid"]
+
+    def counted() -> bool:
+        uses = controller.reconciler.ledger.claims().get(uid, ())
+        return [use.device for use in uses] == ["gpu-2"] and uses[0].memory is None
+
+    wait_for(counted, timeout=5, what="the exclusive result on gpu-2 counted in the ledger")
+    assert controller.reconciler.ledger.state.nodes["node-1"].usage[2].tenants == 10
