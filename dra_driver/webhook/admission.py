@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,11 +32,13 @@ from dra_driver.config import (
     ConfigError,
     parse_gpu_config,
 )
+from dra_driver.controller.kube import KubeError
 from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scoring_weights
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.lookup import Lookup
 
 LIMITED_CAPACITIES = ("memory", "cores")
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -89,7 +92,11 @@ def claim_use(pod_claim: str, spec: Mapping[str, Any] | None, lookup: Lookup) ->
     for request in (spec.get("devices") or {}).get("requests") or ():
         names.append(str(request.get("name", "")))
         for class_name, body in _request_classes(request):
-            answer = lookup.is_our_class(class_name)
+            try:
+                answer = lookup.is_our_class(class_name)
+            except KubeError as err:
+                log.warning("DeviceClass %s not readable, treated as unknown: %s", class_name, err)
+                answer = None
             if answer is None and ours is False:
                 ours = None
             if answer:
@@ -104,11 +111,17 @@ def pod_claim_uses(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> li
     uses = []
     for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
         name = str(entry.get("name", ""))
-        if entry.get("resourceClaimName"):
-            spec = lookup.claim_spec(namespace, str(entry["resourceClaimName"]))
-        elif entry.get("resourceClaimTemplateName"):
-            spec = lookup.template_spec(namespace, str(entry["resourceClaimTemplateName"]))
-        else:
+        try:
+            if entry.get("resourceClaimName"):
+                spec = lookup.claim_spec(namespace, str(entry["resourceClaimName"]))
+            elif entry.get("resourceClaimTemplateName"):
+                spec = lookup.template_spec(namespace, str(entry["resourceClaimTemplateName"]))
+            else:
+                spec = None
+        except KubeError as err:
+            # An API blip must not deny pods (of any driver) regardless of the failurePolicy:
+            # unknown means gated, and the controller lifts the gate of a pod that is not ours.
+            log.warning("claim %s of a pod in %s not readable, treated as unknown: %s", name, namespace, err)
             spec = None
         uses.append(claim_use(name, spec, lookup))
     return uses

@@ -1,0 +1,84 @@
+"""The webhook against a real (sandbox) API server that fails: an API blip must not reject pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dra_driver.controller.kube import DEVICE_CLASSES, RESOURCE_CLAIMS, Kube
+from dra_driver.sandbox import SandboxServer
+from dra_driver.webhook import GATE_NAME
+from dra_driver.webhook.admission import mutate_pod
+from dra_driver.webhook.lookup import KubeLookup
+from tests.sandbox_fixtures import sandbox  # noqa: F401
+
+DRIVER = "gpu.hami.io"
+
+
+@pytest.fixture
+def lookup(sandbox: SandboxServer) -> Iterator[KubeLookup]:  # noqa: F811
+    client = sandbox.api_client()
+    kube = Kube(client)
+    kube.create(
+        DEVICE_CLASSES,
+        None,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "other.example.com"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "other.example.com"'}}]},
+        },
+    )
+    kube.create(
+        RESOURCE_CLAIMS,
+        "default",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "nic", "namespace": "default"},
+            "spec": {
+                "devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "other.example.com"}}]}
+            },
+        },
+    )
+    try:
+        yield KubeLookup(client, DRIVER)
+    finally:
+        client.close()
+
+
+def _review(pod_claims: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"resourceClaims": pod_claims, "containers": [{"name": "c", "image": "x"}]},
+    }
+    return {
+        "uid": "u-1",
+        "kind": {"kind": "Pod"},
+        "namespace": "default",
+        "operation": "CREATE",
+        "object": pod,
+    }
+
+
+def test_foreign_claim_is_left_alone_when_readable(lookup: KubeLookup) -> None:
+    verdict = mutate_pod(_review([{"name": "n", "resourceClaimName": "nic"}]), lookup)
+    assert verdict.allowed and verdict.patch is None
+
+
+@pytest.mark.parametrize("path", [r"/resourceclaims/nic$", r"/deviceclasses/other\.example\.com$"])
+def test_api_error_while_looking_up_gates_instead_of_rejecting(
+    sandbox: SandboxServer,  # noqa: F811
+    lookup: KubeLookup,
+    path: str,
+) -> None:
+    """A 500 from the API server must not deny the pod (whatever the failurePolicy says): the pod is
+    gated as if its claim were not readable yet, and the controller lifts the gate if it is not ours."""
+    sandbox.faults.inject(path, status=500, count=None, methods={"GET"})
+    verdict = mutate_pod(_review([{"name": "n", "resourceClaimName": "nic"}]), lookup)
+    assert verdict.allowed, verdict.message
+    assert verdict.patch == [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE_NAME}]}]
