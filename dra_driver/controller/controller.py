@@ -52,10 +52,15 @@ class Controller:
         self.kube = kube
         self.driver = driver
         self.metrics = metrics or ControllerMetrics()
-        self.reconciler = Reconciler(
-            kube, driver, defaults or ControllerDefaults(), self.metrics, identity=identity
-        )
         self.is_leader = is_leader or (lambda: True)
+        self.reconciler = Reconciler(
+            kube,
+            driver,
+            defaults or ControllerDefaults(),
+            self.metrics,
+            identity=identity,
+            still_leading=lambda: self.is_leader(),
+        )
         self.resync_seconds = resync_seconds
         self._queue: list[tuple[str, Obj | None, Obj | None]] = []
         self._lock = threading.Lock()

@@ -21,7 +21,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -150,8 +150,12 @@ class Reconciler:
         *,
         policy_taint: str | None = None,
         identity: str = "hami-dra-controller",
+        still_leading: Callable[[], bool] | None = None,
     ) -> None:
         self.kube = kube
+        #: Checked before each allocation write: a replica deposed while its commit is in flight
+        #: must not write an allocation the new leader's ledger does not know about.
+        self.still_leading = still_leading or (lambda: True)
         self.driver = driver
         self.metrics = metrics
         self.identity = identity
@@ -428,9 +432,15 @@ class Reconciler:
             try:
                 if (current.get("status") or {}).get("allocation"):
                     return None, current  # allocated elsewhere in the meantime: plan again with it counted
+                if not self.still_leading():
+                    log.warning("claim %s: allocation not written: no longer leading", _key(claim))
+                    return None, current
                 if FINALIZER not in (_meta(current).get("finalizers") or ()):
                     current["metadata"]["finalizers"] = [*(_meta(current).get("finalizers") or ()), FINALIZER]
                     current = self.kube.update(RESOURCE_CLAIMS, current)
+                    if not self.still_leading():
+                        log.warning("claim %s: allocation not written: no longer leading", _key(claim))
+                        return None, current
                 current.setdefault("status", {})["allocation"] = allocation
                 return self.kube.update(RESOURCE_CLAIMS, current, status=True), None
             except KubeError as err:

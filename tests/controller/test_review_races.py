@@ -121,3 +121,21 @@ def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harne
 
     wait_for(counted, timeout=5, what="the exclusive result on gpu-2 counted in the ledger")
     assert controller.reconciler.ledger.state.nodes["node-1"].usage[2].tenants == 10
+
+
+def test_deposed_leader_writes_no_allocation(harness: Harness) -> None:
+    """Leadership lost while a commit is in flight: the old leader must not go on to write the
+    allocation (the new leader, whose ledger lacks it, may already be placing other pods)."""
+    leading = {"value": True}
+    slow = harness.server.faults.inject(r"/resourceclaims/handover$", delay=1.0, count=1, methods={"PUT"})
+    controller = harness.start_controller(is_leader=lambda: leading["value"])
+    harness.create_claim(claim("handover", request(memory="1Gi")))
+    harness.create_pod(pod("handover-pod", {"gpu": "claim:handover"}))
+    wait_for(lambda: slow.hits >= 1, what="finalizer write in flight")
+    leading["value"] = False  # the lease was lost while the finalizer update is on the wire
+    controller.wait_idle()
+    assert not harness.allocated("handover")
+    leading["value"] = True
+    controller.wake()
+    wait_for(lambda: harness.bound_node("handover-pod"), what="allocated once leading again")
+    assert len(harness.devices_of("handover")) == 1
