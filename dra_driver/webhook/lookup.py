@@ -9,6 +9,7 @@ new API fields never break us) and caching DeviceClasses briefly since they rare
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Mapping
@@ -35,8 +36,13 @@ class Lookup(Protocol):
 class KubeLookup:
     """``Lookup`` over the API server; DeviceClass answers are cached for ``class_ttl`` seconds."""
 
-    def __init__(self, api_client: Any, driver: str, class_ttl: float = 30.0) -> None:
-        self._kube = Kube(api_client)
+    def __init__(
+        self, api_client: Any, driver: str, class_ttl: float = 30.0, request_timeout: float = 3.0
+    ) -> None:
+        # Well under the API server's webhook timeout (10 s by default): a hung read becomes an
+        # error, which gates the pod, instead of a timed-out review the failurePolicy may reject.
+        # urllib3 would retry a read timeout three times (4x the timeout), so reads are not retried.
+        self._kube = Kube(_without_read_retries(api_client), request_timeout=request_timeout)
         self._driver = driver
         self._ttl = class_ttl
         self._classes: dict[str, tuple[float, bool | None]] = {}
@@ -75,3 +81,13 @@ class KubeLookup:
         with self._lock:
             self._classes[name] = (now, answer)
         return answer
+
+
+def _without_read_retries(api_client: Any) -> Any:
+    """A client like ``api_client`` whose requests retry a failed connection once but never a read."""
+    from kubernetes import client
+    from urllib3.util.retry import Retry
+
+    configuration = copy.copy(api_client.configuration)
+    configuration.retries = Retry(total=1, connect=1, read=0, status=0, redirect=0)
+    return client.ApiClient(configuration)

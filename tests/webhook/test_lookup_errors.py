@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,3 +83,20 @@ def test_api_error_while_looking_up_gates_instead_of_rejecting(
     verdict = mutate_pod(_review([{"name": "n", "resourceClaimName": "nic"}]), lookup)
     assert verdict.allowed, verdict.message
     assert verdict.patch == [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE_NAME}]}]
+
+
+def test_slow_api_answers_within_the_admission_timeout(sandbox: SandboxServer) -> None:  # noqa: F811
+    """A hung lookup must not outlast the API server's webhook timeout (10 s by default, when the
+    failurePolicy rejects the pod): each lookup gives up after a few seconds and the pod is gated."""
+    client = sandbox.api_client()
+    try:
+        lookup = KubeLookup(client, DRIVER)
+        sandbox.faults.inject(r"/resourceclaims/slow$", delay=8.0, count=None, methods={"GET"})
+        started = time.monotonic()
+        verdict = mutate_pod(_review([{"name": "n", "resourceClaimName": "slow"}]), lookup)
+        elapsed = time.monotonic() - started
+    finally:
+        sandbox.faults.clear()
+        client.close()
+    assert verdict.allowed and verdict.patch is not None
+    assert elapsed < 5.0, f"lookup took {elapsed:.1f}s"
