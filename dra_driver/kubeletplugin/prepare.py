@@ -12,12 +12,12 @@ One Preparer per plugin. Concurrency design:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from dra_driver.kubeletplugin.claims import (
     ClaimSource,
     devices_for_node,
 )
-from dra_driver.kubeletplugin.defence import check_fits, usage_by_gpu
+from dra_driver.kubeletplugin.defence import GpuUsage, check_fits, usage_by_gpu
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
 from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
@@ -110,6 +110,7 @@ class Preparer:
         self._io_lock = threading.Lock()
         self._durable_version = 0
         self._claim_locks = [threading.Lock() for _ in range(64)]
+        self._usage_cache: tuple[int, int, dict[str, GpuUsage]] | None = None
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -126,7 +127,7 @@ class Preparer:
             stale = sum(1 for e in self._entries.values() if e.boot_id != self.config.boot_id)
             if stale:
                 LOG.info("%d checkpoint entries are from an earlier boot; they will be re-prepared", stale)
-            self._update_gauges()
+        self._bind_gauges()
 
     def _rebuild_from_api(self) -> dict[str, ClaimEntry]:
         """Entries for every claim allocated in our pool and reserved by a pod (what kubelet prepared)."""
@@ -329,7 +330,6 @@ class Preparer:
     def _changed(self) -> int:
         """Record a change of ``_entries`` (caller holds ``_lock``); returns its version."""
         self._version += 1
-        self._update_gauges()
         return self._version
 
     def _persist(self, version: int) -> None:
@@ -342,19 +342,39 @@ class Preparer:
             self.checkpoint.save(snapshot)
             self._durable_version = current
 
-    def _update_gauges(self) -> None:
+    def _usage(self) -> tuple[int, dict[str, GpuUsage]]:
+        """Prepared device count and per-GPU usage, computed once per version of ``_entries``.
+
+        Gauges read this at scrape time instead of being recomputed on every change: the
+        aggregation is O(prepared claims) and ran under ``_lock`` on every prepare/unprepare.
+        """
+        with self._lock:
+            cached = self._usage_cache
+            if cached is not None and cached[0] == self._version:
+                return cached[1], cached[2]
+            pairs = [(uid, d) for uid, e in self._entries.items() for d in e.devices]
+            version = self._version
+        usage = usage_by_gpu(pairs, {g.name: g for g in self.inventory.all()})
+        with self._lock:
+            self._usage_cache = (version, len(pairs), usage)
+        return len(pairs), usage
+
+    def _gpu_usage(self, name: str, attribute: str) -> float:
+        used = self._usage()[1].get(name)
+        return float(getattr(used, attribute)) if used is not None else 0.0
+
+    def _bind_gauges(self) -> None:
+        """Point the allocation gauges at :meth:`_usage` (evaluated when /metrics is scraped)."""
         if self.metrics is None:
             return
-        pairs: Iterable[tuple[str, AllocatedDevice]] = [
-            (uid, d) for uid, e in self._entries.items() for d in e.devices
-        ]
-        gpus = {g.name: g for g in self.inventory.all()}
-        usage = usage_by_gpu(list(pairs), gpus)
-        self.metrics.prepared_devices.set(sum(len(e.devices) for e in self._entries.values()))
-        for name in gpus:
-            used = usage.get(name)
-            self.metrics.allocated_memory.labels(name).set(used.memory if used else 0)
-            self.metrics.allocated_cores.labels(name).set(used.cores if used else 0)
+        self.metrics.prepared_devices.set_function(lambda: float(self._usage()[0]))
+        for gpu in self.inventory.all():
+            self.metrics.allocated_memory.labels(gpu.name).set_function(
+                functools.partial(self._gpu_usage, gpu.name, "memory")
+            )
+            self.metrics.allocated_cores.labels(gpu.name).set_function(
+                functools.partial(self._gpu_usage, gpu.name, "cores")
+            )
 
 
 __all__ = ["ClaimNotFound", "PrepareResult", "PreparedDevice", "Preparer", "PreparerConfig"]
