@@ -106,9 +106,12 @@ class LeaderElector:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                # The Lease records renewTime as of the request, and other replicas count its expiry
+                # from there: so must we, or a slow renewal would stretch our leadership past it.
+                sent = time.monotonic()
                 if self.try_acquire_or_renew():
-                    self._last_renew = time.monotonic()
-                    self._set(True)
+                    self._last_renew = sent
+                    self._set(time.monotonic() - sent <= self.renew_deadline)
                 else:
                     self._set(False)
             except KubeError as err:
