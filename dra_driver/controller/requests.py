@@ -70,8 +70,32 @@ def _cores(value: Any, where: str) -> int:
     return cores
 
 
+def _check_capacity_names(requested: Obj, where: str) -> None:
+    """Refuse what we cannot honour rather than ignore it (consumedCapacity would be wrong).
+
+    kube-scheduler finds no device for a capacity the device does not publish, and would
+    consume the ``slots`` asked for; the engine places exactly one slot per share.
+    """
+    unknown = sorted(str(key) for key in requested if key not in ("memory", "cores", "slots"))
+    if unknown:
+        raise RequestError(
+            f"{where}: capacity {', '.join(unknown)} is not published by our devices "
+            "(they offer memory, cores and slots)"
+        )
+    if "slots" in requested:
+        try:
+            slots = parse_quantity(str(requested["slots"]))
+        except ValueParseError as err:
+            raise RequestError(f"{where}: slots {requested['slots']!r}: {err}") from None
+        if slots > 1:
+            raise RequestError(
+                f"{where}: slots {requested['slots']} is not supported: each share takes one slot"
+            )
+
+
 def request_spec(name: str, body: Obj, admin: bool) -> RequestSpec:
     requested = (body.get("capacity") or {}).get("requests") or {}
+    _check_capacity_names(requested, name)
     mode = body.get("allocationMode") or "ExactCount"
     return RequestSpec(
         name=name,

@@ -167,3 +167,21 @@ def test_slow_lease_renewal_never_makes_two_leaders(harness: Harness) -> None:
             second.stop(release=False)
     finally:
         first.stop(release=False)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "fragment"),
+    [({"memory": "1Gi", "bogus": "1"}, "bogus"), ({"memory": "1Gi", "slots": "3"}, "slots")],
+)
+def test_capacity_requests_we_cannot_honour_keep_the_pod_pending(
+    harness: Harness, capacity: dict[str, str], fragment: str
+) -> None:
+    """kube-scheduler finds no device for a capacity our devices do not publish, and consumes the
+    slots asked for: allocating with them ignored (consumedCapacity slots "1") would be wrong."""
+    harness.start_controller()
+    body = {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": capacity}}}
+    harness.create_claim(claim("odd", body))
+    harness.create_pod(pod("odd-pod", {"gpu": "claim:odd"}))
+    wait_for(lambda: harness.events("odd-pod"), what="pending event")
+    assert fragment in harness.events("odd-pod")[0]
+    assert not harness.allocated("odd")
