@@ -307,8 +307,12 @@ class Reconciler:
         inputs: list[PlanInput] = []
         pinned: set[str] = set()
         request_classes: dict[str, dict[str, str]] = {}
+        seen: set[str] = set()
         for _, claim in claims:
             assert claim is not None
+            if _key(claim) in seen:
+                continue  # two pod entries may name one ResourceClaim: it gets one allocation
+            seen.add(_key(claim))
             allocation = (claim.get("status") or {}).get("allocation")
             if allocation:
                 node = pinned_node(allocation)

@@ -185,3 +185,20 @@ def test_capacity_requests_we_cannot_honour_keep_the_pod_pending(
     wait_for(lambda: harness.events("odd-pod"), what="pending event")
     assert fragment in harness.events("odd-pod")[0]
     assert not harness.allocated("odd")
+
+
+def test_claim_referenced_twice_by_one_pod_is_planned_once(harness: Harness) -> None:
+    """Two pod entries naming one ResourceClaim: one allocation, and the ledger keeps the one written."""
+    harness.create_claim(claim("dup", request(klass="gpu-mutex", memory="1Gi")))
+    harness.create_pod(pod("a-dup-pod", {"g1": "claim:dup", "g2": "claim:dup"}))
+    for i in range(3):
+        harness.create_claim(claim(f"e{i}", request(klass="gpu-mutex", memory="1Gi")))
+        harness.create_pod(pod(f"e{i}-pod", {"gpu": f"claim:e{i}"}))
+    harness.server.faults.inject(r"/resourceclaims/dup$", delay=0.5, count=1, methods={"PUT"})
+    controller = harness.start_controller(write_workers=1)
+    names = ["a-dup-pod", "e0-pod", "e1-pod", "e2-pod"]
+    wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
+    controller.wait_idle()
+    assert len(harness.devices_of("dup")) == 1
+    placed = [device for name in ["dup", "e0", "e1", "e2"] for device in harness.devices_of(name)]
+    assert sorted(placed) == [f"node-1/gpu-{i}" for i in range(4)], placed
