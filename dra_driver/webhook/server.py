@@ -21,6 +21,8 @@ from dra_driver.webhook.lookup import Lookup
 
 log = logging.getLogger(__name__)
 MAX_BODY = 3 * 1024 * 1024
+#: Seconds a new connection may take to complete its TLS handshake.
+HANDSHAKE_TIMEOUT = 10.0
 
 
 class WebhookServer:
@@ -46,6 +48,24 @@ class WebhookServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            tls_failed = False
+
+            def setup(self) -> None:
+                # TLS is negotiated here, on this connection's own thread, not in the accept loop:
+                # a client that connects and stays silent must not stall every other review.
+                super().setup()
+                if isinstance(self.connection, ssl.SSLSocket):
+                    self.connection.settimeout(HANDSHAKE_TIMEOUT)
+                    try:
+                        self.connection.do_handshake()
+                    except OSError as err:  # ssl.SSLError and timeouts included
+                        log.debug("TLS handshake with %s failed: %s", self.client_address, err)
+                        self.tls_failed = True
+                    self.connection.settimeout(None)
+
+            def handle(self) -> None:
+                if not self.tls_failed:
+                    super().handle()
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s " + format, self.address_string(), *args)
@@ -91,7 +111,9 @@ class WebhookServer:
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         if ssl_context is not None:
-            self.httpd.socket = ssl_context.wrap_socket(self.httpd.socket, server_side=True)
+            self.httpd.socket = ssl_context.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
 
     @property
