@@ -135,6 +135,12 @@ class ClaimSource(Protocol):
     def list_all(self) -> list[dict[str, Any]]: ...
 
 
+#: Connections kept to the API server: kubelet prepares claims of several pods concurrently, and
+#: the client's default (5 per CPU) would make a 1-CPU node open and drop connections (a new TLS
+#: handshake each, and "Connection pool is full" warnings) beyond 5 concurrent calls.
+MIN_POOL_SIZE = 16
+
+
 class ApiClaimSource:
     """Reads claims through the real ``kubernetes`` client (resource.k8s.io/v1)."""
 
@@ -143,6 +149,10 @@ class ApiClaimSource:
 
         self._api: Any = client.ResourceV1Api(api_client)
         self._exception = client.exceptions.ApiException
+        pool_kw = getattr(api_client.rest_client.pool_manager, "connection_pool_kw", None)
+        if isinstance(pool_kw, dict) and int(pool_kw.get("maxsize") or 1) < MIN_POOL_SIZE:
+            # Read when urllib3 creates a host's pool: the plugin builds us before its first request.
+            pool_kw["maxsize"] = MIN_POOL_SIZE
 
     def get(self, ref: ClaimRef) -> dict[str, Any]:
         try:

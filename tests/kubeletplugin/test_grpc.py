@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
@@ -283,3 +284,34 @@ def test_nvml_mode_returns_nvidia_cdi_ids_and_checks_their_spec(
         assert 'hami_dra_kubelet_plugin_requests_total{operation="prepare"} 1.0' in body
     finally:
         running.stop()
+
+
+def test_claim_reads_keep_connections_with_a_small_default_pool(
+    sandbox: SandboxServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 1-CPU node's client default (5 connections) must not drop connections under 8 concurrent reads."""
+    from kubernetes import config
+
+    from dra_driver.kubeletplugin.claims import MIN_POOL_SIZE, ApiClaimSource, ClaimRef
+
+    small = k8s.Configuration()
+    config.load_kube_config(config_file=str(sandbox.kubeconfig_path), client_configuration=small)
+    small.connection_pool_maxsize = 2
+    api_client = k8s.ApiClient(small)
+    source = ApiClaimSource(api_client)
+    assert api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] == MIN_POOL_SIZE
+    c = create_claim(api_client, claim("c1", [result("gpu-0")]))
+    target = ClaimRef("default", "c1", c["metadata"]["uid"])
+    barrier = threading.Barrier(8)
+
+    def read() -> None:
+        barrier.wait()
+        for _ in range(5):
+            assert source.get(target)["metadata"]["uid"] == target.uid
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
