@@ -339,12 +339,20 @@ class KubeletSimulator:
         meta = pod["metadata"]
         state = PreparedPod(uid=meta["uid"])
         batches: dict[str, list[dict[str, str]]] = {}
+        from kubernetes.client.exceptions import ApiException
+
         for name in _claim_names(pod):
-            claim = json.loads(
-                self._resource.read_namespaced_resource_claim(
+            try:
+                response = self._resource.read_namespaced_resource_claim(
                     name, meta["namespace"], _preload_content=False
-                ).data
-            )
+                )
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                # Like kubelet: the pod waits (and is retried) until its claim exists.
+                state.error = f"pod {meta['name']}: ResourceClaim {name} not found"
+                return state
+            claim = json.loads(response.data)
             status = claim.get("status") or {}
             if not any(r.get("uid") == meta["uid"] for r in status.get("reservedFor") or []):
                 state.error = f"pod {meta['name']} is not allowed to use ResourceClaim {name}"

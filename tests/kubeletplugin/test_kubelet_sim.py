@@ -128,3 +128,20 @@ def test_pod_not_in_reserved_for_is_not_prepared(
     state = wait_for(lambda: kubelet.pods.get(created["metadata"]["uid"]))
     assert "not allowed to use ResourceClaim c2" in state.error
     assert not list(dirs.cdi.glob("*.json"))
+
+
+def test_pod_waits_for_a_claim_that_does_not_exist_yet(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, dirs: Dirs
+) -> None:
+    kubelet, _ = node
+    core = k8s.CoreV1Api(api_client)
+    api = k8s.ResourceV1Api(api_client)
+    created = json.loads(core.create_namespaced_pod("default", pod("p3", "c3"), _preload_content=False).data)
+    pod_uid = created["metadata"]["uid"]
+    state = wait_for(lambda: kubelet.pods.get(pod_uid))
+    assert "ResourceClaim c3 not found" in state.error
+    c = create_claim(api_client, claim("c3", [result("gpu-0")]))
+    c["status"] = dict(c["status"], reservedFor=[{"resource": "pods", "name": "p3", "uid": pod_uid}])
+    api.replace_namespaced_resource_claim_status("c3", "default", c, _preload_content=False)
+    assert wait_for(lambda: kubelet.cdi_ids(pod_uid))
+    assert not kubelet.errors, kubelet.errors
