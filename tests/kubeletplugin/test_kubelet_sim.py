@@ -113,8 +113,13 @@ def test_kubelet_simulator_end_to_end(
     # pod finishes -> kubelet unprepares -> the CDI spec and checkpoint entry are gone
     running["status"] = {"phase": "Succeeded"}
     core.replace_namespaced_pod_status("p1", "default", running, _preload_content=False)
-    wait_for(lambda: not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists())
-    assert plugin.preparer.prepared() == {}
+    # The plugin removes the CDI spec, then the checkpoint entry: wait for both.
+    wait_for(
+        lambda: (
+            not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists()
+            and plugin.preparer.prepared() == {}
+        )
+    )
     assert not kubelet.errors, kubelet.errors
 
 
