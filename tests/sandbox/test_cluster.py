@@ -123,10 +123,18 @@ def test_post_filter_clears_an_allocation_for_an_unusable_node(
     res.patch_namespaced_resource_claim_status("c1", NS, {"status": {"allocation": allocation("node-9")}})
     core.create_namespaced_pod(NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimName": "c1"}]))
     wait_for(lambda: res.read_namespaced_resource_claim("c1", NS).status.allocation is None)
-    events = core.list_namespaced_event(
-        NS, field_selector="involvedObject.name=p1,reason=FailedScheduling"
-    ).items
-    assert any(e.message == "deallocation of ResourceClaim completed" for e in events)
+
+    def deallocation_reported() -> bool:
+        # PostFilter clears the allocation first, then records the event and the pod condition.
+        events = core.list_namespaced_event(
+            NS, field_selector="involvedObject.name=p1,reason=FailedScheduling"
+        ).items
+        conditions = core.read_namespaced_pod("p1", NS).status.conditions or []
+        return any(e.message == "deallocation of ResourceClaim completed" for e in events) and any(
+            c.reason == "Unschedulable" for c in conditions
+        )
+
+    wait_for(deallocation_reported)
     pod = core.read_namespaced_pod("p1", NS)
     assert pod.spec.node_name is None
     assert pod.status.conditions[0].reason == "Unschedulable"
