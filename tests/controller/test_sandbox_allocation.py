@@ -85,8 +85,12 @@ def test_pending_with_mutex_reason_then_scheduled_when_a_card_frees(harness: Har
         lambda: any("ExclusiveDeviceAllocateConflict" in m for m in harness.events("excl-pod")), what="event"
     )
     assert "4/4 ExclusiveDeviceAllocateConflict" in harness.events("excl-pod")[0]
-    conditions = harness.get_pod("excl-pod")["status"]["conditions"]
-    ours = next(c for c in conditions if c["type"] == "gpu.hami.io/Allocated")
+
+    def our_condition() -> Any:  # written right after the event
+        conditions = harness.get_pod("excl-pod")["status"].get("conditions") or []
+        return next((c for c in conditions if c["type"] == "gpu.hami.io/Allocated"), None)
+
+    ours = wait_for(our_condition, what="pod condition")
     assert ours["status"] == "False" and "ExclusiveDeviceAllocateConflict" in ours["message"]
     assert not harness.allocated("excl") and harness.bound_node("excl-pod") is None
     described = kubectl("describe", "pod", "excl-pod").stdout
