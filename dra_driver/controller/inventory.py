@@ -16,12 +16,11 @@ from typing import Any
 
 from dra_driver.cel import DeviceInput, device_input
 from dra_driver.cel.values import ValueParseError, parse_quantity
+from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
 
 NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "numaNode")
 _DEVICE_NAME = re.compile(r"^gpu-(\d+)$")
-#: HAMi's link weight per NVLink (a pair with k links scores 100 * k).
-NVLINK_PAIR_WEIGHT = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +68,9 @@ def _capacity(capacity: Mapping[str, Any], name: str) -> int | None:
     return int(amount)
 
 
-def parse_nvlink_peers(text: str) -> dict[int, int]:
+def nvlink_pair_scores(text: str) -> dict[int, int]:
     """``"18:1-3;4:5"`` -> ``{1: 1800, 2: 1800, 3: 1800, 5: 400}`` (pair scores by peer index)."""
-    scores: dict[int, int] = {}
-    for group in filter(None, text.split(";")):
-        links_text, _, ranges = group.partition(":")
-        links = int(links_text)
-        for part in ranges.split(","):
-            first, _, last = part.partition("-")
-            for peer in range(int(first), int(last or first) + 1):
-                scores[peer] = links * NVLINK_PAIR_WEIGHT
-    return scores
+    return dict(pair_scores(parse_nvlink_peers(text)))
 
 
 def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any]) -> Device | None:
@@ -105,7 +96,7 @@ def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any
     peers = _attribute(attributes, "nvlinkPeers")
     if isinstance(peers, str):
         try:
-            links = parse_nvlink_peers(peers)
+            links = nvlink_pair_scores(peers)
         except ValueError:
             links = {}
     card = GpuCard(

@@ -16,10 +16,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dra_driver.devices.nvlink import pair_scores
+
 MIB = 1024 * 1024
 
-#: HAMi's link weight: a pair of GPUs joined by ``k`` NVLinks scores ``100 * k`` (calculate_score.go).
-NVLINK_PAIR_WEIGHT = 100
 DEFAULT_CORES = 100
 DEFAULT_SLOTS = 10
 
@@ -100,7 +100,7 @@ class Gpu:
     @property
     def pair_scores(self) -> Mapping[int, int]:
         """Pair scores to other GPUs of the node by index, HAMi-style (``100 * NVLinks``)."""
-        return {peer: NVLINK_PAIR_WEIGHT * links for peer, links in self.nvlink_peers}
+        return pair_scores(self.nvlink_peers)
 
 
 def normalize_pci_bus_id(bus_id: str) -> str:

@@ -7,7 +7,6 @@ Public API::
     device_entry(gpu, *, policy_taint=False, taint_unhealthy=False, driver_name=...) -> dict
     policy_taint_key(driver_name) -> str      # "gpu.hami.io/policy-managed"
     unhealthy_taint_key(driver_name) -> str   # "gpu.hami.io/unhealthy"
-    nvlink_peers_attribute(peers) / parse_nvlink_peers(text)
 
 One pool per node (pool name = node name), device names ``gpu-<index>``. Each device carries the
 attributes and consumable capacity of design.md "DRA mapping": ``memory`` (bytes, request policy
@@ -19,7 +18,7 @@ semver (``535.104.05`` -> ``535.104.5``) because Kubernetes rejects anything els
 Attributes (unqualified names live in the driver's domain, e.g. ``device.attributes["gpu.hami.io"].index``):
 ``type`` ("gpu"), ``index``, ``minor``, ``uuid``, ``productName``, ``brand``, ``architecture``,
 ``cudaComputeCapability`` / ``driverVersion`` / ``cudaDriverVersion`` (version), ``healthy`` (bool),
-``nvlinkPeers`` (string, see :func:`nvlink_peers_attribute`; only with NVLink),
+``nvlinkPeers`` (string, see :mod:`dra_driver.devices.nvlink`; only with NVLink),
 ``resource.kubernetes.io/numaNode`` (int), ``resource.kubernetes.io/pciBusID`` and
 ``resource.kubernetes.io/pcieRoot``. Anything the source did not determine is omitted.
 
@@ -47,6 +46,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.model import MIB, Gpu, semver
+from dra_driver.devices.nvlink import nvlink_peers_attribute
 from dra_driver.quantity import format_bytes
 
 log = logging.getLogger(__name__)
@@ -245,45 +245,6 @@ def _string(text: str, gpu: Gpu, key: str) -> dict[str, str]:
         log.warning("%s: %s longer than %d bytes; truncated", gpu.name, key, MAX_ATTRIBUTE_STRING)
         text = encoded[:MAX_ATTRIBUTE_STRING].decode("utf-8", "ignore")
     return {"string": text}
-
-
-def nvlink_peers_attribute(peers: Sequence[tuple[int, int]]) -> str:
-    """Encode NVLink peers compactly for the ``nvlinkPeers`` string attribute.
-
-    Peers with the same link count are grouped and runs of indexes collapsed:
-    ``[(1, 18), (2, 18), (3, 18), (5, 4)]`` -> ``"18:1-3;4:5"``. Eight NVSwitch-connected GPUs need
-    only ``"18:1-7"``, so even large nodes stay within the 64-character limit.
-    """
-    groups: dict[int, list[int]] = {}
-    for peer, links in sorted(peers):
-        groups.setdefault(links, []).append(peer)
-    parts = []
-    for links in sorted(groups, reverse=True):
-        parts.append(f"{links}:{_ranges(groups[links])}")
-    return ";".join(parts)
-
-
-def parse_nvlink_peers(text: str) -> tuple[tuple[int, int], ...]:
-    """Inverse of :func:`nvlink_peers_attribute`; raises ``ValueError`` on malformed input."""
-    peers: dict[int, int] = {}
-    for group in filter(None, text.split(";")):
-        links_text, _, ranges = group.partition(":")
-        links = int(links_text)
-        for part in ranges.split(","):
-            first, _, last = part.partition("-")
-            for peer in range(int(first), int(last or first) + 1):
-                peers[peer] = links
-    return tuple(sorted(peers.items()))
-
-
-def _ranges(indexes: list[int]) -> str:
-    runs: list[list[int]] = []
-    for index in indexes:
-        if runs and index == runs[-1][1] + 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _check_dns_subdomain(value: str, what: str, limit: int) -> None:

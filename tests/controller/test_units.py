@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.controller.allocation import build_allocation, node_selector, pinned_node
-from dra_driver.controller.inventory import build_inventory, parse_nvlink_peers
+from dra_driver.controller.inventory import build_inventory, nvlink_pair_scores
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import PlanInput, Planner
@@ -239,7 +239,7 @@ def test_format_decision_and_metrics() -> None:
 
 
 def test_nvlink_peers_parse() -> None:
-    assert parse_nvlink_peers("18:1-3;4:5") == {1: 1800, 2: 1800, 3: 1800, 5: 400}
+    assert nvlink_pair_scores("18:1-3;4:5") == {1: 1800, 2: 1800, 3: 1800, 5: 400}
 
 
 def test_claim_constraints_are_checked_on_the_choice() -> None:

@@ -13,14 +13,13 @@ from hypothesis import strategies as st
 from kube_validate import assert_valid, resource_slice_problems
 
 from dra_driver.devices.model import MIB, Gpu
+from dra_driver.devices.nvlink import nvlink_peers_attribute, parse_nvlink_peers
 from dra_driver.devices.simulated import PROFILES, profile_gpus
 from dra_driver.kubeletplugin.slices import (
     MAX_DEVICES_PER_SLICE,
     MAX_TAINTED_DEVICES_PER_SLICE,
     SliceError,
     build_resource_slices,
-    nvlink_peers_attribute,
-    parse_nvlink_peers,
     policy_taint_key,
     unhealthy_taint_key,
 )
