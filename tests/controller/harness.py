@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.cluster import SandboxCluster
+from tests import waiting
 
 DRIVER = "gpu.hami.io"
 NS = "default"
@@ -23,14 +23,7 @@ CFG = {"apiVersion": "gpu.hami.io/v1alpha1", "kind": "GpuConfig"}
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(0.02)
+    return waiting.wait_for(check, timeout, what)
 
 
 def device_class(

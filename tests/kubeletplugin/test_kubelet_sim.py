@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,16 +14,7 @@ from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.sandbox.kubelet import KubeletProtocol, KubeletSimulator
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options
 from tests.kubeletplugin.helpers import DRIVER, claim, result
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+from tests.waiting import wait_for
 
 
 def foreign_slice() -> dict[str, Any]:

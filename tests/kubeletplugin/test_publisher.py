@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.kubeletplugin.publisher import SlicePublisher
 from tests.kubeletplugin.conftest import NODE, Dirs, plugin_options
 from tests.kubeletplugin.helpers import DRIVER
+from tests.waiting import wait_for
 
 
 def slices(api_client: Any) -> list[dict[str, Any]]:
@@ -24,16 +24,6 @@ def slices(api_client: Any) -> list[dict[str, Any]]:
     )
     items: list[dict[str, Any]] = json.loads(response.data)["items"]
     return items
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture

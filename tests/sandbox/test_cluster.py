@@ -12,6 +12,7 @@ from kubernetes import client
 from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.claimcontroller import BUILTIN_FINALIZER, POD_CLAIM_NAME
 from dra_driver.sandbox.cluster import NodeContext, SandboxCluster
+from tests import waiting
 from tests.sandbox.helpers import allocation, claim_obj, pod_obj
 
 NS = "default"
@@ -19,14 +20,7 @@ GATE = "gpu.hami.io/allocation"
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.02)
+    return waiting.wait_for(check, timeout)
 
 
 class FakeKubelet:
