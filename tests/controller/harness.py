@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
@@ -187,3 +188,15 @@ class Harness:
             or []
         )
         return [item.get("message", "") for item in items]
+
+
+@contextmanager
+def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -> Iterator[Harness]:
+    """A simulated cluster of ``nodes`` with a harness on it, both stopped on exit (the fixtures' body)."""
+    cluster = SandboxCluster(server, nodes=list(nodes), resync=0.05).start()
+    harness = Harness(server, cluster)
+    try:
+        yield harness
+    finally:
+        harness.stop()
+        cluster.stop()

@@ -11,21 +11,24 @@ import pytest
 
 from dra_driver.cli import main as cli_main
 from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
-from tests.controller.harness import DRIVER, Harness, claim, device_class, pod, request, wait_for
+from tests.controller.harness import (
+    DRIVER,
+    Harness,
+    claim,
+    device_class,
+    pod,
+    request,
+    running_harness,
+    wait_for,
+)
 
 ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
 
 
 @pytest.fixture
 def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    try:
+    with running_harness(sandbox) as h:
         yield h
-    finally:
-        h.stop()
-        cluster.stop()
 
 
 def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> None:

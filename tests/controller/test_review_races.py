@@ -11,22 +11,26 @@ from dra_driver.controller import FINALIZER
 from dra_driver.controller.kube import LEASES, PODS, RESOURCE_CLAIMS, Kube
 from dra_driver.controller.leader import LeaderElector
 from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
-from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
+from tests.controller.harness import (
+    DRIVER,
+    NS,
+    Harness,
+    claim,
+    device_class,
+    pod,
+    request,
+    running_harness,
+    wait_for,
+)
 
 
 @pytest.fixture
 def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    h.publish("node-1", "t4", 4)
-    h.create_class(device_class(DRIVER))
-    h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
-    try:
+    with running_harness(sandbox) as h:
+        h.publish("node-1", "t4", 4)
+        h.create_class(device_class(DRIVER))
+        h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
         yield h
-    finally:
-        h.stop()
-        cluster.stop()
 
 
 def _listed_claim(h: Harness, name: str) -> dict[str, Any] | None:

@@ -12,21 +12,25 @@ from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocation import node_selector
 from dra_driver.controller.kube import NODES, PODS, RESOURCE_CLAIMS
 from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
-from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
+from tests.controller.harness import (
+    DRIVER,
+    NS,
+    Harness,
+    claim,
+    device_class,
+    pod,
+    request,
+    running_harness,
+    wait_for,
+)
 
 INDEX = 'device.attributes["gpu.hami.io"].index == {}'
 
 
 @pytest.fixture
 def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    try:
+    with running_harness(sandbox) as h:
         yield h
-    finally:
-        h.stop()
-        cluster.stop()
 
 
 def tenants(h: Harness, placements: dict[str, int]) -> None:
@@ -198,9 +202,7 @@ def test_claim_allocated_by_someone_else_is_counted(harness: Harness) -> None:
 
 
 def test_postfilter_deallocation_is_reallocated_elsewhere(sandbox: SandboxServer) -> None:
-    cluster = SandboxCluster(sandbox, nodes=["node-1", "node-2"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    try:
+    with running_harness(sandbox, ["node-1", "node-2"]) as h:
         h.publish("node-1", "t4", 2)
         h.publish("node-2", "t4", 2)
         h.create_class(device_class(DRIVER))
@@ -228,9 +230,6 @@ def test_postfilter_deallocation_is_reallocated_elsewhere(sandbox: SandboxServer
         h.start_controller()
         assert wait_for(lambda: h.bound_node("mover"), what="mover bound") == "node-2"
         assert h.devices_of("moved") == ["node-2/gpu-0"]
-    finally:
-        h.stop()
-        cluster.stop()
 
 
 def test_pod_waits_gated_until_its_device_class_exists(harness: Harness) -> None:
@@ -246,9 +245,7 @@ def test_pod_waits_gated_until_its_device_class_exists(harness: Harness) -> None
 
 
 def test_node_policy_spread_versus_binpack(sandbox: SandboxServer) -> None:
-    cluster = SandboxCluster(sandbox, nodes=["node-1", "node-2"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    try:
+    with running_harness(sandbox, ["node-1", "node-2"]) as h:
         for name in ("node-1", "node-2"):
             h.publish(name, "t4", 2)
         h.create_class(device_class("packed", {"nodePolicy": "binpack"}))
@@ -264,6 +261,3 @@ def test_node_policy_spread_versus_binpack(sandbox: SandboxServer) -> None:
         h.create_pod(pod("s1-pod", {"gpu": "claim:s1"}))
         wait_for(lambda: h.bound_node("s1-pod"))
         assert h.bound_node("s1-pod") != first  # spread: the idle node
-    finally:
-        h.stop()
-        cluster.stop()

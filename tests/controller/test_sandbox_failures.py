@@ -12,23 +12,27 @@ from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube
 from dra_driver.controller.leader import LeaderElector
 from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
-from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
+from tests.controller.harness import (
+    DRIVER,
+    NS,
+    Harness,
+    claim,
+    device_class,
+    pod,
+    request,
+    running_harness,
+    wait_for,
+)
 from tests.kube_validate import assert_valid
 
 
 @pytest.fixture
 def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    h.publish("node-1", "t4", 4)
-    h.create_class(device_class(DRIVER))
-    h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
-    try:
+    with running_harness(sandbox) as h:
+        h.publish("node-1", "t4", 4)
+        h.create_class(device_class(DRIVER))
+        h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
         yield h
-    finally:
-        h.stop()
-        cluster.stop()
 
 
 def devices(h: Harness, names: list[str]) -> list[str]:
@@ -180,9 +184,7 @@ def test_deleted_pod_releases_template_claim_and_finalizer(harness: Harness) -> 
 
 
 def test_unschedulable_then_node_added(sandbox: SandboxServer) -> None:
-    cluster = SandboxCluster(sandbox, nodes=["node-1"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    try:
+    with running_harness(sandbox) as h:
         h.publish("node-1", "t4", 1)
         h.create_class(device_class(DRIVER))
         h.start_controller()
@@ -190,12 +192,9 @@ def test_unschedulable_then_node_added(sandbox: SandboxServer) -> None:
         h.create_pod(pod("two-pod", {"gpu": "claim:two"}))
         wait_for(lambda: h.events("two-pod"), what="pending")
         assert "NodeInsufficientDevice" in h.events("two-pod")[0] or "Insufficient" in h.events("two-pod")[0]
-        cluster.add_node("node-2")
+        h.cluster.add_node("node-2")
         h.publish("node-2", "t4", 2)
         assert wait_for(lambda: h.bound_node("two-pod"), what="bound to the new node") == "node-2"
-    finally:
-        h.stop()
-        cluster.stop()
     time.sleep(0)
 
 

@@ -11,21 +11,15 @@ import pytest
 from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
 from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
-from tests.controller.harness import NS, Harness, claim, device_class, pod, request, wait_for
+from tests.controller.harness import NS, Harness, claim, device_class, pod, request, running_harness, wait_for
 
 T4_MEMORY = 15360 * 2**20
 
 
 @pytest.fixture
 def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    cluster = SandboxCluster(sandbox, nodes=["node-1", "node-2"], resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    try:
+    with running_harness(sandbox, ["node-1", "node-2"]) as h:
         yield h
-    finally:
-        h.stop()
-        cluster.stop()
 
 
 def usage_from_api(h: Harness) -> dict[tuple[str, str], list[int]]:
