@@ -14,6 +14,7 @@ from typing import Any
 
 from dra_driver.demo import manifests
 from dra_driver.sandbox.certs import make_self_signed
+from dra_driver.sandbox.webhooks import MUTATING, webhook_configurations
 from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
 
@@ -51,8 +52,11 @@ class DemoWebhook:
 
         api: Any = client.AdmissionregistrationV1Api(self._api_client)
         kinds = []
-        for kind, body in manifests.webhook_configurations(self.url, self.ca_bundle):
-            if kind == "MutatingWebhookConfiguration":
+        configurations = webhook_configurations(
+            self.url, self.ca_bundle, manifests.DRIVER, name="hami-dra-demo", timeout_seconds=5
+        )
+        for kind, body in configurations:
+            if kind == MUTATING:
                 api.create_mutating_webhook_configuration(body, _preload_content=False)
             else:
                 api.create_validating_webhook_configuration(body, _preload_content=False)

@@ -30,7 +30,7 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.sandbox.certs import make_self_signed
 from dra_driver.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
-from dra_driver.sandbox.resources import require
+from dra_driver.sandbox.webhooks import register_webhooks
 
 log = logging.getLogger(__name__)
 #: Not ``-m dra_driver.cli``: that would make a second copy of the module (and of UsageError).
@@ -166,34 +166,7 @@ def start_webhook(cluster: SandboxCluster, options: DriverOptions) -> None:
     cluster.add_component(ChildProcess("webhook", args, state / "logs"))
     _wait_port(port, 15.0)
     ca = base64.b64encode(pair.ca_pem).decode()
-    api = cluster.server.api
-
-    def hook(path: str, rules: list[dict[str, Any]], policy: str) -> dict[str, Any]:
-        return {
-            "name": f"{path.strip('/')}.{options.driver_name}",
-            "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca},
-            "rules": rules,
-            "failurePolicy": policy,
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 10,
-        }
-
-    pods = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]
-    dra = [
-        {
-            "operations": ["CREATE", "UPDATE"],
-            "apiGroups": ["resource.k8s.io"],
-            "apiVersions": ["v1"],
-            "resources": ["deviceclasses", "resourceclaims", "resourceclaimtemplates"],
-        }
-    ]
-    mutating = require("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
-    validating = require("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
-    api.create(mutating, "", {"metadata": {"name": "hami-dra"}, "webhooks": [hook("/mutate", pods, "Fail")]})
-    api.create(
-        validating, "", {"metadata": {"name": "hami-dra"}, "webhooks": [hook("/validate", dra, "Fail")]}
-    )
+    register_webhooks(cluster.server.api, f"https://127.0.0.1:{port}", ca, options.driver_name)
 
 
 def _wait_port(port: int, timeout: float) -> None:

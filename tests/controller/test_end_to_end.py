@@ -14,7 +14,7 @@ from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.certs import make_self_signed
 from dra_driver.sandbox.cluster import SandboxCluster
 from dra_driver.sandbox.driver import DriverOptions, kubelet_factory, start_kubelet_plugins
-from dra_driver.sandbox.resources import require
+from dra_driver.sandbox.webhooks import register_webhooks
 from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
 from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
@@ -33,32 +33,7 @@ RECIPES = [
 
 def register_webhook(server: SandboxServer, webhook: WebhookServer, ca_pem: bytes) -> None:
     ca = base64.b64encode(ca_pem).decode()
-
-    def hook(path: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "name": f"{path.strip('/')}.{DRIVER}",
-            "clientConfig": {"url": f"https://127.0.0.1:{webhook.port}{path}", "caBundle": ca},
-            "rules": rules,
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-        }
-
-    pods = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]
-    dra = [
-        {
-            "operations": ["CREATE", "UPDATE"],
-            "apiGroups": ["resource.k8s.io"],
-            "apiVersions": ["v1"],
-            "resources": ["deviceclasses", "resourceclaims", "resourceclaimtemplates"],
-        }
-    ]
-    mutating = require("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
-    validating = require("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
-    server.api.create(mutating, "", {"metadata": {"name": "hami-dra"}, "webhooks": [hook("/mutate", pods)]})
-    server.api.create(
-        validating, "", {"metadata": {"name": "hami-dra"}, "webhooks": [hook("/validate", dra)]}
-    )
+    register_webhooks(server.api, f"https://127.0.0.1:{webhook.port}", ca, DRIVER)
 
 
 @pytest.fixture

@@ -1,0 +1,70 @@
+"""Our admission webhooks as the sandbox registers them (``sandbox up``, the demo, the tests).
+
+The objects mirror what the Helm chart installs: ``pods.<driver>`` (mutating: adds the gate on pod
+CREATE) and ``config.<driver>`` (validating: GpuConfig in DeviceClasses, ResourceClaims and
+ResourceClaimTemplates), reached by URL instead of a Service because the sandbox has no Services.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MUTATING = "MutatingWebhookConfiguration"
+VALIDATING = "ValidatingWebhookConfiguration"
+
+_POD_RULES = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]
+_CONFIG_RULES = [
+    {
+        "operations": ["CREATE", "UPDATE"],
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["deviceclasses", "resourceclaims", "resourceclaimtemplates"],
+    }
+]
+
+
+def webhook_configurations(
+    base_url: str,
+    ca_bundle: str,
+    driver_name: str,
+    *,
+    name: str = "hami-dra",
+    timeout_seconds: int = 10,
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(kind, object)`` for the mutating and validating configuration; ``ca_bundle`` is base64 PEM."""
+
+    def webhook(webhook_name: str, path: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "name": f"{webhook_name}.{driver_name}",
+            "clientConfig": {"url": f"{base_url}{path}", "caBundle": ca_bundle},
+            "rules": rules,
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": timeout_seconds,
+        }
+
+    return [
+        (
+            kind,
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": name},
+                "webhooks": [hook],
+            },
+        )
+        for kind, hook in (
+            (MUTATING, webhook("pods", "/mutate", _POD_RULES)),
+            (VALIDATING, webhook("config", "/validate", _CONFIG_RULES)),
+        )
+    ]
+
+
+def register_webhooks(api: Any, base_url: str, ca_bundle: str, driver_name: str, **kwargs: Any) -> None:
+    """Create both configurations directly in the sandbox's in-process API (``SandboxServer.api``)."""
+    from dra_driver.sandbox.resources import require
+
+    plural = {MUTATING: "mutatingwebhookconfigurations", VALIDATING: "validatingwebhookconfigurations"}
+    for kind, body in webhook_configurations(base_url, ca_bundle, driver_name, **kwargs):
+        api.create(require("admissionregistration.k8s.io", "v1", plural[kind]), "", body)
