@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,21 +16,9 @@ from tests.webhook.test_webhook import FakeLookup
 DRIVER = "gpu.hami.io"
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture
-def https_server(tls: tuple[Path, Path]) -> Iterator[WebhookServer]:
-    context = tls_context(str(tls[0]), str(tls[1]))
+def https_server(certs: tuple[Path, Path]) -> Iterator[WebhookServer]:
+    context = tls_context(str(certs[0]), str(certs[1]))
     instance = WebhookServer(FakeLookup(), DRIVER, host="127.0.0.1", port=0, ssl_context=context)
     instance.start()
     yield instance
@@ -39,13 +26,13 @@ def https_server(tls: tuple[Path, Path]) -> Iterator[WebhookServer]:
 
 
 def test_a_silent_connection_does_not_block_other_clients(
-    https_server: WebhookServer, tls: tuple[Path, Path]
+    https_server: WebhookServer, certs: tuple[Path, Path]
 ) -> None:
     """A TCP connection that never starts TLS (a port probe, a stuck client) must not stall the
     accept loop: every admission review would time out and, with failurePolicy Fail, be rejected."""
     silent = socket.create_connection(("127.0.0.1", https_server.port))
     try:
-        context = ssl.create_default_context(cafile=str(tls[0]))
+        context = ssl.create_default_context(cafile=str(certs[0]))
         url = f"https://127.0.0.1:{https_server.port}/healthz"
         with urllib.request.urlopen(url, context=context, timeout=3) as response:
             assert response.status == 200 and response.read() == b"ok"

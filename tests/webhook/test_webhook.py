@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -246,18 +245,6 @@ def test_review_response_shape() -> None:
     assert response["patchType"] == "JSONPatch" and response["warnings"] == ["w"]
     denied = review_response({"uid": "abc"}, Verdict(allowed=False, message="no"))["response"]
     assert denied["status"] == {"code": 403, "reason": "Forbidden", "message": "no"}
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture
