@@ -1,25 +1,64 @@
-"""Kubernetes resource quantities (``1000Mi``, ``16Gi``, ``80G``, ``1.5Gi``) as exact integers.
+"""Kubernetes resource quantities (``1000Mi``, ``16Gi``, ``0.2G``, ``500m``, ``1e9``) as exact numbers.
 
-Memory in DRA capacities and claim requests is a quantity in bytes. We parse it ourselves
-(instead of ``kubernetes.utils.parse_quantity``) to keep the engine-side code free of the client
-and to produce errors that say what a valid value looks like.
+One grammar for the whole project: ``resource.ParseQuantity``'s, kept as exact fractions so that
+``200M == 0.2G`` and ``40Gi == 40960Mi``. The CEL ``quantity`` library, the sandbox's validation and
+byte counts (DRA memory capacities and requests) all parse through :func:`parse_quantity`;
+:func:`parse_bytes` adds the whole-number-of-bytes rule and messages that say what a valid value
+looks like.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
-_BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
-_DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_QUANTITY = re.compile(r"^\s*([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)\s*([KMGTPE]i|[kMGTPE]|)\s*$")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
+_EXPONENT = re.compile(r"^[eE]([+-]?[0-9]+)$")
+#: Larger exponents are refused rather than computed: ``1e999999`` would take seconds to expand.
+_MAX_EXPONENT = 1000
 
 
 class QuantityError(ValueError):
     """A value is not a Kubernetes quantity (or not a whole number of bytes)."""
+
+
+def parse_quantity(value: str | int) -> Fraction:
+    """``resource.ParseQuantity`` as an exact fraction; errors carry Kubernetes' messages."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise QuantityError(f"expected a quantity, got {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    match = _QUANTITY.match(value)
+    if not value or match is None:
+        raise QuantityError(
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        )
+    number, suffix = match.groups()
+    amount = Fraction(number)
+    if suffix in _BINARY:
+        return amount * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return amount * _DECIMAL[suffix]
+    exponent = _EXPONENT.match(suffix)
+    if exponent is not None and abs(int(exponent.group(1))) <= _MAX_EXPONENT:
+        return amount * Fraction(10) ** int(exponent.group(1))
+    raise QuantityError("unable to parse quantity's suffix")
 
 
 def parse_bytes(value: str | int) -> int:
@@ -28,27 +67,15 @@ def parse_bytes(value: str | int) -> int:
     Integers are taken as bytes, as Kubernetes does; fractional byte counts are rejected rather
     than silently rounded, because a rounded memory limit is a different limit.
     """
-    if isinstance(value, bool):
-        raise QuantityError(f"expected a quantity such as 1000Mi or 16Gi, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise QuantityError(f"quantity must not be negative, got {value}")
-        return value
-    if not isinstance(value, str):
-        raise QuantityError(f"expected a quantity such as 1000Mi or 16Gi, got {value!r}")
-    match = _QUANTITY.match(value)
-    if match is None:
-        raise QuantityError(f"{value!r} is not a quantity; use forms such as 1000Mi, 16Gi or 80G")
-    number, suffix = match.groups()
     try:
-        amount = Decimal(number) * (_BINARY.get(suffix) or _DECIMAL[suffix])
-    except InvalidOperation as err:  # pragma: no cover - the regex already guarantees a number
-        raise QuantityError(f"{value!r} is not a quantity") from err
+        amount = parse_quantity(value.strip() if isinstance(value, str) else value)
+    except QuantityError:
+        raise QuantityError(f"{value!r} is not a quantity; use forms such as 1000Mi, 16Gi or 80G") from None
     if amount < 0:
         raise QuantityError(f"quantity must not be negative, got {value!r}")
-    if amount != amount.to_integral_value():
+    if amount.denominator != 1:
         raise QuantityError(f"{value!r} is not a whole number of bytes")
-    return int(amount)
+    return amount.numerator
 
 
 def format_bytes(value: int) -> str:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dra_driver import quantity
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _NUMERIC = re.compile(r"^(0|[1-9][0-9]*)$")
@@ -113,41 +115,12 @@ def parse_semver_normalized(text: str) -> SemverValue:
     return parse_semver(".".join(parts))
 
 
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
-_QUANTITY_RULE = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-_EXPONENT = re.compile(r"^[eE]([+-]?[0-9]+)$")
-
-
 def parse_quantity(text: str) -> Fraction:
     """``resource.ParseQuantity`` as an exact fraction; raises with Kubernetes' message."""
-    match = _QUANTITY.match(text)
-    if not text or match is None:
-        raise ValueParseError(
-            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-        )
-    number, suffix = match.groups()
-    value = Fraction(number)
-    if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return value * _DECIMAL[suffix]
-    exponent = _EXPONENT.match(suffix)
-    if exponent is not None and abs(int(exponent.group(1))) <= 1000:
-        return value * Fraction(10) ** int(exponent.group(1))
-    raise ValueParseError("unable to parse quantity's suffix")
+    try:
+        return quantity.parse_quantity(text)
+    except quantity.QuantityError as err:
+        raise ValueParseError(str(err)) from None
 
 
 def quantity_as_integer(value: Fraction) -> int:

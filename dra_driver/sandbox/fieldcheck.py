@@ -11,6 +11,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from dra_driver import quantity
+from dra_driver.quantity import QuantityError
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.errors import FieldError
 
@@ -24,30 +26,14 @@ SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
     r"(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
-QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-_SUFFIX: dict[str, int | Fraction] = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-    "P": 10**15, "E": 10**18,
-}  # fmt: skip
 
 
 def parse_quantity(value: Any) -> Fraction | None:
     """A Kubernetes quantity as an exact number, or None when it is not a valid quantity."""
-    if isinstance(value, bool):
+    try:
+        return quantity.parse_quantity(value)
+    except QuantityError:
         return None
-    if isinstance(value, int):
-        return Fraction(value)
-    if not isinstance(value, str):
-        return None
-    m = QUANTITY.match(value)
-    if not m:
-        return None
-    suffix = m.group(2) or ""
-    number = Fraction(m.group(1))
-    if suffix[:1] in ("e", "E"):
-        return number * Fraction(10) ** int(suffix[1:])
-    return number * _SUFFIX[suffix]
 
 
 class Errors(list[FieldError]):
