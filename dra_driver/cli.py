@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.controller.command",
     "dra_driver.webhook.command",
     "dra_driver.sandbox.command",
+    "dra_driver.cluster.command",
     "dra_driver.demo.command",
 )
 

@@ -8,13 +8,19 @@
 * ``config``: for each request the class's configs (``source: FromClass``, ``requests: [req]``),
   then the claim's configs (``source: FromClaim``, their own ``requests``), as kube-scheduler
   builds them, so the kubelet plugin sees the same thing whoever allocated;
-* ``nodeSelector`` pins the node with ``matchFields metadata.name In [node]``.
+* ``nodeSelector`` pins the node with ``matchFields metadata.name In [node]``;
+* ``allocationTimestamp``: kube-scheduler 1.36+ (DRADeviceBindingConditions, beta and on by default)
+  stamps an allocation that has none in its PreBind, and the API server refuses that change to an
+  existing allocation ("field cannot be modified once set"), so a pod of ours would never bind.
+  Allocating with the timestamp set leaves the scheduler only ``reservedFor`` to write; API
+  servers with the gate off drop the field.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.controller.planner import ClaimPlan
@@ -54,6 +60,7 @@ def build_allocation(
     device_class: Callable[[str], Obj | None],
     request_classes: Mapping[str, str],
     new_uid: Callable[[], str] = lambda: str(uuid.uuid4()),
+    now: Callable[[], str] = lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
 ) -> dict[str, Any]:
     results = []
     for result in plan.results:
@@ -94,4 +101,4 @@ def build_allocation(
     devices: dict[str, Any] = {"results": results}
     if config:
         devices["config"] = config
-    return {"devices": devices, "nodeSelector": node_selector(node)}
+    return {"devices": devices, "nodeSelector": node_selector(node), "allocationTimestamp": now()}

@@ -6,6 +6,7 @@ both, parameterised by the generated module.
 
 from __future__ import annotations
 
+import logging
 import time
 from types import ModuleType
 from typing import Any
@@ -16,6 +17,8 @@ from dra_driver.kubeletplugin.claims import ClaimRef
 from dra_driver.kubeletplugin.metrics import PluginMetrics
 from dra_driver.kubeletplugin.prepare import Preparer
 from dra_driver.kubeletplugin.protos import DRA_V1_SERVICE, DRA_V1BETA1_SERVICE, dra_v1, dra_v1beta1
+
+log = logging.getLogger(__name__)
 
 
 class DraService:
@@ -41,7 +44,10 @@ class DraService:
             entry = response.claims[uid]
             if result.error:
                 entry.error = result.error
+                log.warning("NodePrepareResources claim %s: %s", uid, result.error)
                 continue
+            cdi_ids = " ".join(cdi_id for device in result.devices for cdi_id in device.cdi_ids)
+            log.info("NodePrepareResources claim %s: %s", uid, cdi_ids)
             for device in result.devices:
                 message = entry.devices.add(
                     request_names=device.request_names,
@@ -60,6 +66,10 @@ class DraService:
         response = self.pb.NodeUnprepareResourcesResponse()
         for uid, error in self.preparer.unprepare(self._refs(request)).items():
             response.claims[uid].error = error
+            if error:
+                log.warning("NodeUnprepareResources claim %s: %s", uid, error)
+            else:
+                log.info("NodeUnprepareResources claim %s: unprepared", uid)
         if self.metrics is not None:
             self.metrics.latency.labels("unprepare").observe(time.perf_counter() - started)
         return response

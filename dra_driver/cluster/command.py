@@ -1,0 +1,221 @@
+"""``hami-dra cluster build|up|down|status``: a real single-node Kubernetes cluster on this machine.
+
+``up`` builds what is missing (``hack/cluster/build.sh``), starts the cluster and (unless
+``--no-driver``) the driver, prints ``kubeconfig: <path>`` and runs in the foreground until
+``hami-dra cluster down`` or Ctrl-C, then stops everything it started. Development tool only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dra_driver.cli import UsageError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "cluster",
+        help="run a real single-node Kubernetes cluster with the driver (development and tests only)",
+        description="Upstream kube-apiserver, controller-manager, scheduler, kubelet, etcd and containerd, "
+        "built once from their Go modules, run as local processes.",
+    )
+    sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION")
+    sub.required = True
+    from dra_driver.cluster.layout import default_state_dir
+
+    def state_dir_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
+
+    def version_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--kubernetes-version",
+            default=os.environ.get("KUBERNETES_VERSION") or None,
+            help="upstream version, e.g. 1.34.4 (env KUBERNETES_VERSION; default: hack/cluster/versions.env)",
+        )
+
+    build = sub.add_parser("build", help="build the upstream binaries into the cache (once per version)")
+    version_option(build)
+    build.set_defaults(handler=run_build)
+    up = sub.add_parser("up", help="start the cluster and run until 'down' or Ctrl-C")
+    version_option(up)
+    up.add_argument("--profile", default="t4", help="simulated GPU profile (default t4)")
+    up.add_argument("--gpus", type=int, default=4, help="simulated GPUs (default 4)")
+    up.add_argument(
+        "--no-driver", action="store_true", help="only the cluster: no plugin, controller, webhook"
+    )
+    up.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
+    state_dir_option(up)
+    up.set_defaults(handler=run_up)
+    down = sub.add_parser("down", help="stop a running cluster")
+    state_dir_option(down)
+    down.set_defaults(handler=run_down)
+    status = sub.add_parser("status", help="one line per component: name, pid, ready")
+    state_dir_option(status)
+    status.set_defaults(handler=run_status)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    from dra_driver.cluster.layout import default_state_dir
+
+    return Path(args.state_dir or default_state_dir()).resolve()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _running_pid(state_dir: Path) -> int | None:
+    from dra_driver.cluster.layout import Layout
+
+    try:
+        pid = int(Layout(state_dir).pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from dra_driver.cluster.binaries import MissingBinaries, build
+
+    try:
+        toolchain = build(args.kubernetes_version)
+    except (MissingBinaries, KeyError) as err:
+        raise UsageError(str(err)) from None
+    for component, directory in toolchain.dirs.items():
+        print(f"{component}: {directory}")
+    return 0
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from dra_driver.cluster.binaries import MissingBinaries, build, require_toolchain
+    from dra_driver.cluster.driver import DriverOptions, start_driver
+    from dra_driver.cluster.images import ImageError
+    from dra_driver.cluster.layout import Layout
+    from dra_driver.cluster.localcluster import LocalCluster, PreflightError
+    from dra_driver.cluster.pki import PkiError
+    from dra_driver.cluster.processes import ComponentFailed, HostProcess
+
+    if not 1 <= args.gpus <= 16:
+        raise UsageError("--gpus must be between 1 and 16")
+    if not args.no_driver:
+        from dra_driver.devices.simulated import PROFILES
+
+        if args.profile not in PROFILES:
+            raise UsageError(f"unknown --profile {args.profile!r}; choose one of: {', '.join(PROFILES)}")
+    layout = Layout(_state_dir(args))
+    pid = _running_pid(layout.root)
+    if pid is not None:
+        raise UsageError(
+            f"a cluster is already running from {layout.root} (pid {pid}); run 'hami-dra cluster down'"
+        )
+    try:
+        toolchain = (
+            require_toolchain(args.kubernetes_version) if args.no_build else build(args.kubernetes_version)
+        )
+    except (MissingBinaries, KeyError) as err:
+        raise UsageError(str(err)) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    cluster = LocalCluster(layout, toolchain, on_progress=lambda m: print(m, flush=True))
+    driver: list[HostProcess] = []
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        try:
+            cluster.start()
+            if not args.no_driver:
+                assert cluster.pki is not None
+                options = DriverOptions(profile=args.profile, gpus=args.gpus)
+                driver = start_driver(layout, cluster.pki, cluster.api_client(), options)
+                print(f"driver ready: {', '.join(f'{p.name} (pid {p.pid})' for p in driver)}", flush=True)
+        except (PreflightError, ComponentFailed, ImageError, PkiError) as err:
+            raise UsageError(str(err)) from None
+        components = [*cluster.components, *driver]
+        state = {
+            "pid": os.getpid(),
+            "kubernetes_version": toolchain.kubernetes_version,
+            "kubeconfig": str(layout.admin_kubeconfig),
+            "server": layout.server_url,
+            "driver": not args.no_driver,
+            "logs": str(layout.logs),
+            "components": [
+                {"name": p.name, "pid": p.pid, "probe": p.probe.as_dict() if p.probe else None}
+                for p in components
+            ],
+        }
+        layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+        print(f"kubeconfig: {layout.admin_kubeconfig}")
+        print(f"try: kubectl --kubeconfig {layout.admin_kubeconfig} get resourceslices")
+        print(f"  (kubectl: {toolchain.path('kubectl')})")
+        print("stop with: hami-dra cluster down (or Ctrl-C)", flush=True)
+        while not stop.wait(0.5):
+            dead = [p for p in components if not p.alive()]
+            if dead:
+                print(f"{dead[0].name} exited (status {dead[0].process.returncode}); see {dead[0].log_path}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                return 1
+    finally:
+        for process in reversed(driver):
+            process.stop()
+        problems = cluster.stop()
+        for problem in problems:
+            print(f"cluster down: {problem}", file=sys.stderr)
+        for path in (layout.state_file, layout.pid_file):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    pid = _running_pid(state_dir)
+    if pid is None:
+        raise UsageError(f"no cluster is running from {state_dir}")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            print(f"cluster (pid {pid}) stopped")
+            return 0
+        time.sleep(0.2)
+    raise UsageError(f"cluster (pid {pid}) did not stop within 90s; kill it with: kill -9 {pid}")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from dra_driver.cluster.layout import Layout
+    from dra_driver.cluster.processes import Probe
+
+    layout = Layout(_state_dir(args))
+    if _running_pid(layout.root) is None:
+        raise UsageError(f"no cluster is running from {layout.root}")
+    try:
+        state = json.loads(layout.state_file.read_text())
+    except (OSError, ValueError):
+        raise UsageError(
+            f"the cluster in {layout.root} is still starting (no {layout.state_file.name} yet)"
+        ) from None
+    all_ready = True
+    for component in state["components"]:
+        alive = _alive(int(component["pid"]))
+        probe = component.get("probe")
+        ready = alive and (probe is None or Probe(**probe).ok())
+        all_ready = all_ready and ready
+        word = "ready" if ready else "not ready" if alive else "exited"
+        print(f"{component['name']:<24} pid {component['pid']:<8} {word}")
+    return 0 if all_ready else 1

@@ -1,0 +1,291 @@
+"""Configuration files and command lines of the upstream components, one function each.
+
+Flags and fields are those documented by the upstream projects for the pinned versions
+(``hack/cluster/versions.env``); values that matter on our machines are explained where set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.cluster.binaries import Toolchain
+from dra_driver.cluster.layout import (
+    BRIDGE,
+    CDI_DIRS,
+    NODE_IP,
+    NODE_NAME,
+    PAUSE_IMAGE,
+    POD_CIDR,
+    SERVICE_CIDR,
+    SERVICE_IP,
+    Layout,
+)
+from dra_driver.cluster.pki import ClusterPki, KeyPair
+
+#: DRA features the driver uses beyond GA DRA: consumable capacity (shared GPUs) and device taints
+#: (the policy-managed taint). Alpha in 1.34, so they must be switched on; later versions accept
+#: the same names (a gate is only removed releases after it locks to its GA value).
+FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceTaints=true"
+
+
+def kubeconfig(path: Path, layout: Layout, pki: ClusterPki, user: KeyPair, name: str) -> Path:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "hami-dra",
+                "cluster": {"server": layout.server_url, "certificate-authority": str(pki.ca.cert)},
+            }
+        ],
+        "users": [
+            {"name": name, "user": {"client-certificate": str(user.cert), "client-key": str(user.key)}}
+        ],
+        "contexts": [{"name": "hami-dra", "context": {"cluster": "hami-dra", "user": name}}],
+        "current-context": "hami-dra",
+    }
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def etcd_args(tools: Toolchain, layout: Layout) -> list[str]:
+    p = layout.ports
+    client, peer = f"http://127.0.0.1:{p.etcd_client}", f"http://127.0.0.1:{p.etcd_peer}"
+    return [
+        str(tools.path("etcd")),
+        "--name=hami-dra",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=hami-dra={peer}",
+        "--listen-metrics-urls=http://127.0.0.1:0",
+        # A throw-away test cluster on one VM: fsync on every write only slows the tests down.
+        "--unsafe-no-fsync=true",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[str]:
+    serving = pki.issue(
+        "apiserver",
+        "kube-apiserver",
+        hosts=(
+            "127.0.0.1",
+            "localhost",
+            SERVICE_IP,
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
+        client=False,
+        server=True,
+    )
+    kubelet_client = pki.issue(
+        "apiserver-kubelet-client", "kube-apiserver-kubelet-client", organization="system:masters"
+    )
+    sa = pki.service_account_keys()
+    return [
+        str(tools.path("kube-apiserver")),
+        f"--etcd-servers=http://127.0.0.1:{layout.ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        # The endpoint reconciler refuses a loopback address; nothing in-cluster needs the endpoints.
+        "--endpoint-reconciler-type=none",
+        f"--secure-port={layout.ports.apiserver}",
+        f"--tls-cert-file={serving.cert}",
+        f"--tls-private-key-file={serving.key}",
+        f"--client-ca-file={pki.ca.cert}",
+        f"--kubelet-client-certificate={kubelet_client.cert}",
+        f"--kubelet-client-key={kubelet_client.key}",
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--service-account-key-file={sa.cert}",
+        f"--service-account-signing-key-file={sa.key}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=Node,RBAC",
+        # The defaults already include MutatingAdmissionWebhook, ValidatingAdmissionWebhook and
+        # ValidatingAdmissionPolicy; NodeRestriction makes the kubelet's identity matter as in production.
+        "--enable-admission-plugins=NodeRestriction",
+        "--allow-privileged=true",
+        # Webhook Services are reached through their endpoints: there is no kube-proxy here.
+        "--enable-aggregator-routing=true",
+        f"--feature-gates={FEATURE_GATES}",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def controller_manager_args(
+    tools: Toolchain, layout: Layout, pki: ClusterPki, kubeconfig_path: Path
+) -> list[str]:
+    sa = pki.service_account_keys()
+    return [
+        str(tools.path("kube-controller-manager")),
+        f"--kubeconfig={kubeconfig_path}",
+        f"--authentication-kubeconfig={kubeconfig_path}",
+        f"--authorization-kubeconfig={kubeconfig_path}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={layout.ports.controller_manager}",
+        f"--service-account-private-key-file={sa.key}",
+        f"--root-ca-file={pki.ca.cert}",
+        f"--cluster-signing-cert-file={pki.ca.cert}",
+        f"--cluster-signing-key-file={pki.ca.key}",
+        "--use-service-account-credentials=true",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--controllers=*",
+        "--leader-elect=false",
+        f"--feature-gates={FEATURE_GATES}",
+        "--v=1",
+    ]
+
+
+def scheduler_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> list[str]:
+    return [
+        str(tools.path("kube-scheduler")),
+        f"--kubeconfig={kubeconfig_path}",
+        f"--authentication-kubeconfig={kubeconfig_path}",
+        f"--authorization-kubeconfig={kubeconfig_path}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={layout.ports.scheduler}",
+        "--leader-elect=false",
+        f"--feature-gates={FEATURE_GATES}",
+        "--v=2",
+    ]
+
+
+def containerd_config(tools: Toolchain, layout: Layout, runc: Path) -> Path:
+    """containerd 2.x (config version 3): CRI with CDI on, runc, our CNI dirs, the local pause image."""
+    images = 'plugins."io.containerd.cri.v1.images"'
+    runtime = 'plugins."io.containerd.cri.v1.runtime"'
+    text = f"""version = 3
+root = "{layout.containerd_root}"
+state = "{layout.containerd_state}"
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[ttrpc]
+  address = "{layout.containerd_socket}.ttrpc"
+
+[{images}]
+  snapshotter = "overlayfs"
+
+[{images}.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+
+[{runtime}]
+  # These VMs do not let even root lower oom_score_adj, so runc would fail on the pods' -998.
+  restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = {json.dumps([str(d) for d in CDI_DIRS])}
+
+[{runtime}.containerd]
+  default_runtime_name = "runc"
+
+[{runtime}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{runtime}.containerd.runtimes.runc.options]
+  BinaryName = "{runc}"
+  SystemdCgroup = false
+
+[{runtime}.cni]
+  bin_dirs = ["{tools.cni_bin_dir}"]
+  conf_dir = "{layout.cni_conf_dir}"
+"""
+    layout.containerd_config.parent.mkdir(parents=True, exist_ok=True)
+    layout.containerd_config.write_text(text)
+    return layout.containerd_config
+
+
+def cni_config(layout: Layout) -> Path:
+    """A bridge network with host-local IPAM; no masquerading (pods only talk on this host)."""
+    layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+    body: dict[str, Any] = {
+        "cniVersion": "1.0.0",
+        "name": "hami-dra",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(layout.cni_data_dir),
+                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+    path = layout.cni_conf_dir / "10-hami-dra.conflist"
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    return path
+
+
+def kubelet_config(layout: Layout, pki: ClusterPki) -> Path:
+    serving = pki.issue("kubelet-serving", NODE_NAME, hosts=(NODE_IP, "127.0.0.1", "localhost", NODE_NAME),
+                        client=False, server=True)  # fmt: skip
+    body: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": NODE_IP,
+        "port": layout.ports.kubelet,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": layout.ports.kubelet_healthz,
+        "tlsCertFile": str(serving.cert),
+        "tlsPrivateKeyFile": str(serving.key),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki.ca.cert)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
+        # Our machines run the cgroup v1 hybrid layout; kubelet 1.35+ refuses it unless told.
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "clusterDomain": "cluster.local",
+        "clusterDNS": [],
+        "resolvConf": "/etc/resolv.conf",
+        "serializeImagePulls": False,
+        # A small VM with a large shared disk: never evict the test pods for disk use.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "featureGates": dict(
+            (name, value == "true") for name, value in (g.split("=") for g in FEATURE_GATES.split(","))
+        ),
+        # As containerd's restrict_oom_score_adj: lowering oom_score_adj is not allowed here.
+        "oomScoreAdj": 0,
+        "shutdownGracePeriod": "0s",
+        "nodeStatusReportFrequency": "10s",
+        "syncFrequency": "10s",
+    }
+    layout.kubelet_config.write_text(yaml.safe_dump(body, sort_keys=False))
+    return layout.kubelet_config
+
+
+def kubelet_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> list[str]:
+    return [
+        str(tools.path("kubelet")),
+        f"--config={layout.kubelet_config}",
+        f"--kubeconfig={kubeconfig_path}",
+        f"--root-dir={layout.kubelet_root}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={NODE_IP}",
+        "--v=2",
+    ]

@@ -1,0 +1,130 @@
+"""The driver on the local cluster as host processes: webhook, controller, kubelet plugin.
+
+The kubelet plugin puts its registration socket into the real kubelet's plugin registry
+(``<kubelet root>/plugins_registry``) and its DRA socket under ``<kubelet root>/plugins/<driver>``,
+exactly where the chart's DaemonSet mounts them on a real node; its CDI specs go to
+``/var/run/cdi``, which containerd reads. The webhook serves on loopback TLS with a certificate
+of the cluster CA and is registered by URL with the same configurations the sandbox uses.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cluster.layout import CDI_DIR, NODE_NAME, Layout
+from dra_driver.cluster.pki import ClusterPki
+from dra_driver.cluster.processes import HostProcess
+
+#: Not ``-m dra_driver.cli``: that would import a second copy of the CLI module.
+ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
+WEBHOOK_PORT = 9443
+#: What ``hami-dra controller`` logs once its informers are synced (dra_driver/controller/command.py).
+CONTROLLER_RUNNING = "running for driver"
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    profile: str = "t4"
+    gpus: int = 4
+    driver_name: str = DEFAULT_DRIVER_NAME
+
+
+def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
+    return HostProcess(name, [sys.executable, "-c", ENTRY, "-v", *args], layout.logs, ready=ready)
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name: str) -> None:
+    """Create or replace our Mutating/ValidatingWebhookConfiguration (same objects as the sandbox's)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from dra_driver.sandbox.webhooks import MUTATING, webhook_configurations
+
+    api: Any = client.AdmissionregistrationV1Api(api_client)
+    ca = base64.b64encode(ca_pem).decode()
+    for kind, body in webhook_configurations(base_url, ca, driver_name):
+        name = body["metadata"]["name"]
+        create, read, replace = (
+            (api.create_mutating_webhook_configuration, api.read_mutating_webhook_configuration,
+             api.replace_mutating_webhook_configuration)
+            if kind == MUTATING
+            else (api.create_validating_webhook_configuration, api.read_validating_webhook_configuration,
+                  api.replace_validating_webhook_configuration)
+        )  # fmt: skip
+        try:
+            create(body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            body["metadata"]["resourceVersion"] = read(name).metadata.resource_version
+            replace(name, body)
+
+
+def _slice_published(api_client: Any, driver: str) -> bool:
+    from kubernetes import client
+
+    try:
+        resource: Any = client.ResourceV1Api(api_client)
+        slices = resource.list_resource_slice(
+            field_selector=f"spec.nodeName={NODE_NAME},spec.driver={driver}"
+        )
+    except Exception:
+        return False
+    return bool(slices.items)
+
+
+def start_driver(
+    layout: Layout, pki: ClusterPki, api_client: Any, options: DriverOptions
+) -> list[HostProcess]:
+    """Start webhook, controller and kubelet plugin; returns once each is ready (in start order)."""
+    kubeconfig = str(layout.admin_kubeconfig)
+    driver = options.driver_name
+    started: list[HostProcess] = []
+    tls = pki.issue(
+        "webhook", "hami-dra-webhook", hosts=("127.0.0.1", "localhost"), client=False, server=True
+    )
+    webhook = _hami(
+        "webhook", layout, "webhook", "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
+        "--port", str(WEBHOOK_PORT), "--driver-name", driver, "--kubeconfig", kubeconfig,
+        ready=lambda: _port_open(WEBHOOK_PORT),
+    )  # fmt: skip
+    started.append(webhook)
+    webhook.wait_ready(30)
+    register_webhooks(api_client, f"https://127.0.0.1:{WEBHOOK_PORT}", pki.ca.cert.read_bytes(), driver)
+    controller_log = layout.logs / "controller.log"
+    controller_log.unlink(missing_ok=True)
+    controller = _hami(
+        "controller", layout, "controller", "--kubeconfig", kubeconfig, "--driver-name", driver,
+        "--metrics-port", "0",
+        ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
+    )  # fmt: skip
+    started.append(controller)
+    plugin = _hami(
+        "kubelet-plugin", layout, "kubelet-plugin", "--node-name", NODE_NAME, "--driver-name", driver,
+        "--source", "simulated", "--profile", options.profile, "--gpus", str(options.gpus),
+        "--kubeconfig", kubeconfig, "--plugin-dir", str(layout.plugin_dir(driver)),
+        "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR), "--metrics-port", "0",
+        ready=lambda: _slice_published(api_client, driver),
+    )  # fmt: skip
+    started.append(plugin)
+    try:
+        controller.wait_ready(60)
+        plugin.wait_ready(60)
+    except BaseException:
+        for process in reversed(started):
+            process.stop()
+        raise
+    return started

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the upstream programs of the local real cluster (`hami-dra cluster up`) from their published
+# Go modules into a cache outside the repository, keyed by component and version:
+#   ${HAMI_DRA_CACHE:-~/.cache/hami-dra}/kubernetes/v<version>/bin/{kube-apiserver,...,kubectl}
+#   .../etcd/v<version>/bin/etcd   .../containerd/v<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
+#   .../cni-plugins/v<version>/bin/{bridge,loopback,host-local,portmap}   .../crictl/v<version>/bin/crictl
+# The modules that pin them are hack/cluster/go/*/go.mod (+ go.sum, checked by `go build`).
+# A component whose directory is complete is skipped, so a warm run does nothing and takes a second.
+# KUBERNETES_VERSION selects the Kubernetes module (default in hack/cluster/versions.env).
+# Prints `bin: <dir>` for each component, which `hami-dra cluster` reads.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+. "$here/versions.env"
+cache="${HAMI_DRA_CACHE:-$HOME/.cache/hami-dra}"
+k8s_version="${KUBERNETES_VERSION:-$KUBERNETES_VERSION_DEFAULT}"
+k8s_version="${k8s_version#v}"
+only="${1:-all}"
+
+command -v go >/dev/null || { echo "build.sh: Go is required (https://go.dev/dl); none on PATH" >&2; exit 1; }
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false -trimpath"
+
+log() { printf '%s build.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# build <component> <version> <module dir> <ldflags> <package>...
+build() {
+  local component="$1" version="$2" moddir="$here/go/$3" ldflags="$4"; shift 4
+  local dest="$cache/$component/v$version"
+  if [ -f "$dest/.complete" ]; then
+    echo "bin: $dest/bin"
+    return 0
+  fi
+  [ -f "$moddir/go.mod" ] || { echo "build.sh: no module for $component $version ($moddir/go.mod); pinned versions are in hack/cluster/versions.env" >&2; exit 1; }
+  log "building $component v$version ($# programs; the first build takes minutes, later runs reuse $dest)"
+  local started=$SECONDS
+  rm -rf "$dest.partial"
+  mkdir -p "$dest.partial/bin"
+  (cd "$moddir" && go build -ldflags "-s -w $ldflags" -o "$dest.partial/bin/" "$@")
+  # etcd's main package is its module root, go.etcd.io/etcd/server/v3, which go names "server".
+  if [ "$component" = etcd ]; then mv "$dest.partial/bin/server" "$dest.partial/bin/etcd"; fi
+  touch "$dest.partial/.complete"
+  rm -rf "$dest"
+  mv "$dest.partial" "$dest"
+  log "built $component v$version in $((SECONDS - started)) s"
+  echo "bin: $dest/bin"
+}
+
+k8s_minor="${k8s_version#*.}"; k8s_minor="${k8s_minor%%.*}"
+k8s_ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=v$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+want() { [ "$only" = all ] || [ "$only" = "$1" ]; }
+want kubernetes && build kubernetes "$k8s_version" "kubernetes-$k8s_version" "$k8s_ldflags" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+want etcd && build etcd "$ETCD_VERSION" etcd "-X go.etcd.io/etcd/api/v3/version.GitSHA=v$ETCD_VERSION" \
+  go.etcd.io/etcd/server/v3
+want containerd && build containerd "$CONTAINERD_VERSION" containerd \
+  "-X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" \
+  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+  github.com/containerd/containerd/v2/cmd/ctr
+want cni-plugins && build cni-plugins "$CNI_PLUGINS_VERSION" cni-plugins "" \
+  github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback \
+  github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
+want crictl && build crictl "$CRICTL_VERSION" crictl "-X sigs.k8s.io/cri-tools/pkg/version.Version=v$CRICTL_VERSION" \
+  sigs.k8s.io/cri-tools/cmd/crictl
+exit 0

@@ -1,0 +1,106 @@
+"""One real single-node cluster (``hami-dra cluster up``) for the whole ``cluster`` test session.
+
+The cluster runs as a child process of the tests, exactly as a user starts it, and is stopped
+with SIGTERM at the end (``cluster down`` does the same). Its binaries come from the version
+cache that ``make test`` fills first (``hack/cluster/build.sh``); where they are missing, or the
+tests do not run as root, the suite skips with the reason, except under CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.cluster.binaries import MissingBinaries, Toolchain, require_toolchain
+from tests.waiting import wait_for
+
+NAMESPACE = "default"
+UP_TIMEOUT = 240.0
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"real-cluster suite cannot run under CI: {reason}")
+    pytest.skip(reason)
+
+
+@dataclass
+class RealCluster:
+    """What a test needs: kubeconfig, the real kubectl, the kubernetes client, the state dir."""
+
+    kubeconfig: Path
+    state_dir: Path
+    toolchain: Toolchain
+    api_client: Any
+    output: list[str]
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [str(self.toolchain.path("kubectl")), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True, text=True, input=stdin, timeout=60, check=False,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+        return result.stdout + (result.stderr if not check else "")
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", "-o", "json", *args))
+
+    def log(self, component: str) -> str:
+        return (self.state_dir / "logs" / f"{component}.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealCluster]:
+    if os.geteuid() != 0:
+        _unavailable("the real cluster runs a kubelet and containerd, which need root")
+    version = os.environ.get("KUBERNETES_VERSION") or None
+    try:
+        toolchain = require_toolchain(version)
+    except MissingBinaries as err:
+        _unavailable(f"{err} (make test builds them first)")
+    state_dir = Path(tempfile.mkdtemp(prefix="hdc-"))
+    command = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())",
+               "cluster", "up", "--no-build", "--state-dir", str(state_dir)]  # fmt: skip
+    if version:
+        command += ["--kubernetes-version", version]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    kubeconfig: list[Path] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line.rstrip())
+            if line.startswith("kubeconfig: "):
+                kubeconfig.append(Path(line.split(": ", 1)[1].strip()))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: kubeconfig or process.poll() is not None, UP_TIMEOUT, "hami-dra cluster up")
+        if not kubeconfig:
+            pytest.fail("hami-dra cluster up failed:\n" + "\n".join(output[-30:]))
+        from kubernetes import config
+
+        new_client: Any = config.new_client_from_config
+        yield RealCluster(kubeconfig[0], state_dir, toolchain, new_client(str(kubeconfig[0])), output)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        reader.join(5)
