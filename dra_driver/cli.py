@@ -28,6 +28,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.demo.command",
 )
 
+#: Development tools: they need the ``sandbox`` extra (``pip install 'hami-dra[sandbox]'``), which
+#: the production distribution (the image) does not install.
+DEV_COMMANDS: frozenset[str] = frozenset({"sandbox", "cluster", "demo"})
+DEV_EXTRA_HINT = "pip install 'hami-dra[sandbox]'"
+
 
 class UsageError(Exception):
     """A user-facing error: printed as one line and exits with status 2, never as a traceback."""
@@ -62,6 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args)
     except UsageError as err:
         print(f"hami-dra {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        if args.command not in DEV_COMMANDS:
+            raise
+        print(
+            f"hami-dra {args.command}: error: a development tool; it needs the sandbox extra "
+            f"(module {err.name!r} is missing): {DEV_EXTRA_HINT}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

@@ -34,6 +34,15 @@ Known simplifications (all stricter or absent, never more permissive):
 - No authorization: the one bearer token in the kubeconfig may do everything.
 """
 
-from dra_driver.sandbox.server import SandboxServer
+from typing import Any
 
 __all__ = ["SandboxServer"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the server on first use, so that ``hami-dra --help`` works without the sandbox extra."""
+    if name == "SandboxServer":
+        from dra_driver.sandbox.server import SandboxServer
+
+        return SandboxServer
+    raise AttributeError(name)

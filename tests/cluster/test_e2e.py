@@ -60,7 +60,9 @@ def device_of(claim: dict[str, Any]) -> str | None:
 
 
 def pod_events(cluster: RealCluster, name: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = cluster.get("events", "--field-selector", f"involvedObject.name={name}")["items"]
+    items: list[dict[str, Any]] = cluster.get("events", "--field-selector", f"involvedObject.name={name}")[
+        "items"
+    ]
     return items
 
 
@@ -68,7 +70,9 @@ def memory_per_device(cluster: RealCluster) -> dict[str, int]:
     """Consumed memory of every allocated claim of our driver, whoever allocated it, per device."""
     used: dict[str, int] = {}
     for claim in cluster.get("resourceclaims", "-A")["items"]:
-        for result in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []:
+        for result in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get(
+            "results"
+        ) or []:
             if result["driver"] != DRIVER:
                 continue
             consumed = (result.get("consumedCapacity") or {}).get("memory")
@@ -187,7 +191,9 @@ def first_fit_class(name: str) -> dict[str, Any]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].productName == "Tesla T4"'}}]},
+        "spec": {
+            "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].productName == "Tesla T4"'}}]
+        },
     }
 
 
@@ -243,7 +249,10 @@ def test_scheduler_allocated_claims_and_ours_count_each_other(lab: RealCluster) 
     first_fit_claim = claim_of(lab, "first-fit")
     taken = device_of(first_fit_claim)
     assert taken is not None
-    assert first_fit_claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"] == "15000Mi"
+    assert (
+        first_fit_claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"]
+        == "15000Mi"
+    )
 
     # Our controller counts it: a binpack pod would pick the busiest card, but that one is full.
     binpack = DemoPod("binpack-after-first-fit", "binpack", "", "")
@@ -262,7 +271,9 @@ def test_scheduler_allocated_claims_and_ours_count_each_other(lab: RealCluster) 
         name = f"big-{index}"
         template = manifests.claim_template("binpack")
         template["metadata"]["name"] = f"binpack-14500mi-{index}"
-        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = "14500Mi"
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = (
+            "14500Mi"
+        )
         body = manifests.pod(DemoPod(name, "binpack", card, ""))
         body["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = template["metadata"]["name"]
         apply(lab, template, body)
@@ -270,7 +281,9 @@ def test_scheduler_allocated_claims_and_ours_count_each_other(lab: RealCluster) 
         fillers.append(device_of(claim_of(lab, name)))
     template = manifests.claim_template("binpack")
     template["metadata"]["name"] = "binpack-13500mi"
-    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = "13500Mi"
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = (
+        "13500Mi"
+    )
     body = manifests.pod(DemoPod("big-ours", "binpack", "", ""))
     body["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "binpack-13500mi"
     apply(lab, template, body)
@@ -305,7 +318,10 @@ def test_pod_the_scheduler_rejects_after_our_allocation(lab: RealCluster) -> Non
     picky["spec"]["affinity"] = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "blocker"}}, "topologyKey": "kubernetes.io/hostname"}
+                {
+                    "labelSelector": {"matchLabels": {"app": "blocker"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
             ]
         }
     }
