@@ -44,7 +44,7 @@ test-cluster: $(STAMP) tools cluster-build
 
 # The seed's lab on the real local cluster (the same steps `make demo` runs on the sandbox).
 demo-cluster: $(STAMP) tools cluster-build
-	$(VENV)/bin/hami-dra demo --cluster
+	$(VENV)/bin/hami-dra cluster lab --up
 
 # Figures, not assertions: engine placements/s, NodePrepareResources latency, controller claims/s,
 # sandbox API latencies.

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.cli import UsageError
+
+#: Not ``-m dra_driver.cli``: that would import a second copy of the CLI module.
+ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
 
 
 def register(subparsers: Any) -> None:
@@ -58,6 +62,11 @@ def register(subparsers: Any) -> None:
     down = sub.add_parser("down", help="stop a running cluster")
     state_dir_option(down)
     down.set_defaults(handler=run_down)
+    lab = sub.add_parser("lab", help="run the seed's lab on the cluster and check it (exit 1 on a mismatch)")
+    lab.add_argument("--up", action="store_true", help="start a cluster for the lab when none runs")
+    version_option(lab)
+    state_dir_option(lab)
+    lab.set_defaults(handler=run_lab)
     status = sub.add_parser("status", help="one line per component: name, pid, ready")
     state_dir_option(status)
     status.set_defaults(handler=run_status)
@@ -219,3 +228,51 @@ def run_status(args: argparse.Namespace) -> int:
         word = "ready" if ready else "not ready" if alive else "exited"
         print(f"{component['name']:<24} pid {component['pid']:<8} {word}")
     return 0 if all_ready else 1
+
+
+def _start_in_background(args: argparse.Namespace, state_dir: Path) -> subprocess.Popen[str]:
+    """``hami-dra cluster up`` as a child, returned once it printed its kubeconfig line."""
+    command = [sys.executable, "-c", ENTRY, "cluster", "up", "--state-dir", str(state_dir)]
+    if args.kubernetes_version:
+        command += ["--kubernetes-version", args.kubernetes_version]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        print(line, end="", flush=True)
+        if line.startswith("kubeconfig: "):
+            threading.Thread(target=lambda: [None for _ in process.stdout or ()], daemon=True).start()
+            return process
+    process.wait()
+    raise UsageError(f"hami-dra cluster up failed (exit status {process.returncode}; its output is above)")
+
+
+def run_lab(args: argparse.Namespace) -> int:
+    from dra_driver.cluster.binaries import MissingBinaries, require_toolchain
+    from dra_driver.cluster.lab import Lab
+    from dra_driver.cluster.layout import Layout
+    from dra_driver.demo import render
+
+    layout = Layout(_state_dir(args))
+    started: subprocess.Popen[str] | None = None
+    if _running_pid(layout.root) is None:
+        if not args.up:
+            raise UsageError(
+                f"no cluster is running from {layout.root}; start one with 'hami-dra cluster up' or pass --up"
+            )
+        started = _start_in_background(args, layout.root)
+    try:
+        state = json.loads(layout.state_file.read_text())
+        if not state.get("driver"):
+            raise UsageError("the cluster runs without the driver (--no-driver); the lab needs it")
+        try:
+            toolchain = require_toolchain(state["kubernetes_version"])
+        except MissingBinaries as err:
+            raise UsageError(str(err)) from None
+        console = render.make_console()
+        checks = Lab(layout, toolchain.path("kubectl"), console).run()
+        console.print(render.checks_table(checks.items))
+        return 0 if checks.passed else 1
+    finally:
+        if started is not None:
+            started.send_signal(signal.SIGTERM)
+            started.wait(120)

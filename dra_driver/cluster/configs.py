@@ -118,9 +118,21 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         # Webhook Services are reached through their endpoints: there is no kube-proxy here.
         "--enable-aggregator-routing=true",
         f"--feature-gates={FEATURE_GATES}",
+        *runtime_config(tools.kubernetes_version),
         "--profiling=false",
         "--v=1",
     ]
+
+
+def runtime_config(kubernetes_version: str) -> list[str]:
+    """API versions to serve beyond the defaults.
+
+    Up to 1.35, DeviceTaintRule (which kube-scheduler watches once DRADeviceTaints is on) exists
+    only as ``resource.k8s.io/v1alpha3``, off by default: without it the scheduler's informer
+    never syncs and no pod with a claim is ever scheduled.
+    """
+    minor = int(kubernetes_version.split(".")[1])
+    return ["--runtime-config=resource.k8s.io/v1alpha3=true"] if minor <= 35 else []
 
 
 def controller_manager_args(

@@ -48,7 +48,7 @@ class RealCluster:
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
         result = subprocess.run(
             [str(self.toolchain.path("kubectl")), "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True, text=True, input=stdin, timeout=60, check=False,
+            capture_output=True, text=True, input=stdin, timeout=180, check=False,
         )  # fmt: skip
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
