@@ -18,10 +18,15 @@ nodes, per-node kubelet hook), ``claimcontroller``, ``scheduler``, ``firstfit``,
 
 Known simplifications (all stricter or absent, never more permissive):
 
-- JSON only (clients asking for protobuf or CBOR also accept JSON); no server-side apply
-  (``kubectl apply --server-side`` gets 415; client-side ``kubectl apply`` works); ``/openapi/v3``
-  only says which PATCH operations exist and that ``fieldValidation`` is supported (no schemas,
-  so no ``kubectl explain``); no ``/openapi/v2`` (``kubectl apply`` of a ``kind: List`` needs it).
+- JSON responses only (clients asking for protobuf or CBOR also accept JSON); protobuf request
+  bodies are decoded for Namespace only (``kubectl create namespace``, see ``protobuf``), others
+  get 415 naming the kind; no server-side apply (``kubectl apply --server-side`` gets 415;
+  client-side ``kubectl apply`` works); ``/openapi/v3`` only says which PATCH operations exist and
+  that ``fieldValidation`` is supported (no schemas, so no ``kubectl explain``); ``/openapi/v2`` is
+  a document without definitions (kubectl then leaves a ``kind: List``'s items to the server's
+  strict validation).
+- Only the resources the driver uses are served; any other (ConfigMaps, Deployments, ...) gets a
+  404 that names it and points at ``hami-dra cluster up`` (a real API server).
 - Unknown fields are always rejected (as ``fieldValidation=Strict``), also for clients that
   default to ``Warn``.
 - Pods are deleted at once (no graceful termination; finalizers are honoured); namespaces are

@@ -225,3 +225,34 @@ def openapi_v3_root() -> Obj:
 def openapi_v3_lookup(path: str) -> Obj | None:
     gv = _gv_paths().get(path.strip("/"))
     return openapi_v3_gv(*gv) if gv else None
+
+
+#: What kube-apiserver answers /openapi/v2 with when asked for protobuf (kubectl's client validation).
+OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+
+def openapi_v2(kube_version: str) -> Obj:
+    """An OpenAPI v2 document without definitions.
+
+    kubectl validates a ``kind: List`` (and any object whose server-side field validation it cannot
+    confirm) against /openapi/v2 and skips kinds it finds no definition for; the sandbox validates
+    every object itself, strictly, so an empty document gives the same outcome as a real one.
+    """
+    return {
+        "swagger": "2.0",
+        "info": {"title": "hami-dra sandbox", "version": f"v{kube_version}"},
+        "paths": {},
+    }
+
+
+def openapi_v2_protobuf(kube_version: str) -> bytes:
+    """:func:`openapi_v2` in gnostic's protobuf encoding.
+
+    Document.swagger is field 1, Document.info field 2 (Info.title 1, Info.version 2).
+    """
+
+    def field(number: int, payload: bytes) -> bytes:
+        return bytes([number << 3 | 2, len(payload)]) + payload
+
+    info = field(1, b"hami-dra sandbox") + field(2, f"v{kube_version}".encode())
+    return field(1, b"2.0") + field(2, info)

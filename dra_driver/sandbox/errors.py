@@ -153,3 +153,18 @@ def unauthorized() -> ApiError:
 
 def internal(message: str) -> ApiError:
     return ApiError(500, "InternalError", f"Internal error occurred: {message}")
+
+
+def not_served(group: str, version: str, plural: str | None) -> ApiError:
+    """404 for a resource a real API server has but the sandbox does not: say so, and what to use."""
+    from dra_driver.sandbox.resources import RESOURCE_TYPES
+
+    gv = f"{group}/{version}" if group else version
+    what = f"{plural} ({gv})" if plural else f"the API group version {gv}"
+    served = ", ".join(sorted(r.key for r in RESOURCE_TYPES))
+    return ApiError(
+        404,
+        "NotFound",
+        f"the server could not find the requested resource: the sandbox API server does not serve {what}; "
+        f"it serves only what the driver uses ({served}); for a real API server run 'hami-dra cluster up'",
+    )

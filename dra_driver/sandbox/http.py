@@ -21,7 +21,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from dra_driver.sandbox import discovery, tables
+from dra_driver.sandbox import discovery, protobuf, tables
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.api import Api, WriteOptions, decode_continue, encode_continue
 from dra_driver.sandbox.errors import ApiError
@@ -119,6 +119,8 @@ class Handler(BaseHTTPRequestHandler):
     def _json_body(self, raw: bytes) -> Any:
         if not raw:
             return None
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip() == protobuf.CONTENT_TYPE:
+            return protobuf.decode(raw)
         try:
             return json.loads(raw)
         except ValueError:
@@ -191,6 +193,16 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path == "/version":
             return self._send_json(200, discovery.version_info(self.server.kube_version))
+        if parts == ["openapi", "v2"]:
+            if "protobuf" in accept:
+                data = discovery.openapi_v2_protobuf(self.server.kube_version)
+                self.send_response(200)
+                self.send_header("Content-Type", discovery.OPENAPI_V2_PROTOBUF)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            return self._send_json(200, discovery.openapi_v2(self.server.kube_version))
         if parts[:2] == ["openapi", "v3"]:
             doc = (
                 discovery.openapi_v3_root()
@@ -221,6 +233,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._resource(method, "", "v1", parts[2:], query, raw)
         if parts[:1] == ["apis"] and len(parts) >= 4:
             return self._resource(method, parts[1], parts[2], parts[3:], query, raw)
+        if parts[:1] == ["apis"] and len(parts) == 3:
+            raise e.not_served(parts[1], parts[2], None)
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def _resource(
@@ -234,11 +248,15 @@ class Handler(BaseHTTPRequestHandler):
             candidate = lookup(group, version, rest[2])
             if (candidate is not None and candidate.namespaced) or (not group and rest[2] == "bindings"):
                 ns, rest = rest[1], rest[2:]
+            elif candidate is None and rest[2] not in ("status", "finalize"):
+                raise e.not_served(group, version, rest[2])
         rt = lookup(group, version, rest[0]) if rest else None
         if rest == ["bindings"] and ns and method == "POST" and (group, version) == ("", "v1"):
             body = self._json_body(raw) or {}
             pod = (body.get("metadata") or {}).get("name", "")
             return self._send_json(201, self.server.api.bind(ns, pod, body))
+        if rt is None and rest:
+            raise e.not_served(group, version, rest[0])
         if rt is None or len(rest) > 3:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) > 1 else ""
