@@ -9,6 +9,7 @@ several times faster on the hot prepare path and keeps field names exactly as in
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,6 +34,31 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def problem(self) -> str | None:
+        """Why kubelet could not have sent this reference (None when it is well formed).
+
+        Every path the plugin builds for a claim (CDI spec, HAMi-core directory) comes from the
+        UID, so a UID that is not a Kubernetes UID (empty, ``..``, a path) is refused before any
+        file is touched; name and namespace must be what the API server accepts.
+        """
+        if not is_kubernetes_uid(self.uid):
+            return f"uid {self.uid[:64]!r} is not a Kubernetes UID"
+        if not (len(self.namespace) <= 63 and _DNS_LABEL.fullmatch(self.namespace)):
+            return f"namespace {self.namespace[:64]!r} is not a valid namespace name"
+        if not (len(self.name) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.name)):
+            return f"name {self.name[:64]!r} is not a valid ResourceClaim name"
+        return None
+
+
+_UID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_kubernetes_uid(uid: str) -> bool:
+    """A UID as kube-apiserver assigns them (a UUID), hence safe as one path component."""
+    return bool(_UID.fullmatch(uid))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,13 @@ class HamiCoreConfig:
         return self.state_dir / "ld.so.preload"
 
     def claim_dir(self, claim_uid: str) -> Path:
+        """``<state>/claims/<uid>``; refuses anything but a Kubernetes UID (it is removed recursively)."""
+        from dra_driver.kubeletplugin.claims import is_kubernetes_uid
+
+        if not is_kubernetes_uid(claim_uid):
+            raise ValueError(
+                f"refusing a HAMi-core claim directory for uid {claim_uid[:64]!r}: not a Kubernetes UID"
+            )
         return self.state_dir / "claims" / claim_uid
 
     def ensure_preload_file(self) -> None:

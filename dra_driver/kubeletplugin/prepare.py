@@ -37,6 +37,7 @@ from dra_driver.kubeletplugin.claims import (
     ClaimRef,
     ClaimSource,
     devices_for_node,
+    is_kubernetes_uid,
 )
 from dra_driver.kubeletplugin.defence import GpuUsage, check_fits, usage_by_gpu
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
@@ -163,19 +164,30 @@ class Preparer:
         """Prepare each claim; failures are per claim and leave nothing behind."""
         results: dict[str, PrepareResult] = {}
         for ref in refs:
-            try:
-                results[ref.uid] = PrepareResult(devices=self._prepare_one(ref))
-            except ClaimError as err:
-                LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
-                results[ref.uid] = PrepareResult(error=str(err))
-            except OSError as err:
-                LOG.error("prepare %s (%s) failed: %s", ref, ref.uid, err)
-                results[ref.uid] = PrepareResult(error=f"writing state for claim {ref}: {err}")
+            if ref.uid in results:
+                continue  # kubelet named the claim twice: one answer per UID
+            problem = ref.problem()
+            if problem is not None:
+                LOG.warning("prepare: refusing claim reference %s: %s", ref, problem)
+                results[ref.uid] = PrepareResult(error=f"invalid claim reference {ref}: {problem}")
+            else:
+                results[ref.uid] = self._guarded_prepare(ref)
             if self.metrics is not None:
                 self.metrics.requests.labels("prepare").inc()
                 if results[ref.uid].error:
                     self.metrics.errors.labels("prepare").inc()
         return results
+
+    def _guarded_prepare(self, ref: ClaimRef) -> PrepareResult:
+        """One well-formed claim: its own errors become its result, never another claim's."""
+        try:
+            return PrepareResult(devices=self._prepare_one(ref))
+        except ClaimError as err:
+            LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
+            return PrepareResult(error=str(err))
+        except OSError as err:
+            LOG.error("prepare %s (%s) failed: %s", ref, ref.uid, err)
+            return PrepareResult(error=f"writing state for claim {ref}: {err}")
 
     def _claim_lock(self, claim_uid: str) -> threading.Lock:
         return self._claim_locks[hash(claim_uid) % len(self._claim_locks)]
@@ -280,6 +292,17 @@ class Preparer:
         """Undo prepare; unknown claims succeed. Returns an error message per claim UID ('' = ok)."""
         results: dict[str, str] = {}
         for ref in refs:
+            if ref.uid in results:
+                continue  # one answer per UID
+            problem = ref.problem()
+            if problem is not None:
+                # Nothing of ours can be named by it: refuse, touch no file.
+                LOG.warning("unprepare: refusing claim reference %s: %s", ref, problem)
+                results[ref.uid] = f"invalid claim reference {ref}: {problem}"
+                if self.metrics is not None:
+                    self.metrics.requests.labels("unprepare").inc()
+                    self.metrics.errors.labels("unprepare").inc()
+                continue
             try:
                 self._unprepare_one(ref.uid)
                 results[ref.uid] = ""
@@ -309,6 +332,11 @@ class Preparer:
             snapshot = [(uid, e.namespace, e.name) for uid, e in self._entries.items()]
         removed = []
         for uid, namespace, name in snapshot:
+            if not is_kubernetes_uid(uid):
+                LOG.warning(
+                    "cleanup: checkpoint entry %r (%s/%s) is not a Kubernetes UID", uid, namespace, name
+                )
+                continue
             try:
                 gone = not self.claims.exists(namespace, name, uid)
             except ClaimError as err:

@@ -1,5 +1,9 @@
-"""Fixtures: a sandbox API server, the plugin in-process with simulated GPUs, and kubelet's client
-compiled from the upstream protos (tests needing it skip when ../shared is absent)."""
+"""Fixtures: a sandbox API server, the plugin in-process with simulated GPUs, and kubelet's client.
+
+kubelet's client is compiled from the upstream protos when ``../shared`` is beside the repository
+(an independent copy of the wire contract), else from the project's own ``api/kubelet`` protos, so
+the behaviour tests run in every clone; ``test_protos.py`` proves the two contracts equal.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +20,19 @@ from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
 from dra_driver.sandbox.server import SandboxServer
 from tests.kubeletplugin.helpers import DRIVER
-from tests.kubeletplugin.upstream import require_upstream
+from tests.kubeletplugin.upstream import REPO_ROOT, UPSTREAM_KUBELET
+
+UPSTREAM_KUBELET_PROTO = UPSTREAM_KUBELET / "pkg" / "apis" / "dra" / "v1" / "api.proto"
 
 NODE = "node-1"
 
 
 @pytest.fixture(scope="session")
 def protocol() -> KubeletProtocol:
-    """kubelet's message classes, compiled from ../shared/reference/upstream at test time."""
-    return KubeletProtocol.compile(require_upstream())
+    """kubelet's message classes: upstream's protos where present, else ours (same contract)."""
+    if UPSTREAM_KUBELET_PROTO.is_file():
+        return KubeletProtocol.compile(UPSTREAM_KUBELET)
+    return KubeletProtocol.own(REPO_ROOT)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits, memor
 from tests.kubeletplugin.helpers import GIB, gpu, validate_cdi
 
 MIB = 1024 * 1024
+UID = "0c5e7a52-1f3b-4c9e-9a57-2b8e5f1d3a11"
 
 
 def share(device: str, memory: int, cores: int = 0) -> AllocatedDevice:
@@ -36,7 +37,7 @@ def test_ordinals_follow_pci_bus_order_not_host_index(tmp_path: Path) -> None:
     # host gpu-3 sits on a lower PCI bus than gpu-1: it is CUDA ordinal 0 in the container
     g1, g3 = gpu(1, "0000:b1:00.0"), gpu(3, "0000:3b:00.0")
     edits = claim_edits(
-        "uid-1",
+        UID,
         [(share("gpu-1", 4000 * MIB, 50), g1), (share("gpu-3", 8000 * MIB, 30), g3)],
         HamiCoreConfig(tmp_path),
     )
@@ -44,21 +45,21 @@ def test_ordinals_follow_pci_bus_order_not_host_index(tmp_path: Path) -> None:
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m" and env["CUDA_DEVICE_SM_LIMIT_0"] == "30"
     assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "4000m" and env["CUDA_DEVICE_SM_LIMIT_1"] == "50"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/claims/uid-1/cudevshr.cache"
+    assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == f"/usr/local/vgpu/claims/{UID}/cudevshr.cache"
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert not any(k.endswith("Mi") or v.endswith("Mi") for k, v in env.items())
 
 
 def test_sm_limit_only_between_0_and_100(tmp_path: Path) -> None:
     for cores, expected in ((0, None), (100, None), (1, "1"), (99, "99")):
-        env = env_of(claim_edits("u", [(share("gpu-0", GIB, cores), gpu(0))], HamiCoreConfig(tmp_path)))
+        env = env_of(claim_edits(UID, [(share("gpu-0", GIB, cores), gpu(0))], HamiCoreConfig(tmp_path)))
         assert env.get("CUDA_DEVICE_SM_LIMIT_0") == expected, cores
 
 
 def test_whole_gpu_claim_gets_no_hami_edits(tmp_path: Path) -> None:
     assert (
         claim_edits(
-            "u",
+            UID,
             [(whole("gpu-0"), gpu(0)), (whole("gpu-1"), gpu(1))],
             HamiCoreConfig(tmp_path, Path("/lib/libvgpu.so")),
         )
@@ -68,7 +69,7 @@ def test_whole_gpu_claim_gets_no_hami_edits(tmp_path: Path) -> None:
 
 def test_mixed_claim_gives_whole_gpu_its_full_memory(tmp_path: Path) -> None:
     env = env_of(
-        claim_edits("u", [(whole("gpu-0"), gpu(0)), (share("gpu-1", GIB), gpu(1))], HamiCoreConfig(tmp_path))
+        claim_edits(UID, [(whole("gpu-0"), gpu(0)), (share("gpu-1", GIB), gpu(1))], HamiCoreConfig(tmp_path))
     )
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{15 * 1024}m"
     assert "CUDA_DEVICE_SM_LIMIT_0" not in env
@@ -77,12 +78,12 @@ def test_mixed_claim_gives_whole_gpu_its_full_memory(tmp_path: Path) -> None:
 
 def test_library_and_preload_mounts_only_with_hami_core_lib(tmp_path: Path) -> None:
     devices = [(share("gpu-0", GIB, 20), gpu(0))]
-    without = claim_edits("u", devices, HamiCoreConfig(tmp_path))
-    assert [m["containerPath"] for m in without["mounts"]] == ["/usr/local/vgpu/claims/u"]
+    without = claim_edits(UID, devices, HamiCoreConfig(tmp_path))
+    assert [m["containerPath"] for m in without["mounts"]] == [f"/usr/local/vgpu/claims/{UID}"]
     config = HamiCoreConfig(tmp_path, Path("/opt/hami/libvgpu.so"))
     config.ensure_preload_file()
     assert config.preload_file.read_text() == "/usr/local/vgpu/libvgpu.so\n"
-    mounts = {m["containerPath"]: m for m in claim_edits("u", devices, config)["mounts"]}
+    mounts = {m["containerPath"]: m for m in claim_edits(UID, devices, config)["mounts"]}
     assert mounts["/usr/local/vgpu/libvgpu.so"]["hostPath"] == "/opt/hami/libvgpu.so"
     assert mounts["/etc/ld.so.preload"]["hostPath"] == str(config.preload_file)
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]

@@ -1,0 +1,116 @@
+"""Malformed claim references from kubelet (or anything that reaches the socket) touch nothing else.
+
+The HAMi-core claim directory is ``<plugin-dir>/hami-core/claims/<uid>`` and is removed
+recursively on unprepare, so a UID of ``""`` or ``..`` must be refused before any path is built:
+each bad reference gets its own error, every other claim in the same request is served as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.claims import ClaimRef
+from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
+from dra_driver.kubeletplugin.plugin import KubeletPlugin
+from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
+from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
+from tests.kubeletplugin.helpers import claim, result
+
+HOSTILE = [
+    ({"namespace": "default", "name": "x", "uid": ""}, "is not a Kubernetes UID"),
+    ({"namespace": "default", "name": "x", "uid": ".."}, "is not a Kubernetes UID"),
+    ({"namespace": "default", "name": "x", "uid": "../../etc"}, "is not a Kubernetes UID"),
+    ({"namespace": "default", "name": "x", "uid": "a" * 5000}, "is not a Kubernetes UID"),
+    ({"namespace": "../kube-system", "name": "x", "uid": "44444444-4444-4444-4444-444444444444"},
+     "is not a valid namespace name"),
+    ({"namespace": "default", "name": "x/../../y", "uid": "55555555-5555-5555-5555-555555555555"},
+     "is not a valid ResourceClaim name"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def hami_plugin(dirs: Dirs, api_client: Any, tmp_path: Path) -> Iterator[KubeletPlugin]:
+    """The plugin with HAMi-core enabled, so prepared claims own a directory under hami-core/claims."""
+    library = tmp_path / "libvgpu.so"
+    library.write_bytes(b"\x7fELF stand-in")
+    options = plugin_options(dirs, hami_core_lib=library)
+    running = KubeletPlugin(options, profile_gpus("t4", node_name=NODE, gpus=4), api_client)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def hami_kubelet(hami_plugin: KubeletPlugin, protocol: KubeletProtocol) -> Iterator[PluginClient]:
+    client = PluginClient(protocol, hami_plugin.servers.registration_socket)
+    client.register()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def claims_dir(plugin: KubeletPlugin) -> Path:
+    return plugin.options.plugin_dir / "hami-core" / "claims"
+
+
+@pytest.mark.parametrize(("bad", "reason"), HOSTILE)
+def test_unprepare_of_a_malformed_reference_touches_no_other_claim(
+    hami_kubelet: PluginClient, hami_plugin: KubeletPlugin, api_client: Any, dirs: Dirs, bad: dict[str, str],
+    reason: str,
+) -> None:  # fmt: skip
+    c = create_claim(api_client, claim("c1", [result("gpu-1", memory="1000Mi", cores=10)]))
+    uid = c["metadata"]["uid"]
+    assert hami_kubelet.prepare([ref(c)]).claims[uid].error == ""
+    own_dir = claims_dir(hami_plugin) / uid
+    assert own_dir.is_dir()
+    (own_dir / "cudevshr.cache").write_text("in use")
+    spec = dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json"
+
+    response = hami_kubelet.unprepare([bad])
+    assert reason in response.claims[bad["uid"]].error
+    assert own_dir.is_dir() and (own_dir / "cudevshr.cache").read_text() == "in use"
+    assert spec.is_file() and uid in hami_plugin.preparer.prepared()
+    assert claims_dir(hami_plugin).is_dir()
+
+
+@pytest.mark.parametrize(("bad", "reason"), HOSTILE)
+def test_prepare_refuses_a_malformed_reference_per_claim(
+    hami_kubelet: PluginClient, api_client: Any, bad: dict[str, str], reason: str
+) -> None:
+    c = create_claim(api_client, claim("c1", [result("gpu-1", memory="1000Mi", cores=10)]))
+    uid = c["metadata"]["uid"]
+    response = hami_kubelet.prepare([bad, ref(c)])
+    assert reason in response.claims[bad["uid"]].error
+    assert response.claims[uid].error == "" and len(response.claims[uid].devices) == 1
+
+
+def test_a_claim_named_twice_is_answered_once(hami_kubelet: PluginClient, hami_plugin: KubeletPlugin,
+                                              api_client: Any) -> None:  # fmt: skip
+    c = create_claim(api_client, claim("c1", [result("gpu-1", memory="1000Mi", cores=10)]))
+    uid = c["metadata"]["uid"]
+    before = hami_plugin.metrics.requests.labels("prepare")._value.get()
+    response = hami_kubelet.prepare([ref(c), ref(c)])
+    assert list(response.claims) == [uid] and response.claims[uid].error == ""
+    assert hami_plugin.metrics.requests.labels("prepare")._value.get() == before + 1
+
+
+def test_claim_directory_is_never_built_from_a_non_uid(tmp_path: Path) -> None:
+    config = HamiCoreConfig(tmp_path / "hami-core")
+    for hostile in ("", "..", "../x", "/etc", "a/b"):
+        with pytest.raises(ValueError, match="not a Kubernetes UID"):
+            config.claim_dir(hostile)
+    uid = "66666666-6666-6666-6666-666666666666"
+    assert config.claim_dir(uid) == tmp_path / "hami-core" / "claims" / uid
+
+
+def test_well_formed_references_pass() -> None:
+    assert ClaimRef("team-a", "pod-gpu-x7k2p", "66666666-6666-6666-6666-666666666666").problem() is None
+    assert ClaimRef("default", "a.b-c", "ABCDEF01-6666-6666-6666-666666666666").problem() is None
