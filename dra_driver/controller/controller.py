@@ -155,6 +155,8 @@ class Controller:
             if claim is None:
                 continue
             try:
+                if self.reconciler.repair_overcommit(claim) == "retry":
+                    self._dirty_claims.add(key)
                 if self.reconciler.reconcile_claim(claim) == "retry":
                     self._dirty_claims.add(key)
             except KubeError as err:

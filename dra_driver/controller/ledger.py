@@ -147,6 +147,34 @@ class Ledger:
                 nodes.add(device.node)
         return nodes
 
+    def overcommit(self, pool: str, name: str) -> tuple[list[str], list[str]]:
+        """``(problems, claim uids)`` of one device: what its recorded uses exceed, and who uses it.
+
+        Counts every allocated claim of the driver, whoever allocated it; a use without amounts
+        (no shareID) takes the whole card, so it may not share the card with anything.
+        """
+        device = self._devices.get((pool, name))
+        if device is None:
+            return [], []
+        users = [
+            (uid, use)
+            for uid in sorted(self._by_node.get(device.node, ()))
+            for use in self._claims.get(uid, ())
+            if (use.pool, use.device) == (pool, name)
+        ]
+        card = device.card
+        problems = []
+        if len(users) > 1 and any(use.memory is None for _, use in users):
+            problems.append(f"a whole-card allocation shares it with {len(users) - 1} other(s)")
+        memory = sum(card.memory if use.memory is None else use.memory for _, use in users)
+        cores = sum(card.cores if use.cores is None else use.cores for _, use in users)
+        slots = sum(card.slots if use.slots is None else use.slots for _, use in users)
+        for what, used, total in (("memory", memory, card.memory), ("cores", cores, card.cores),
+                                  ("slots", slots, card.slots)):  # fmt: skip
+            if used > total:
+                problems.append(f"{what} {used} > {total}")
+        return problems, [uid for uid, _ in users]
+
     # --- engine state ------------------------------------------------------------------------
     def shares_on(self, node: str) -> list[DeviceShare]:
         shares = []

@@ -22,6 +22,12 @@ class ControllerMetrics:
         self.deallocations = Counter(
             "hami_dra_deallocations", "Claims deallocated by the controller", registry=self.registry
         )
+        self.overcommits = Counter(
+            "hami_dra_overcommitted_devices",
+            "Allocations observed that overcommit a GPU, by what was done",
+            ["action"],
+            registry=self.registry,
+        )
         self.conflicts = Counter("hami_dra_write_conflicts", "409 conflicts retried", registry=self.registry)
         self.latency = Histogram(
             "hami_dra_decision_seconds",

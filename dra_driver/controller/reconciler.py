@@ -49,6 +49,8 @@ log = logging.getLogger("dra_driver.controller")
 CONDITION_TYPE = "gpu.hami.io/Allocated"
 _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
 ASSUME_SECONDS = 30.0
+#: Written to a claim to fence it (see ``Reconciler.fence_unallocated``); its value says who and when.
+FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
 MAX_WRITE_ATTEMPTS = 5
 
 
@@ -167,6 +169,7 @@ class Reconciler:
         self.matcher = Matcher(driver, policy_taint or f"{driver}/policy-managed")
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
+        self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
         self.decision_seconds: deque[float] = deque(maxlen=100_000)  # for benchmarks and debugging
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
@@ -199,6 +202,7 @@ class Reconciler:
     def forget_claim(self, key: str) -> None:
         """The claim was deleted: drop what we assumed about it."""
         self._assumed.pop(key, None)
+        self.fenced.pop(key, None)
 
     def observe_claim(self, old: Obj | None, new: Obj | None) -> None:
         """Keep the ledger and the template-claim index in step with a claim change.
@@ -497,7 +501,53 @@ class Reconciler:
             )
         return current, "done"
 
+    def fence_unallocated(self, pod: Obj) -> None:
+        """Bump the resourceVersion of the pod's claims that carry our finalizer but no allocation.
+
+        Such a claim may have an allocation write in flight that this process does not know of: a
+        predecessor's (killed, or deposed, while its UpdateStatus hung) or our own whose outcome was
+        unknown (a timeout). That write carries the resourceVersion we see now, so while we leave
+        the claim unallocated it could still land, on a card we have since given to others. Any
+        write to the claim makes it fail with 409; if it landed first, our fence gets the 409
+        instead and the re-read shows the allocation, which the ledger then counts.
+        """
+        for _, claim in self.pod_claims(pod):
+            if claim is None or (claim.get("status") or {}).get("allocation"):
+                continue
+            meta = _meta(claim)
+            key = _key(claim)
+            if FINALIZER not in (meta.get("finalizers") or ()) or self.fenced.get(key) == meta.get(
+                "resourceVersion"
+            ):
+                continue
+            fence = copy.deepcopy(dict(claim))
+            fence.pop("status", None)
+            fence["metadata"].setdefault("annotations", {})[FENCE_ANNOTATION] = f"{self.identity} {_now()}"
+            try:
+                written = self.kube.update(RESOURCE_CLAIMS, fence)
+            except KubeError as err:
+                if err.not_found:
+                    continue
+                try:
+                    # 409: something was written first (maybe the allocation): learn what.
+                    current = self.kube.get(RESOURCE_CLAIMS, meta.get("namespace"), str(meta.get("name")))
+                except KubeError as read_err:
+                    log.warning(
+                        "claim %s: not fenced (%s; re-read: %s); retried next pass", key, err, read_err
+                    )
+                    continue
+                if not err.conflict:
+                    log.warning("claim %s: not fenced: %s; retried next pass", key, err)
+                self._remember(current)
+                if (current.get("status") or {}).get("allocation"):
+                    log.warning("claim %s: an allocation landed while it was unallocated here; counted", key)
+                continue
+            self.fenced[key] = str(_meta(written).get("resourceVersion"))
+            self._remember(written)
+            log.info("claim %s fenced at resourceVersion %s", key, self.fenced[key])
+
     def _pending(self, pod: Obj, message: str, reason: str) -> str:
+        self.fence_unallocated(pod)
         uid = str(_meta(pod).get("uid"))
         hami_reason = _HAMI_REASON.search(message)
         first_reason = hami_reason.group(1) if hami_reason else reason
@@ -582,6 +632,58 @@ class Reconciler:
             if owner is not None and pod_active(owner):
                 return True
         return False
+
+    def repair_overcommit(self, claim: Obj) -> str | None:
+        """Act on an observed allocation that overcommits a GPU (None when nothing is wrong).
+
+        It should never happen (allocations are written with resourceVersion guards and fenced),
+        but another allocator, a bug or a hand-written status can cause it. Reported as an error
+        log, a metric and a Warning event; repaired by deallocating the newest claim on the card
+        that carries our finalizer and is not reserved (its pod has not started), so that pod is
+        placed again; a card whose users have all started is reported only.
+        """
+        for use in claim_uses(claim, self.driver):
+            problems, uids = self.ledger.overcommit(use.pool, use.device)
+            if not problems:
+                continue
+            where = f"{use.pool}/{use.device}"
+            by_uid = {str(_meta(c).get("uid")): c for c in self.claims.values()}
+            candidates = [
+                by_uid[uid]
+                for uid in uids
+                if uid in by_uid
+                and FINALIZER in (_meta(by_uid[uid]).get("finalizers") or ())
+                and not (by_uid[uid].get("status") or {}).get("reservedFor")
+                and _key(by_uid[uid]) not in self.in_flight_claims
+            ]
+            if not candidates:
+                log.error(
+                    "GPU %s overcommitted (%s) by started or foreign claims; not repaired", where, problems
+                )
+                self.metrics.overcommits.labels("reported").inc()
+                return "reported"
+            victim = max(candidates, key=lambda c: (str(_meta(c).get("creationTimestamp")), _key(c)))
+            log.error("GPU %s overcommitted (%s); deallocating the newest unstarted claim %s", where,
+                      "; ".join(problems), _key(victim))  # fmt: skip
+            cleared = copy.deepcopy(dict(victim))
+            cleared.setdefault("status", {}).pop("allocation", None)
+            cleared["status"].pop("devices", None)
+            try:
+                written = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
+            except KubeError as err:
+                log.warning("claim %s: overcommit repair failed: %s; retried", _key(victim), err)
+                return "retry"
+            self._remember(written)
+            self.metrics.overcommits.labels("deallocated").inc()
+            message = (
+                f"GPU {where} was overcommitted ({'; '.join(problems)}): claim {_key(victim)} deallocated"
+            )
+            for pod_key in sorted(self.consumers.get(_key(victim), ())):
+                pod = self.pods.get(pod_key)
+                if pod is not None:
+                    self._event(pod, "Warning", "GpuOvercommitted", message)
+            return "deallocated"
+        return None
 
     def reconcile_claim(self, claim: Obj) -> str:
         """Release a claim of ours that nobody uses; returns what it did."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dra_driver.sandbox.errors import ApiError
 
@@ -40,6 +40,10 @@ class Fault:
     remaining: int | None  # None = until cleared
     methods: frozenset[str] | None
     hits: int = 0
+    #: Deterministic hold: matching requests wait (before they are applied) until it is set.
+    hold: threading.Event | None = None
+    #: Set once a held request has been applied (or refused) and answered.
+    released: threading.Event = field(default_factory=threading.Event)
 
 
 class Faults:
@@ -58,12 +62,22 @@ class Faults:
         count: int | None = 1,
         delay: float = 0.0,
         methods: set[str] | None = None,
+        hold: threading.Event | None = None,
     ) -> Fault:
-        """Fail (``status``) and/or delay the next ``count`` requests whose path matches ``path``."""
-        if status is None and delay <= 0:
-            raise ValueError("a fault needs a status, a delay, or both")
+        """Fail (``status``), delay, or hold (until ``hold`` is set) the next ``count`` matching requests.
+
+        A held request is applied when released, with what it carried when it arrived (its
+        resourceVersion included): a write that hung in flight and lands late.
+        """
+        if status is None and delay <= 0 and hold is None:
+            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
         fault = Fault(
-            re.compile(path), status, delay, count, frozenset(m.upper() for m in methods) if methods else None
+            re.compile(path),
+            status,
+            delay,
+            count,
+            frozenset(m.upper() for m in methods) if methods else None,
+            hold=hold,
         )
         with self._lock:
             self._faults.append(fault)
@@ -77,8 +91,8 @@ class Faults:
         """End open watch streams (for ``resource``, a store key such as ``pods``; all if None)."""
         return self._close_watches(resource)
 
-    def match(self, method: str, path: str) -> tuple[float, ApiError | None]:
-        """The delay to apply and the error to return (if any) for this request."""
+    def match(self, method: str, path: str) -> tuple[float, ApiError | None, Fault | None]:
+        """The delay to apply, the error to return (if any) and the matching fault, for this request."""
         with self._lock:
             for fault in self._faults:
                 if fault.methods is not None and method not in fault.methods:
@@ -102,5 +116,5 @@ class Faults:
                 elif fault.status is not None:
                     reason = REASONS.get(fault.status, "InternalError")
                     error = ApiError(fault.status, reason, f"injected fault ({reason})")
-                return fault.delay, error
-        return 0.0, None
+                return fault.delay, error, fault
+        return 0.0, None, None

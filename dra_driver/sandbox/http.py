@@ -31,6 +31,8 @@ from dra_driver.sandbox.selectors import make_filter
 from dra_driver.sandbox.store import Event, TooOld
 
 log = logging.getLogger(__name__)
+#: A held request (``Faults.inject(hold=...)``) is applied after this long even if never released.
+HOLD_LIMIT_SECONDS = 120.0
 Obj = dict[str, Any]
 PUBLIC = ("/version", "/healthz", "/livez", "/readyz")
 
@@ -164,12 +166,18 @@ class Handler(BaseHTTPRequestHandler):
                 given, f"Bearer {self.server.token}".encode()
             ):
                 raise e.unauthorized()
-            delay, fault = self.server.faults.match(method, url.path)
+            delay, error, fault = self.server.faults.match(method, url.path)
+            if fault is not None and fault.hold is not None:
+                fault.hold.wait(HOLD_LIMIT_SECONDS)
             if delay:
                 time.sleep(delay)
-            if fault is not None:
-                raise fault
-            self._route(method, url.path, query, raw)
+            try:
+                if error is not None:
+                    raise error
+                self._route(method, url.path, query, raw)
+            finally:
+                if fault is not None:
+                    fault.released.set()
         except ApiError as err:
             self._send_json(err.code, err.status(), headers=err.headers)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
