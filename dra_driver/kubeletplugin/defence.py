@@ -50,13 +50,17 @@ def usage_by_gpu(
     return usage
 
 
+class CapacityError(ClaimError):
+    """The claim does not fit next to what this node has prepared (maybe stale entries)."""
+
+
 def check_fits(
     claim: str,
     devices: list[tuple[AllocatedDevice, NodeGpu]],
     prepared: Iterable[tuple[str, AllocatedDevice]],
     gpus: dict[str, NodeGpu],
 ) -> None:
-    """Raise ClaimError (with the GPU and the numbers) if ``devices`` do not fit next to ``prepared``."""
+    """Raise CapacityError (with the GPU and the numbers) if ``devices`` do not fit next to ``prepared``."""
     usage = usage_by_gpu(prepared, gpus)
     combined = usage_by_gpu([(claim, d) for d, _ in devices], gpus)
     for name, mine in combined.items():
@@ -65,20 +69,20 @@ def check_fits(
             continue
         gpu = gpus[name]
         if other.exclusive_by is not None:
-            raise ClaimError(f"{gpu.name} is allocated exclusively to prepared claim {other.exclusive_by}")
+            raise CapacityError(f"{gpu.name} is allocated exclusively to prepared claim {other.exclusive_by}")
         if mine.exclusive_by is not None:
-            raise ClaimError(
+            raise CapacityError(
                 f"{gpu.name} is requested exclusively but {other.tenants} prepared claim(s) share it"
             )
         if other.memory + mine.memory > gpu.memory_bytes:
-            raise ClaimError(
+            raise CapacityError(
                 f"{gpu.name} memory overcommitted: {format_bytes(other.memory)} prepared + "
                 f"{format_bytes(mine.memory)} requested > {format_bytes(gpu.memory_bytes)}"
             )
         if other.cores + mine.cores > gpu.cores:
-            raise ClaimError(
+            raise CapacityError(
                 f"{gpu.name} cores overcommitted: {other.cores} prepared + {mine.cores} requested "
                 f"> {gpu.cores}"
             )
         if other.slots + mine.slots > gpu.slots:
-            raise ClaimError(f"{gpu.name} has no free slot: {other.slots} of {gpu.slots} used")
+            raise CapacityError(f"{gpu.name} has no free slot: {other.slots} of {gpu.slots} used")

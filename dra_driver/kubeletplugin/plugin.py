@@ -147,7 +147,11 @@ class KubeletPlugin:
         threading.Thread(target=self._cleanup_loop, name="claim-cleanup", daemon=True).start()
 
     def _cleanup_loop(self) -> None:
-        while not self._stop.wait(self.options.cleanup_seconds):
+        """Unprepare claims deleted from the API: at start-up (kubelet may have missed unprepares
+        while the plugin was down), then every ``cleanup_seconds``."""
+        first = True
+        while first or not self._stop.wait(self.options.cleanup_seconds):
+            first = False
             try:
                 self.preparer.cleanup_deleted()
             except Exception:

@@ -39,7 +39,7 @@ from dra_driver.kubeletplugin.claims import (
     devices_for_node,
     is_kubernetes_uid,
 )
-from dra_driver.kubeletplugin.defence import GpuUsage, check_fits, usage_by_gpu
+from dra_driver.kubeletplugin.defence import CapacityError, GpuUsage, check_fits, usage_by_gpu
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
 from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
@@ -181,7 +181,15 @@ class Preparer:
     def _guarded_prepare(self, ref: ClaimRef) -> PrepareResult:
         """One well-formed claim: its own errors become its result, never another claim's."""
         try:
-            return PrepareResult(devices=self._prepare_one(ref))
+            try:
+                return PrepareResult(devices=self._prepare_one(ref))
+            except CapacityError as err:
+                # Entries of claims deleted while the plugin was down (kubelet never unprepared
+                # them) still count: check them against the API before refusing.
+                if not self.cleanup_deleted():
+                    raise
+                LOG.info("prepare %s: %s; retrying after removing stale claims", ref, err)
+                return PrepareResult(devices=self._prepare_one(ref))
         except ClaimError as err:
             LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
             return PrepareResult(error=str(err))

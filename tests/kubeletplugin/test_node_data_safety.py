@@ -1,5 +1,6 @@
-"""Malformed claim references from kubelet (or anything that reaches the socket) touch nothing else.
+"""Node data safety: hostile claim references, and stale entries of claims deleted while down.
 
+Malformed claim references from kubelet (or anything that reaches the socket) touch nothing else.
 The HAMi-core claim directory is ``<plugin-dir>/hami-core/claims/<uid>`` and is removed
 recursively on unprepare, so a UID of ``""`` or ``..`` must be refused before any path is built:
 each bad reference gets its own error, every other claim in the same request is served as usual.
@@ -20,6 +21,7 @@ from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
 from tests.kubeletplugin.helpers import claim, result
+from tests.waiting import wait_for
 
 HOSTILE = [
     ({"namespace": "default", "name": "x", "uid": ""}, "is not a Kubernetes UID"),
@@ -114,3 +116,48 @@ def test_claim_directory_is_never_built_from_a_non_uid(tmp_path: Path) -> None:
 def test_well_formed_references_pass() -> None:
     assert ClaimRef("team-a", "pod-gpu-x7k2p", "66666666-6666-6666-6666-666666666666").problem() is None
     assert ClaimRef("default", "a.b-c", "ABCDEF01-6666-6666-6666-666666666666").problem() is None
+
+
+def _delete_claim(api_client: Any, created: dict[str, Any]) -> None:
+    from kubernetes import client as k8s
+
+    k8s.ResourceV1Api(api_client).delete_namespaced_resource_claim(
+        created["metadata"]["name"], created["metadata"]["namespace"], _preload_content=False
+    )
+
+
+def test_a_claim_deleted_without_unprepare_does_not_block_a_new_prepare(
+    kubelet: PluginClient, plugin: KubeletPlugin, api_client: Any, dirs: Dirs
+) -> None:
+    """kubelet missed the unprepare (the plugin was down): the stale entry is checked, not counted."""
+    stale = create_claim(api_client, claim("stale", [result("gpu-0", memory="15000Mi", cores=10)]))
+    assert kubelet.prepare([ref(stale)]).claims[stale["metadata"]["uid"]].error == ""
+    _delete_claim(api_client, stale)
+    fresh = create_claim(api_client, claim("fresh", [result("gpu-0", memory="1000Mi", cores=10)]))
+    response = kubelet.prepare([ref(fresh)])
+    assert response.claims[fresh["metadata"]["uid"]].error == ""
+    assert stale["metadata"]["uid"] not in plugin.preparer.prepared()
+    assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{stale['metadata']['uid']}.json").exists()
+
+
+def test_stale_entries_are_swept_right_at_start_up(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol
+) -> None:
+    gpus = profile_gpus("t4", node_name=NODE, gpus=4)
+    first = KubeletPlugin(plugin_options(dirs), gpus, api_client)
+    first.start()
+    client = PluginClient(protocol, first.servers.registration_socket)
+    client.register()
+    stale = create_claim(api_client, claim("stale", [result("gpu-1", memory="2000Mi", cores=10)]))
+    uid = stale["metadata"]["uid"]
+    assert client.prepare([ref(stale)]).claims[uid].error == ""
+    client.close()
+    first.stop()
+    _delete_claim(api_client, stale)  # deleted while the plugin is down: no unprepare comes
+    second = KubeletPlugin(plugin_options(dirs), gpus, api_client)  # cleanup_seconds is an hour
+    second.start()
+    try:
+        wait_for(lambda: uid not in second.preparer.prepared(), 10, "stale entry swept at start-up")
+        assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+    finally:
+        second.stop()
