@@ -68,6 +68,8 @@ class ResolvedConfig:
     weights: ScoringWeights
     numa_bind: bool
     sources: Mapping[str, ConfigSource] = field(default_factory=dict)
+    #: Pod annotations that were invalid and therefore ignored (the lower sources apply).
+    ignored_annotations: tuple[str, ...] = ()
 
     @property
     def unknown_policies(self) -> tuple[str, ...]:
@@ -126,7 +128,13 @@ def resolve_config(
     annotations: Mapping[str, str] | None = None,
     defaults: ControllerDefaults = ControllerDefaults(),
 ) -> ResolvedConfig:
-    """Merge the sources field by field; raise ``ConfigError`` for an invalid pod annotation."""
+    """Merge the sources field by field.
+
+    An invalid HAMi pod annotation is ignored, with the reason in ``ignored_annotations``, the
+    way unknown names in a policy chain are ignored: the pod is placed with the class, claim or
+    default value instead of waiting forever for an annotation it cannot change. (Our own
+    ``GpuConfig`` is validated by the webhook, so it cannot be invalid here.)
+    """
     policy_text: str = defaults.policy
     node_policy_text: str = defaults.node_policy
     weights: ScoringWeights = DEFAULT_WEIGHTS
@@ -147,20 +155,27 @@ def resolve_config(
         policy_text, sources["policy"] = annotations[ANNOTATION_GPU_POLICY], ConfigSource.ANNOTATION
     if ANNOTATION_NODE_POLICY in annotations:
         node_policy_text, sources["nodePolicy"] = annotations[ANNOTATION_NODE_POLICY], ConfigSource.ANNOTATION
+    ignored: list[str] = []
     if ANNOTATION_DEVICE_WEIGHTS in annotations:
         try:
             weights = parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
+            sources["scoringWeights"] = ConfigSource.ANNOTATION
         except WeightsError as err:
-            raise ConfigError(f"pod annotation {ANNOTATION_DEVICE_WEIGHTS}: {err}") from None
-        sources["scoringWeights"] = ConfigSource.ANNOTATION
+            ignored.append(f"pod annotation {ANNOTATION_DEVICE_WEIGHTS} ignored: {err}")
     try:
         node_policy = parse_node_policy(node_policy_text)
     except ValueError as err:
-        raise ConfigError(f"pod annotation {ANNOTATION_NODE_POLICY}: {err}") from None
+        if sources.get("nodePolicy") != ConfigSource.ANNOTATION:
+            raise ConfigError(f"nodePolicy {node_policy_text!r}: {err}") from None
+        ignored.append(f"pod annotation {ANNOTATION_NODE_POLICY} ignored: {err}")
+        fallback = [c.nodePolicy for c in (*class_configs, *claim_configs) if c.nodePolicy is not None]
+        node_policy = parse_node_policy(fallback[-1] if fallback else defaults.node_policy)
+        sources.pop("nodePolicy", None)
     return ResolvedConfig(
         policy=parse_policy_chain(policy_text),
         node_policy=node_policy,
         weights=weights,
         numa_bind=numa_bind,
         sources=sources,
+        ignored_annotations=tuple(ignored),
     )

@@ -210,6 +210,7 @@ class Planner:
                 plan.warnings.append(
                     f"{subject}: unknown policy name(s) ignored: {', '.join(resolved.unknown_policies)}"
                 )
+            plan.warnings.extend(f"{subject}: {ignored}" for ignored in resolved.ignored_annotations)
             if spec.admin_access:
                 result = self._admin(spec, eligible, nodes)
                 if result is None:

@@ -55,6 +55,8 @@ def _memory(value: Any, where: str) -> int:
         amount = parse_quantity(str(value))
     except ValueParseError as err:
         raise RequestError(f"{where}: memory {value!r}: {err}") from None
+    if amount < 0:
+        raise RequestError(f"{where}: memory {value} is negative")
     # The slices' request policy: validRange min 1Mi, step 1Mi (round up, like the scheduler).
     return max(MIB, math.ceil(amount / MIB) * MIB)
 
@@ -64,6 +66,8 @@ def _cores(value: Any, where: str) -> int:
         amount = parse_quantity(str(value))
     except ValueParseError as err:
         raise RequestError(f"{where}: cores {value!r}: {err}") from None
+    if amount < 0:
+        raise RequestError(f"{where}: cores {value} is negative")
     cores = max(0, math.ceil(amount))
     if cores > 100:
         raise RequestError(f"{where}: cores {value} exceeds 100 (percent of one GPU)")

@@ -35,6 +35,10 @@ PREPARE_COMPLETED = "PrepareCompleted"
 DEFAULT_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
+class CheckpointUnreadable(OSError):
+    """The checkpoint exists but cannot be read; the message names the file."""
+
+
 class CorruptCheckpoint(Exception):
     """The checkpoint file exists but cannot be trusted."""
 
@@ -125,6 +129,13 @@ class Checkpoint:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
+        except OSError as err:
+            # Not corrupt, unreadable (permissions, a directory, I/O): quarantining it would lose
+            # what it knows, so the plugin refuses to start and says which file to fix.
+            raise CheckpointUnreadable(
+                f"cannot read the checkpoint {self.path}: {err.strerror or err}; fix it or move it away "
+                "(the plugin then rebuilds it from the API)"
+            ) from err
         try:
             document = json.loads(raw)
             if not isinstance(document, dict):

@@ -166,8 +166,9 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     try:
         plugin.start()
-    except (SocketError, PermissionError) as err:
-        raise UsageError(str(err)) from err
+    except (SocketError, OSError) as err:
+        plugin.stop()
+        raise UsageError(str(err)) from None
     LOG.warning("kubelet plugin %s serving %d GPU(s) on node %s", args.driver_name, len(gpus), args.node_name)
     print(f"ready: {plugin.servers.registration_socket}", flush=True)
     stop.wait()

@@ -134,13 +134,25 @@ def test_later_entries_override_earlier_ones() -> None:
 @pytest.mark.parametrize(
     ("annotations", "expected"),
     [
-        ({ANNOTATION_NODE_POLICY: "pack"}, "hami.io/node-scheduler-policy: unknown node policy"),
-        ({ANNOTATION_DEVICE_WEIGHTS: "slot=1"}, "hami.io/device-scoring-weights: invalid scoring weights"),
+        ({ANNOTATION_NODE_POLICY: "pack"}, "hami.io/node-scheduler-policy ignored: unknown node policy"),
+        (
+            {ANNOTATION_DEVICE_WEIGHTS: "slot=1"},
+            "hami.io/device-scoring-weights ignored: invalid scoring weights",
+        ),
     ],
 )
-def test_bad_annotations_are_config_errors(annotations: dict[str, str], expected: str) -> None:
-    with pytest.raises(ConfigError, match=expected):
-        resolve_config(annotations=annotations)
+def test_bad_annotations_are_ignored_with_the_reason_like_unknown_policy_names(
+    annotations: dict[str, str], expected: str
+) -> None:
+    class_config = parse_gpu_config(
+        cfg(nodePolicy="spread", scoringWeights={"slot": 0, "core": 1, "memory": 2})
+    )
+    resolved = resolve_config(class_configs=[class_config], annotations=annotations)
+    (reason,) = resolved.ignored_annotations
+    assert reason.startswith(f"pod annotation {expected}")
+    assert resolved.node_policy == NodePolicy.SPREAD
+    assert resolved.weights == class_config.scoringWeights.to_engine()  # type: ignore[union-attr]
+    assert "annotation" not in resolved.describe()
 
 
 def test_bad_controller_defaults_rejected() -> None:

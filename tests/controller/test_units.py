@@ -264,3 +264,12 @@ def test_selector_exclusions_are_named_as_such_in_pending_reasons() -> None:
     )
     reason = plan_one(claim(only_gpu3), p).reason
     assert reason is not None and "3/4 DeviceSelectorMismatch" in reason and "CardUuidMismatch" not in reason
+
+
+@pytest.mark.parametrize(
+    ("requested", "reason"),
+    [({"memory": "-1Gi"}, "memory -1Gi is negative"), ({"cores": "-5"}, "cores -5 is negative")],
+)
+def test_negative_capacity_requests_are_refused_not_clamped(requested: dict[str, str], reason: str) -> None:
+    with pytest.raises(RequestError, match=reason):
+        claim_requests(claim(exact("a", capacity={"requests": requested})), lambda name: True)

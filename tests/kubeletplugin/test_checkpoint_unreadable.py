@@ -1,0 +1,37 @@
+"""An unreadable checkpoint stops the plugin with one line naming the file, and is not quarantined."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli import main
+from dra_driver.kubeletplugin.checkpoint import Checkpoint, CheckpointUnreadable
+from dra_driver.sandbox.server import SandboxServer
+
+
+def test_load_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    path.mkdir()  # unreadable as a file, even for root (permissions are not enforced for root)
+    with pytest.raises(CheckpointUnreadable, match=f"cannot read the checkpoint {path}"):
+        Checkpoint(path).load()
+    assert path.is_dir(), "an unreadable checkpoint is left in place, not quarantined"
+
+
+def test_the_plugin_refuses_to_start_in_one_line(
+    tmp_path: Path, sandbox: SandboxServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugin_dir = tmp_path / "plugin"
+    (plugin_dir / "checkpoint.json").mkdir(parents=True)
+    (tmp_path / "boot_id").write_text("b\n")
+    code = main([
+        "kubelet-plugin", "--node-name", "n1", "--source", "simulated", "--profile", "t4", "--gpus", "1",
+        "--kubeconfig", str(sandbox.kubeconfig_path), "--plugin-dir", str(plugin_dir),
+        "--registry-dir", str(tmp_path / "registry"), "--cdi-dir", str(tmp_path / "cdi"),
+        "--boot-id-file", str(tmp_path / "boot_id"), "--no-publish",
+    ])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("hami-dra kubelet-plugin: error: cannot read the checkpoint ")
+    assert str(plugin_dir / "checkpoint.json") in err[0]
