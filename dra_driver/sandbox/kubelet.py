@@ -202,6 +202,7 @@ class PreparedPod:
     cdi_ids: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> CDI IDs
     drivers: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> drivers that prepared it
     error: str = ""
+    reported_running: bool = False
 
 
 def _claim_names(pod: dict[str, Any]) -> list[str]:
@@ -245,6 +246,9 @@ class KubeletSimulator:
         self.plugins: dict[str, PluginClient] = {}  # driver -> client
         self._sockets: dict[Path, str] = {}  # registration socket -> driver
         self.pods: dict[str, PreparedPod] = {}  # pod uid -> prepared state
+        #: Pods gone whose claims could not be unprepared yet (plugin down, an error): retried
+        #: on every sync, as kubelet retries NodeUnprepareResources until it succeeds.
+        self.unprepare_pending: dict[str, PreparedPod] = {}
         self.health: dict[tuple[str, str, str], str] = {}  # (driver, pool, device) -> HEALTHY/UNHEALTHY
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -329,11 +333,16 @@ class KubeletSimulator:
         for uid, pod in pods.items():
             if not _pod_done(pod) and (uid not in self.pods or self.pods[uid].error):
                 self.pods[uid] = self._prepare_pod(pod)
-                if not self.pods[uid].error:
-                    self._mark_running(pod)
+            state = self.pods.get(uid)
+            if state is not None and not state.error and not state.reported_running:
+                # Retried on every sync until the API server takes it, as kubelet's status manager does.
+                state.reported_running = self._mark_running(pod)
         for uid in list(self.pods):
             if uid not in pods or _pod_done(pods[uid]):
-                self._unprepare_pod(self.pods.pop(uid))
+                self.unprepare_pending[uid] = self.pods.pop(uid)
+        for uid, state in list(self.unprepare_pending.items()):
+            if self._unprepare_pod(state):
+                del self.unprepare_pending[uid]
 
     def _prepare_pod(self, pod: dict[str, Any]) -> PreparedPod:
         meta = pod["metadata"]
@@ -386,7 +395,7 @@ class KubeletSimulator:
                 ids.extend(i for d in result.devices for i in d.cdi_device_ids)
         return state
 
-    def _mark_running(self, pod: dict[str, Any]) -> None:
+    def _mark_running(self, pod: dict[str, Any]) -> bool:
         """Report the pod Running once its claims are prepared, as kubelet does after starting containers.
 
         Nothing runs for real; the status only lets ``kubectl get pods`` tell prepared pods apart.
@@ -414,10 +423,15 @@ class KubeletSimulator:
         try:
             self._core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
         except ApiException as err:
-            if err.status != 404:  # a pod deleted meanwhile is normal; the next sync unprepares it
-                self.errors.append(f"cannot report pod {meta['name']} Running: {err.status} {err.reason}")
+            if err.status == 404:  # a pod deleted meanwhile is normal; the next sync unprepares it
+                return True
+            self.errors.append(f"cannot report pod {meta['name']} Running: {err.status} {err.reason}")
+            return False
+        return True
 
-    def _unprepare_pod(self, state: PreparedPod) -> None:
+    def _unprepare_pod(self, state: PreparedPod) -> bool:
+        """Unprepare the pod's claims no other pod uses; False if any must be tried again."""
+        done = True
         in_use = {uid for other in self.pods.values() for uid in other.claims}
         by_driver: dict[str, list[dict[str, str]]] = {}
         for uid, ref in state.claims.items():
@@ -429,8 +443,14 @@ class KubeletSimulator:
             plugin = self.plugins.get(driver)
             if plugin is None:
                 self.errors.append(f"cannot unprepare {len(claims)} claim(s): driver {driver} not registered")
+                done = False
                 continue
-            response = plugin.unprepare(claims)
+            try:
+                response = plugin.unprepare(claims)
+            except grpc.RpcError as err:
+                self.errors.append(f"NodeUnprepareResources for driver {driver} failed: {err.code()}")
+                done = False
+                continue
             for claim_ref in claims:
                 error = (
                     response.claims[claim_ref["uid"]].error
@@ -439,6 +459,8 @@ class KubeletSimulator:
                 )
                 if error:
                     self.errors.append(f"NodeUnprepareResources {claim_ref['name']}: {error}")
+                    done = False
+        return done
 
     def cdi_ids(self, pod_uid: str) -> list[str]:
         """CDI IDs kubelet would pass to the runtime for the pod (empty if not prepared)."""

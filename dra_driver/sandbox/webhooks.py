@@ -13,13 +13,22 @@ MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
 
 _POD_RULES = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]
+#: As the chart's (charts/hami-dra/templates/webhook-admission.yaml): DeviceClasses on CREATE and
+#: UPDATE, claims and templates on CREATE only (their spec is immutable), so that a webhook outage
+#: with failurePolicy Fail never blocks a claim's finalizer removal, hence its deletion.
 _CONFIG_RULES = [
     {
         "operations": ["CREATE", "UPDATE"],
         "apiGroups": ["resource.k8s.io"],
         "apiVersions": ["v1"],
-        "resources": ["deviceclasses", "resourceclaims", "resourceclaimtemplates"],
-    }
+        "resources": ["deviceclasses"],
+    },
+    {
+        "operations": ["CREATE"],
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["resourceclaims", "resourceclaimtemplates"],
+    },
 ]
 
 

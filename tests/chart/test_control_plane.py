@@ -205,3 +205,24 @@ def test_components_can_be_turned_off(render: Render) -> None:
 def test_gate_annotation_names_the_gate_the_webhook_adds() -> None:
     webhook = pytest.importorskip("dra_driver.webhook", reason="the webhook package is not written yet")
     assert webhook.GATE_NAME == GATE
+
+
+def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> None:
+    """The sandbox's webhook configuration must not be stricter than the chart's (or looser)."""
+    from dra_driver.sandbox.webhooks import webhook_configurations
+
+    def operations(hooks: list[dict]) -> dict[tuple[str, str], set[str]]:
+        covered: dict[tuple[str, str], set[str]] = {}
+        for hook in hooks:
+            for rule in hook["rules"]:
+                for resource in rule["resources"]:
+                    kind = "mutating" if hook["name"].startswith("pods.") else "validating"
+                    covered.setdefault((kind, resource), set()).update(rule["operations"])
+        return covered
+
+    sandbox_hooks = [
+        hook
+        for _, body in webhook_configurations("https://x", "", "gpu.hami.io")
+        for hook in body["webhooks"]
+    ]
+    assert operations(sandbox_hooks) == operations(_webhooks(render()))

@@ -140,3 +140,60 @@ def test_pod_waits_for_a_claim_that_does_not_exist_yet(
     api.replace_namespaced_resource_claim_status("c3", "default", c, _preload_content=False)
     assert wait_for(lambda: kubelet.cdi_ids(pod_uid))
     assert not kubelet.errors, kubelet.errors
+
+
+def _running_pod_with_claim(api_client: Any, name: str, claim_name: str, device: str) -> tuple[str, str]:
+    core, api = k8s.CoreV1Api(api_client), k8s.ResourceV1Api(api_client)
+    created = json.loads(
+        core.create_namespaced_pod("default", pod(name, claim_name), _preload_content=False).data
+    )
+    c = create_claim(api_client, claim(claim_name, [result(device, memory="1Gi", cores=10)]))
+    c["status"] = dict(
+        c["status"], reservedFor=[{"resource": "pods", "name": name, "uid": created["metadata"]["uid"]}]
+    )
+    api.replace_namespaced_resource_claim_status(claim_name, "default", c, _preload_content=False)
+    return created["metadata"]["uid"], c["metadata"]["uid"]
+
+
+def test_a_failed_status_report_is_retried(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, sandbox: Any
+) -> None:
+    kubelet, _ = node
+    fault = sandbox.faults.inject(r"/pods/p4/status$", status=500, count=2, methods={"PATCH"})
+    _running_pod_with_claim(api_client, "p4", "c4", "gpu-0")
+    core = k8s.CoreV1Api(api_client)
+
+    def phase() -> str | None:
+        return json.loads(core.read_namespaced_pod("p4", "default", _preload_content=False).data)[
+            "status"
+        ].get("phase")
+
+    wait_for(lambda: phase() == "Running", 10, "the pod reported Running after the failed patches")
+    assert fault.hits == 2 and any("cannot report pod p4 Running: 500" in e for e in kubelet.errors)
+
+
+def test_an_unprepare_the_plugin_missed_is_retried_once_it_is_back(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, dirs: Dirs, protocol: KubeletProtocol
+) -> None:
+    kubelet, plugin = node
+    pod_uid, claim_uid = _running_pod_with_claim(api_client, "p5", "c5", "gpu-1")
+    wait_for(lambda: kubelet.cdi_ids(pod_uid), 10, "prepared")
+    spec = dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json"
+    plugin.stop()  # the plugin is down ...
+    wait_for(
+        lambda: DRIVER not in kubelet.plugins or kubelet.unprepare_pending is not None, 10, "plugin gone"
+    )
+    k8s.CoreV1Api(api_client).delete_namespaced_pod("p5", "default", grace_period_seconds=0)
+    wait_for(lambda: pod_uid in kubelet.unprepare_pending, 10, "the unprepare failed and is pending")
+    assert spec.exists()
+    back = KubeletPlugin(
+        plugin_options(dirs, publish=True), profile_gpus("t4", node_name=NODE, gpus=2), api_client
+    )
+    back.start()  # ... and back: kubelet's retry unprepares the claim
+    try:
+        wait_for(
+            lambda: not spec.exists() and pod_uid not in kubelet.unprepare_pending, 15, "unprepared on retry"
+        )
+        assert claim_uid not in back.preparer.prepared()
+    finally:
+        back.stop()
