@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,9 +56,12 @@ def test_claim_shared_by_two_gated_pods_is_planned_once(harness: Harness) -> Non
     for i in range(3):
         harness.create_claim(claim(f"d{i}", request(klass="gpu-mutex", memory="1Gi")))
         harness.create_pod(pod(f"d{i}-pod", {"gpu": f"claim:d{i}"}))
-    # Keep the shared claim's first write in flight while every pod is planned in one pass.
-    harness.server.faults.inject(r"/resourceclaims/shared$", delay=0.5, count=1, methods={"PUT"})
+    # Keep the shared claim's first write in flight until every pod is planned in one pass.
+    release = threading.Event()
+    harness.server.faults.inject(r"/resourceclaims/shared$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(write_workers=1)
+    wait_for(lambda: len(controller._in_flight) == 4, what="a-pod and d0..d2 planned (b-pod waits)")
+    release.set()
     names = ["a-pod", "b-pod", "d0-pod", "d1-pod", "d2-pod"]
     wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
     controller.wait_idle()
@@ -92,8 +96,9 @@ def test_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Harn
 
 def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harness: Harness) -> None:
     """Another allocator takes the claim while our write fails and cannot be re-read: count theirs."""
+    release = threading.Event()
     slow = harness.server.faults.inject(
-        r"/resourceclaims/taken$", status=500, delay=0.6, count=1, methods={"PUT"}
+        r"/resourceclaims/taken$", status=500, hold=release, count=1, methods={"PUT"}
     )
     harness.server.faults.inject(r"/resourceclaims/taken$", status=500, count=1, methods={"GET"})
     # The gate stays (its removal keeps failing): no later write of the claim corrects the ledger.
@@ -117,6 +122,7 @@ def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harne
         }
     }
     harness.kube.update(RESOURCE_CLAIMS, current, status=True)  # e.g. kube-scheduler, first fit
+    release.set()  # only now does our write fail
     wait_for(lambda: ungate.hits >= 1, what="gate removal tried with the other allocation")
     uid = current["metadata"]["uid"]
 
@@ -132,12 +138,14 @@ def test_deposed_leader_writes_no_allocation(harness: Harness) -> None:
     """Leadership lost while a commit is in flight: the old leader must not go on to write the
     allocation (the new leader, whose ledger lacks it, may already be placing other pods)."""
     leading = {"value": True}
-    slow = harness.server.faults.inject(r"/resourceclaims/handover$", delay=1.0, count=1, methods={"PUT"})
+    release = threading.Event()
+    slow = harness.server.faults.inject(r"/resourceclaims/handover$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(is_leader=lambda: leading["value"])
     harness.create_claim(claim("handover", request(memory="1Gi")))
     harness.create_pod(pod("handover-pod", {"gpu": "claim:handover"}))
     wait_for(lambda: slow.hits >= 1, what="finalizer write in flight")
     leading["value"] = False  # the lease was lost while the finalizer update is on the wire
+    release.set()
     controller.wait_idle()
     assert not harness.allocated("handover")
     leading["value"] = True
@@ -198,8 +206,11 @@ def test_claim_referenced_twice_by_one_pod_is_planned_once(harness: Harness) -> 
     for i in range(3):
         harness.create_claim(claim(f"e{i}", request(klass="gpu-mutex", memory="1Gi")))
         harness.create_pod(pod(f"e{i}-pod", {"gpu": f"claim:e{i}"}))
-    harness.server.faults.inject(r"/resourceclaims/dup$", delay=0.5, count=1, methods={"PUT"})
+    release = threading.Event()
+    harness.server.faults.inject(r"/resourceclaims/dup$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(write_workers=1)
+    wait_for(lambda: len(controller._in_flight) == 4, what="every pod planned while dup's write is held")
+    release.set()
     names = ["a-dup-pod", "e0-pod", "e1-pod", "e2-pod"]
     wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
     controller.wait_idle()
