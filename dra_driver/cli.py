@@ -33,6 +33,10 @@ COMMAND_MODULES: tuple[str, ...] = (
 DEV_COMMANDS: frozenset[str] = frozenset({"sandbox", "cluster", "demo"})
 DEV_EXTRA_HINT = "pip install 'hami-dra[sandbox]'"
 
+#: ``python -c CHILD_ENTRY <args>`` runs this CLI in a child process. Not ``-m dra_driver.cli``:
+#: that would import a second copy of this module (and of UsageError).
+CHILD_ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
+
 
 class UsageError(Exception):
     """A user-facing error: printed as one line and exits with status 2, never as a traceback."""

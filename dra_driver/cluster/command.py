@@ -15,14 +15,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from dra_driver.cli import UsageError
-
-#: Not ``-m dra_driver.cli``: that would import a second copy of the CLI module.
-ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
+from dra_driver.cli import CHILD_ENTRY, UsageError
+from dra_driver.pidfile import alive, running_pid, terminate
 
 
 def register(subparsers: Any) -> None:
@@ -78,24 +75,10 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir or default_state_dir()).resolve()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _running_pid(state_dir: Path) -> int | None:
     from dra_driver.cluster.layout import Layout
 
-    try:
-        pid = int(Layout(state_dir).pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
+    return running_pid(Layout(state_dir).pid_file)
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -196,13 +179,9 @@ def run_down(args: argparse.Namespace) -> int:
     pid = _running_pid(state_dir)
     if pid is None:
         raise UsageError(f"no cluster is running from {state_dir}")
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            print(f"cluster (pid {pid}) stopped")
-            return 0
-        time.sleep(0.2)
+    if terminate(pid, 90):
+        print(f"cluster (pid {pid}) stopped")
+        return 0
     raise UsageError(f"cluster (pid {pid}) did not stop within 90s; kill it with: kill -9 {pid}")
 
 
@@ -221,18 +200,18 @@ def run_status(args: argparse.Namespace) -> int:
         ) from None
     all_ready = True
     for component in state["components"]:
-        alive = _alive(int(component["pid"]))
+        is_alive = alive(int(component["pid"]))
         probe = component.get("probe")
-        ready = alive and (probe is None or Probe(**probe).ok())
+        ready = is_alive and (probe is None or Probe(**probe).ok())
         all_ready = all_ready and ready
-        word = "ready" if ready else "not ready" if alive else "exited"
+        word = "ready" if ready else "not ready" if is_alive else "exited"
         print(f"{component['name']:<24} pid {component['pid']:<8} {word}")
     return 0 if all_ready else 1
 
 
 def _start_in_background(args: argparse.Namespace, state_dir: Path) -> subprocess.Popen[str]:
     """``hami-dra cluster up`` as a child, returned once it printed its kubeconfig line."""
-    command = [sys.executable, "-c", ENTRY, "cluster", "up", "--state-dir", str(state_dir)]
+    command = [sys.executable, "-c", CHILD_ENTRY, "cluster", "up", "--state-dir", str(state_dir)]
     if args.kubernetes_version:
         command += ["--kubernetes-version", args.kubernetes_version]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cli import CHILD_ENTRY
 from dra_driver.cluster.layout import CDI_DIR, NODE_NAME, Layout
 from dra_driver.cluster.pki import ClusterPki
 from dra_driver.cluster.processes import HostProcess
 
-#: Not ``-m dra_driver.cli``: that would import a second copy of the CLI module.
-ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
 WEBHOOK_PORT = 9443
 #: What ``hami-dra controller`` logs once its informers are synced (dra_driver/controller/command.py).
 CONTROLLER_RUNNING = "running for driver"
@@ -35,7 +34,7 @@ class DriverOptions:
 
 
 def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
-    return HostProcess(name, [sys.executable, "-c", ENTRY, "-v", *args], layout.logs, ready=ready)
+    return HostProcess(name, [sys.executable, "-c", CHILD_ENTRY, "-v", *args], layout.logs, ready=ready)
 
 
 def _port_open(port: int) -> bool:

@@ -16,11 +16,11 @@ import os
 import signal
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from dra_driver.cli import UsageError
+from dra_driver.pidfile import running_pid, terminate
 
 PID_FILE = "sandbox.pid"
 STATE_FILE = "state.json"
@@ -59,17 +59,7 @@ def register(subparsers: Any) -> None:
 
 
 def _running_pid(state_dir: Path) -> int | None:
-    try:
-        pid = int((state_dir / PID_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
+    return running_pid(state_dir / PID_FILE)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -141,13 +131,9 @@ def run_down(args: argparse.Namespace) -> int:
     pid = _running_pid(state_dir)
     if pid is None:
         raise UsageError(f"no sandbox is running from {state_dir}")
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if _running_pid(state_dir) is None or not (state_dir / PID_FILE).exists():
-            print(f"sandbox (pid {pid}) stopped")
-            return 0
-        time.sleep(0.1)
+    if terminate(pid, 30):
+        print(f"sandbox (pid {pid}) stopped")
+        return 0
     raise UsageError(f"sandbox (pid {pid}) did not stop within 30s; kill it with: kill -9 {pid}")
 
 

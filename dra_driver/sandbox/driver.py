@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cli import CHILD_ENTRY
 from dra_driver.sandbox.certs import make_self_signed
 from dra_driver.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
 from dra_driver.sandbox.webhooks import register_webhooks
 
 log = logging.getLogger(__name__)
-#: Not ``-m dra_driver.cli``: that would make a second copy of the module (and of UsageError).
-ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class ChildProcess:
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", ENTRY, "-v", *args],
+            [sys.executable, "-c", CHILD_ENTRY, "-v", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

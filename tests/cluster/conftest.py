@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.cli import CHILD_ENTRY
 from dra_driver.cluster.binaries import MissingBinaries, Toolchain, require_toolchain
 from tests.waiting import wait_for
 
@@ -71,8 +72,16 @@ def real_cluster() -> Iterator[RealCluster]:
     except MissingBinaries as err:
         _unavailable(f"{err} (make test builds them first)")
     state_dir = Path(tempfile.mkdtemp(prefix="hdc-"))
-    command = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())",
-               "cluster", "up", "--no-build", "--state-dir", str(state_dir)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        CHILD_ENTRY,
+        "cluster",
+        "up",
+        "--no-build",
+        "--state-dir",
+        str(state_dir),
+    ]
     if version:
         command += ["--kubernetes-version", version]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,9 +90,12 @@ def plugin_options(dirs: Dirs, **overrides: Any) -> PluginOptions:
     return PluginOptions(**values)
 
 
-@pytest.fixture
-def plugin(dirs: Dirs, api_client: Any) -> Iterator[KubeletPlugin]:
-    running = KubeletPlugin(plugin_options(dirs), profile_gpus("t4", node_name=NODE, gpus=4), api_client)
+@contextmanager
+def running_plugin(dirs: Dirs, api_client: Any, **overrides: Any) -> Iterator[KubeletPlugin]:
+    """The plugin on four simulated T4s with ``plugin_options(dirs, **overrides)``, stopped on exit."""
+    running = KubeletPlugin(
+        plugin_options(dirs, **overrides), profile_gpus("t4", node_name=NODE, gpus=4), api_client
+    )
     running.start()
     try:
         yield running
@@ -99,14 +103,27 @@ def plugin(dirs: Dirs, api_client: Any) -> Iterator[KubeletPlugin]:
         running.stop()
 
 
-@pytest.fixture
-def kubelet(plugin: KubeletPlugin, protocol: KubeletProtocol) -> Iterator[PluginClient]:
+@contextmanager
+def registered_kubelet(plugin: KubeletPlugin, protocol: KubeletProtocol) -> Iterator[PluginClient]:
+    """kubelet's client, registered with ``plugin``."""
     client = PluginClient(protocol, plugin.servers.registration_socket)
     client.register()
     try:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def plugin(dirs: Dirs, api_client: Any) -> Iterator[KubeletPlugin]:
+    with running_plugin(dirs, api_client) as running:
+        yield running
+
+
+@pytest.fixture
+def kubelet(plugin: KubeletPlugin, protocol: KubeletProtocol) -> Iterator[PluginClient]:
+    with registered_kubelet(plugin, protocol) as client:
+        yield client
 
 
 def create_claim(api_client: Any, claim: dict[str, Any], reserved_for: str | None = None) -> dict[str, Any]:

@@ -19,7 +19,15 @@ from dra_driver.kubeletplugin.claims import ClaimRef
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
-from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
+from tests.kubeletplugin.conftest import (
+    NODE,
+    Dirs,
+    create_claim,
+    plugin_options,
+    ref,
+    registered_kubelet,
+    running_plugin,
+)
 from tests.kubeletplugin.helpers import claim, result
 from tests.waiting import wait_for
 
@@ -40,23 +48,14 @@ def hami_plugin(dirs: Dirs, api_client: Any, tmp_path: Path) -> Iterator[Kubelet
     """The plugin with HAMi-core enabled, so prepared claims own a directory under hami-core/claims."""
     library = tmp_path / "libvgpu.so"
     library.write_bytes(b"\x7fELF stand-in")
-    options = plugin_options(dirs, hami_core_lib=library)
-    running = KubeletPlugin(options, profile_gpus("t4", node_name=NODE, gpus=4), api_client)
-    running.start()
-    try:
+    with running_plugin(dirs, api_client, hami_core_lib=library) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture
 def hami_kubelet(hami_plugin: KubeletPlugin, protocol: KubeletProtocol) -> Iterator[PluginClient]:
-    client = PluginClient(protocol, hami_plugin.servers.registration_socket)
-    client.register()
-    try:
+    with registered_kubelet(hami_plugin, protocol) as client:
         yield client
-    finally:
-        client.close()
 
 
 def claims_dir(plugin: KubeletPlugin) -> Path:
