@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster test test-cluster cluster-build lint typecheck bench clean
+.PHONY: venv tools demo demo-cluster test test-lowest test-cluster cluster-build lint typecheck bench clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,15 @@ cluster-build: $(STAMP)
 
 test: lint tools cluster-build
 	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider
+	$(MAKE) test-lowest
+
+# The fast suite (no real cluster, no benchmarks, no production-install test) against the lowest
+# versions pyproject.toml allows for every direct dependency: the declared lower bounds are true.
+LOWEST := .venv-lowest
+test-lowest: $(STAMP)
+	$(VENV)/bin/uv venv -q --allow-existing --python $(PY) $(LOWEST)
+	$(VENV)/bin/uv pip install -q --python $(LOWEST)/bin/python --resolution lowest-direct -e '.[dev]'
+	$(LOWEST)/bin/python -m pytest -q -m "not bench and not cluster" -p no:cacheprovider --ignore=tests/install
 
 # Only the real-cluster suite, on any pinned version: make test-cluster KUBERNETES_VERSION=1.34.4
 test-cluster: $(STAMP) tools cluster-build
@@ -57,4 +66,4 @@ bench: $(STAMP) tools
 	$(PY) -m pytest -q -m bench -p no:cacheprovider tests/sandbox/test_bench.py -s
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(LOWEST) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

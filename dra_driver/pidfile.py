@@ -13,13 +13,18 @@ from pathlib import Path
 
 
 def alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # someone else's process, but it exists
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def running_pid(pid_file: Path) -> int | None:
