@@ -33,6 +33,29 @@ sys.path.insert(0, str(ROOT))
 DRIVER = "gpu.hami.io"
 
 
+class TimedPlanner:
+    """Wraps the reconciler's planner to record how long each placement decision took."""
+
+    def __init__(self, inner: Any, seconds: list[float]) -> None:
+        self.inner, self.seconds = inner, seconds
+
+    def plan(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.inner.plan(*args, **kwargs)
+        finally:
+            self.seconds.append(time.perf_counter() - started)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def time_decisions(controller: Any) -> list[float]:
+    seconds: list[float] = []
+    controller.reconciler.planner = TimedPlanner(controller.reconciler.planner, seconds)
+    return seconds
+
+
 def serve(state_dir: str, ready: Any, stop: Any) -> None:
     from dra_driver.sandbox import SandboxServer
 
@@ -98,6 +121,7 @@ def main(argv: list[str]) -> int:
             is_leader=leading.is_set,
             write_workers=args.workers,
         )
+        decision_seconds = time_decisions(controller)
         controller.start()
         profiler = None
         if args.profile_out:
@@ -182,7 +206,7 @@ def main(argv: list[str]) -> int:
         controller.stop()
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
-        latencies = sorted(controller.reconciler.decision_seconds)
+        latencies = sorted(decision_seconds)
         figures = {
             "nodes": args.nodes,
             "gpus": args.nodes * args.gpus,

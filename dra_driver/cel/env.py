@@ -1,6 +1,6 @@
 """Kubernetes' DRA CEL environment on ``cel-expr-python`` (cel-cpp): the only module importing it.
 
-Wiring, as measured in ``reference/cel-for-dra.md`` (57/57 agreement with Kubernetes):
+Wiring, as measured against Kubernetes' own CEL environment for DRA (tests/cel/):
 
 * variables ``device.driver``, ``device.attributes`` (``map(string, map(string, dyn))``),
   ``device.capacity`` (``map(string, map(string, kubernetes.Quantity))``),

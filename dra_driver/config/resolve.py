@@ -1,6 +1,6 @@
 """Resolve the effective placement parameters of one claim request from all config sources.
 
-Precedence, highest first (design.md "DRA mapping"): the pod's HAMi compatibility annotations,
+Precedence, highest first: the pod's HAMi compatibility annotations,
 the claim's ``spec.devices.config``, the DeviceClass's ``spec.config``, the controller defaults.
 Each field resolves on its own, so a class may fix ``numaBind`` while a claim picks the policy.
 Within one object later config entries override earlier ones, which is the order in which

@@ -1,7 +1,7 @@
 """The controller's state machine: gated pods -> allocated claims -> gate removed; releases.
 
 Everything runs on one worker thread (``Controller.run_once``); informer threads only queue keys.
-Writes follow dra-interfaces.md (g): our finalizer is added to a claim (Update) before its
+Writes are those of an allocator beside kube-scheduler: our finalizer is added to a claim (Update) before its
 allocation is written (UpdateStatus), both with the resourceVersion just read, so a concurrent
 allocator (another replica, kube-scheduler) makes one of the writes fail with 409 instead of
 allocating a device twice; only then is the pod's gate removed. A crash between any two writes
@@ -20,7 +20,6 @@ import copy
 import logging
 import re
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -170,7 +169,6 @@ class Reconciler:
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
         self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
-        self.decision_seconds: deque[float] = deque(maxlen=100_000)  # for benchmarks and debugging
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
@@ -355,7 +353,6 @@ class Reconciler:
         plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod), next(iter(pinned), None))
         elapsed = time.perf_counter() - started
         self.metrics.latency.observe(elapsed)
-        self.decision_seconds.append(elapsed)
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
@@ -467,9 +464,6 @@ class Reconciler:
                     RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name"))
                 )
         return None, current
-
-    def _get_claim(self, claim: Mapping[str, Any]) -> dict[str, Any]:
-        return self.kube.get(RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name")))
 
     def _finish(self, pod: Obj, clear_pending: bool) -> tuple[Obj | None, str]:
         """Remove our gate (and mark the condition allocated if we had reported it pending)."""

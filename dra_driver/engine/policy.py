@@ -1,6 +1,6 @@
 """Policy chains: ``"mutex,binpack,numa"`` parsed into filters and ordered sort keys.
 
-Semantics (the seed's, see design.md "Engine semantics"): split on commas, trim whitespace, drop
+Semantics (README.md, "Policy chains"): split on commas, trim whitespace, drop
 duplicates, keep known names only (unknown ones are reported, not fatal); ``mutex`` and
 ``topology-aware`` are filters, ``binpack``/``spread``/``numa`` are sort keys in the order written;
 a chain without sort keys falls back to ``spread``; a single value keeps its pre-chain meaning,

@@ -27,7 +27,6 @@ class Reason(StrEnum):
     NUMA_NOT_FIT = "NumaNotFit"
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
-    NODE_NOT_ALLOWED = "NodeNotAllowed"
 
 
 def format_reasons(reasons: Iterable[Reason | None], total_cards: int) -> str:

@@ -86,11 +86,11 @@ def make_spec(kind: str, devices: list[dict[str, Any]], container_edits: dict[st
     return spec
 
 
-def write_spec(path: Path, spec: dict[str, Any], durable: bool = False) -> None:
+def write_spec(path: Path, spec: dict[str, Any]) -> None:
     """Write ``spec`` to ``path`` atomically: temp file in the same dir, then rename.
 
     The temp name starts with a dot and does not end in .json, so a runtime scanning the dir never
-    parses a half-written spec. No fsync by default: the CDI dir is a tmpfs (``/var/run/cdi``)
+    parses a half-written spec. No fsync: the CDI dir is a tmpfs (``/var/run/cdi``)
     that a reboot empties anyway, and the plugin re-creates missing specs on the next prepare;
     the checkpoint, not the spec, is the durable record.
     """
@@ -100,16 +100,11 @@ def write_spec(path: Path, spec: dict[str, Any], durable: bool = False) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
         os.chmod(tmp_name, 0o644)
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    if durable:
-        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -1,6 +1,6 @@
 """HAMi-core (libvgpu.so) container edits derived from a claim's consumed capacity.
 
-Rules (../shared/reference/hami-core-enforcement.md, section 0 and 5):
+Rules (how HAMi-core reads its limits inside the container):
 - ``<i>`` in ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` is the CUDA ordinal inside the container: the claim's
   GPUs sorted by PCI bus id, with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees with that order;
 - memory is ``<MiB>m`` (``Mi`` would be read as bytes, a leading zero as octal);

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Capacity names published in the ResourceSlice (design.md, "DRA mapping").
+#: Capacity names published in the ResourceSlice (see slices.py).
 MEMORY = "memory"
 CORES = "cores"
 SLOTS = "slots"
@@ -100,7 +100,3 @@ class Inventory:
     def all(self) -> list[NodeGpu]:
         with self._lock:
             return sorted(self._gpus.values(), key=lambda gpu: gpu.index)
-
-    def replace(self, gpus: Iterable[NodeGpu]) -> None:
-        with self._lock:
-            self._gpus = {gpu.name: gpu for gpu in gpus}

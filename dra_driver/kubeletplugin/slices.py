@@ -9,7 +9,7 @@ Public API::
     unhealthy_taint_key(driver_name) -> str   # "gpu.hami.io/unhealthy"
 
 One pool per node (pool name = node name), device names ``gpu-<index>``. Each device carries the
-attributes and consumable capacity of design.md "DRA mapping": ``memory`` (bytes, request policy
+attributes and consumable capacity this driver publishes: ``memory`` (bytes, request policy
 min 1Mi / step 1Mi / default = the whole card, so a claim that does not ask for memory gets the
 card to itself), ``cores`` (100, 0..100 step 1, default 0) and ``slots`` (HAMi's split count,
 default 1 per allocation), with ``allowMultipleAllocations: true``. Version attributes are strict

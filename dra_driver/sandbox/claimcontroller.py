@@ -1,6 +1,6 @@
 """The part of kube-controller-manager's ``resourceclaim`` controller that DRA drivers rely on.
 
-Behaviour copied from ``pkg/controller/resourceclaim/controller.go`` (dra-interfaces.md (g) 3):
+Behaviour copied from ``pkg/controller/resourceclaim/controller.go`` (kcm's):
 
 - for every pod that is not being deleted, each ``spec.resourceClaims[]`` entry with a
   ``resourceClaimTemplateName`` gets a ResourceClaim created from the template: generateName

@@ -1,6 +1,6 @@
 """The ``resource.k8s.io/v1`` rules of ``pkg/apis/resource/validation`` that a schema cannot express.
 
-Exactly-one-of fields, name formats, uniqueness, limits (dra-interfaces.md (c)-(f)), references
+Exactly-one-of fields, name formats, uniqueness, limits (resource.k8s.io/v1 validation), references
 between requests, immutable fields, and the status rules: ``status.allocation`` is immutable once
 set (it may only be cleared), ``reservedFor`` needs an allocation, allocation results must name
 requests of the claim, ``status.devices`` must name allocated devices.

@@ -10,7 +10,7 @@ scheduler, written independently of the driver's controller so that it can catch
 - a device is eligible when the class's and the request's CEL selectors match (via
   ``dra_driver.cel``, Kubernetes' CEL semantics), its ``NoSchedule``/``NoExecute`` taints are
   tolerated by the request, and it is free: unallocated, or ``allowMultipleAllocations`` with
-  enough capacity left (consumable capacity rules of dra-interfaces.md (f));
+  enough capacity left (the consumable-capacity rules of resource.k8s.io/v1);
 - ``exactly`` (ExactCount / All) and ``firstAvailable`` (first subrequest that fits) requests;
   claims with ``constraints`` are not allocated (reported), as this simple allocator cannot honour them;
 - the result carries ``shareID`` + ``consumedCapacity`` for shared devices, the class configs

@@ -6,7 +6,7 @@ tests compile the upstream protos in ``../shared/reference/upstream`` with grpci
 field renumbered in our ``api/`` would break them. Without upstream protos (e.g. ``hami-dra sandbox
 up`` outside this repo's workspace) it falls back to our own protos, compiled the same way.
 
-What it does (kubelet behaviour it copies, see dra-interfaces.md (a), (b)):
+What it does (kubelet's registration and prepare/unprepare):
 - at start-up deletes every ResourceSlice of its node (all drivers), like kubelet;
 - watches its registry dir for sockets not starting with ``.``, calls GetInfo, validates the type,
   picks the first supported DRA service it knows (v1, then v1beta1), and reports the verdict with

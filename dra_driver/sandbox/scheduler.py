@@ -1,6 +1,6 @@
 """The part of kube-scheduler that DRA drivers see, for pods whose claims someone else allocated.
 
-Copied behaviour (``dynamicresources.go``, dra-interfaces.md (g) 2):
+Copied behaviour (``dynamicresources.go`` in kube-scheduler):
 
 - pods with ``schedulingGates`` are not scheduled (PreEnqueue);
 - a pod is scheduled only when every claim it references exists; claims that are still

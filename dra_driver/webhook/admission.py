@@ -10,7 +10,7 @@ again, and a pod with ``spec.nodeName`` cannot be gated (the API forbids it).
 The same request rejects a pod in which one container consumes two HAMi-limited claims (claims
 of our classes with memory/cores capacity requests), or only some requests of such a claim:
 HAMi-core's ``CUDA_DEVICE_*_LIMIT_<i>`` are per container and indexed by CUDA ordinal, and two
-claims' CDI edits would both write index 0 (reference/hami-core-enforcement.md section 0).
+claims' CDI edits would both write index 0 (see kubeletplugin/hamicore.py).
 
 Validation (``/validate``): ``GpuConfig`` in DeviceClasses, ResourceClaims and templates is parsed
 strictly (unknown policy names, bad weights, unknown fields are rejected, naming the field).
