@@ -217,3 +217,39 @@ def test_claim_referenced_twice_by_one_pod_is_planned_once(harness: Harness) -> 
     assert len(harness.devices_of("dup")) == 1
     placed = [device for name in ["dup", "e0", "e1", "e2"] for device in harness.devices_of(name)]
     assert sorted(placed) == [f"node-1/gpu-{i}" for i in range(4)], placed
+
+
+def test_a_conflicting_allocation_write_is_retried_once_with_the_fresh_claim(harness: Harness) -> None:
+    """The retry after a 409 must use the object it re-read: retrying the stale one fails again."""
+    release = threading.Event()
+    held = harness.server.faults.inject(
+        r"/resourceclaims/busy/status$", hold=release, count=1, methods={"PUT"}
+    )
+    controller = harness.start_controller()
+    harness.create_claim(claim("busy", request(memory="1Gi")))
+    harness.create_pod(pod("busy-pod", {"gpu": "claim:busy"}))
+    wait_for(lambda: held.hits == 1, what="the allocation write in flight")
+    current = _listed_claim(harness, "busy")
+    assert current is not None
+    current["metadata"].setdefault("labels", {})["touched"] = "yes"  # someone else writes the claim
+    harness.kube.update(RESOURCE_CLAIMS, current)
+    release.set()  # our write now carries a stale resourceVersion: a real 409
+    wait_for(lambda: harness.allocated("busy"), what="allocated after the conflict")
+    assert controller.reconciler.metrics.conflicts._value.get() == 1
+    assert harness.get_claim("busy")["metadata"]["labels"] == {"touched": "yes"}
+
+
+def test_a_conflicting_gate_removal_is_retried_once_with_the_fresh_pod(harness: Harness) -> None:
+    release = threading.Event()
+    held = harness.server.faults.inject(r"/pods/gated-pod$", hold=release, count=1, methods={"PUT"})
+    controller = harness.start_controller()
+    harness.create_claim(claim("gated", request(memory="1Gi")))
+    harness.create_pod(pod("gated-pod", {"gpu": "claim:gated"}))
+    wait_for(lambda: held.hits == 1, what="the gate removal in flight")
+    current = harness.get_pod("gated-pod")
+    current["metadata"].setdefault("labels", {})["touched"] = "yes"
+    harness.kube.update(PODS, current)
+    release.set()
+    wait_for(lambda: harness.bound_node("gated-pod"), what="ungated and bound after the conflict")
+    assert controller.reconciler.metrics.conflicts._value.get() == 1
+    assert harness.get_pod("gated-pod")["metadata"]["labels"] == {"touched": "yes"}

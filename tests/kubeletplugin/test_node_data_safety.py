@@ -160,3 +160,17 @@ def test_stale_entries_are_swept_right_at_start_up(
         assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
     finally:
         second.stop()
+
+
+def test_a_repeated_prepare_is_answered_from_the_checkpoint_without_reading_the_api(
+    kubelet: PluginClient, api_client: Any, sandbox: Any
+) -> None:
+    c = create_claim(api_client, claim("again", [result("gpu-2", memory="1000Mi", cores=10)]))
+    reads = sandbox.faults.inject(r"/resourceclaims/again$", delay=0.001, count=None, methods={"GET"})
+    first = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]]
+    for _ in range(3):
+        again = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]]
+        assert again.error == "" and list(again.devices[0].cdi_device_ids) == list(
+            first.devices[0].cdi_device_ids
+        )
+    assert reads.hits == 1, "kubelet repeats NodePrepareResources; each repeat must not cost an API read"
