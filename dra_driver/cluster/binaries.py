@@ -84,9 +84,23 @@ class Toolchain:
         ]
 
 
+def pinned_kubernetes_versions() -> list[str]:
+    """Kubernetes versions with a module in hack/cluster/go/ (what build.sh can build)."""
+    modules = REPO_ROOT / "hack" / "cluster" / "go"
+    return sorted(
+        p.name.removeprefix("kubernetes-") for p in modules.glob("kubernetes-*") if (p / "go.mod").is_file()
+    )
+
+
 def expected_toolchain(kubernetes_version: str | None = None) -> Toolchain:
     """The toolchain's paths as build.sh lays them out, whether or not they are built yet."""
     version = normalise_version(kubernetes_version)
+    pinned = pinned_kubernetes_versions()
+    if version not in pinned:
+        raise MissingBinaries(
+            f"Kubernetes {version} is not pinned (pinned: {', '.join(pinned)}); add it with "
+            f"hack/cluster/gen-kubernetes-module.sh {version}"
+        )
     pins = pinned_versions()
     versions = {
         "kubernetes": version,

@@ -1,0 +1,82 @@
+"""The local-cluster harness without a cluster: pins, errors, the images it builds, its configs."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cluster import binaries, configs, images
+from dra_driver.cluster.layout import CDI_DIRS, Layout
+from dra_driver.pidfile import alive
+from tests.waiting import wait_for
+
+
+def test_pinned_versions_include_the_default_and_the_oldest() -> None:
+    pins = binaries.pinned_versions()
+    assert {pins["KUBERNETES_VERSION_DEFAULT"], pins["KUBERNETES_VERSION_OLDEST"]} <= set(
+        binaries.pinned_kubernetes_versions()
+    )
+    for version in binaries.pinned_kubernetes_versions():
+        go_mod = (
+            binaries.REPO_ROOT / "hack" / "cluster" / "go" / f"kubernetes-{version}" / "go.mod"
+        ).read_text()
+        assert f"\tk8s.io/kubernetes v{version} " in go_mod
+        minor = version.split(".", 1)[1]
+        assert f"k8s.io/client-go => k8s.io/client-go v0.{minor}" in go_mod
+
+
+def test_a_missing_toolchain_names_the_build_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_DRA_CACHE", str(tmp_path))
+    with pytest.raises(
+        binaries.MissingBinaries, match=r"run: hami-dra cluster build --kubernetes-version 1\.34\.4"
+    ):
+        binaries.require_toolchain("v1.34.4")
+    with pytest.raises(binaries.MissingBinaries, match=r"Kubernetes 1\.29\.0 is not pinned"):
+        binaries.require_toolchain("1.29.0")
+
+
+def test_images_are_oci_archives_named_as_our_examples_use(tmp_path: Path) -> None:
+    if not images.BUSYBOX.is_file():
+        pytest.skip("busybox-static not installed (hack/install.d/podman.sh)")
+    archive = images.busybox_archive(tmp_path)
+    with tarfile.open(archive) as tar:
+
+        def blob(digest: str) -> bytes:
+            member = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+            assert member is not None
+            return member.read()
+
+        member = tar.extractfile("index.json")
+        assert member is not None
+        (manifest_desc,) = json.loads(member.read())["manifests"]
+        assert manifest_desc["annotations"]["io.containerd.image.name"] == "docker.io/library/busybox:1.36"
+        (layer,) = json.loads(blob(manifest_desc["digest"]))["layers"]
+        with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"]))) as rootfs:
+            names = set(rootfs.getnames())
+    assert {"bin/busybox", "bin/sh", "bin/env", "bin/sleep"} <= names
+
+
+def test_runtime_config_serves_device_taint_rules_only_where_they_are_alpha() -> None:
+    assert configs.runtime_config("1.34.4") == ["--runtime-config=resource.k8s.io/v1alpha3=true"]
+    assert configs.runtime_config("1.37.2") == []
+
+
+def test_containerd_config_enables_cdi_in_the_runtime_dirs(tmp_path: Path) -> None:
+    toolchain = binaries.Toolchain("1.37.2", {c: tmp_path / c for c in binaries.REQUIRED})
+    text = configs.containerd_config(toolchain, Layout(tmp_path), Path("/usr/sbin/runc")).read_text()
+    assert "enable_cdi = true" in text and json.dumps([str(d) for d in CDI_DIRS]) in text
+    assert "restrict_oom_score_adj = true" in text and 'BinaryName = "/usr/sbin/runc"' in text
+
+
+def test_a_zombie_counts_as_exited() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_for(lambda: not alive(child.pid), 10, "an exited, unreaped child counted as gone")
+    finally:
+        child.wait()
