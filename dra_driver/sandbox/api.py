@@ -90,6 +90,7 @@ class Api:
     """See module docstring. ``history_window`` bounds the watch history (older RVs get 410)."""
 
     def __init__(self, kube_version: str = "1.36", history_window: int = 10000) -> None:
+        self.kube_version = kube_version
         self.store = Store(history_window)
         self.validator = Validator(kube_version)
         self.admission = Admission(self._webhook_configs, lambda ns: self.store.get("namespaces", ("", ns)))

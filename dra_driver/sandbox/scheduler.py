@@ -13,7 +13,10 @@ Copied behaviour (``dynamicresources.go`` in kube-scheduler):
   ``resource.kubernetes.io/delete-protection`` (Update), then allocation and ``reservedFor`` in
   one UpdateStatus ("got allocated elsewhere in the meantime" if someone was faster); an already
   allocated claim only gets the pod appended to ``reservedFor`` (retried on conflict); then the
-  pod is bound (``pods/binding``);
+  pod is bound (``pods/binding``). From 1.36 (DRADeviceBindingConditions on by default) the same
+  write also stamps ``allocation.allocationTimestamp`` when it is missing, which the API server
+  refuses for an allocation someone else wrote (it is immutable): such a pod never binds, as
+  on a real cluster, so an allocator must write the timestamp itself;
 - PostFilter: when no node fits and a claim was unavailable (its node selector matched none of
   the otherwise fitting nodes) and it is reserved by nobody or only by this pod, the scheduler
   **clears the allocation** (``reservedFor``, ``allocation`` and ``devices`` set to nil) of the
@@ -167,6 +170,11 @@ class Scheduler(Reconciler):
             out[claim["metadata"]["name"]] = allocation
         return out
 
+    @property
+    def _stamps_allocations(self) -> bool:
+        major, minor = (int(part) for part in self.api.kube_version.split(".")[:2])
+        return (major, minor) >= (1, 36)
+
     def _bind_claim(self, claim: Obj, pod: Obj, allocation: Obj | None) -> None:
         """bindClaim: for a claim allocated in this cycle add the finalizer, then write allocation and
         ``reservedFor`` in one UpdateStatus; otherwise only append the pod to ``reservedFor``."""
@@ -187,6 +195,12 @@ class Scheduler(Reconciler):
                     claim = self.api.update(CLAIMS, ns, name, claim, "", USER)
                     status = claim.setdefault("status", {})
                 status["allocation"] = allocation
+            if (
+                self._stamps_allocations
+                and status.get("allocation")
+                and not status["allocation"].get("allocationTimestamp")
+            ):
+                status["allocation"] = {**status["allocation"], "allocationTimestamp": now()}
             reserved = status.get("reservedFor") or []
             if any(r.get("uid") == uid for r in reserved):
                 return

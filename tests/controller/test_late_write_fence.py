@@ -125,6 +125,7 @@ def test_an_observed_overcommit_is_reported_and_the_newest_unstarted_claim_deall
     late = harness.kube.update(RESOURCE_CLAIMS, late)
     late["status"] = {
         "allocation": {
+            "allocationTimestamp": "2026-01-01T00:00:00Z",
             "devices": {
                 "results": [
                     {"request": "gpu", "driver": DRIVER, "pool": pool, "device": name,

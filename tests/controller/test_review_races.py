@@ -111,6 +111,7 @@ def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harne
     assert current is not None
     current["status"] = {
         "allocation": {
+            "allocationTimestamp": "2026-01-01T00:00:00Z",
             "devices": {
                 "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-2"}]
             },

@@ -183,6 +183,7 @@ def test_claim_allocated_by_someone_else_is_counted(harness: Harness) -> None:
     other = harness.create_claim(claim("foreign"))
     other["status"] = {
         "allocation": {
+            "allocationTimestamp": "2026-01-01T00:00:00Z",
             "devices": {
                 "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-2"}]
             },
@@ -212,6 +213,7 @@ def test_postfilter_deallocation_is_reallocated_elsewhere(sandbox: SandboxServer
         created = h.kube.update(RESOURCE_CLAIMS, created)
         created["status"] = {
             "allocation": {
+                "allocationTimestamp": "2026-01-01T00:00:00Z",
                 "devices": {
                     "results": [
                         {"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-0",

@@ -78,6 +78,7 @@ def test_concurrent_allocation_by_someone_else_wins_without_double_counting(harn
     current = harness.get_claim("race")
     current["status"] = {
         "allocation": {
+            "allocationTimestamp": "2026-01-01T00:00:00Z",
             "devices": {
                 "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-3"}]
             },

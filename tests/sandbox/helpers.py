@@ -42,6 +42,8 @@ def claim_obj(name: str, requests: tuple[str, ...] = ("gpu",)) -> Obj:
 
 def allocation(node: str, device: str = "gpu-0", request: str = "gpu") -> Obj:
     return {
+        # Written by another allocator: kube-scheduler 1.36+ refuses to bind without it.
+        "allocationTimestamp": "2026-01-01T00:00:00Z",
         "devices": {"results": [{"request": request, "driver": DRIVER, "pool": node, "device": device}]},
         "nodeSelector": {
             "nodeSelectorTerms": [
