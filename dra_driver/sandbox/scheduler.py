@@ -152,7 +152,16 @@ class Scheduler(Reconciler):
             return self._unschedulable(pod, f"0/{len(nodes)} nodes are available: cannot allocate all claims")
         node_name = node["metadata"]["name"]
         for claim in claims:  # PreBind
-            self._bind_claim(claim, pod, new.get(claim["metadata"]["name"]))
+            try:
+                self._bind_claim(claim, pod, new.get(claim["metadata"]["name"]))
+            except ApiError as err:
+                if err.code == 409:
+                    raise  # benign: retried on the next pass
+                message = (
+                    f'running PreBind plugin "DynamicResources": add reservation to claim '
+                    f"{ns}/{claim['metadata']['name']}: {err.message}"
+                )
+                return self._unschedulable(pod, message)
         self.api.bind(ns, name, {"target": {"kind": "Node", "name": node_name}}, USER)
         self._reported.pop(uid, None)
         record_event(self.api, pod, "Pod", "Scheduled", f"Successfully assigned {ns}/{name} to {node_name}")

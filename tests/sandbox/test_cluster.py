@@ -373,3 +373,28 @@ def test_everything_the_simulator_writes_is_valid_kubernetes(
     assert {"Pod", "ResourceClaim", "ResourceSlice", "Event", "Node", "Namespace"} <= kinds
     for _, obj in stored:
         assert_valid(obj)
+
+
+def test_an_allocation_without_timestamp_never_binds_as_on_kube_scheduler_1_36(
+    cluster: SandboxCluster, sandbox_client: Any
+) -> None:
+    """kube-scheduler 1.36+ stamps allocationTimestamp in PreBind; the API server refuses that change."""
+    core, res = client.CoreV1Api(sandbox_client), client.ResourceV1Api(sandbox_client)
+    stamped, unstamped = allocation("node-1"), allocation("node-1")
+    del unstamped["allocationTimestamp"]
+    for name, body in (("stamped", stamped), ("unstamped", unstamped)):
+        res.create_namespaced_resource_claim(NS, claim_obj(name))
+        res.patch_namespaced_resource_claim_status(name, NS, {"status": {"allocation": body}})
+        core.create_namespaced_pod(
+            NS, pod_obj(f"{name}-pod", claims=[{"name": "gpu", "resourceClaimName": name}])
+        )
+    wait_for(lambda: core.read_namespaced_pod("stamped-pod", NS).spec.node_name == "node-1")
+
+    def failed() -> list[str]:
+        events = core.list_namespaced_event(NS, field_selector="involvedObject.name=unstamped-pod").items
+        return [e.message for e in events if e.reason == "FailedScheduling"]
+
+    messages = wait_for(failed)
+    assert any("allocation" in m and "immutable" in m for m in messages), messages
+    assert core.read_namespaced_pod("unstamped-pod", NS).spec.node_name is None
+    assert not res.read_namespaced_resource_claim("unstamped", NS).status.reserved_for
