@@ -23,7 +23,7 @@ def main() -> int:
         name, sep, status = line.strip().rpartition(": ")
         if not sep or "__mutmut_" not in name:
             continue
-        module = name.split(".x_", 1)[0].rsplit(".", 1)[0] if ".x_" in name else name.rsplit(".", 2)[0]
+        module = name.split("__mutmut_", 1)[0].rsplit(".", 1)[0]
         per_module[module][status.strip()] += 1
     if not per_module:
         print("no mutmut results: run `make mutation` first", file=sys.stderr)
