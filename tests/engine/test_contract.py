@@ -73,9 +73,15 @@ def test_a_decision_explains_every_card_and_the_node() -> None:
     assert decision.placement is not None and decision.placement.node == "node-1"
     by_index = {card.index: card for card in decision.candidates}
     busy = by_index[0]
-    assert (busy.node, busy.product_name, busy.tenants, busy.used_memory, busy.used_cores, busy.total_memory) == (
-        "node-1", "Tesla T4", 2, 2000 * MIB, 20, T4_MEMORY,
-    )  # fmt: skip
+    explained = (
+        busy.node,
+        busy.product_name,
+        busy.tenants,
+        busy.used_memory,
+        busy.used_cores,
+        busy.total_memory,
+    )
+    assert explained == ("node-1", "Tesla T4", 2, 2000 * MIB, 20, T4_MEMORY)
     assert (
         not busy.eligible
         and busy.reason is not None
