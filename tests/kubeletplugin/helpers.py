@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -71,14 +72,47 @@ def claim(
     }
 
 
+_KIND = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+_DEVICE_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.:-]*")
+_SEMVER = re.compile(r"\d+\.\d+\.\d+")
+
+
+def _check_edits(edits: dict[str, Any], where: str) -> None:
+    for env in edits.get("env") or ():
+        assert "=" in env and not env.startswith("="), f"{where}: env {env!r} is not KEY=VALUE"
+    for node in edits.get("deviceNodes") or ():
+        assert node["path"].startswith("/"), f"{where}: deviceNode path {node['path']!r} is not absolute"
+    for mount in edits.get("mounts") or ():
+        assert mount["hostPath"].startswith("/") and mount["containerPath"].startswith("/"), (
+            f"{where}: {mount}"
+        )
+
+
 def validate_cdi(spec: dict[str, Any]) -> None:
-    """Validate against the CDI JSON schema when ../shared is present (structure checks otherwise)."""
-    assert spec["cdiVersion"] and spec["kind"] and spec["devices"]
+    """The CDI spec rules every consumer enforces, then the upstream JSON schema where present.
+
+    The structural rules (version, kind and device-name grammar, env/deviceNode/mount shape) are
+    always checked; the schema check needs ../shared and is reported as a skip by
+    ``test_cdi_hamicore.py::test_written_specs_match_the_upstream_cdi_schema`` when it is absent.
+    """
+    assert _SEMVER.fullmatch(spec["cdiVersion"]), spec["cdiVersion"]
+    assert _KIND.fullmatch(spec["kind"]), spec["kind"]
+    assert spec["devices"], "a spec without devices"
+    names = [device["name"] for device in spec["devices"]]
+    assert len(names) == len(set(names)), f"duplicate device names: {names}"
     for device in spec["devices"]:
-        assert device["name"] and any(device["containerEdits"].values()), device
+        assert _DEVICE_NAME.fullmatch(device["name"]), device["name"]
+        assert any(device["containerEdits"].values()), device
+        _check_edits(device["containerEdits"], device["name"])
+    _check_edits(spec.get("containerEdits") or {}, "spec")
     schema_file = CDI_SCHEMA_DIR / "schema.json"
-    if not schema_file.is_file():
-        return
+    if schema_file.is_file():
+        validate_cdi_schema(spec)
+
+
+def validate_cdi_schema(spec: dict[str, Any]) -> None:
+    """Validate against the upstream CDI JSON schema (../shared/reference/upstream)."""
+    schema_file = CDI_SCHEMA_DIR / "schema.json"
     import jsonschema
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT7

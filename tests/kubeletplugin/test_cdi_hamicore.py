@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
+
 from dra_driver.kubeletplugin import cdi
 from dra_driver.kubeletplugin.claims import AllocatedDevice
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits, memory_limit
@@ -139,3 +141,18 @@ def test_find_nvidia_spec(tmp_path: Path) -> None:
     assert cdi.find_nvidia_spec("nvidia.com/gpu", [tmp_path, tmp_path / "missing"]) is None
     (tmp_path / "nvidia.yaml").write_text('cdiVersion: 0.5.0\nkind: "nvidia.com/gpu"\n')
     assert cdi.find_nvidia_spec("nvidia.com/gpu", [tmp_path]) == tmp_path / "nvidia.yaml"
+
+
+def test_written_specs_match_the_upstream_cdi_schema(tmp_path: Path) -> None:
+    """The one check that needs ../shared: our specs against the CDI project's own JSON schema."""
+    from tests.kubeletplugin.helpers import validate_cdi_schema
+    from tests.kubeletplugin.upstream import CDI_SCHEMA_DIR
+
+    if not (CDI_SCHEMA_DIR / "schema.json").is_file():
+        pytest.skip(f"the upstream CDI schema is not at {CDI_SCHEMA_DIR} (../shared is absent)")
+    devices = [(share("gpu-0", GIB, 20), gpu(0)), (share("gpu-1", 2 * GIB, 0), gpu(1))]
+    edits = claim_edits(UID, devices, HamiCoreConfig(tmp_path, Path("/opt/hami/libvgpu.so")))
+    spec = cdi.make_spec(
+        "k8s.gpu.hami.io/gpu", [{"name": f"{UID}-gpu-0", "containerEdits": {"env": ["A=1"]}}], edits
+    )
+    validate_cdi_schema(spec)
