@@ -16,7 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from dra_driver.cluster.binaries import cache_dir
 from dra_driver.cluster.layout import BRIDGE, CDI_DIR, NODE_IP, NODE_LINK, Layout
+from dra_driver.pidfile import alive
 
 log = logging.getLogger(__name__)
 _MNT_DETACH = 2
@@ -47,17 +49,30 @@ def _cmdlines() -> list[tuple[int, str]]:
     return found
 
 
+#: What the cluster starts besides the upstream binaries of the cache: containerd's shims, our components.
+_OURS = ("containerd-shim", "dra_driver.cli")
+
+
 def kill_leftovers(layout: Layout) -> list[int]:
-    """SIGKILL every process whose command line names this cluster's state dir (shims included)."""
+    """SIGKILL the processes this cluster started that outlived it (they name its state dir).
+
+    Only programs the cluster runs are considered (see ``_OURS``), never, say, an editor or a
+    ``tail -f`` that has one of its log files open; ``cluster up`` itself is left alone.
+    """
     root = str(layout.root)
     me = os.getpid()
-    victims = [pid for pid, cmd in _cmdlines() if root in cmd and pid != me and "cluster up" not in cmd]
+    marks = (str(cache_dir()), *_OURS)
+    victims = [
+        pid
+        for pid, cmd in _cmdlines()
+        if root in cmd and pid != me and "cluster up" not in cmd and any(mark in cmd for mark in marks)
+    ]
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while victims and time.monotonic() < deadline:
-        victims = [pid for pid in victims if Path(f"/proc/{pid}").exists()]
+        victims = [pid for pid in victims if alive(pid)]
         time.sleep(0.05)
     return victims
 

@@ -80,3 +80,22 @@ def test_a_zombie_counts_as_exited() -> None:
         wait_for(lambda: not alive(child.pid), 10, "an exited, unreaped child counted as gone")
     finally:
         child.wait()
+
+
+def test_leftover_cleanup_kills_only_what_the_cluster_runs(tmp_path: Path) -> None:
+    from dra_driver.cluster.cleanup import kill_leftovers
+
+    layout = Layout(tmp_path / "state")
+    sleeper = "import sys, time; time.sleep(60)"
+    bystander = subprocess.Popen([sys.executable, "-c", sleeper, str(layout.root / "logs" / "kubelet.log")])
+    ours = subprocess.Popen(
+        [sys.executable, "-c", sleeper, "dra_driver.cli", "--kubeconfig", str(layout.root)]
+    )
+    try:
+        assert kill_leftovers(layout) == []
+        assert ours.wait(10) == -9
+        assert bystander.poll() is None, "a process that only names a log file is not ours"
+    finally:
+        for process in (bystander, ours):
+            process.kill()
+            process.wait()
