@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster mutation test test-lowest test-cluster cluster-build lint typecheck bench clean
+.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster cluster-build lint typecheck bench clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,12 @@ bench: $(STAMP) tools
 	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy binpack
 	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy mutex,binpack
 	$(PY) -m pytest -q -m bench -p no:cacheprovider tests/sandbox/test_bench.py -s
+
+# The driver's image without Docker: a debootstrapped Debian base, podman build of the Dockerfile,
+# an OCI archive in ~/.cache/hami-dra/image/, imported into a running `hami-dra cluster up`.
+image:
+	bash hack/install.d/podman.sh
+	bash hack/image/build.sh
 
 # Mutation testing of the engine and the node checkpoint (config: [tool.mutmut] in pyproject.toml);
 # prints the kill rate. Minutes on 2 cores; not part of `make test`.
