@@ -17,6 +17,9 @@ base_key="bookworm-$(printf '%s' "$packages" | sha256sum | cut -c1-12)"
 base="localhost/hami-dra-base:$base_key"
 log() { printf '%s image: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+if ! command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
 for tool in podman runc debootstrap; do
   command -v "$tool" >/dev/null || { echo "image: $tool is required (apt-get install podman runc debootstrap)" >&2; exit 1; }
 done
