@@ -29,6 +29,11 @@ from dra_driver.quantity import format_bytes
 Obj = Mapping[str, Any]
 
 
+def rfc3339_now() -> str:
+    """Now as Kubernetes serialises ``metav1.Time`` (UTC, whole seconds)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def node_selector(node: str) -> dict[str, Any]:
     return {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
@@ -60,7 +65,7 @@ def build_allocation(
     device_class: Callable[[str], Obj | None],
     request_classes: Mapping[str, str],
     new_uid: Callable[[], str] = lambda: str(uuid.uuid4()),
-    now: Callable[[], str] = lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    now: Callable[[], str] = rfc3339_now,
 ) -> dict[str, Any]:
     results = []
     for result in plan.results:

@@ -1,12 +1,13 @@
 """The controller's state machine: gated pods -> allocated claims -> gate removed; releases.
 
 Everything runs on one worker thread (``Controller.run_once``); informer threads only queue keys.
-Writes are those of an allocator beside kube-scheduler: our finalizer is added to a claim (Update) before its
-allocation is written (UpdateStatus), both with the resourceVersion just read, so a concurrent
-allocator (another replica, kube-scheduler) makes one of the writes fail with 409 instead of
-allocating a device twice; only then is the pod's gate removed. A crash between any two writes
-leaves a state the next pass completes: a finalizer without allocation is reused or dropped, an
-allocated claim of a still-gated pod pins the pod's node, an allocated pod's gate is removed.
+Writes are those of an allocator beside kube-scheduler: our finalizer is added to a claim
+(Update) before its allocation is written (UpdateStatus), both with the resourceVersion just
+read, so a concurrent allocator (another replica, kube-scheduler) makes one of the writes fail
+with 409 instead of allocating a device twice; only then is the pod's gate removed. A crash
+between any two writes leaves a state the next pass completes: a finalizer without allocation is
+reused or dropped, an allocated claim of a still-gated pod pins the pod's node, an allocated pod's
+gate is removed.
 
 Deallocation: a claim carrying our finalizer is released (allocation cleared, then finalizer
 removed) when it is being deleted, or when nobody reserved it and no live pod refers to it.
@@ -22,13 +23,12 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.config.classes import is_driver_class
 from dra_driver.controller import FINALIZER, GATE_NAME
-from dra_driver.controller.allocation import build_allocation, pinned_node
+from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, claim_uses
@@ -117,10 +117,6 @@ def _owners(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def has_gate(pod: Mapping[str, Any]) -> bool:
     return any(gate.get("name") == GATE_NAME for gate in (pod.get("spec") or {}).get("schedulingGates") or ())
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_decision(subject: str, decision: Decision, config: str) -> str:
@@ -516,7 +512,9 @@ class Reconciler:
                 continue
             fence = copy.deepcopy(dict(claim))
             fence.pop("status", None)
-            fence["metadata"].setdefault("annotations", {})[FENCE_ANNOTATION] = f"{self.identity} {_now()}"
+            fence["metadata"].setdefault("annotations", {})[FENCE_ANNOTATION] = (
+                f"{self.identity} {rfc3339_now()}"
+            )
             try:
                 written = self.kube.update(RESOURCE_CLAIMS, fence)
             except KubeError as err:
@@ -557,7 +555,7 @@ class Reconciler:
 
     def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
         meta = _meta(pod)
-        now = _now()
+        now = rfc3339_now()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -599,7 +597,7 @@ class Reconciler:
                     "status": status,
                     "reason": reason,
                     "message": message[:32768],
-                    "lastTransitionTime": _now(),
+                    "lastTransitionTime": rfc3339_now(),
                 }
             )
             updated["status"]["conditions"] = conditions
@@ -659,15 +657,11 @@ class Reconciler:
             victim = max(candidates, key=lambda c: (str(_meta(c).get("creationTimestamp")), _key(c)))
             log.error("GPU %s overcommitted (%s); deallocating the newest unstarted claim %s", where,
                       "; ".join(problems), _key(victim))  # fmt: skip
-            cleared = copy.deepcopy(dict(victim))
-            cleared.setdefault("status", {}).pop("allocation", None)
-            cleared["status"].pop("devices", None)
             try:
-                written = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
+                self._deallocate(victim)
             except KubeError as err:
                 log.warning("claim %s: overcommit repair failed: %s; retried", _key(victim), err)
                 return "retry"
-            self._remember(written)
             self.metrics.overcommits.labels("deallocated").inc()
             message = (
                 f"GPU {where} was overcommitted ({'; '.join(problems)}): claim {_key(victim)} deallocated"
@@ -678,6 +672,16 @@ class Reconciler:
                     self._event(pod, "Warning", "GpuOvercommitted", message)
             return "deallocated"
         return None
+
+    def _deallocate(self, claim: Obj) -> Obj:
+        """Clear the claim's allocation (UpdateStatus with its resourceVersion); returns what was written."""
+        cleared = copy.deepcopy(dict(claim))
+        cleared.setdefault("status", {}).pop("allocation", None)
+        cleared["status"].pop("devices", None)
+        written = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
+        self.metrics.deallocations.inc()
+        self._remember(written)
+        return written
 
     def reconcile_claim(self, claim: Obj) -> str:
         """Release a claim of ours that nobody uses; returns what it did."""
@@ -696,12 +700,7 @@ class Reconciler:
                 if (current.get("status") or {}).get("reservedFor"):
                     return "in-use"
                 if (current.get("status") or {}).get("allocation"):
-                    cleared = copy.deepcopy(dict(current))
-                    cleared["status"].pop("allocation", None)
-                    cleared["status"].pop("devices", None)
-                    current = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
-                    self.metrics.deallocations.inc()
-                    self._remember(current)
+                    current = self._deallocate(current)
                 released = copy.deepcopy(dict(current))
                 released["metadata"]["finalizers"] = [
                     item for item in _meta(current).get("finalizers") or () if item != FINALIZER

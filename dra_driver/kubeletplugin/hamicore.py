@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.kubeletplugin.claims import AllocatedDevice
+from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
 from dra_driver.kubeletplugin.inventory import CORES, MEMORY, NodeGpu
 
 MIB = 1024 * 1024
@@ -40,8 +40,6 @@ class HamiCoreConfig:
 
     def claim_dir(self, claim_uid: str) -> Path:
         """``<state>/claims/<uid>``; refuses anything but a Kubernetes UID (it is removed recursively)."""
-        from dra_driver.kubeletplugin.claims import is_kubernetes_uid
-
         if not is_kubernetes_uid(claim_uid):
             raise ValueError(
                 f"refusing a HAMi-core claim directory for uid {claim_uid[:64]!r}: not a Kubernetes UID"

@@ -307,21 +307,21 @@ class Preparer:
                 # Nothing of ours can be named by it: refuse, touch no file.
                 LOG.warning("unprepare: refusing claim reference %s: %s", ref, problem)
                 results[ref.uid] = f"invalid claim reference {ref}: {problem}"
-                if self.metrics is not None:
-                    self.metrics.requests.labels("unprepare").inc()
-                    self.metrics.errors.labels("unprepare").inc()
-                continue
-            try:
-                self._unprepare_one(ref.uid)
-                results[ref.uid] = ""
-            except OSError as err:
-                LOG.error("unprepare %s (%s) failed: %s", ref, ref.uid, err)
-                results[ref.uid] = f"removing state of claim {ref}: {err}"
+            else:
+                results[ref.uid] = self._guarded_unprepare(ref)
             if self.metrics is not None:
                 self.metrics.requests.labels("unprepare").inc()
                 if results[ref.uid]:
                     self.metrics.errors.labels("unprepare").inc()
         return results
+
+    def _guarded_unprepare(self, ref: ClaimRef) -> str:
+        try:
+            self._unprepare_one(ref.uid)
+        except OSError as err:
+            LOG.error("unprepare %s (%s) failed: %s", ref, ref.uid, err)
+            return f"removing state of claim {ref}: {err}"
+        return ""
 
     def _unprepare_one(self, claim_uid: str) -> None:
         # Side effects first, then the entry: a crash in between leaves an entry whose unprepare
