@@ -219,7 +219,8 @@ def _start_in_background(args: argparse.Namespace, state_dir: Path) -> subproces
     for line in process.stdout:
         print(line, end="", flush=True)
         if line.startswith("kubeconfig: "):
-            threading.Thread(target=lambda: [None for _ in process.stdout or ()], daemon=True).start()
+            # Keep reading, so the cluster never blocks on a full pipe while the lab runs.
+            threading.Thread(target=process.stdout.read, daemon=True).start()
             return process
     process.wait()
     raise UsageError(f"hami-dra cluster up failed (exit status {process.returncode}; its output is above)")

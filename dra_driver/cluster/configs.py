@@ -135,17 +135,29 @@ def runtime_config(kubernetes_version: str) -> list[str]:
     return ["--runtime-config=resource.k8s.io/v1alpha3=true"] if minor <= 35 else []
 
 
-def controller_manager_args(
-    tools: Toolchain, layout: Layout, pki: ClusterPki, kubeconfig_path: Path
-) -> list[str]:
-    sa = pki.service_account_keys()
+def _secure_component(program: Path, kubeconfig_path: Path, port: int, verbosity: int) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: one identity for the API and for
+    delegated authentication/authorization of their own /healthz, loopback serving, no election."""
     return [
-        str(tools.path("kube-controller-manager")),
+        str(program),
         f"--kubeconfig={kubeconfig_path}",
         f"--authentication-kubeconfig={kubeconfig_path}",
         f"--authorization-kubeconfig={kubeconfig_path}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={layout.ports.controller_manager}",
+        f"--secure-port={port}",
+        "--leader-elect=false",
+        f"--feature-gates={FEATURE_GATES}",
+        f"--v={verbosity}",
+    ]
+
+
+def controller_manager_args(
+    tools: Toolchain, layout: Layout, pki: ClusterPki, kubeconfig_path: Path
+) -> list[str]:
+    sa = pki.service_account_keys()
+    program = tools.path("kube-controller-manager")
+    return [
+        *_secure_component(program, kubeconfig_path, layout.ports.controller_manager, 1),
         f"--service-account-private-key-file={sa.key}",
         f"--root-ca-file={pki.ca.cert}",
         f"--cluster-signing-cert-file={pki.ca.cert}",
@@ -153,24 +165,11 @@ def controller_manager_args(
         "--use-service-account-credentials=true",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--controllers=*",
-        "--leader-elect=false",
-        f"--feature-gates={FEATURE_GATES}",
-        "--v=1",
     ]
 
 
 def scheduler_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> list[str]:
-    return [
-        str(tools.path("kube-scheduler")),
-        f"--kubeconfig={kubeconfig_path}",
-        f"--authentication-kubeconfig={kubeconfig_path}",
-        f"--authorization-kubeconfig={kubeconfig_path}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={layout.ports.scheduler}",
-        "--leader-elect=false",
-        f"--feature-gates={FEATURE_GATES}",
-        "--v=2",
-    ]
+    return _secure_component(tools.path("kube-scheduler"), kubeconfig_path, layout.ports.scheduler, 2)
 
 
 def containerd_config(tools: Toolchain, layout: Layout, runc: Path) -> Path:

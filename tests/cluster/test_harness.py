@@ -92,6 +92,9 @@ def test_leftover_cleanup_kills_only_what_the_cluster_runs(tmp_path: Path) -> No
         [sys.executable, "-c", sleeper, "dra_driver.cli", "--kubeconfig", str(layout.root)]
     )
     try:
+        for process in (bystander, ours):  # Popen returns before the child has exec'ed its command line
+            cmdline = Path(f"/proc/{process.pid}/cmdline")
+            wait_for(lambda c=cmdline: str(layout.root).encode() in c.read_bytes(), 10, "child exec'ed")
         assert kill_leftovers(layout) == []
         assert ours.wait(10) == -9
         assert bystander.poll() is None, "a process that only names a log file is not ours"
