@@ -18,7 +18,14 @@ VERSIONS_FILE = REPO_ROOT / "hack" / "cluster" / "versions.env"
 
 #: Programs each cluster needs, by the component directory build.sh puts them in.
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "kubernetes": ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"),
+    "kubernetes": (
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubelet",
+        "kube-proxy",
+        "kubectl",
+    ),
     "etcd": ("etcd",),
     "containerd": ("containerd", "containerd-shim-runc-v2", "ctr"),
     "cni-plugins": ("bridge", "loopback", "host-local", "portmap"),

@@ -137,6 +137,19 @@ def remove_links() -> None:
         _ip("addr", "delete", f"{NODE_IP}/32", "dev", NODE_LINK)
 
 
+def remove_service_rules(kube_proxy: Path) -> None:
+    """Drop the KUBE-* chains kube-proxy left in the host's iptables (it never removes them itself)."""
+    try:
+        result = subprocess.run(
+            [str(kube_proxy), "--cleanup"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        log.warning("kube-proxy --cleanup failed: %s", err)
+        return
+    if result.returncode != 0:
+        log.warning("kube-proxy --cleanup exited %d: %s", result.returncode, result.stderr.strip()[-500:])
+
+
 def add_node_address() -> None:
     """Put the node IP (see layout.NODE_IP) on the loopback interface: local, and no kernel module."""
     result = _ip("addr", "replace", f"{NODE_IP}/32", "dev", NODE_LINK)

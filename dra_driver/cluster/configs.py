@@ -77,6 +77,7 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         "apiserver",
         "kube-apiserver",
         hosts=(
+            NODE_IP,
             "127.0.0.1",
             "localhost",
             SERVICE_IP,
@@ -95,10 +96,10 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
     return [
         str(tools.path("kube-apiserver")),
         f"--etcd-servers=http://127.0.0.1:{layout.ports.etcd_client}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        # The endpoint reconciler refuses a loopback address; nothing in-cluster needs the endpoints.
-        "--endpoint-reconciler-type=none",
+        # The node's own address (on `lo`, see layout.NODE_IP): local to this machine, and one that
+        # the endpoint reconciler accepts, so pods reach the `kubernetes` Service through kube-proxy.
+        f"--bind-address={NODE_IP}",
+        f"--advertise-address={NODE_IP}",
         f"--secure-port={layout.ports.apiserver}",
         f"--tls-cert-file={serving.cert}",
         f"--tls-private-key-file={serving.key}",
@@ -115,7 +116,8 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         # ValidatingAdmissionPolicy; NodeRestriction makes the kubelet's identity matter as in production.
         "--enable-admission-plugins=NodeRestriction",
         "--allow-privileged=true",
-        # Webhook Services are reached through their endpoints: there is no kube-proxy here.
+        # The API server runs on the host, outside kube-proxy's reach for its own connections to
+        # webhook Services: it dials their endpoints (pod IPs on the bridge) instead.
         "--enable-aggregator-routing=true",
         f"--feature-gates={FEATURE_GATES}",
         *runtime_config(tools.kubernetes_version),
@@ -288,6 +290,39 @@ def kubelet_config(layout: Layout, pki: ClusterPki) -> Path:
     }
     layout.kubelet_config.write_text(yaml.safe_dump(body, sort_keys=False))
     return layout.kubelet_config
+
+
+def kube_proxy_config(layout: Layout, kubeconfig_path: Path) -> Path:
+    """kube-proxy in iptables mode for Service ClusterIPs (the pods' way to the API server).
+
+    Nothing it would tune is touched: conntrack limits and timeouts stay as the machine has
+    them (0 = leave alone), and NodePorts are not served on localhost (no route_localnet).
+    """
+    body: dict[str, Any] = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig_path)},
+        "hostnameOverride": NODE_NAME,
+        "bindAddress": NODE_IP,
+        "healthzBindAddress": f"127.0.0.1:{layout.ports.kube_proxy_healthz}",
+        "metricsBindAddress": f"127.0.0.1:{layout.ports.kube_proxy_metrics}",
+        "mode": "iptables",
+        "clusterCIDR": POD_CIDR,
+        "detectLocalMode": "ClusterCIDR",
+        "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+    }
+    layout.kube_proxy_config.write_text(yaml.safe_dump(body, sort_keys=False))
+    return layout.kube_proxy_config
+
+
+def kube_proxy_args(tools: Toolchain, layout: Layout) -> list[str]:
+    return [str(tools.path("kube-proxy")), f"--config={layout.kube_proxy_config}", "--v=1"]
 
 
 def kubelet_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> list[str]:

@@ -43,6 +43,8 @@ class Ports:
     scheduler: int = 10259
     kubelet: int = 10250
     kubelet_healthz: int = 10248
+    kube_proxy_healthz: int = 10256
+    kube_proxy_metrics: int = 10249
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ class Layout:
         return self.root / "kubelet"
 
     @property
+    def kube_proxy_config(self) -> Path:
+        return self.root / "kube-proxy-config.yaml"
+
+    @property
     def kubelet_config(self) -> Path:
         return self.root / "kubelet-config.yaml"
 
@@ -133,4 +139,4 @@ class Layout:
 
     @property
     def server_url(self) -> str:
-        return f"https://127.0.0.1:{self.ports.apiserver}"
+        return f"https://{NODE_IP}:{self.ports.apiserver}"

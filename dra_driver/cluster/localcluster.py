@@ -6,7 +6,8 @@
     cluster.stop()           # stops everything it started, unmounts, removes the bridge
 
 Components start in dependency order, each waited for before the next: etcd, kube-apiserver,
-kube-controller-manager and kube-scheduler, containerd (then the local images), the kubelet.
+kube-controller-manager and kube-scheduler, containerd (then the local images), the kubelet,
+kube-proxy.
 ``stop`` goes in reverse, also after a start that failed half way.
 """
 
@@ -86,7 +87,14 @@ class LocalCluster:
         kcm = self._identity("controller-manager", "system:kube-controller-manager")
         scheduler = self._identity("scheduler", "system:kube-scheduler")
         kubelet = self._identity("kubelet", f"system:node:{NODE_NAME}", "system:nodes")
+        # The identity the default RBAC policy binds to system:node-proxier.
+        proxy = self._identity("kube-proxy", "system:kube-proxy")
         p = layout.ports
+        # kube-apiserver serves on the node address, so it must exist before etcd even starts.
+        try:
+            cleanup.add_node_address()
+        except OSError as err:
+            raise PreflightError(str(err)) from err
         self._run(
             "etcd", configs.etcd_args(tools, layout), Probe(f"http://127.0.0.1:{p.etcd_client}/health"), 60
         )
@@ -122,10 +130,6 @@ class LocalCluster:
         containerd.wait_ready(60)
         self._progress("containerd ready; importing the local pause and busybox images")
         images.import_images(tools.path("ctr"), layout.containerd_socket, layout.images)
-        try:
-            cleanup.add_node_address()
-        except OSError as err:
-            raise PreflightError(str(err)) from err
         configs.kubelet_config(layout, pki)
         self._run(
             "kubelet",
@@ -135,6 +139,14 @@ class LocalCluster:
             env={**os.environ, "PATH": path},
         )
         self._wait_node_ready(120)
+        # After the node exists: kube-proxy reads its Node object for the node's addresses.
+        configs.kube_proxy_config(layout, proxy)
+        self._run(
+            "kube-proxy",
+            configs.kube_proxy_args(tools, layout),
+            Probe(f"http://127.0.0.1:{p.kube_proxy_healthz}/healthz"),
+            60,
+        )
         self._wait_default_service_account(60)
         self._progress(f"node {NODE_NAME} Ready ({time.monotonic() - started:.1f}s after start)")
 
@@ -212,4 +224,5 @@ class LocalCluster:
         for process in reversed(self.components):
             process.stop()
         self.components.clear()
+        cleanup.remove_service_rules(self.tools.path("kube-proxy"))
         return cleanup.clean(self.layout, None)

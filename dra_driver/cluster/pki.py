@@ -64,10 +64,40 @@ class ClusterPki:
         client: bool = True,
         server: bool = False,
     ) -> KeyPair:
-        """A certificate signed by the CA; ``hosts`` become SANs (IP or DNS)."""
+        """A certificate signed by the CA; ``hosts`` become SANs (IP or DNS).
+
+        Kept across `cluster up` runs, and issued again when what it asks for (subject, usages,
+        SANs) differs from what the kept one was issued for, so a checkout that adds a SAN gets it.
+        """
         pair = KeyPair(self.dir / f"{name}.crt", self.dir / f"{name}.key")
-        if pair.cert.exists() and pair.key.exists():
+        subject = f"/CN={common_name}" + (f"/O={organization}" if organization else "")
+        usages = [u for u, on in (("clientAuth", client), ("serverAuth", server)) if on]
+        ext = [
+            "basicConstraints=CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            f"extendedKeyUsage={','.join(usages)}",
+        ]
+        if hosts:
+            sans = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
+            ext.append(f"subjectAltName={sans}")
+        request = "\n".join([f"subject={subject}", *ext]) + "\n"
+        issued_for = self.dir / f"{name}.request"
+        kept = pair.cert.exists() and pair.key.exists() and issued_for.exists()
+        if kept and issued_for.read_text() == request:
             return pair
+        csr = self.dir / f"{name}.csr"
+        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pair.key),
+                 "-out", str(csr), "-subj", subject)  # fmt: skip
+        ext_file = self.dir / f"{name}.ext"
+        ext_file.write_text("\n".join(ext) + "\n")
+        _openssl(
+            "x509", "-req", "-in", str(csr), "-CA", str(self.ca.cert), "-CAkey", str(self.ca.key),
+            "-CAcreateserial", "-days", "3650", "-out", str(pair.cert), "-extfile", str(ext_file),
+        )  # fmt: skip
+        csr.unlink(missing_ok=True)
+        ext_file.unlink(missing_ok=True)
+        issued_for.write_text(request)
+        return pair
         subject = f"/CN={common_name}" + (f"/O={organization}" if organization else "")
         csr = self.dir / f"{name}.csr"
         _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pair.key),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream programs of the local real cluster (`hami-dra cluster up`) from their published
 # Go modules into a cache outside the repository, keyed by component and version:
-#   ${HAMI_DRA_CACHE:-~/.cache/hami-dra}/kubernetes/v<version>/bin/{kube-apiserver,...,kubectl}
+#   ${HAMI_DRA_CACHE:-~/.cache/hami-dra}/kubernetes/v<version>/bin/{kube-apiserver,...,kube-proxy,kubectl}
 #   .../etcd/v<version>/bin/etcd   .../containerd/v<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
 #   .../cni-plugins/v<version>/bin/{bridge,loopback,host-local,portmap}   .../crictl/v<version>/bin/crictl
 # The modules that pin them are hack/cluster/go/*/go.mod (+ go.sum, checked by `go build`).
@@ -22,20 +22,27 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false -trimpa
 
 log() { printf '%s build.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# program <package>: the file name go build gives a package's binary (etcd's is renamed below).
+program() { case "$1" in go.etcd.io/etcd/server/v3) echo etcd ;; *) echo "${1##*/}" ;; esac; }
+
 # build <component> <version> <module dir> <ldflags> <package>...
+# A cached directory that lacks a program (a newer checkout pins one more) gets just that program.
 build() {
   local component="$1" version="$2" moddir="$here/go/$3" ldflags="$4"; shift 4
-  local dest="$cache/$component/v$version"
-  if [ -f "$dest/.complete" ]; then
+  local dest="$cache/$component/v$version" missing=() pkg
+  for pkg in "$@"; do
+    [ -f "$dest/.complete" ] && [ -x "$dest/bin/$(program "$pkg")" ] || missing+=("$pkg")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
     echo "bin: $dest/bin"
     return 0
   fi
   [ -f "$moddir/go.mod" ] || { echo "build.sh: no module for $component $version ($moddir/go.mod); pinned versions are in hack/cluster/versions.env" >&2; exit 1; }
-  log "building $component v$version ($# programs; the first build takes minutes, later runs reuse $dest)"
+  log "building $component v$version (${#missing[@]} of $# programs; the first build takes minutes, later runs reuse $dest)"
   local started=$SECONDS
   rm -rf "$dest.partial"
-  mkdir -p "$dest.partial/bin"
-  (cd "$moddir" && go build -ldflags "-s -w $ldflags" -o "$dest.partial/bin/" "$@")
+  if [ -f "$dest/.complete" ]; then cp -a "$dest" "$dest.partial"; else mkdir -p "$dest.partial/bin"; fi
+  (cd "$moddir" && go build -ldflags "-s -w $ldflags" -o "$dest.partial/bin/" "${missing[@]}")
   # etcd's main package is its module root, go.etcd.io/etcd/server/v3, which go names "server".
   if [ "$component" = etcd ]; then mv "$dest.partial/bin/server" "$dest.partial/bin/etcd"; fi
   touch "$dest.partial/.complete"
@@ -55,7 +62,8 @@ done
 want() { [ "$only" = all ] || [ "$only" = "$1" ]; }
 want kubernetes && build kubernetes "$k8s_version" "kubernetes-$k8s_version" "$k8s_ldflags" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+  k8s.io/kubernetes/cmd/kubectl
 want etcd && build etcd "$ETCD_VERSION" etcd "-X go.etcd.io/etcd/api/v3/version.GitSHA=v$ETCD_VERSION" \
   go.etcd.io/etcd/server/v3
 want containerd && build containerd "$CONTAINERD_VERSION" containerd \

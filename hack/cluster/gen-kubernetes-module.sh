@@ -22,7 +22,7 @@ go_line="$(printf '%s\n' "$mod" | awk '/^go /{print $2; exit}')"
   echo "require k8s.io/kubernetes v$version"
   echo
   echo "tool ("
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     echo "	k8s.io/kubernetes/cmd/$cmd"
   done
   echo ")"
