@@ -35,7 +35,7 @@ tools:
 cluster-build: $(STAMP)
 	$(VENV)/bin/hami-dra cluster build
 
-test: lint tools cluster-build
+test: lint tools cluster-build image
 	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider
 	$(MAKE) test-lowest
 
@@ -48,7 +48,7 @@ test-lowest: $(STAMP)
 	$(LOWEST)/bin/python -m pytest -q -m "not bench and not cluster" -p no:cacheprovider --ignore=tests/install
 
 # Only the real-cluster suite, on any pinned version: make test-cluster KUBERNETES_VERSION=1.34.4
-test-cluster: $(STAMP) tools cluster-build
+test-cluster: $(STAMP) tools cluster-build image
 	$(PY) -m pytest -q -m cluster -p no:cacheprovider tests/cluster
 
 # The seed's lab on the real local cluster (the same steps `make demo` runs on the sandbox).

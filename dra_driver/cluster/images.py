@@ -168,13 +168,26 @@ def busybox_archive(directory: Path) -> Path:
     return write_oci_archive(archive, BUSYBOX_IMAGE, _layer(build), config)
 
 
+def driver_image_archive() -> Path:
+    """Where ``make image`` (hack/image/build.sh) leaves the driver's image as an OCI archive."""
+    from dra_driver import __version__
+    from dra_driver.cluster.binaries import cache_dir
+
+    return cache_dir() / "image" / f"hami-dra-{__version__}.oci.tar"
+
+
+#: The name ``make image`` gives the driver's image (charts/hami-dra/values-local.yaml uses it).
+DRIVER_IMAGE_REPOSITORY = "localhost/hami-dra"
+
+
 def import_images(ctr: Path, socket: Path, directory: Path) -> list[str]:
-    """Build (once) and import both images into containerd's ``k8s.io`` namespace."""
+    """Build (once) and import both images into containerd's ``k8s.io`` namespace, and the
+    driver's image too when ``make image`` has built it, so the chart installs in either order."""
     imported = []
-    for archive, ref in (
-        (pause_archive(directory), PAUSE_IMAGE),
-        (busybox_archive(directory), BUSYBOX_IMAGE),
-    ):
+    wanted = [(pause_archive(directory), PAUSE_IMAGE), (busybox_archive(directory), BUSYBOX_IMAGE)]
+    if driver_image_archive().is_file():
+        wanted.append((driver_image_archive(), DRIVER_IMAGE_REPOSITORY))
+    for archive, ref in wanted:
         try:
             subprocess.run(
                 [str(ctr), "--address", str(socket), "-n", "k8s.io", "images", "import", str(archive)],

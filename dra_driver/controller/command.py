@@ -73,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
         controller.start()
     except KubeError as err:
         raise UsageError(f"cannot reach the API server: {err}") from None
-    log.warning("hami-dra controller %s running for driver %s", identity, args.driver_name)
+    role = (
+        "without leader election" if elector is None
+        else "as leader" if elector.is_leader()
+        else f"as standby (allocates once it holds lease {args.leader_elect_namespace}/{elector.name})"
+    )  # fmt: skip
+    log.warning("hami-dra controller %s running for driver %s %s", identity, args.driver_name, role)
     try:
         stop.wait()
     finally:

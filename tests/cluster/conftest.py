@@ -1,7 +1,10 @@
-"""One real single-node cluster (``hami-dra cluster up``) for the whole ``cluster`` test session.
+"""One real single-node cluster (``hami-dra cluster up --no-driver``) for the whole ``cluster``
+test session, and the driver on it in both of the ways it runs (``driver``, see drivers.py): as
+host processes, then installed by its Helm chart. Tests that take ``driver`` run once per way.
 
-The cluster runs as a child process of the tests, exactly as a user starts it, and is stopped
-with SIGTERM at the end (``cluster down`` does the same). Its binaries come from the version
+The cluster runs as a child process of the tests, exactly as a user starts it, in the default
+state directory (the one charts/hami-dra/values-local.yaml names), and is stopped with SIGTERM
+at the end (``cluster down`` does the same). Its binaries come from the version
 cache that ``make test`` fills first (``hack/cluster/build.sh``); where they are missing, or the
 tests do not run as root, the suite skips with the reason, except under CI, where it fails.
 """
@@ -13,10 +16,9 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,10 @@ import pytest
 
 from dra_driver.cli import CHILD_ENTRY
 from dra_driver.cluster.binaries import MissingBinaries, Toolchain, require_toolchain
+from dra_driver.cluster.layout import default_state_dir
+from dra_driver.pidfile import running_pid
+from tests.chart.helpers import find_or_install_helm
+from tests.cluster.drivers import ChartDriver, DriverUnderTest, HostDriver
 from tests.waiting import wait_for
 
 NAMESPACE = "default"
@@ -45,6 +51,8 @@ class RealCluster:
     toolchain: Toolchain
     api_client: Any
     output: list[str]
+    #: The driver the current test runs against (set by the ``driver`` fixture).
+    driver: DriverUnderTest | None = field(default=None)
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
         result = subprocess.run(
@@ -59,7 +67,13 @@ class RealCluster:
         return json.loads(self.kubectl("get", "-o", "json", *args))
 
     def log(self, component: str) -> str:
+        """A host process's log: the cluster's components, or the driver run as host processes."""
         return (self.state_dir / "logs" / f"{component}.log").read_text(errors="replace")
+
+    def driver_log(self, component: str) -> str:
+        """``controller``, ``webhook`` or ``kubelet-plugin`` of the driver under test."""
+        assert self.driver is not None, "the test needs the driver fixture"
+        return self.driver.log(component)
 
 
 @pytest.fixture(scope="session")
@@ -71,13 +85,16 @@ def real_cluster() -> Iterator[RealCluster]:
         toolchain = require_toolchain(version)
     except MissingBinaries as err:
         _unavailable(f"{err} (make test builds them first)")
-    state_dir = Path(tempfile.mkdtemp(prefix="hdc-"))
+    state_dir = default_state_dir()
+    if running_pid(state_dir / "cluster.pid") is not None:
+        _unavailable(f"a cluster is already running from {state_dir}; stop it with `hami-dra cluster down`")
     command = [
         sys.executable,
         "-c",
         CHILD_ENTRY,
         "cluster",
         "up",
+        "--no-driver",
         "--no-build",
         "--state-dir",
         str(state_dir),
@@ -113,3 +130,25 @@ def real_cluster() -> Iterator[RealCluster]:
             process.kill()
             process.wait(10)
         reader.join(5)
+
+
+@pytest.fixture(scope="session", params=["host", "chart"])
+def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterator[DriverUnderTest]:
+    """The driver as host processes, then as the chart installs it (pytest groups the tests by
+    this parameter, so each way is set up once). A test module that is about the chart alone
+    parametrizes it to ``["chart"]`` indirectly and shares the same install."""
+    started: DriverUnderTest
+    if request.param == "host":
+        started = HostDriver(real_cluster)
+    else:
+        helm, why = find_or_install_helm()
+        if helm is None:
+            _unavailable(f"helm is not installed and hack/install.d/helm.sh could not install it: {why}")
+        assert helm is not None
+        started = ChartDriver(real_cluster, helm)
+    real_cluster.driver = started
+    try:
+        yield started
+    finally:
+        real_cluster.driver = None
+        started.stop()

@@ -1,4 +1,5 @@
-"""The driver end to end on real upstream Kubernetes (``hami-dra cluster up``; see conftest.py).
+"""The driver end to end on real upstream Kubernetes (``hami-dra cluster up``; see conftest.py),
+once as host processes and once installed by its Helm chart (the ``driver`` fixture).
 
 Real kube-apiserver validates our ResourceSlice and allocations, real kube-scheduler binds the pods
 our controller placed, the real kubelet calls our NodePrepareResources/NodeUnprepareResources over
@@ -21,6 +22,7 @@ from dra_driver.demo.manifests import DemoPod
 from dra_driver.kubeletplugin.cdi import CdiNames
 from dra_driver.quantity import parse_quantity
 from tests.cluster.conftest import NAMESPACE, RealCluster
+from tests.cluster.drivers import DriverUnderTest
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -96,13 +98,18 @@ def cdi_spec(uid: str) -> Path:
     return CDI_DIR / CdiNames(DRIVER).spec_file_name(uid)
 
 
+def recipe_classes(driver: DriverUnderTest, *recipes: str) -> list[dict[str, Any]]:
+    """The seed's DeviceClasses, unless the driver installed them (the chart's recipe classes)."""
+    return [] if driver.provides_recipe_classes else [manifests.device_class(r) for r in recipes]
+
+
 @pytest.fixture
-def lab(real_cluster: RealCluster) -> Iterator[RealCluster]:
+def lab(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[RealCluster]:
     """The seed's classes and templates; afterwards every pod is deleted and must leave nothing."""
     recipes = list(manifests.CLASS_POLICIES)
     apply(
         real_cluster,
-        *(manifests.device_class(r) for r in recipes),
+        *recipe_classes(driver, *recipes),
         *(manifests.claim_template(r) for r in recipes),
     )
     yield real_cluster
@@ -120,13 +127,15 @@ def place(cluster: RealCluster, demo_pod: DemoPod) -> dict[str, Any]:
 
 def decision_scores(cluster: RealCluster, pod: str) -> dict[str, str]:
     """The controller's per-card scores for ``pod`` from its decision log line."""
-    lines = [line for line in cluster.log("controller").splitlines() if f"pod {NAMESPACE}/{pod} " in line]
+    lines = [
+        line for line in cluster.driver_log("controller").splitlines() if f"pod {NAMESPACE}/{pod} " in line
+    ]
     assert lines, f"no decision logged for {pod}"
     scores = lines[-1].split("scores: ", 1)[1]
     return dict(re.findall(rf"{NODE_NAME}/(gpu-\d+)=(\d+\.\d+)", scores))
 
 
-def test_resourceslice_lists_the_four_gpus(real_cluster: RealCluster) -> None:
+def test_resourceslice_lists_the_four_gpus(real_cluster: RealCluster, driver: DriverUnderTest) -> None:
     table = real_cluster.kubectl("get", "resourceslices")
     assert NODE_NAME in table and DRIVER in table
     slices = [s for s in real_cluster.get("resourceslices")["items"] if s["spec"]["nodeName"] == NODE_NAME]
@@ -169,9 +178,11 @@ def test_mutex_pod_waits_for_an_idle_card(lab: RealCluster) -> None:
     assert device_of(claim_of(lab, manifests.EXCLUSIVE.name)) == "gpu-3"
 
 
-def test_deleting_pods_unprepares_and_leaves_nothing(real_cluster: RealCluster) -> None:
+def test_deleting_pods_unprepares_and_leaves_nothing(
+    real_cluster: RealCluster, driver: DriverUnderTest
+) -> None:
     recipe = "binpack"
-    apply(real_cluster, manifests.device_class(recipe), manifests.claim_template(recipe))
+    apply(real_cluster, *recipe_classes(driver, recipe), manifests.claim_template(recipe))
     pods = [DemoPod(f"short-lived-{i}", recipe, "gpu-0", "binpack stacks") for i in range(2)]
     uids = [place(real_cluster, pod)["metadata"]["uid"] for pod in pods]
     assert all(cdi_spec(uid).is_file() for uid in uids)
@@ -180,7 +191,7 @@ def test_deleting_pods_unprepares_and_leaves_nothing(real_cluster: RealCluster) 
     wait_for(lambda: not real_cluster.get("resourceclaims")["items"], 60, "claims deleted")
     wait_for(lambda: not any(cdi_spec(uid).exists() for uid in uids), 30, "CDI specs removed")
     assert not set(uids) & set(checkpoint_claims(real_cluster))
-    plugin_log = real_cluster.log("kubelet-plugin")
+    plugin_log = real_cluster.driver_log("kubelet-plugin")
     for uid in uids:
         assert f"NodeUnprepareResources claim {uid}: unprepared" in plugin_log
 
