@@ -128,7 +128,7 @@ class LocalCluster:
         )
         self.components.append(containerd)
         containerd.wait_ready(60)
-        self._progress("containerd ready; importing the local images (pause, busybox, the driver's when built)")
+        self._progress("containerd ready; importing images (pause, busybox, the driver's if built)")
         images.import_images(tools.path("ctr"), layout.containerd_socket, layout.images)
         configs.kubelet_config(layout, pki)
         self._run(
