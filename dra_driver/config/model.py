@@ -86,6 +86,15 @@ class GpuConfig(BaseModel):
     numaBind: bool | None = Field(
         default=None, description="a multi-GPU request must take all its GPUs from one NUMA node"
     )
+    memoryPercent: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description=(
+            "memory of each GPU as a percentage of that GPU, floored to whole MiB (HAMi's "
+            "nvidia.com/gpumem-percentage); for requests without a memory capacity request"
+        ),
+    )
 
     @field_validator("policy")
     @classmethod

@@ -31,6 +31,13 @@ from dra_driver.engine import (
 ANNOTATION_GPU_POLICY = "hami.io/gpu-scheduler-policy"
 ANNOTATION_NODE_POLICY = "hami.io/node-scheduler-policy"
 ANNOTATION_DEVICE_WEIGHTS = "hami.io/device-scoring-weights"
+#: HAMi's card filters and NUMA binding (pod annotations, same names and meaning as in HAMi):
+#: type lists are upper-cased substrings of the product name, UUID lists exact matches.
+ANNOTATION_USE_GPU_TYPE = "nvidia.com/use-gputype"
+ANNOTATION_NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
+ANNOTATION_USE_GPU_UUID = "nvidia.com/use-gpuuuid"
+ANNOTATION_NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
+ANNOTATION_NUMA_BIND = "nvidia.com/numa-bind"
 
 
 class ConfigSource(StrEnum):
@@ -59,6 +66,43 @@ class ControllerDefaults:
             raise ConfigError(f"default node policy: {err}") from None
 
 
+def _token_list(value: str) -> tuple[str, ...]:
+    return tuple(token.strip() for token in value.split(",") if token.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class CardFilter:
+    """HAMi's use/nouse-gputype and use/nouse-gpuuuid pod annotations, as lists."""
+
+    include_products: tuple[str, ...] = ()
+    exclude_products: tuple[str, ...] = ()
+    include_uuids: tuple[str, ...] = ()
+    exclude_uuids: tuple[str, ...] = ()
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> CardFilter:
+        def tokens(key: str) -> tuple[str, ...]:
+            return _token_list(annotations.get(key, ""))
+
+        return cls(
+            include_products=tokens(ANNOTATION_USE_GPU_TYPE),
+            exclude_products=tokens(ANNOTATION_NOUSE_GPU_TYPE),
+            include_uuids=tokens(ANNOTATION_USE_GPU_UUID),
+            exclude_uuids=tokens(ANNOTATION_NOUSE_GPU_UUID),
+        )
+
+    def describe(self) -> str:
+        parts = [
+            f"{name}={','.join(values)}"
+            for name, values in (
+                ("useType", self.include_products), ("nouseType", self.exclude_products),
+                ("useUuid", self.include_uuids), ("nouseUuid", self.exclude_uuids),
+            )
+            if values
+        ]  # fmt: skip
+        return " ".join(parts)
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedConfig:
     """The engine inputs for one request and the source of each."""
@@ -70,6 +114,8 @@ class ResolvedConfig:
     sources: Mapping[str, ConfigSource] = field(default_factory=dict)
     #: Pod annotations that were invalid and therefore ignored (the lower sources apply).
     ignored_annotations: tuple[str, ...] = ()
+    memory_percent: int | None = None
+    card_filter: CardFilter = field(default_factory=lambda: CardFilter())
 
     @property
     def unknown_policies(self) -> tuple[str, ...]:
@@ -83,6 +129,10 @@ class ResolvedConfig:
             f"weights={self.weights}({self.sources.get('scoringWeights', ConfigSource.DEFAULT)})",
             f"numaBind={str(self.numa_bind).lower()}({self.sources.get('numaBind', ConfigSource.DEFAULT)})",
         ]
+        if self.memory_percent is not None:
+            parts.append(f"memoryPercent={self.memory_percent}({self.sources['memoryPercent']})")
+        if self.card_filter.describe():
+            parts.append(f"{self.card_filter.describe()}(annotation)")
         return " ".join(parts)
 
 
@@ -139,6 +189,7 @@ def resolve_config(
     node_policy_text: str = defaults.node_policy
     weights: ScoringWeights = DEFAULT_WEIGHTS
     numa_bind = False
+    memory_percent: int | None = None
     sources: dict[str, ConfigSource] = {}
     for source, configs in ((ConfigSource.CLASS, class_configs), (ConfigSource.CLAIM, claim_configs)):
         for config in configs:
@@ -150,12 +201,20 @@ def resolve_config(
                 weights, sources["scoringWeights"] = config.scoringWeights.to_engine(), source
             if config.numaBind is not None:
                 numa_bind, sources["numaBind"] = config.numaBind, source
+            if config.memoryPercent is not None:
+                memory_percent, sources["memoryPercent"] = config.memoryPercent, source
     annotations = annotations or {}
+    ignored: list[str] = []
+    if ANNOTATION_NUMA_BIND in annotations:
+        text = annotations[ANNOTATION_NUMA_BIND].strip().lower()
+        if text in ("true", "false"):
+            numa_bind, sources["numaBind"] = text == "true", ConfigSource.ANNOTATION
+        else:
+            ignored.append(f"pod annotation {ANNOTATION_NUMA_BIND} ignored: not true or false: {text!r}")
     if ANNOTATION_GPU_POLICY in annotations:
         policy_text, sources["policy"] = annotations[ANNOTATION_GPU_POLICY], ConfigSource.ANNOTATION
     if ANNOTATION_NODE_POLICY in annotations:
         node_policy_text, sources["nodePolicy"] = annotations[ANNOTATION_NODE_POLICY], ConfigSource.ANNOTATION
-    ignored: list[str] = []
     if ANNOTATION_DEVICE_WEIGHTS in annotations:
         try:
             weights = parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
@@ -178,4 +237,6 @@ def resolve_config(
         numa_bind=numa_bind,
         sources=sources,
         ignored_annotations=tuple(ignored),
+        memory_percent=memory_percent,
+        card_filter=CardFilter.from_annotations(annotations),
     )

@@ -258,11 +258,17 @@ class Planner:
                 name=spec.name,
                 count=count,
                 memory=spec.memory,
+                # HAMi's gpumem-percentage: per card, only where the request names no memory.
+                memory_percent=resolved.memory_percent if spec.memory is None else None,
                 cores=spec.cores,
                 policy=resolved.policy,
                 node_policy=resolved.node_policy,
                 weights=resolved.weights,
                 numa_bind=resolved.numa_bind,
+                include_products=resolved.card_filter.include_products,
+                exclude_products=resolved.card_filter.exclude_products,
+                include_uuids=resolved.card_filter.include_uuids,
+                exclude_uuids=resolved.card_filter.exclude_uuids,
                 allowed_devices=eligible.devices,
                 allowed_nodes=allowed,
             )

@@ -21,7 +21,7 @@ import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,9 @@ from dra_driver.config import ControllerDefaults
 from dra_driver.config.classes import is_driver_class
 from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
-from dra_driver.controller.inventory import build_inventory
+from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
+from dra_driver.controller.hami_annotation import encode_devices_allocated
+from dra_driver.controller.inventory import Device, build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
@@ -69,6 +71,8 @@ class CommitJob:
     pod: Obj
     writes: list[tuple[Mapping[str, Any], dict[str, Any]]]
     clear_pending: bool = False
+    #: Pod annotations written with the gate removal (``hami.io/vgpu-devices-allocated``).
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -361,7 +365,41 @@ class Reconciler:
             self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), claim_uses(assumed, self.driver))
             self.in_flight_claims.add(_key(claim_plan.claim))
             writes.append((claim_plan.claim, allocation))
-        return CommitJob(pod, writes, self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None)
+        clear_pending = self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None
+        return CommitJob(pod, writes, clear_pending, self._hami_annotations(pod, claims, writes))
+
+    def _hami_annotations(
+        self,
+        pod: Obj,
+        claims: Sequence[tuple[str, Obj | None]],
+        writes: Sequence[tuple[Mapping[str, Any], dict[str, Any]]],
+    ) -> dict[str, str]:
+        """HAMi's view of the placement (controller/hami_annotation.py), from the new allocations."""
+        new = {_key(claim): allocation for claim, allocation in writes}
+        allocated: dict[str, Obj] = {}
+        for pod_claim, claim in claims:
+            if claim is None:
+                continue
+            allocation = new.get(_key(claim))
+            allocated[pod_claim] = {**claim, "status": {"allocation": allocation}} if allocation else claim
+
+        def device(pool: str, name: str) -> Device | None:
+            for inventory in self.ledger.inventory.values():
+                found = inventory.devices.get((pool, name))
+                if found is not None:
+                    return found
+            return None
+
+        def uuid_of(pool: str, name: str) -> str | None:
+            found = device(pool, name)
+            return found.card.uuid if found else None
+
+        def memory_of(pool: str, name: str) -> int:
+            found = device(pool, name)
+            return found.card.memory if found else 0
+
+        value = encode_devices_allocated(pod, allocated, self.driver, uuid_of, memory_of)
+        return {} if value is None else {HAMI_ALLOCATED_ANNOTATION: value}
 
     # --- commit (may run on a writer thread: API calls only, no shared state) -------------------
     def commit(self, job: CommitJob) -> CommitResult:
@@ -376,7 +414,7 @@ class Reconciler:
                     return result
                 result.written.append(written)
                 self.metrics.allocations.inc()
-            result.pod, result.outcome = self._finish(job.pod, job.clear_pending)
+            result.pod, result.outcome = self._finish(job.pod, job.clear_pending, job.annotations)
         except KubeError as err:
             # A re-read after a conflict failed: the claim being written counts as not attempted
             # (``apply`` falls back to the cache), so it is neither wedged in flight nor lost.
@@ -461,8 +499,11 @@ class Reconciler:
                 )
         return None, current
 
-    def _finish(self, pod: Obj, clear_pending: bool) -> tuple[Obj | None, str]:
-        """Remove our gate (and mark the condition allocated if we had reported it pending)."""
+    def _finish(
+        self, pod: Obj, clear_pending: bool, annotations: Mapping[str, str] | None = None
+    ) -> tuple[Obj | None, str]:
+        """Remove our gate, in the same update setting ``annotations`` (and mark the condition
+        allocated if we had reported it pending)."""
         current: Obj = dict(pod)
         for _ in range(MAX_WRITE_ATTEMPTS):
             if not has_gate(current):
@@ -472,6 +513,11 @@ class Reconciler:
                 gate for gate in updated["spec"].get("schedulingGates") or () if gate.get("name") != GATE_NAME
             ]
             updated["spec"]["schedulingGates"] = gates
+            if annotations:
+                updated["metadata"]["annotations"] = {
+                    **(updated["metadata"].get("annotations") or {}),
+                    **annotations,
+                }
             try:
                 current = self.kube.update(PODS, updated)
                 break

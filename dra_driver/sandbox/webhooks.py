@@ -1,6 +1,8 @@
 """Our admission webhooks as the sandbox registers them (``sandbox up``, the demo, the tests).
 
-The objects mirror what the Helm chart installs: ``pods.<driver>`` (mutating: adds the gate on pod
+The objects mirror what the Helm chart installs: ``hami-resources.<driver>`` (mutating, only in
+namespaces labelled ``gpu.hami.io/hami-resources=enabled``: HAMi's ``nvidia.com/*`` resources
+become claims, see webhook/hami_resources.py), ``pods.<driver>`` (mutating: adds the gate on pod
 CREATE) and ``config.<driver>`` (validating: GpuConfig in DeviceClasses, ResourceClaims and
 ResourceClaimTemplates), reached by URL instead of a Service because the sandbox has no Services.
 """
@@ -8,6 +10,9 @@ ResourceClaimTemplates), reached by URL instead of a Service because the sandbox
 from __future__ import annotations
 
 from typing import Any
+
+from dra_driver.webhook.hami_resources import NAMESPACE_LABEL as HAMI_NAMESPACE_LABEL
+from dra_driver.webhook.hami_resources import NAMESPACE_LABEL_VALUE as HAMI_NAMESPACE_LABEL_VALUE
 
 MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
@@ -42,8 +47,8 @@ def webhook_configurations(
 ) -> list[tuple[str, dict[str, Any]]]:
     """``(kind, object)`` for the mutating and validating configuration; ``ca_bundle`` is base64 PEM."""
 
-    def webhook(webhook_name: str, path: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
+    def webhook(webhook_name: str, path: str, rules: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return extra | {
             "name": f"{webhook_name}.{driver_name}",
             "clientConfig": {"url": f"{base_url}{path}", "caBundle": ca_bundle},
             "rules": rules,
@@ -60,12 +65,25 @@ def webhook_configurations(
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": kind,
                 "metadata": {"name": name},
-                "webhooks": [hook],
+                "webhooks": hooks,
             },
         )
-        for kind, hook in (
-            (MUTATING, webhook("pods", "/mutate", _POD_RULES)),
-            (VALIDATING, webhook("config", "/validate", _CONFIG_RULES)),
+        for kind, hooks in (
+            (
+                MUTATING,
+                [
+                    # First, so the gate webhook below sees the translated pod (as kube-apiserver
+                    # calls the webhooks of one configuration in order).
+                    webhook(
+                        "hami-resources",
+                        "/mutate-hami",
+                        _POD_RULES,
+                        namespaceSelector={"matchLabels": {HAMI_NAMESPACE_LABEL: HAMI_NAMESPACE_LABEL_VALUE}},
+                    ),
+                    webhook("pods", "/mutate", _POD_RULES),
+                ],
+            ),
+            (VALIDATING, [webhook("config", "/validate", _CONFIG_RULES)]),
         )
     ]
 

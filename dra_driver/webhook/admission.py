@@ -35,7 +35,8 @@ from dra_driver.config import (
 from dra_driver.controller.kube import KubeError
 from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scoring_weights
 from dra_driver.webhook import GATE_NAME
-from dra_driver.webhook.lookup import Lookup
+from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
+from dra_driver.webhook.lookup import Lookup, TemplateWriter
 
 LIMITED_CAPACITIES = ("memory", "cores")
 log = logging.getLogger(__name__)
@@ -218,6 +219,50 @@ def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
     else:
         verdict.patch = [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE_NAME}}]
     return verdict
+
+
+def translate_hami_pod(
+    request: Mapping[str, Any], lookup: Lookup, writer: TemplateWriter, device_class: str, driver: str
+) -> Verdict:
+    """``/mutate-hami``: HAMi's ``nvidia.com/*`` resources become claims (see hami_resources.py).
+
+    Only called for namespaces that opted in (the webhook configuration's namespaceSelector).
+    The templates are created first, then the gate decision runs on the translated pod, so one
+    admission both translates and gates it. A template that cannot be created denies the pod
+    (its controller retries), rather than admitting a pod that would wait for a template forever.
+    """
+    pod = request.get("object") or {}
+    if request.get("operation", "CREATE") != "CREATE":
+        return Verdict()
+    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+    try:
+        translation = translate_pod(pod, namespace, device_class, driver)
+    except TranslationError as err:
+        return Verdict(allowed=False, message=f"HAMi resources: {err}")
+    if translation is None:
+        return Verdict()
+    if not request.get("dryRun"):
+        for template in translation.templates:
+            try:
+                writer.ensure_template(template)
+            except (KubeError, TranslationError) as err:
+                name = template["metadata"]["name"]
+                return Verdict(
+                    allowed=False, message=f"cannot create ResourceClaimTemplate {namespace}/{name}: {err}"
+                )
+    translated = apply_patch(pod, translation.patch)
+    gating = mutate_pod({**request, "object": translated}, lookup)
+    if not gating.allowed:
+        return gating
+    notes = [
+        f"container {container}: {', '.join(f'{k}={v}' for k, v in entry['from'].items())} -> "
+        f"claim {entry['claim']} from ResourceClaimTemplate {entry['template']}"
+        for container, entry in translation.summary.items()
+    ]
+    log.info(
+        "pod %s/%s: %s", namespace, (pod.get("metadata") or {}).get("name") or "(generated)", "; ".join(notes)
+    )
+    return Verdict(patch=[*translation.patch, *(gating.patch or [])], warnings=[*gating.warnings])
 
 
 # --- GpuConfig validation ---------------------------------------------------------------------

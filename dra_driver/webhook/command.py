@@ -26,6 +26,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster)")
+    parser.add_argument(
+        "--hami-device-class",
+        default=None,
+        help="DeviceClass that pods asking for HAMi's nvidia.com/gpu, gpumem, gpucores get on "
+        "/mutate-hami (default: the class named like the driver)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -41,7 +47,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot load --tls-cert-file/--tls-key-file: {err}") from None
     api_client = load_api_client(args.kubeconfig)
     server = WebhookServer(
-        KubeLookup(api_client, args.driver_name), args.driver_name, port=args.port, ssl_context=context
+        KubeLookup(api_client, args.driver_name),
+        args.driver_name,
+        port=args.port,
+        ssl_context=context,
+        hami_device_class=args.hami_device_class,
     )
     server.start()
     log.warning("hami-dra webhook serving on :%d for driver %s", server.port, args.driver_name)

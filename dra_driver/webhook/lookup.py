@@ -13,7 +13,7 @@ import copy
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from dra_driver.config.classes import is_driver_class
 from dra_driver.controller.kube import Kube, KubeError
@@ -31,6 +31,12 @@ class Lookup(Protocol):
 
     def is_our_class(self, name: str) -> bool | None:
         """Whether the DeviceClass is ours; None when it does not exist."""
+
+
+@runtime_checkable
+class TemplateWriter(Protocol):
+    def ensure_template(self, template: Mapping[str, Any]) -> None:
+        """Create the ResourceClaimTemplate unless one of ours with that name exists already."""
 
 
 class KubeLookup:
@@ -81,6 +87,29 @@ class KubeLookup:
         with self._lock:
             self._classes[name] = (now, answer)
         return answer
+
+    def ensure_template(self, template: Mapping[str, Any]) -> None:
+        """Concurrent admissions of one shape race to create it: AlreadyExists is success when the
+        existing template is one this webhook made (same label), and an error otherwise."""
+        from dra_driver.webhook.hami_resources import TEMPLATE_LABEL, TranslationError
+
+        meta = template["metadata"]
+        path = (
+            f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{meta['namespace']}/resourceclaimtemplates"
+        )
+        try:
+            self._kube.request("POST", path, dict(template))
+            return
+        except KubeError as err:
+            if not err.conflict:
+                raise
+        existing = self._get(f"{path}/{meta['name']}") or {}
+        label = ((existing.get("metadata") or {}).get("labels") or {}).get(TEMPLATE_LABEL)
+        if label != meta["labels"][TEMPLATE_LABEL]:
+            raise TranslationError(
+                f"a ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists that hami-dra did not "
+                f"create (no {TEMPLATE_LABEL} label); rename or delete it"
+            )
 
 
 def _without_read_retries(api_client: Any) -> Any:

@@ -1,4 +1,4 @@
-"""AdmissionReview v1 over HTTPS: ``POST /mutate``, ``POST /validate``, ``GET /healthz``.
+"""AdmissionReview v1 over HTTPS: ``POST /mutate``, ``/mutate-hami``, ``/validate``, ``GET /healthz``.
 
 A small threaded ``http.server``: admission requests are tiny and the API server retries, so a
 framework would add weight without adding safety. A malformed review gets a 400 with a one-line
@@ -16,8 +16,14 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from dra_driver.webhook.admission import Verdict, mutate_pod, review_response, validate_object
-from dra_driver.webhook.lookup import Lookup
+from dra_driver.webhook.admission import (
+    Verdict,
+    mutate_pod,
+    review_response,
+    translate_hami_pod,
+    validate_object,
+)
+from dra_driver.webhook.lookup import Lookup, TemplateWriter
 
 log = logging.getLogger(__name__)
 MAX_BODY = 3 * 1024 * 1024
@@ -36,6 +42,7 @@ class WebhookServer:
         host: str = "0.0.0.0",
         port: int = 8443,
         ssl_context: ssl.SSLContext | None = None,
+        hami_device_class: str | None = None,
     ) -> None:
         self.lookup = lookup
         self.driver = driver
@@ -44,6 +51,12 @@ class WebhookServer:
             "/mutate": lambda request: mutate_pod(request, lookup),
             "/validate": lambda request: validate_object(request, driver),
         }
+        writer = lookup if isinstance(lookup, TemplateWriter) else None
+        if writer is not None:
+            device_class = hami_device_class or driver
+            handlers["/mutate-hami"] = lambda request: translate_hami_pod(
+                request, lookup, writer, device_class, driver
+            )
         server = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -6,6 +6,7 @@ import base64
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,9 @@ def _webhooks(objects: list[dict]) -> list[dict]:
 def test_mutating_webhook_gates_pods_with_claims(render: Render) -> None:
     config = find(render(), "MutatingWebhookConfiguration")
     assert config["metadata"]["annotations"]["gpu.hami.io/scheduling-gate"] == GATE
-    (hook,) = config["webhooks"]
+    hami, hook = config["webhooks"]
+    assert hami["name"] == "hami-resources.gpu.hami.io", "translation first, then the gate"
+    assert hami["clientConfig"]["service"]["path"] == "/mutate-hami" and hami["sideEffects"] == "NoneOnDryRun"
     assert hook["name"] == "pods.gpu.hami.io"
     assert hook["rules"] == [
         {
@@ -207,6 +210,18 @@ def test_gate_annotation_names_the_gate_the_webhook_adds() -> None:
     assert webhook.GATE_NAME == GATE
 
 
+def test_hami_translation_is_opt_in_per_namespace_or_cluster_wide(render: Render) -> None:
+    def hooks(values: dict[str, Any]) -> list[str]:
+        return [h["name"] for h in find(render(values=values), "MutatingWebhookConfiguration")["webhooks"]]
+
+    assert hooks({"webhook": {"hamiResources": {"translate": "off"}}}) == ["pods.gpu.hami.io"]
+    everywhere = find(render(values={"webhook": {"hamiResources": {"translate": "all"}}}),
+                      "MutatingWebhookConfiguration")["webhooks"][0]  # fmt: skip
+    assert everywhere["namespaceSelector"] == {}
+    args = container(find(render(), "Deployment", "t-hami-dra-webhook"))["args"]
+    assert "--hami-device-class=gpu.hami.io" in args, "the first DeviceClass by default"
+
+
 def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> None:
     """The sandbox's webhook configuration must not be stricter than the chart's (or looser)."""
     from dra_driver.sandbox.webhooks import webhook_configurations
@@ -216,13 +231,29 @@ def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> 
         for hook in hooks:
             for rule in hook["rules"]:
                 for resource in rule["resources"]:
-                    kind = "mutating" if hook["name"].startswith("pods.") else "validating"
+                    kind = (
+                        "mutating" if hook["name"].startswith(("pods.", "hami-resources.")) else "validating"
+                    )
                     covered.setdefault((kind, resource), set()).update(rule["operations"])
         return covered
+
+    def mutating_order(hooks: list[dict]) -> list[tuple[str, Any]]:
+        """Mutating hooks in call order, with the namespaces each serves."""
+        return [
+            (hook["name"], hook.get("namespaceSelector") or {})
+            for hook in hooks
+            if hook["name"].startswith(("pods.", "hami-resources."))
+        ]
 
     sandbox_hooks = [
         hook
         for _, body in webhook_configurations("https://x", "", "gpu.hami.io")
         for hook in body["webhooks"]
     ]
-    assert operations(sandbox_hooks) == operations(_webhooks(render()))
+    chart_hooks = _webhooks(render())
+    assert operations(sandbox_hooks) == operations(chart_hooks)
+    assert mutating_order(sandbox_hooks) == mutating_order(chart_hooks)
+    assert mutating_order(sandbox_hooks)[0] == (
+        "hami-resources.gpu.hami.io",
+        {"matchLabels": {"gpu.hami.io/hami-resources": "enabled"}},
+    ), "HAMi translation runs first, only in opted-in namespaces"

@@ -1,0 +1,72 @@
+"""``hami.io/vgpu-devices-allocated``: the chosen cards on the pod, in HAMi's own encoding.
+
+HAMi users verify placement with
+``kubectl get pod <pod> -o jsonpath='{.metadata.annotations.hami\\.io/vgpu-devices-allocated}'``.
+HAMi encodes, for each container in ``spec.containers`` order, its devices as
+``UUID,Type,UsedMem,UsedCores`` each followed by ``:``, and each container's list followed by
+``;`` (containers without devices keep their empty place). Memory is in MiB, cores in percent;
+the type is the vendor, ``NVIDIA``. The controller writes it with the same pod update that lifts
+the scheduling gate, so it costs no extra API write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dra_driver.engine import MIB
+from dra_driver.quantity import parse_bytes, parse_quantity
+
+ANNOTATION = "hami.io/vgpu-devices-allocated"
+VENDOR = "NVIDIA"
+
+Obj = Mapping[str, Any]
+
+
+def _results(claim: Obj, request: str | None, driver: str) -> list[Obj]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    out = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        if result.get("driver") != driver:
+            continue
+        name = str(result.get("request", ""))
+        if request is None or name == request or name.split("/", 1)[0] == request:
+            out.append(result)
+    return out
+
+
+def _device(
+    result: Obj, uuid_of: Callable[[str, str], str | None], memory_of: Callable[[str, str], int]
+) -> str:
+    pool, device = str(result.get("pool", "")), str(result.get("device", ""))
+    consumed = result.get("consumedCapacity") or {}
+    memory = parse_bytes(consumed["memory"]) if "memory" in consumed else memory_of(pool, device)
+    cores = int(parse_quantity(consumed["cores"])) if "cores" in consumed else 100
+    return f"{uuid_of(pool, device) or device},{VENDOR},{memory // MIB},{cores}:"
+
+
+def encode_devices_allocated(
+    pod: Obj,
+    claims: Mapping[str, Obj],
+    driver: str,
+    uuid_of: Callable[[str, str], str | None],
+    memory_of: Callable[[str, str], int],
+) -> str | None:
+    """The annotation value; None when no container consumes a device of ``driver``.
+
+    ``claims`` maps the pod's claim names (``spec.resourceClaims[].name``) to the claims with
+    their allocation; ``uuid_of``/``memory_of`` give a published device's UUID and total memory.
+    """
+    parts = []
+    any_device = False
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        devices = []
+        for ref in (container.get("resources") or {}).get("claims") or ():
+            claim = claims.get(str(ref.get("name", "")))
+            if claim is None:
+                continue
+            for result in _results(claim, ref.get("request"), driver):
+                devices.append(_device(result, uuid_of, memory_of))
+        any_device = any_device or bool(devices)
+        parts.append("".join(devices) + ";")
+    return "".join(parts) if any_device else None

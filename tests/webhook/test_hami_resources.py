@@ -1,0 +1,276 @@
+"""HAMi's nvidia.com/* resources -> ResourceClaimTemplates (webhook/hami_resources.py, /mutate-hami).
+
+Expected shapes follow HAMi's derivation (../shared/reference/hami-policy-semantics.md section 5):
+limits win, a count alone is a whole exclusive card, a memory slice is shareable, percentages are
+per card and 0 means unset, out-of-range percentages are rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from dra_driver.controller.hami_annotation import encode_devices_allocated
+from dra_driver.controller.kube import KubeError
+from dra_driver.webhook.admission import translate_hami_pod
+from dra_driver.webhook.hami_resources import (
+    TEMPLATE_LABEL,
+    TRANSLATED_ANNOTATION,
+    Shape,
+    TranslationError,
+    apply_patch,
+    claim_name,
+    shape_of,
+    translate_pod,
+)
+
+DRIVER = "gpu.hami.io"
+
+
+class FakeApi:
+    """Lookup + TemplateWriter: templates the webhook created become readable, as in the API."""
+
+    def __init__(self, fail: KubeError | None = None) -> None:
+        self.templates: dict[tuple[str, str], dict[str, Any]] = {}
+        self.created: list[str] = []
+        self.fail = fail
+
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return None
+
+    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        found = self.templates.get((namespace, name))
+        return None if found is None else found["spec"]["spec"]
+
+    def is_our_class(self, name: str) -> bool | None:
+        return name == DRIVER
+
+    def ensure_template(self, template: Mapping[str, Any]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        meta = template["metadata"]
+        self.templates.setdefault((meta["namespace"], meta["name"]), dict(template))
+        self.created.append(meta["name"])
+
+
+def seed_pod(**annotations: str) -> dict[str, Any]:
+    """The seed's example Pod, verbatim."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "inference-latency-tier",
+            "annotations": {"hami.io/gpu-scheduler-policy": "mutex,binpack,numa", **annotations},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "ubuntu:22.04",
+                    "command": ["bash", "-c", "sleep 86400"],
+                    "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}},
+                }
+            ]
+        },
+    }
+
+
+def review(pod: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "uid": "u",
+        "kind": {"kind": "Pod"},
+        "namespace": "team",
+        "operation": "CREATE",
+        "object": pod,
+    } | extra
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"nvidia.com/gpu": 1}, Shape(1, None, None, 100)),  # whole card, exclusive
+        ({"nvidia.com/gpu": "2"}, Shape(2, None, None, 100)),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}, Shape(1, 8000, None, 0)),  # shareable
+        ({"nvidia.com/gpumem": "3000"}, Shape(1, 3000, None, 0)),  # memory alone: one GPU
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 50}, Shape(1, None, 50, 0)),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 100}, Shape(1, None, None, 100)),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 0}, Shape(1, None, None, 100)),  # 0 = unset
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 30, "nvidia.com/gpumem": 4000},
+         Shape(1, 4000, None, 30)),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 0}, Shape(1, None, None, 0)),  # cores given: kept
+        ({"nvidia.com/gpucores": 250}, Shape(1, None, None, 100)),  # clamped as HAMi's Fit does
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000, "nvidia.com/gpumem-percentage": 30},
+         Shape(1, 2000, None, 0)),  # MiB wins over the percentage
+        ({"nvidia.com/gpu": 0}, None),
+    ],
+)  # fmt: skip
+def test_hami_derivation(values: dict[str, Any], expected: Shape | None) -> None:
+    assert shape_of("app", values) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 101}, "must be within 0..100, got 101"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": -5}, "must be within 0..100, got -5"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "1.5"}, "must be a whole number"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "lots"}, "is not a number"),
+        ({"nvidia.com/gpu": -1}, "must not be negative"),
+    ],
+)
+def test_hami_rejections_name_the_container_and_resource(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(TranslationError, match=message) as err:
+        shape_of("app", values)
+    assert "container app" in str(err.value)
+
+
+def test_limits_win_over_requests_per_resource() -> None:
+    pod = seed_pod()
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpumem": 8000},
+        "requests": {"nvidia.com/gpumem": 1000, "nvidia.com/gpucores": 20, "cpu": "1"},
+    }
+    translation = translate_pod(pod, "team", DRIVER, DRIVER)
+    assert translation is not None
+    assert [t["metadata"]["name"] for t in translation.templates] == ["hami-1gpu-8000mi-20cores"]
+    resources = apply_patch(pod, translation.patch)["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "1"}, "claims": [{"name": "hami-app"}]}
+
+
+def test_the_seed_pod_becomes_a_template_claim_and_is_gated() -> None:
+    api = FakeApi()
+    verdict = translate_hami_pod(review(seed_pod()), api, api, DRIVER, DRIVER)
+    assert verdict.allowed, verdict.message
+    assert api.created == ["hami-1gpu-8000mi-0cores"]
+    template = api.templates[("team", "hami-1gpu-8000mi-0cores")]
+    assert template["metadata"]["labels"][TEMPLATE_LABEL] == "hami-1gpu-8000mi-0cores"
+    assert template["spec"]["spec"]["devices"]["requests"] == [
+        {
+            "name": "gpu",
+            "exactly": {
+                "deviceClassName": DRIVER,
+                "count": 1,
+                "capacity": {"requests": {"cores": "0", "memory": "8000Mi"}},
+            },
+        }
+    ]
+    assert verdict.patch is not None
+    mutated = apply_patch(seed_pod(), verdict.patch)
+    spec = mutated["spec"]
+    assert spec["resourceClaims"] == [
+        {"name": "hami-app", "resourceClaimTemplateName": "hami-1gpu-8000mi-0cores"}
+    ]
+    assert spec["containers"][0]["resources"] == {"claims": [{"name": "hami-app"}]}
+    assert spec["schedulingGates"] == [{"name": "gpu.hami.io/allocation"}]
+    annotations = mutated["metadata"]["annotations"]
+    assert annotations["hami.io/gpu-scheduler-policy"] == "mutex,binpack,numa", "HAMi's annotations stay"
+    assert '"template":"hami-1gpu-8000mi-0cores"' in annotations[TRANSLATED_ANNOTATION]
+
+
+def test_percentages_travel_as_gpuconfig() -> None:
+    pod = seed_pod()
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25}
+    }
+    translation = translate_pod(pod, "team", DRIVER, DRIVER)
+    assert translation is not None
+    (template,) = translation.templates
+    devices = template["spec"]["spec"]["devices"]
+    assert "memory" not in devices["requests"][0]["exactly"]["capacity"]["requests"]
+    assert devices["config"][0]["opaque"]["parameters"]["memoryPercent"] == 25
+    from dra_driver.config import parse_gpu_config
+
+    assert parse_gpu_config(devices["config"][0]["opaque"]["parameters"]).memoryPercent == 25
+
+
+def test_each_container_gets_its_own_claim_and_same_shapes_share_a_template() -> None:
+    pod = seed_pod()
+    first = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [
+        first,
+        {**first, "name": "sidecar"},
+        {"name": "no-gpu", "image": "x"},
+    ]
+    pod["spec"]["initContainers"] = [
+        {"name": "warmup", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    ]
+    translation = translate_pod(pod, "team", DRIVER, DRIVER)
+    assert translation is not None
+    assert sorted(t["metadata"]["name"] for t in translation.templates) == [
+        "hami-1gpu-8000mi-0cores",
+        "hami-1gpu-whole-100cores",
+    ]
+    mutated = apply_patch(pod, translation.patch)
+    assert [c["name"] for c in mutated["spec"]["resourceClaims"]] == [
+        "hami-warmup",
+        "hami-app",
+        "hami-sidecar",
+    ]
+    assert mutated["spec"]["containers"][2] == {"name": "no-gpu", "image": "x"}
+
+
+def test_pods_without_hami_resources_are_untouched() -> None:
+    api = FakeApi()
+    pod = seed_pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    verdict = translate_hami_pod(review(pod), api, api, DRIVER, DRIVER)
+    assert verdict.allowed and verdict.patch is None and not api.created
+
+
+def test_rejections_deny_the_pod_with_hamis_meaning() -> None:
+    api = FakeApi()
+    pod = seed_pod()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = 120
+    verdict = translate_hami_pod(review(pod), api, api, DRIVER, DRIVER)
+    assert not verdict.allowed
+    assert "nvidia.com/gpumem-percentage must be within 0..100, got 120" in verdict.message
+    assert not api.created
+
+
+def test_a_template_that_cannot_be_created_denies_instead_of_admitting_a_stuck_pod() -> None:
+    api = FakeApi(fail=KubeError(403, "resourceclaimtemplates is forbidden"))
+    verdict = translate_hami_pod(review(seed_pod()), api, api, DRIVER, DRIVER)
+    assert not verdict.allowed
+    assert "cannot create ResourceClaimTemplate team/hami-1gpu-8000mi-0cores" in verdict.message
+
+
+def test_dry_run_creates_nothing() -> None:
+    api = FakeApi()
+    verdict = translate_hami_pod(review(seed_pod(), dryRun=True), api, api, DRIVER, DRIVER)
+    assert verdict.allowed and verdict.patch and not api.created
+
+
+def test_claim_names_are_dns_labels_unique_per_container() -> None:
+    long_a, long_b = "a" * 60 + "x", "a" * 60 + "y"
+    assert len(claim_name(long_a)) <= 63 and claim_name(long_a) != claim_name(long_b)
+    assert claim_name("app") == "hami-app"
+
+
+def test_vgpu_devices_allocated_is_hamis_encoding() -> None:
+    pod = {
+        "spec": {
+            "containers": [
+                {"name": "a", "resources": {"claims": [{"name": "hami-a"}]}},
+                {"name": "b"},
+                {"name": "c", "resources": {"claims": [{"name": "hami-c"}]}},
+            ]
+        }
+    }
+
+    def claim(*devices: tuple[str, str, str]) -> dict[str, Any]:
+        results = [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": d,
+             "consumedCapacity": {"memory": m, "cores": c}}
+            for d, m, c in devices
+        ]  # fmt: skip
+        return {"status": {"allocation": {"devices": {"results": results}}}}
+
+    claims = {
+        "hami-a": claim(("gpu-2", "8000Mi", "0")),
+        "hami-c": claim(("gpu-0", "15Gi", "100"), ("gpu-1", "1Gi", "30")),
+    }
+    value = encode_devices_allocated(pod, claims, DRIVER, lambda pool, name: f"GPU-{name}", lambda p, n: 0)
+    assert value == "GPU-gpu-2,NVIDIA,8000,0:;;GPU-gpu-0,NVIDIA,15360,100:GPU-gpu-1,NVIDIA,1024,30:;"
+    assert encode_devices_allocated(pod, {}, DRIVER, lambda p, n: None, lambda p, n: 0) is None
