@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     )
     server.start()
     log.warning("hami-dra webhook serving on :%d for driver %s", server.port, args.driver_name)
+    from dra_driver.controller.kube import Kube
+    from dra_driver.webhook.coexistence import warn_about_coexistence
+
+    warn_about_coexistence(Kube(api_client))
     try:
         threading.Event().wait()
     finally:

@@ -156,7 +156,9 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     assert webhook == {
         (rs, r, "get") for r in ("resourceclaims", "resourceclaimtemplates", "deviceclasses")
     } | {
-        (rs, "resourceclaimtemplates", "create")  # HAMi translation: templates by request shape
+        (rs, "resourceclaimtemplates", "create"),  # HAMi translation: templates by request shape
+        ("", "nodes", "list"),  # start-up coexistence warning (device plugins)
+        (rs, "deviceclasses", "list"),  # ... and extended-resource DeviceClasses
     }
 
 

@@ -156,7 +156,10 @@ def test_helm_uninstall_after_the_workloads_leaves_nothing_of_ours(
         "get", "deployments,daemonsets,services,secrets,serviceaccounts", "-n", CHART_NAMESPACE, "-o", "name"
     )
     assert "hami-dra" not in leftovers, leftovers
-    assert not real_cluster.kubectl("get", "deviceclasses", "-o", "name").strip()
+    charted = real_cluster.kubectl(
+        "get", "deviceclasses", "-l", "app.kubernetes.io/instance=hami-dra", "-o", "name"
+    )
+    assert not charted.strip(), charted
     webhooks = real_cluster.kubectl(
         "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-o", "name"
     )

@@ -1,0 +1,55 @@
+"""Start-up warnings when something else also serves HAMi's ``nvidia.com/gpu``.
+
+Translation rewrites a pod before anything else sees it, so in an opted-in namespace our driver
+always wins: the pod no longer asks for ``nvidia.com/gpu``, so neither a device plugin (HAMi's or
+NVIDIA's) nor a DeviceClass with ``extendedResourceName: nvidia.com/gpu`` (kube-scheduler's
+extended-resource mapping) is involved. Outside those namespaces they keep serving the pods. The
+admin should know both are installed, so the webhook says so once at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dra_driver.controller.kube import DEVICE_CLASSES, NODES, Kube, KubeError
+from dra_driver.webhook.hami_resources import GPU, NAMESPACE_LABEL, NAMESPACE_LABEL_VALUE
+
+log = logging.getLogger(__name__)
+
+
+def coexistence_warnings(kube: Kube) -> list[str]:
+    """What else serves ``nvidia.com/gpu`` in this cluster, one sentence each."""
+    switch = (
+        f"in namespaces labelled {NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE} hami-dra translates the pods and "
+        f"wins; remove the label to hand a namespace back"
+    )
+    warnings = []
+    try:
+        nodes: list[dict[str, Any]] = list(kube.list(NODES).get("items") or [])
+        plugin_nodes = sorted(
+            str(n["metadata"]["name"])
+            for n in nodes
+            if GPU in ((n.get("status") or {}).get("allocatable") or {})
+        )
+        if plugin_nodes:
+            shown = ", ".join(plugin_nodes[:5]) + (" ..." if len(plugin_nodes) > 5 else "")
+            warnings.append(
+                f"a device plugin advertises {GPU} on {len(plugin_nodes)} node(s) ({shown}); {switch}"
+            )
+        classes: list[dict[str, Any]] = list(kube.list(DEVICE_CLASSES).get("items") or [])
+        mapped = sorted(
+            str(c["metadata"]["name"])
+            for c in classes
+            if (c.get("spec") or {}).get("extendedResourceName") == GPU
+        )
+        if mapped:
+            warnings.append(f"DeviceClass {', '.join(mapped)} maps the extended resource {GPU}; {switch}")
+    except KubeError as err:
+        warnings.append(f"could not check what else serves {GPU} (nodes, DeviceClasses): {err}")
+    return warnings
+
+
+def warn_about_coexistence(kube: Kube) -> None:
+    for warning in coexistence_warnings(kube):
+        log.warning("%s", warning)
