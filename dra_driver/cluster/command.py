@@ -53,6 +53,11 @@ def register(subparsers: Any) -> None:
     up.add_argument(
         "--no-driver", action="store_true", help="only the cluster: no plugin, controller, webhook"
     )
+    up.add_argument(
+        "--supervise",
+        action="store_true",
+        help="restart a component that exits, as a node's systemd would (default: stop the cluster)",
+    )
     up.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
     state_dir_option(up)
     up.set_defaults(handler=run_up)
@@ -158,7 +163,18 @@ def run_up(args: argparse.Namespace) -> int:
         print("stop with: hami-dra cluster down (or Ctrl-C)", flush=True)
         while not stop.wait(0.5):
             dead = [p for p in components if not p.alive()]
-            if dead:
+            if dead and args.supervise:
+                # As systemd (Restart=always) does for a node's daemons; the fault tests rely on it.
+                for process in dead:
+                    print(f"{process.name} exited (status {process.process.returncode}); restarting",
+                          file=sys.stderr, flush=True)  # fmt: skip
+                    process.restart()
+                state["components"] = [
+                    {"name": p.name, "pid": p.pid, "probe": p.probe.as_dict() if p.probe else None}
+                    for p in components
+                ]
+                layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+            elif dead:
                 print(f"{dead[0].name} exited (status {dead[0].process.returncode}); see {dead[0].log_path}",
                       file=sys.stderr, flush=True)  # fmt: skip
                 return 1

@@ -31,6 +31,9 @@ class DriverOptions:
     profile: str = "t4"
     gpus: int = 4
     driver_name: str = DEFAULT_DRIVER_NAME
+    #: Where the controller reaches the API (default: the admin kubeconfig); the fault tests put
+    #: a proxy of theirs in between.
+    controller_kubeconfig: str | None = None
 
 
 def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
@@ -106,7 +109,8 @@ def start_driver(
     controller_log = layout.logs / "controller.log"
     controller_log.unlink(missing_ok=True)
     controller = _hami(
-        "controller", layout, "controller", "--kubeconfig", kubeconfig, "--driver-name", driver,
+        "controller", layout, "controller", "--kubeconfig", options.controller_kubeconfig or kubeconfig,
+        "--driver-name", driver,
         "--metrics-port", "0",
         ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
     )  # fmt: skip

@@ -70,23 +70,38 @@ class HostProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.args = args
+        self.env = dict(env) if env is not None else None
         self.log_path = log_dir / f"{name}.log"
         self.probe = probe
         self._ready = ready
+        self.restarts = 0
         self._log = self.log_path.open("ab")
         log.info("starting %s: %s", name, " ".join(args))
+        self.process = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
         try:
-            self.process = subprocess.Popen(
-                args,
+            return subprocess.Popen(
+                self.args,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None,
+                env=self.env,
                 preexec_fn=_die_with_parent,
             )
         except OSError as err:
             self._log.close()
-            raise ComponentFailed(f"cannot start {name} ({args[0]}): {err}") from err
+            raise ComponentFailed(f"cannot start {self.name} ({self.args[0]}): {err}") from err
+
+    def restart(self) -> None:
+        """Start the same command again after it exited, as a node's supervisor (systemd) would."""
+        if self.alive():
+            return
+        self.restarts += 1
+        if self._log.closed:
+            self._log = self.log_path.open("ab")
+        log.warning("%s exited with status %s; restarting it", self.name, self.process.returncode)
+        self.process = self._spawn()
 
     @property
     def pid(self) -> int:
