@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster cluster-build lint typecheck bench clean
+.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench clean
 
 venv: $(STAMP)
 
@@ -50,6 +50,11 @@ test-lowest: $(STAMP)
 # Only the real-cluster suite, on any pinned version: make test-cluster KUBERNETES_VERSION=1.34.4
 test-cluster: $(STAMP) tools cluster-build image
 	$(PY) -m pytest -q -m cluster -p no:cacheprovider tests/cluster
+
+# The fault suite on the real cluster, longer than the bounded run in `make test`: every fault kind
+# HAMI_DRA_CHAOS_ROUNDS times (default 5); prints the table (also in build/fault-report.txt).
+chaos: $(STAMP) tools cluster-build
+	HAMI_DRA_CHAOS_ROUNDS=$${HAMI_DRA_CHAOS_ROUNDS:-5} $(PY) -m pytest -q -m cluster -p no:cacheprovider tests/cluster/test_faults.py
 
 # The seed's lab on the real local cluster (the same steps `make demo` runs on the sandbox).
 demo-cluster: $(STAMP) tools cluster-build

@@ -95,6 +95,7 @@ def real_cluster() -> Iterator[RealCluster]:
         "cluster",
         "up",
         "--no-driver",
+        "--supervise",
         "--no-build",
         "--state-dir",
         str(state_dir),
@@ -138,8 +139,20 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
     this parameter, so each way is set up once). A test module that is about the chart alone
     parametrizes it to ``["chart"]`` indirectly and shares the same install."""
     started: DriverUnderTest
+    proxy = None
     if request.param == "host":
         started = HostDriver(real_cluster)
+    elif request.param == "faults":
+        # The host-process driver with the controller's API traffic through a fault proxy.
+        from dra_driver.cluster.layout import NODE_IP, Layout
+        from tests.cluster.faults import ApiFaultProxy, proxied_kubeconfig
+
+        proxy = ApiFaultProxy((NODE_IP, Layout(real_cluster.state_dir).ports.apiserver))
+        kubeconfig = proxied_kubeconfig(
+            real_cluster.kubeconfig, proxy.port, real_cluster.state_dir / "controller-proxied.kubeconfig"
+        )
+        started = HostDriver(real_cluster, controller_kubeconfig=str(kubeconfig))
+        started.proxy = proxy
     else:
         helm, why = find_or_install_helm()
         if helm is None:
@@ -152,3 +165,5 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
     finally:
         real_cluster.driver = None
         started.stop()
+        if proxy is not None:
+            proxy.stop()

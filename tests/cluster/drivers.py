@@ -62,16 +62,26 @@ def reset_workloads(cluster: RealCluster) -> None:
 class HostDriver:
     kind = "host"
     provides_recipe_classes = False
+    #: The fault suite's API proxy in front of the controller (tests/cluster/faults.py), if any.
+    proxy: Any = None
 
-    def __init__(self, cluster: RealCluster) -> None:
+    def __init__(self, cluster: RealCluster, controller_kubeconfig: str | None = None) -> None:
         from dra_driver.cluster.driver import DriverOptions, start_driver
         from dra_driver.cluster.pki import ClusterPki
 
         self.cluster = cluster
         layout = Layout(cluster.state_dir)
+        options = DriverOptions(controller_kubeconfig=controller_kubeconfig)
         self.processes: list[HostProcess] = start_driver(
-            layout, ClusterPki(layout.pki), cluster.api_client, DriverOptions()
+            layout, ClusterPki(layout.pki), cluster.api_client, options
         )
+
+    def kill(self, component: str) -> None:
+        """SIGKILL one of the driver's processes and start it again, as its supervisor would."""
+        process = next(p for p in self.processes if p.name == component)
+        process.process.kill()
+        process.process.wait(10)
+        process.restart()
 
     def log(self, component: str) -> str:
         return self.cluster.log(component)

@@ -1,0 +1,136 @@
+"""The fault suite's invariant check on hand-made API states: it must see every kind of damage.
+
+No cluster needed: a fake ``RealCluster`` answers ``get`` from dicts, the node's files live in a
+temporary state dir (the CDI directory is the real one, so specs are written under a unique UID).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.cluster.layout import CDI_DIR, Layout
+from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.demo import manifests
+from dra_driver.kubeletplugin.cdi import CdiNames
+from tests.cluster.faults import LABEL, check_invariants, settled
+
+DRIVER = manifests.DRIVER
+
+
+class FakeCluster:
+    def __init__(self, state_dir: Path, claims: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        self.state_dir = state_dir
+        self.objects = {
+            "resourceslices": [
+                {
+                    "spec": {
+                        "devices": [
+                            {
+                                "name": f"gpu-{i}",
+                                "capacity": {"memory": {"value": "15Gi"}, "cores": {"value": "100"}},
+                            }
+                            for i in range(2)
+                        ]
+                    }
+                }
+            ],
+            "resourceclaims": claims,
+            "pods": pods,
+            "deviceclasses": [manifests.device_class(r) for r in ("binpack", "mutex")],
+        }
+
+    def get(self, kind: str, *args: str) -> dict[str, Any]:
+        return {"items": self.objects[kind]}
+
+
+def claim(
+    name: str,
+    recipe: str,
+    device: str | None,
+    memory: str = "8Gi",
+    stamp: str = "2026-12-01T10:00:00Z",
+    **meta: Any,
+) -> dict[str, Any]:
+    exactly = {"deviceClassName": manifests.class_name(recipe), "capacity": {"requests": {"memory": memory}}}
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "uid": str(uuid.uuid4()), **meta},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+    if device:
+        result = {"request": "gpu", "driver": DRIVER, "pool": "n", "device": device,
+                  "consumedCapacity": {"memory": memory, "cores": "0", "slots": "1"}}  # fmt: skip
+        body["status"] = {"allocation": {"devices": {"results": [result]}, "allocationTimestamp": stamp}}
+    return body
+
+
+def pod(name: str, claim_name: str, *, running: bool = False, gated: bool = False) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {LABEL: "true"}},
+        "spec": {"schedulingGates": [{"name": GATE_NAME}] if gated else []},
+        "status": {
+            "phase": "Running" if running else "Pending",
+            "conditions": [{"type": "Ready", "status": "True" if running else "False"}],
+            "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim_name}],
+        },
+    }
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    Layout(tmp_path).plugin_dir(DRIVER).mkdir(parents=True)
+    return tmp_path
+
+
+def test_a_healthy_state_has_no_violation(state_dir: Path) -> None:
+    ok = claim("a", "binpack", "gpu-0")
+    spec = CDI_DIR / CdiNames(DRIVER).spec_file_name(ok["metadata"]["uid"])
+    CDI_DIR.mkdir(parents=True, exist_ok=True)
+    spec.write_text("{}")
+    try:
+        cluster: Any = FakeCluster(state_dir, [ok], [pod("p", "a", running=True)])
+        assert check_invariants(cluster, settled=True) == []
+        assert settled(cluster)
+    finally:
+        spec.unlink()
+
+
+def test_overcommit_mutex_sharing_and_a_stuck_gate_are_seen(state_dir: Path) -> None:
+    claims = [
+        claim("a", "binpack", "gpu-0", "10Gi", "2026-12-01T10:00:00Z"),
+        claim("b", "binpack", "gpu-0", "10Gi", "2026-12-01T10:00:01Z"),
+        claim("m", "mutex", "gpu-0", "1Gi", "2026-12-01T10:00:02Z"),
+        claim("waiting", "binpack", None, "1Gi"),
+    ]
+    cluster: Any = FakeCluster(state_dir, claims, [pod("w", "waiting", gated=True)])
+    problems = check_invariants(cluster, settled=True)
+    assert any(p.startswith("gpu-0 overcommitted: memory") for p in problems), problems
+    assert any(p.startswith("mutex claim m placed on gpu-0 already used by a, b") for p in problems), problems
+    assert any("pod w held at the gate while ['gpu-1'] fit it" in p for p in problems), problems
+
+
+def test_leftovers_of_deleted_claims_are_seen(state_dir: Path) -> None:
+    gone = str(uuid.uuid4())
+    checkpoint = Layout(state_dir).plugin_dir(DRIVER) / "checkpoint.json"
+    checkpoint.write_text(json.dumps({"claims": {gone: {}}}))
+    spec = CDI_DIR / CdiNames(DRIVER).spec_file_name(gone)
+    CDI_DIR.mkdir(parents=True, exist_ok=True)
+    spec.write_text("{}")
+    try:
+        deleting = claim(
+            "d", "binpack", "gpu-1", deletionTimestamp="2026-12-01T10:00:00Z", finalizers=[FINALIZER]
+        )
+        running_unprepared = claim("r", "binpack", "gpu-1", "1Gi")
+        cluster: Any = FakeCluster(state_dir, [deleting, running_unprepared], [pod("p", "r", running=True)])
+        problems = check_invariants(cluster, settled=True)
+        assert f"CDI spec {spec.name} left for a deleted claim" in problems
+        assert f"checkpoint entry {gone} left for a deleted claim" in problems
+        assert "claim d deleted but still holds our finalizer" in problems
+        assert "running pod p: no CDI spec for its claim" in problems
+        assert not settled(cluster), "a claim being deleted is motion"
+    finally:
+        spec.unlink()

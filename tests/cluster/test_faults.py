@@ -1,0 +1,188 @@
+"""Kill anything at any time on the real cluster: lose nothing, allocate nothing twice.
+
+A steady workload of pods with claims of the seed's classes runs while faults are injected:
+SIGKILL of our controller, webhook and kubelet plugin (during prepare and during unprepare), of
+the kubelet, kube-apiserver and etcd (``cluster up --supervise`` restarts those, our harness
+restarts the driver's processes), and API faults between the controller and kube-apiserver from
+a loopback proxy (writes held for seconds; every connection cut mid-request). After each fault
+the invariants of tests/cluster/faults.py must hold while things move, and the system must
+converge (every pod running or waiting at our gate for a card that does not exist) within
+``CONVERGE_WITHIN`` seconds, with nothing left behind.
+
+``make test`` runs each fault kind once; ``make chaos`` runs ``HAMI_DRA_CHAOS_ROUNDS`` rounds.
+The table goes to the terminal and to ``build/fault-report.txt``; its last two lines are
+``faults survived: <s>/<n>`` and ``lost or double-allocated devices: <k>``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import RealCluster
+from tests.cluster.drivers import DriverUnderTest, HostDriver
+from tests.cluster.faults import Workload, check_invariants, node_pid, settled
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("driver", ["faults"], indirect=True)]
+
+ROUNDS = int(os.environ.get("HAMI_DRA_CHAOS_ROUNDS", "1"))
+CONVERGE_WITHIN = 60.0
+GOAL = 30.0
+REPORT = Path(__file__).resolve().parents[2] / "build" / "fault-report.txt"
+#: Violations that mean a device was lost or handed out twice (the others are "left behind").
+SAFETY = ("overcommitted", "mutex claim")
+
+
+@dataclass
+class Outcome:
+    kind: str
+    converged_s: float | None
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def survived(self) -> bool:
+        return self.converged_s is not None and not self.violations
+
+
+class FaultRun:
+    def __init__(self, cluster: RealCluster, driver: HostDriver, seed: int) -> None:
+        self.cluster = cluster
+        self.driver = driver
+        self.workload = Workload(cluster, random.Random(seed))
+        self.outcomes: list[Outcome] = []
+
+    # --- faults: each runs its own workload step at the moment that matters ----------------------
+    def kill_driver(self, component: str) -> Callable[[], None]:
+        def fault() -> None:
+            self.workload.step()
+            self.driver.kill(component)
+
+        return fault
+
+    def kill_plugin_during_prepare(self) -> None:
+        self.workload.delete_some()
+        self.workload.create()
+        time.sleep(0.3)  # the controller places them and the kubelet starts preparing
+        self.driver.kill("kubelet-plugin")
+
+    def kill_plugin_during_unprepare(self) -> None:
+        self.workload.delete_some(creates=self.workload.max_live)  # delete most pods ...
+        self.driver.kill("kubelet-plugin")  # ... and kill the plugin while the kubelet unprepares
+        self.workload.create()
+
+    def kill_node(self, component: str) -> Callable[[], None]:
+        def fault() -> None:
+            self.workload.step()
+            old = node_pid(self.cluster, component)
+            os.kill(old, signal.SIGKILL)
+            # The kill took: the supervisor started a new process (it records the new pid).
+            wait_for(lambda: node_pid(self.cluster, component) != old, 30, f"{component} restarted")
+
+        return fault
+
+    def delay_writes(self) -> None:
+        proxy = self.driver.proxy
+        proxy.delay = 0.5  # every chunk held: a write takes seconds, and reads wait behind it
+        try:
+            self.workload.step()
+            time.sleep(5)
+        finally:
+            proxy.delay = 0.0
+
+    def cut_connections(self) -> None:
+        self.workload.step()
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            self.driver.proxy.cut()
+            time.sleep(0.3)
+
+    def kinds(self) -> list[tuple[str, Callable[[], None]]]:
+        return [
+            ("controller SIGKILL", self.kill_driver("controller")),
+            ("webhook SIGKILL", self.kill_driver("webhook")),
+            ("kubelet plugin SIGKILL during prepare", self.kill_plugin_during_prepare),
+            ("kubelet plugin SIGKILL during unprepare", self.kill_plugin_during_unprepare),
+            ("kubelet SIGKILL", self.kill_node("kubelet")),
+            ("kube-apiserver SIGKILL", self.kill_node("kube-apiserver")),
+            ("etcd SIGKILL", self.kill_node("etcd")),
+            ("API writes held (proxy)", self.delay_writes),
+            ("API connections cut mid-write (proxy)", self.cut_connections),
+        ]
+
+    # --- one fault, then convergence -------------------------------------------------------------
+    def inject(self, kind: str, fault: Callable[[], None]) -> Outcome:
+        outcome = Outcome(kind, None)
+        started = time.monotonic()
+        fault()
+        last: list[str] = []
+        while time.monotonic() - started < CONVERGE_WITHIN:
+            try:
+                moving = check_invariants(self.cluster, settled=False)
+                outcome.violations += [
+                    v for v in moving if v not in outcome.violations and v.startswith(SAFETY)
+                ]
+                if settled(self.cluster):
+                    last = check_invariants(self.cluster, settled=True)
+                    if not last:
+                        outcome.converged_s = time.monotonic() - started
+                        break
+            except AssertionError:
+                pass  # the API server is restarting: kubectl failed, look again
+            time.sleep(0.5)
+        if outcome.converged_s is None:
+            outcome.violations += [f"not converged within {CONVERGE_WITHIN:.0f}s: {v}" for v in last] or [
+                f"not converged within {CONVERGE_WITHIN:.0f}s: still moving"
+            ]
+        self.outcomes.append(outcome)
+        return outcome
+
+    def report(self) -> str:
+        lines = [f"{'fault':<42} {'injected':>8} {'survived':>8} {'p50 s':>7} {'max s':>7}"]
+        kinds = list(dict.fromkeys(o.kind for o in self.outcomes))
+        for kind in kinds:
+            mine = [o for o in self.outcomes if o.kind == kind]
+            times = [o.converged_s for o in mine if o.converged_s is not None]
+            p50 = f"{statistics.median(times):.1f}" if times else "-"
+            worst = f"{max(times):.1f}" if times else "-"
+            lines.append(f"{kind:<42} {len(mine):>8} {sum(o.survived for o in mine):>8} {p50:>7} {worst:>7}")
+        for outcome in self.outcomes:
+            lines += [f"  {outcome.kind}: {v}" for v in outcome.violations]
+        survived = sum(o.survived for o in self.outcomes)
+        lost = sum(1 for o in self.outcomes for v in o.violations if v.startswith(SAFETY))
+        lines.append(f"pods created during the run: {self.workload.created}; convergence goal {GOAL:.0f}s")
+        lines.append(f"faults survived: {survived}/{len(self.outcomes)}")
+        lines.append(f"lost or double-allocated devices: {lost}")
+        return "\n".join(lines)
+
+
+def test_faults_lose_nothing_and_allocate_nothing_twice(
+    real_cluster: RealCluster, driver: DriverUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert isinstance(driver, HostDriver) and driver.proxy is not None
+    run = FaultRun(real_cluster, driver, seed=int(os.environ.get("HAMI_DRA_CHAOS_SEED", "7")))
+    run.workload.setup()
+    run.workload.step()
+    for _ in range(ROUNDS):
+        for kind, fault in run.kinds():
+            run.inject(kind, fault)
+    run.workload.delete_all()
+    run.inject("final drain (every pod deleted)", lambda: None)
+    report = run.report()
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(report + "\n")
+    with capsys.disabled():
+        print("\n" + report)
+    failed = [o for o in run.outcomes if not o.survived]
+    assert not failed, report
+    killed = {p.name: p.restarts for p in driver.processes}
+    assert all(killed[name] >= ROUNDS for name in ("controller", "webhook")), killed
+    assert killed["kubelet-plugin"] >= 2 * ROUNDS, killed
