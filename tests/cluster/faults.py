@@ -229,7 +229,7 @@ def _requested_memory(claim: dict[str, Any]) -> int:
     return 0
 
 
-def check_invariants(cluster: RealCluster, *, settled: bool) -> list[str]:
+def check_invariants(cluster: RealCluster, *, settled: bool, cdi_dir: Path = CDI_DIR) -> list[str]:
     """Violations (empty when all hold). ``settled``: also what must hold once nothing is moving."""
     problems: list[str] = []
     capacity = _capacities(cluster)
@@ -274,12 +274,12 @@ def check_invariants(cluster: RealCluster, *, settled: bool) -> list[str]:
             claim = by_name.get(str(status.get("resourceClaimName")))
             if claim is None or not any(_results(claim)):
                 problems.append(f"running pod {pod['metadata']['name']} has an unallocated claim")
-            elif not (CDI_DIR / CdiNames(DRIVER).spec_file_name(claim["metadata"]["uid"])).is_file():
+            elif not (cdi_dir / CdiNames(DRIVER).spec_file_name(claim["metadata"]["uid"])).is_file():
                 problems.append(f"running pod {pod['metadata']['name']}: no CDI spec for its claim")
     if settled:
         uids = {c["metadata"]["uid"] for c in claims}
         prefix = CdiNames(DRIVER).spec_file_name("").removesuffix(".json")
-        for spec in CDI_DIR.glob(f"{prefix}*.json"):
+        for spec in cdi_dir.glob(f"{prefix}*.json"):
             uid = spec.name[len(prefix) :].removesuffix(".json")
             if uid not in uids:
                 problems.append(f"CDI spec {spec.name} left for a deleted claim")

@@ -1,7 +1,7 @@
 """The fault suite's invariant check on hand-made API states: it must see every kind of damage.
 
-No cluster needed: a fake ``RealCluster`` answers ``get`` from dicts, the node's files live in a
-temporary state dir (the CDI directory is the real one, so specs are written under a unique UID).
+No cluster needed: a fake ``RealCluster`` answers ``get`` from dicts, the node's files (checkpoint,
+CDI specs) live in a temporary directory.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.layout import CDI_DIR, Layout
+from dra_driver.cluster.layout import Layout
 from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.demo import manifests
 from dra_driver.kubeletplugin.cdi import CdiNames
@@ -88,15 +88,10 @@ def state_dir(tmp_path: Path) -> Path:
 
 def test_a_healthy_state_has_no_violation(state_dir: Path) -> None:
     ok = claim("a", "binpack", "gpu-0")
-    spec = CDI_DIR / CdiNames(DRIVER).spec_file_name(ok["metadata"]["uid"])
-    CDI_DIR.mkdir(parents=True, exist_ok=True)
-    spec.write_text("{}")
-    try:
-        cluster: Any = FakeCluster(state_dir, [ok], [pod("p", "a", running=True)])
-        assert check_invariants(cluster, settled=True) == []
-        assert settled(cluster)
-    finally:
-        spec.unlink()
+    (state_dir / CdiNames(DRIVER).spec_file_name(ok["metadata"]["uid"])).write_text("{}")
+    cluster: Any = FakeCluster(state_dir, [ok], [pod("p", "a", running=True)])
+    assert check_invariants(cluster, settled=True, cdi_dir=state_dir) == []
+    assert settled(cluster)
 
 
 def test_overcommit_mutex_sharing_and_a_stuck_gate_are_seen(state_dir: Path) -> None:
@@ -107,7 +102,7 @@ def test_overcommit_mutex_sharing_and_a_stuck_gate_are_seen(state_dir: Path) -> 
         claim("waiting", "binpack", None, "1Gi"),
     ]
     cluster: Any = FakeCluster(state_dir, claims, [pod("w", "waiting", gated=True)])
-    problems = check_invariants(cluster, settled=True)
+    problems = check_invariants(cluster, settled=True, cdi_dir=state_dir)
     assert any(p.startswith("gpu-0 overcommitted: memory") for p in problems), problems
     assert any(p.startswith("mutex claim m placed on gpu-0 already used by a, b") for p in problems), problems
     assert any("pod w held at the gate while ['gpu-1'] fit it" in p for p in problems), problems
@@ -117,20 +112,16 @@ def test_leftovers_of_deleted_claims_are_seen(state_dir: Path) -> None:
     gone = str(uuid.uuid4())
     checkpoint = Layout(state_dir).plugin_dir(DRIVER) / "checkpoint.json"
     checkpoint.write_text(json.dumps({"claims": {gone: {}}}))
-    spec = CDI_DIR / CdiNames(DRIVER).spec_file_name(gone)
-    CDI_DIR.mkdir(parents=True, exist_ok=True)
+    spec = state_dir / CdiNames(DRIVER).spec_file_name(gone)
     spec.write_text("{}")
-    try:
-        deleting = claim(
-            "d", "binpack", "gpu-1", deletionTimestamp="2026-12-01T10:00:00Z", finalizers=[FINALIZER]
-        )
-        running_unprepared = claim("r", "binpack", "gpu-1", "1Gi")
-        cluster: Any = FakeCluster(state_dir, [deleting, running_unprepared], [pod("p", "r", running=True)])
-        problems = check_invariants(cluster, settled=True)
-        assert f"CDI spec {spec.name} left for a deleted claim" in problems
-        assert f"checkpoint entry {gone} left for a deleted claim" in problems
-        assert "claim d deleted but still holds our finalizer" in problems
-        assert "running pod p: no CDI spec for its claim" in problems
-        assert not settled(cluster), "a claim being deleted is motion"
-    finally:
-        spec.unlink()
+    deleting = claim(
+        "d", "binpack", "gpu-1", deletionTimestamp="2026-12-01T10:00:00Z", finalizers=[FINALIZER]
+    )
+    running_unprepared = claim("r", "binpack", "gpu-1", "1Gi")
+    cluster: Any = FakeCluster(state_dir, [deleting, running_unprepared], [pod("p", "r", running=True)])
+    problems = check_invariants(cluster, settled=True, cdi_dir=state_dir)
+    assert f"CDI spec {spec.name} left for a deleted claim" in problems
+    assert f"checkpoint entry {gone} left for a deleted claim" in problems
+    assert "claim d deleted but still holds our finalizer" in problems
+    assert "running pod p: no CDI spec for its claim" in problems
+    assert not settled(cluster), "a claim being deleted is motion"
