@@ -159,3 +159,39 @@ def test_a_pod_deleted_while_the_webhook_is_down_leaves_no_claim(
     finally:
         team.kubectl("scale", webhook, "-n", CHART_NAMESPACE, "--replicas=1")
         team.kubectl("rollout", "status", webhook, "-n", CHART_NAMESPACE, "--timeout=90s")
+
+
+def hami_pod(name: str, limits: dict[str, Any], policy: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "busybox:1.36",
+                    "command": ["sleep", "86400"],
+                    "resources": {"limits": limits},
+                }
+            ],  # fmt: skip
+        },
+    }
+    if policy:
+        body["metadata"]["annotations"] = {"hami.io/gpu-scheduler-policy": policy}
+    return body
+
+
+def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(team: RealCluster) -> None:
+    placed = [("tenant-a", "binpack", "gpu-0"), ("tenant-b", "binpack", "gpu-0"), ("tenant-c", "spread", "gpu-1"),
+              ("latency-tier", "mutex,binpack", "gpu-2")]  # fmt: skip
+    for name, policy, expected in placed:
+        team.kubectl(
+            "apply", "-f", "-", stdin=json.dumps(hami_pod(name, {"nvidia.com/gpumem": 1000}, policy))
+        )
+        team.kubectl(
+            "wait", "--for=condition=Ready", f"pod/{name}", "-n", TEAM, f"--timeout={POD_TIMEOUT:.0f}s"
+        )
+        claim = claim_of(team, name)
+        assert claim is not None and device_of(claim) == expected, (name, claim and device_of(claim))

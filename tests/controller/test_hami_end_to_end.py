@@ -14,6 +14,7 @@ import pytest
 from dra_driver.controller.hami_annotation import ANNOTATION as ALLOCATED
 from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS, KubeError, Resource
 from dra_driver.kubeletplugin.cdi import CdiNames
+from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.cluster import SandboxCluster
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TRANSLATED_ANNOTATION
 from tests.controller.harness import DRIVER, NS, Harness, device_class, wait_for
@@ -157,3 +158,33 @@ def test_deleted_pods_take_their_claims_and_bad_requests_are_refused(
     with pytest.raises(KubeError) as err:
         h.create_pod(hami_pod("too-much", {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 150}))
     assert "nvidia.com/gpumem-percentage must be within 0..100, got 150" in err.value.message
+
+
+def test_concurrent_admissions_of_one_shape_share_one_template(sandbox: SandboxServer) -> None:
+    """Eight admissions of the same shape at once: one template, no AlreadyExists failure; a
+    template of that name that is not ours is reported, never silently reused."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dra_driver.webhook.hami_resources import shape_of
+    from dra_driver.webhook.lookup import KubeLookup
+
+    template = shape_of("app", {"nvidia.com/gpumem": 1000})
+    assert template is not None
+    body = template.template(NS, DRIVER, DRIVER)
+    lookups = [KubeLookup(sandbox.api_client(), DRIVER) for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda lookup: lookup.ensure_template(body), lookups))
+    templates = sandbox.api_client()
+    from kubernetes import client
+
+    names = [
+        t.metadata.name
+        for t in client.ResourceV1Api(templates).list_namespaced_resource_claim_template(NS).items
+    ]
+    assert names == [template.template_name]
+    foreign = {**body, "metadata": {**body["metadata"], "name": "hami-1gpu-2000mi-0cores", "labels": {}}}
+    client.ResourceV1Api(templates).create_namespaced_resource_claim_template(NS, foreign)
+    clash = shape_of("app", {"nvidia.com/gpumem": 2000})
+    assert clash is not None
+    with pytest.raises(ValueError, match="exists that hami-dra did not create"):
+        lookups[0].ensure_template(clash.template(NS, DRIVER, DRIVER))
