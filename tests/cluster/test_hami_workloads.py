@@ -175,7 +175,7 @@ def hami_pod(name: str, limits: dict[str, Any], policy: str | None = None) -> di
                     "command": ["sleep", "86400"],
                     "resources": {"limits": limits},
                 }
-            ],  # fmt: skip
+            ],
         },
     }
     if policy:
@@ -184,8 +184,12 @@ def hami_pod(name: str, limits: dict[str, Any], policy: str | None = None) -> di
 
 
 def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(team: RealCluster) -> None:
-    placed = [("tenant-a", "binpack", "gpu-0"), ("tenant-b", "binpack", "gpu-0"), ("tenant-c", "spread", "gpu-1"),
-              ("latency-tier", "mutex,binpack", "gpu-2")]  # fmt: skip
+    placed = [
+        ("tenant-a", "binpack", "gpu-0"),
+        ("tenant-b", "binpack", "gpu-0"),
+        ("tenant-c", "spread", "gpu-1"),
+        ("latency-tier", "mutex,binpack", "gpu-2"),
+    ]
     for name, policy, expected in placed:
         team.kubectl(
             "apply", "-f", "-", stdin=json.dumps(hami_pod(name, {"nvidia.com/gpumem": 1000}, policy))
