@@ -98,25 +98,3 @@ class ClusterPki:
         ext_file.unlink(missing_ok=True)
         issued_for.write_text(request)
         return pair
-        subject = f"/CN={common_name}" + (f"/O={organization}" if organization else "")
-        csr = self.dir / f"{name}.csr"
-        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pair.key),
-                 "-out", str(csr), "-subj", subject)  # fmt: skip
-        usages = [u for u, on in (("clientAuth", client), ("serverAuth", server)) if on]
-        ext = [
-            "basicConstraints=CA:FALSE",
-            "keyUsage=critical,digitalSignature,keyEncipherment",
-            f"extendedKeyUsage={','.join(usages)}",
-        ]
-        if hosts:
-            sans = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
-            ext.append(f"subjectAltName={sans}")
-        ext_file = self.dir / f"{name}.ext"
-        ext_file.write_text("\n".join(ext) + "\n")
-        _openssl(
-            "x509", "-req", "-in", str(csr), "-CA", str(self.ca.cert), "-CAkey", str(self.ca.key),
-            "-CAcreateserial", "-days", "3650", "-out", str(pair.cert), "-extfile", str(ext_file),
-        )  # fmt: skip
-        csr.unlink(missing_ok=True)
-        ext_file.unlink(missing_ok=True)
-        return pair
