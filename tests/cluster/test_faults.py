@@ -32,9 +32,13 @@ from tests.cluster.drivers import DriverUnderTest, HostDriver
 from tests.cluster.faults import Workload, check_invariants, node_pid, settled
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("driver", ["faults"], indirect=True)]
-
 ROUNDS = int(os.environ.get("HAMI_DRA_CHAOS_ROUNDS", "1"))
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.parametrize("driver", ["faults"], indirect=True),
+    # Each round is nine faults of at most CONVERGE_WITHIN each (plus the workload's steps).
+    pytest.mark.timeout(300 + ROUNDS * 600),
+]
 CONVERGE_WITHIN = 60.0
 GOAL = 30.0
 REPORT = Path(__file__).resolve().parents[2] / "build" / "fault-report.txt"
