@@ -25,6 +25,8 @@ from dra_driver.sandbox import SandboxServer
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[")
+#: tests/cluster/faults.py's PROXY_THREADS.
+PROXY_THREADS = "api-fault-proxy"
 
 
 def _observed(checks: Checks) -> dict[str, str]:
@@ -32,7 +34,13 @@ def _observed(checks: Checks) -> dict[str, str]:
 
 
 def _demo_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+    """Live threads, without the real-cluster fault proxy's (tests/cluster/faults.py), which a
+    session-long fixture keeps opening while these tests run."""
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and not t.name.startswith(PROXY_THREADS)
+    ]
 
 
 def _wait_threads_gone(before: set[str], timeout: float = 3.0) -> list[str]:
