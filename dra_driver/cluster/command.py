@@ -98,6 +98,14 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_state(path: Path, state: dict[str, Any]) -> None:
+    """Atomically (rename), so `cluster status` and the fault tests never read a half-written file
+    while the supervisor records a restarted component's pid."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(partial, path)
+
+
 def run_up(args: argparse.Namespace) -> int:
     from dra_driver.cluster.binaries import MissingBinaries, build, require_toolchain
     from dra_driver.cluster.driver import DriverOptions, start_driver
@@ -156,7 +164,7 @@ def run_up(args: argparse.Namespace) -> int:
                 for p in components
             ],
         }
-        layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+        _write_state(layout.state_file, state)
         print(f"kubeconfig: {layout.admin_kubeconfig}")
         print(f"try: kubectl --kubeconfig {layout.admin_kubeconfig} get resourceslices")
         print(f"  (kubectl: {toolchain.path('kubectl')})")
@@ -173,7 +181,7 @@ def run_up(args: argparse.Namespace) -> int:
                     {"name": p.name, "pid": p.pid, "probe": p.probe.as_dict() if p.probe else None}
                     for p in components
                 ]
-                layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+                _write_state(layout.state_file, state)
             elif dead:
                 print(f"{dead[0].name} exited (status {dead[0].process.returncode}); see {dead[0].log_path}",
                       file=sys.stderr, flush=True)  # fmt: skip
