@@ -98,6 +98,13 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _component_entries(components: list[Any]) -> list[dict[str, Any]]:
+    """Name, pid and readiness probe of each running component, as `cluster status` reads them."""
+    return [
+        {"name": p.name, "pid": p.pid, "probe": p.probe.as_dict() if p.probe else None} for p in components
+    ]
+
+
 def _write_state(path: Path, state: dict[str, Any]) -> None:
     """Atomically (rename), so `cluster status` and the fault tests never read a half-written file
     while the supervisor records a restarted component's pid."""
@@ -159,10 +166,7 @@ def run_up(args: argparse.Namespace) -> int:
             "server": layout.server_url,
             "driver": not args.no_driver,
             "logs": str(layout.logs),
-            "components": [
-                {"name": p.name, "pid": p.pid, "probe": p.probe.as_dict() if p.probe else None}
-                for p in components
-            ],
+            "components": _component_entries(components),
         }
         _write_state(layout.state_file, state)
         print(f"kubeconfig: {layout.admin_kubeconfig}")
@@ -177,10 +181,7 @@ def run_up(args: argparse.Namespace) -> int:
                     print(f"{process.name} exited (status {process.process.returncode}); restarting",
                           file=sys.stderr, flush=True)  # fmt: skip
                     process.restart()
-                state["components"] = [
-                    {"name": p.name, "pid": p.pid, "probe": p.probe.as_dict() if p.probe else None}
-                    for p in components
-                ]
+                state["components"] = _component_entries(components)
                 _write_state(layout.state_file, state)
             elif dead:
                 print(f"{dead[0].name} exited (status {dead[0].process.returncode}); see {dead[0].log_path}",

@@ -99,13 +99,17 @@ class Controller:
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop watching and reconciling; writes already handed to the writer threads go on."""
         self._stop.set()
         self._wake.set()
         for informer in self.informers.values():
             informer.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    def stop(self) -> None:
+        self.halt()
         if self._writers is not None:
             self._writers.shutdown(wait=True, cancel_futures=True)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dra_driver.engine import MIB
+from dra_driver.engine import MIB, GpuCard
 from dra_driver.quantity import parse_bytes, parse_quantity
 
 ANNOTATION = "hami.io/vgpu-devices-allocated"
@@ -35,27 +35,25 @@ def _results(claim: Obj, request: str | None, driver: str) -> list[Obj]:
     return out
 
 
-def _device(
-    result: Obj, uuid_of: Callable[[str, str], str | None], memory_of: Callable[[str, str], int]
-) -> str:
+def _device(result: Obj, card_of: Callable[[str, str], GpuCard | None]) -> str:
     pool, device = str(result.get("pool", "")), str(result.get("device", ""))
+    card = card_of(pool, device)
     consumed = result.get("consumedCapacity") or {}
-    memory = parse_bytes(consumed["memory"]) if "memory" in consumed else memory_of(pool, device)
+    memory = parse_bytes(consumed["memory"]) if "memory" in consumed else (card.memory if card else 0)
     cores = int(parse_quantity(consumed["cores"])) if "cores" in consumed else 100
-    return f"{uuid_of(pool, device) or device},{VENDOR},{memory // MIB},{cores}:"
+    return f"{(card.uuid if card else '') or device},{VENDOR},{memory // MIB},{cores}:"
 
 
 def encode_devices_allocated(
     pod: Obj,
     claims: Mapping[str, Obj],
     driver: str,
-    uuid_of: Callable[[str, str], str | None],
-    memory_of: Callable[[str, str], int],
+    card_of: Callable[[str, str], GpuCard | None],
 ) -> str | None:
     """The annotation value; None when no container consumes a device of ``driver``.
 
     ``claims`` maps the pod's claim names (``spec.resourceClaims[].name``) to the claims with
-    their allocation; ``uuid_of``/``memory_of`` give a published device's UUID and total memory.
+    their allocation; ``card_of`` gives a published device's card (UUID, total memory), if known.
     """
     parts = []
     any_device = False
@@ -66,7 +64,7 @@ def encode_devices_allocated(
             if claim is None:
                 continue
             for result in _results(claim, ref.get("request"), driver):
-                devices.append(_device(result, uuid_of, memory_of))
+                devices.append(_device(result, card_of))
         any_device = any_device or bool(devices)
         parts.append("".join(devices) + ";")
     return "".join(parts) if any_device else None

@@ -31,7 +31,7 @@ from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
-from dra_driver.controller.inventory import Device, build_inventory
+from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
@@ -44,7 +44,7 @@ from dra_driver.controller.pods import (
     pod_requests,
 )
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
-from dra_driver.engine import Decision
+from dra_driver.engine import Decision, GpuCard
 
 log = logging.getLogger("dra_driver.controller")
 CONDITION_TYPE = "gpu.hami.io/Allocated"
@@ -366,15 +366,20 @@ class Reconciler:
             self.in_flight_claims.add(_key(claim_plan.claim))
             writes.append((claim_plan.claim, allocation))
         clear_pending = self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None
-        return CommitJob(pod, writes, clear_pending, self._hami_annotations(pod, claims, writes))
+        return CommitJob(pod, writes, clear_pending, self._hami_annotations(pod, claims, writes, plan.node))
 
     def _hami_annotations(
         self,
         pod: Obj,
         claims: Sequence[tuple[str, Obj | None]],
         writes: Sequence[tuple[Mapping[str, Any], dict[str, Any]]],
+        node: str,
     ) -> dict[str, str]:
-        """HAMi's view of the placement (controller/hami_annotation.py), from the new allocations."""
+        """HAMi's view of the placement (controller/hami_annotation.py), from the new allocations.
+
+        Every claim of the pod is allocated on ``node`` (the plan's, which pinned claims share), so
+        its cards are looked up in that node's inventory only.
+        """
         new = {_key(claim): allocation for claim, allocation in writes}
         allocated: dict[str, Obj] = {}
         for pod_claim, claim in claims:
@@ -382,23 +387,13 @@ class Reconciler:
                 continue
             allocation = new.get(_key(claim))
             allocated[pod_claim] = {**claim, "status": {"allocation": allocation}} if allocation else claim
+        inventory = self.ledger.inventory.get(node)
 
-        def device(pool: str, name: str) -> Device | None:
-            for inventory in self.ledger.inventory.values():
-                found = inventory.devices.get((pool, name))
-                if found is not None:
-                    return found
-            return None
+        def card_of(pool: str, name: str) -> GpuCard | None:
+            device = inventory.devices.get((pool, name)) if inventory is not None else None
+            return device.card if device is not None else None
 
-        def uuid_of(pool: str, name: str) -> str | None:
-            found = device(pool, name)
-            return found.card.uuid if found else None
-
-        def memory_of(pool: str, name: str) -> int:
-            found = device(pool, name)
-            return found.card.memory if found else 0
-
-        value = encode_devices_allocated(pod, allocated, self.driver, uuid_of, memory_of)
+        value = encode_devices_allocated(pod, allocated, self.driver, card_of)
         return {} if value is None else {HAMI_ALLOCATED_ANNOTATION: value}
 
     # --- commit (may run on a writer thread: API calls only, no shared state) -------------------

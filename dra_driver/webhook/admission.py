@@ -190,6 +190,10 @@ def annotation_warnings(annotations: Mapping[str, str]) -> list[str]:
     return warnings
 
 
+def _namespace(request: Mapping[str, Any], pod: Mapping[str, Any]) -> str:
+    return str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+
+
 def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
     pod = request.get("object") or {}
     if request.get("operation", "CREATE") != "CREATE":
@@ -197,7 +201,7 @@ def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
     spec = pod.get("spec") or {}
     if not spec.get("resourceClaims"):
         return Verdict()
-    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+    namespace = _namespace(request, pod)
     uses = pod_claim_uses(pod, namespace, lookup)
     problems = hami_core_problems(pod, uses)
     if problems:
@@ -234,7 +238,7 @@ def translate_hami_pod(
     pod = request.get("object") or {}
     if request.get("operation", "CREATE") != "CREATE":
         return Verdict()
-    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+    namespace = _namespace(request, pod)
     try:
         translation = translate_pod(pod, namespace, device_class, driver)
     except TranslationError as err:

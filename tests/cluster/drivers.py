@@ -165,17 +165,14 @@ class ChartDriver:
 
     def leader(self) -> str | None:
         """The pod name of the lease holder (identities are ``<pod name>_<random>``)."""
-        lease = self.cluster.get("lease", LEASE, "-n", CHART_NAMESPACE) if self._lease_exists() else {}
-        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+        out = self.cluster.kubectl(
+            "get", "lease", LEASE, "-n", CHART_NAMESPACE, "--ignore-not-found", "-o", "json"
+        )
+        lease = json.loads(out) if out.strip() else {}
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
         names = {p["metadata"]["name"] for p in self.pods("controller")}
         pod = holder.rsplit("_", 1)[0]
         return pod if pod in names else None
-
-    def _lease_exists(self) -> bool:
-        out = self.cluster.kubectl(
-            "get", "lease", LEASE, "-n", CHART_NAMESPACE, "--ignore-not-found", "-o", "name"
-        )
-        return bool(out.strip())
 
     def log(self, component: str) -> str:
         """Every current pod's log of the component (both controller replicas, the plugin pod)."""

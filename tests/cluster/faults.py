@@ -208,6 +208,11 @@ def _results(claim: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield result
 
 
+def _allocated_at(claim: dict[str, Any]) -> str:
+    """The allocation's RFC 3339 timestamp ("" when unallocated); strings of it order in time."""
+    return str(((claim.get("status") or {}).get("allocation") or {}).get("allocationTimestamp") or "")
+
+
 def _is_mutex(claim: dict[str, Any], classes: dict[str, str]) -> bool:
     for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or ():
         policy = classes.get(str((request.get("exactly") or {}).get("deviceClassName", "")), "")
@@ -244,7 +249,7 @@ def check_invariants(cluster: RealCluster, *, settled: bool, cdi_dir: Path = CDI
     used: dict[str, list[int]] = {}
     tenants: dict[str, list[tuple[str, str]]] = {}
     for claim in claims:
-        stamp = str(((claim.get("status") or {}).get("allocation") or {}).get("allocationTimestamp") or "")
+        stamp = _allocated_at(claim)
         for result in _results(claim):
             consumed = result.get("consumedCapacity") or {}
             device = str(result["device"])
@@ -265,7 +270,7 @@ def check_invariants(cluster: RealCluster, *, settled: bool, cdi_dir: Path = CDI
     for claim in claims:
         if not _is_mutex(claim, classes):
             continue
-        stamp = str(((claim.get("status") or {}).get("allocation") or {}).get("allocationTimestamp") or "")
+        stamp = _allocated_at(claim)
         for result in _results(claim):
             older = [n for s, n in tenants[str(result["device"])] if s and stamp and s < stamp]
             if older:

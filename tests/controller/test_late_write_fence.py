@@ -51,12 +51,7 @@ def kill(controller: Controller) -> None:
     so its writer thread (still alive here) must not retry: it is told it no longer leads.
     """
     controller.reconciler.still_leading = lambda: False
-    controller._stop.set()
-    controller._wake.set()
-    for informer in controller.informers.values():
-        informer.stop()
-    if controller._thread is not None:
-        controller._thread.join(timeout=10)
+    controller.halt()
 
 
 def memory_by_device(harness: Harness) -> dict[str, dict[str, int]]:

@@ -14,6 +14,7 @@ import pytest
 
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.kube import KubeError
+from dra_driver.engine import GpuCard
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import (
     TEMPLATE_LABEL,
@@ -271,6 +272,10 @@ def test_vgpu_devices_allocated_is_hamis_encoding() -> None:
         "hami-a": claim(("gpu-2", "8000Mi", "0")),
         "hami-c": claim(("gpu-0", "15Gi", "100"), ("gpu-1", "1Gi", "30")),
     }
-    value = encode_devices_allocated(pod, claims, DRIVER, lambda pool, name: f"GPU-{name}", lambda p, n: 0)
+
+    def card_of(pool: str, name: str) -> GpuCard:
+        return GpuCard(node=pool, index=int(name.split("-")[1]), memory=15360 * 2**20, uuid=f"GPU-{name}")
+
+    value = encode_devices_allocated(pod, claims, DRIVER, card_of)
     assert value == "GPU-gpu-2,NVIDIA,8000,0:;;GPU-gpu-0,NVIDIA,15360,100:GPU-gpu-1,NVIDIA,1024,30:;"
-    assert encode_devices_allocated(pod, {}, DRIVER, lambda p, n: None, lambda p, n: 0) is None
+    assert encode_devices_allocated(pod, {}, DRIVER, lambda p, n: None) is None
