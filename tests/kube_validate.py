@@ -76,8 +76,38 @@ def validate_strict(obj: Mapping[str, Any], versions: Iterable[str] = KUBERNETES
             raise AssertionError(f"{_name(obj)}: {err.message}") from None
 
 
+def _strict_json_schema(schema: Any) -> Any:
+    """An OpenAPI structural schema as a JSON Schema that also refuses undeclared fields."""
+    if isinstance(schema, list):
+        return [_strict_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _strict_json_schema(value) for key, value in schema.items() if not key.startswith("x-")}
+    if "properties" in schema and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+def validate_custom(obj: Mapping[str, Any]) -> None:
+    """Our custom resources against their CRD's ``openAPIV3Schema`` (read by ``jsonschema``)."""
+    import jsonschema
+
+    from dra_driver.quota import crd
+
+    schema = _strict_json_schema(crd.schema())
+    schema["properties"]["metadata"] = {"type": "object"}
+    try:
+        jsonschema.validate(dict(obj), schema)
+    except jsonschema.ValidationError as err:
+        path = ".".join(str(part) for part in err.absolute_path)
+        raise AssertionError(f"{_name(obj)} invalid for its CRD: {path}: {err.message}") from None
+
+
 def assert_valid(obj: Mapping[str, Any], versions: Iterable[str] = KUBERNETES_VERSIONS) -> None:
     """Schema validation plus the API server rules we re-implement for the object's kind."""
+    if obj.get("apiVersion") == "gpu.hami.io/v1alpha1" and obj.get("kind") == "GpuQuota":
+        validate_custom(obj)
+        return
     validate_strict(obj, versions)
     if obj.get("kind") == "ResourceSlice" and obj.get("apiVersion") == "resource.k8s.io/v1":
         problems = resource_slice_problems(obj)

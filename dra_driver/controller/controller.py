@@ -20,9 +20,11 @@ from dra_driver.config import ControllerDefaults
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.kube import (
     DEVICE_CLASSES,
+    GPU_QUOTAS,
     NODES,
     PODS,
     RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
     RESOURCE_SLICES,
     Kube,
     KubeError,
@@ -84,8 +86,10 @@ class Controller:
         self._jobs: dict[str, CommitJob] = {}  # pod key -> the job its in-flight future writes
         self.informers = {
             resource.kind: Informer(kube, resource, self._on_change)
-            for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS)
+            for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS, RESOURCE_QUOTAS)
         }
+        # Quotas are optional: without the chart's CRD the controller runs with none.
+        self.informers[GPU_QUOTAS.kind] = Informer(kube, GPU_QUOTAS, self._on_change, optional=True)
         self._thread: threading.Thread | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -194,6 +198,7 @@ class Controller:
                 self.pending_pods.discard(key)
                 if outcome == "retry":
                     self._dirty_pods.add(key)
+        self.reconciler.quotas.sync(self.kube)
         generation = self.reconciler.ledger.generation
         if generation != self._metrics_generation and time.monotonic() - self._metrics_at > 1.0:
             self._metrics_generation, self._metrics_at = generation, time.monotonic()
@@ -277,6 +282,12 @@ class Controller:
                 self._retry_pending = True
             elif kind == "Node":
                 self._set(reconciler.nodes, key, new)
+                self._retry_pending = True
+            elif kind == "GpuQuota":
+                reconciler.quotas.set_gpu_quota(key, new)
+                self._retry_pending = True  # a quota raised or removed may let pending pods in
+            elif kind == "ResourceQuota":
+                reconciler.quotas.set_resource_quota(key, new)
                 self._retry_pending = True
         if self._slices_changed:
             self._slices_changed = False

@@ -48,6 +48,8 @@ RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceC
 RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
 DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", True)
+GPU_QUOTAS = Resource("gpu.hami.io", "v1alpha1", "gpuquotas", "GpuQuota", True)
 
 
 class KubeError(Exception):

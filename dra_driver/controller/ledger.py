@@ -18,6 +18,7 @@ from typing import Any
 from dra_driver.cel.values import ValueParseError, parse_quantity
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.engine import ClusterState, DeviceShare, Placement, StateError
+from dra_driver.quota import Charge
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ class Use:
     memory: int | None
     cores: int | None
     slots: int | None
+    #: The claim's namespace and the result's DeviceClass: what namespace quotas count by.
+    namespace: str = ""
+    class_name: str = ""
 
 
 def _amount(value: Any) -> int | None:
@@ -42,16 +46,36 @@ def _amount(value: Any) -> int | None:
         return None
 
 
+def request_classes(claim: Mapping[str, Any]) -> dict[str, str]:
+    """Request name (``gpu``, or ``gpu/small`` for a firstAvailable entry) -> DeviceClass name."""
+    classes: dict[str, str] = {}
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+        name = str(request.get("name", ""))
+        if request.get("exactly"):
+            classes[name] = str(request["exactly"].get("deviceClassName", ""))
+        for sub in request.get("firstAvailable") or ():
+            classes[f"{name}/{sub.get('name', '')}"] = str(sub.get("deviceClassName", ""))
+    return classes
+
+
 def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
     """The device uses recorded in a claim's ``status.allocation`` for our driver."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = [
+        result
+        for result in (allocation.get("devices") or {}).get("results") or ()
+        if result.get("driver") == driver and not result.get("adminAccess")
+    ]
+    if not results:
+        return ()
+    namespace = str((claim.get("metadata") or {}).get("namespace") or "")
+    classes = request_classes(claim)
     uses = []
-    for result in (allocation.get("devices") or {}).get("results") or ():
-        if result.get("driver") != driver or result.get("adminAccess"):
-            continue
+    for result in results:
         pool, device = str(result.get("pool", "")), str(result.get("device", ""))
+        where = {"namespace": namespace, "class_name": classes.get(str(result.get("request", "")), "")}
         if not result.get("shareID"):
-            uses.append(Use(pool, device, None, None, None))
+            uses.append(Use(pool, device, None, None, None, **where))
             continue
         consumed = result.get("consumedCapacity") or {}
         uses.append(
@@ -61,6 +85,7 @@ def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
                 _amount(consumed.get("memory")) or 0,
                 _amount(consumed.get("cores")) or 0,
                 _amount(consumed.get("slots")) or 1,
+                **where,
             )
         )
     return tuple(uses)
@@ -76,6 +101,7 @@ class Ledger:
         self._claims: dict[str, tuple[Use, ...]] = {}  # claim uid -> uses
         self._by_node: dict[str, set[str]] = {}  # node -> claim uids using it
         self._unplaced: set[str] = set()  # claims with a use on an unknown device
+        self._by_namespace: dict[str, set[str]] = {}  # namespace -> claim uids with uses
         self.generation = 0  # bumped whenever usage or inventory changes
         self.inventory_generation = 0  # bumped whenever the inventory changes (CEL caches)
 
@@ -110,8 +136,12 @@ class Ledger:
         if self._claims.get(uid, ()) == uses:
             return
         affected = self._nodes_of(uid)
+        for previous in {use.namespace for use in self._claims.get(uid, ())}:
+            self._by_namespace.get(previous, set()).discard(uid)
         if uses:
             self._claims[uid] = uses
+            for use in uses:
+                self._by_namespace.setdefault(use.namespace, set()).add(uid)
         else:
             self._claims.pop(uid, None)
         for node in affected:
@@ -126,6 +156,27 @@ class Ledger:
 
     def claims(self) -> Mapping[str, tuple[Use, ...]]:
         return self._claims
+
+    def namespace_charges(self, namespace: str) -> list[Charge]:
+        """What every allocated claim of ``namespace`` (assumed ones included) charges its quotas.
+
+        A whole-card use charges the card's memory and cores (nothing, while the card's slice is
+        unknown: it is charged once the slice appears).
+        """
+        charges = []
+        for uid in sorted(self._by_namespace.get(namespace, ())):
+            for use in self._claims.get(uid, ()):
+                charges.append(self.charge(use))
+        return charges
+
+    def charge(self, use: Use) -> Charge:
+        memory, cores = use.memory, use.cores
+        if memory is None or cores is None:
+            device = self._devices.get((use.pool, use.device))
+            card_memory, card_cores = (device.card.memory, device.card.cores) if device else (0, 0)
+            memory = card_memory if memory is None else memory
+            cores = card_cores if cores is None else cores
+        return Charge(use.class_name, (use.pool, use.device), memory, cores)
 
     def _index(self, uid: str, uses: Iterable[Use]) -> set[str]:
         nodes = set()

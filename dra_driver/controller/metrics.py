@@ -50,6 +50,18 @@ class ControllerMetrics:
         self.tenants = Gauge(
             "hami_dra_gpu_tenants", "Allocations sharing each GPU", ["node", "device"], registry=self.registry
         )
+        self.quota_used = Gauge(
+            "hami_dra_quota_used",
+            "What a namespace's allocated claims count against a GPU quota (memory in bytes)",
+            ["namespace", "quota", "resource"],
+            registry=self.registry,
+        )
+        self.quota_hard = Gauge(
+            "hami_dra_quota_hard",
+            "A GPU quota's limit (memory in bytes)",
+            ["namespace", "quota", "resource"],
+            registry=self.registry,
+        )
         self.leader = Gauge("hami_dra_leader", "1 while this replica leads", registry=self.registry)
 
     def update_gpus(self, ledger: Ledger) -> None:

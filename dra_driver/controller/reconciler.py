@@ -33,7 +33,7 @@ from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_A
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
-from dra_driver.controller.ledger import Ledger, claim_uses
+from dra_driver.controller.ledger import Ledger, claim_uses, request_classes
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
 from dra_driver.controller.pods import (
@@ -43,8 +43,10 @@ from dra_driver.controller.pods import (
     pod_claim_names,
     pod_requests,
 )
+from dra_driver.controller.quotas import QuotaBook
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.engine import Decision, GpuCard
+from dra_driver.quota import Charge
 
 log = logging.getLogger("dra_driver.controller")
 CONDITION_TYPE = "gpu.hami.io/Allocated"
@@ -82,16 +84,6 @@ class CommitResult:
     failed: list[tuple[Mapping[str, Any], Obj | None]] = field(default_factory=list)
     pod: Obj | None = None
     outcome: str = "done"
-
-
-def _class_names(claim: Mapping[str, Any]) -> set[str]:
-    names = set()
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
-        if request.get("exactly"):
-            names.add(str(request["exactly"].get("deviceClassName", "")))
-        for sub in request.get("firstAvailable") or ():
-            names.add(str(sub.get("deviceClassName", "")))
-    return names
 
 
 def _not_older(cached: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
@@ -139,6 +131,21 @@ def format_decision(subject: str, decision: Decision, config: str) -> str:
     return f"{subject}: {config} {outcome}; scores: {' '.join(cards) or '-'}"
 
 
+def _plan_charges(plan: PodPlan, classes_of: Mapping[str, Mapping[str, str]]) -> list[Charge]:
+    """What a plan's new allocations would charge the namespace's quotas (admin access: nothing)."""
+    return [
+        Charge(
+            classes_of[_key(claim_plan.claim)][result.request],
+            (result.pool, result.device),
+            result.share.memory,
+            result.share.cores,
+        )
+        for claim_plan in plan.claims
+        for result in claim_plan.results
+        if not result.admin_access
+    ]
+
+
 class Reconciler:
     """Reads caches through ``view`` callables, writes through ``kube``; single-threaded."""
 
@@ -167,6 +174,7 @@ class Reconciler:
         self.nodes: dict[str, Obj] = {}
         self.matcher = Matcher(driver, policy_taint or f"{driver}/policy-managed")
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
+        self.quotas = QuotaBook(self.ledger, metrics)
         self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
         self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
@@ -308,7 +316,7 @@ class Reconciler:
             return "retry"
         inputs: list[PlanInput] = []
         pinned: set[str] = set()
-        request_classes: dict[str, dict[str, str]] = {}
+        request_classes_of: dict[str, dict[str, str]] = {}
         seen: set[str] = set()
         for _, claim in claims:
             assert claim is not None
@@ -321,7 +329,7 @@ class Reconciler:
                 if node is not None:
                     pinned.add(node)
                 continue
-            missing = sorted(name for name in _class_names(claim) if name not in self.classes)
+            missing = sorted(set(request_classes(claim).values()) - set(self.classes))
             if missing:
                 # Keep the gate: once the class exists it may be ours, and an ungated pod would be
                 # allocated first-fit by kube-scheduler.
@@ -340,7 +348,7 @@ class Reconciler:
                 )
                 return self._pending(pod, message, "MixedClaim")
             inputs.append(PlanInput(claim, requests))
-            request_classes[_key(claim)] = {
+            request_classes_of[_key(claim)] = {
                 spec.name: spec.class_name for request in requests for spec in request.alternatives
             }
         if len(pinned) > 1:
@@ -356,9 +364,12 @@ class Reconciler:
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
+        breach = self.quotas.check(str(_meta(pod).get("namespace")), _plan_charges(plan, request_classes_of))
+        if breach is not None:
+            return self._pending(pod, breach.message, "GpuQuotaExceeded")
         writes = []
         for claim_plan in plan.claims:
-            klasses = request_classes[_key(claim_plan.claim)]
+            klasses = request_classes_of[_key(claim_plan.claim)]
             allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
             # Assume the allocation now, so the next pod is planned with it even while it is written.
             assumed = {**claim_plan.claim, "status": {"allocation": allocation}}

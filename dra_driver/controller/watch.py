@@ -37,6 +37,8 @@ class Informer:
         watch_timeout: int = 300,
         backoff: float = 0.2,
         max_backoff: float = 5.0,
+        optional: bool = False,
+        absent_retry: float = 30.0,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -44,6 +46,11 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
+        #: An optional resource (a CRD that may not be installed) counts as synced and empty
+        #: while the API server does not serve it (404), and is looked for every ``absent_retry``.
+        self.optional = optional
+        self.absent_retry = absent_retry
+        self.absent = False
         self.cache: dict[str, Obj] = {}
         self.lock = threading.RLock()
         self.resource_version = ""
@@ -82,6 +89,11 @@ class Informer:
                 delay = self.backoff
                 self.resumes += 1
             except KubeError as err:
+                if self.optional and err.not_found:
+                    need_list = True
+                    self._mark_absent()
+                    self._stop.wait(self.absent_retry)
+                    continue
                 if err.gone:
                     log.info("%s: watch history gone (410), relisting", self.resource.plural)
                     need_list = True
@@ -94,6 +106,20 @@ class Informer:
                 self._stop.wait(delay)
                 delay = min(delay * 2, self.max_backoff)
                 need_list = True
+
+    def _mark_absent(self) -> None:
+        if not self.absent:
+            log.warning(
+                "%s.%s is not served (its CustomResourceDefinition is not installed): treated as "
+                "empty, looked for again every %.0fs", self.resource.plural, self.resource.group,
+                self.absent_retry,
+            )  # fmt: skip
+        self.absent = True
+        with self.lock:
+            gone, self.cache = self.cache, {}
+        for obj in gone.values():
+            self.on_change(self.resource.kind, obj, None)
+        self.synced.set()
 
     def _relist(self) -> None:
         listing = self.kube.list(self.resource)
@@ -108,6 +134,9 @@ class Informer:
             self.cache = fresh
             self.resource_version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
             self.relists += 1
+        if self.absent:
+            log.info("%s.%s is served now", self.resource.plural, self.resource.group)
+            self.absent = False
         for key, gone in old_cache.items():
             if key not in fresh:
                 self.on_change(self.resource.kind, gone, None)

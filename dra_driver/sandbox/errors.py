@@ -67,6 +67,10 @@ def too_many(path: str, actual: int, limit: int) -> FieldError:
     return FieldError("FieldValueTooMany", path, f"must have at most {limit} items", actual, True)
 
 
+def too_long(path: str, limit: int) -> FieldError:
+    return FieldError("FieldValueTooLong", path, f"may not be more than {limit} bytes")
+
+
 class ApiError(Exception):
     """An error response; ``status()`` is the ``metav1.Status`` body."""
 

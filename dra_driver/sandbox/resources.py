@@ -8,6 +8,9 @@ discovery, validation and the store all agree and adding a resource is one entry
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.quota import crd as gpu_quota_crd
 
 #: Field selectors every resource supports (apimachinery's Default{Cluster,Namespace}ScopedAttr).
 COMMON_FIELDS: tuple[str, ...] = ("metadata.name", "metadata.namespace")
@@ -34,6 +37,10 @@ class ResourceType:
     verbs: tuple[str, ...] = field(
         default=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
     )
+    #: A custom resource's ``openAPIV3Schema`` (validated by :mod:`structural`); None: built-in.
+    crd_schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    #: A custom resource's ``additionalPrinterColumns`` (``kubectl get`` columns).
+    printer_columns: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -151,7 +158,24 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType(
         RESOURCE, "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True, immutable_spec=True
     ),
+    ResourceType(
+        CORE, "v1", "resourcequotas", "ResourceQuota", True, has_status=True, short_names=("quota",)
+    ),
     ResourceType(COORDINATION, "v1", "leases", "Lease", True),
+    # Our CRD, served from the same definition the chart installs.
+    ResourceType(
+        gpu_quota_crd.GROUP,
+        gpu_quota_crd.VERSION,
+        gpu_quota_crd.PLURAL,
+        gpu_quota_crd.KIND,
+        True,
+        has_status=True,
+        short_names=gpu_quota_crd.SHORT_NAMES,
+        categories=("hami-dra",),
+        reset_status_on_create=True,
+        crd_schema=gpu_quota_crd.schema(),
+        printer_columns=tuple(gpu_quota_crd.manifest()["spec"]["versions"][0]["additionalPrinterColumns"]),
+    ),
     ResourceType(
         ADMISSION,
         "v1",

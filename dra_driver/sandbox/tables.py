@@ -251,6 +251,29 @@ COLUMNS: dict[str, list[Column]] = {
 }
 
 
+def _json_path(path: str) -> Callable[[Obj], Any]:
+    """A CRD printer column's simple JSONPath (``.status.used.memory``) as a cell function."""
+    parts = [part for part in path.split(".") if part]
+
+    def cell(obj: Obj) -> Any:
+        value: Any = obj
+        for part in parts:
+            value = value.get(part) if isinstance(value, dict) else None
+        return "" if value is None else value
+
+    return cell
+
+
+def _printer_columns(rt: ResourceType) -> list[Column]:
+    columns: list[Column] = [_NAME]
+    for column in rt.printer_columns:
+        if column["jsonPath"] == ".metadata.creationTimestamp":
+            columns.append((column["name"], "date", _AGE[2], 0, age))
+        else:
+            columns.append((column["name"], column["type"], "", 0, _json_path(column["jsonPath"])))
+    return columns
+
+
 def wants_table(accept: str) -> bool:
     return "as=Table" in accept.replace(" ", "")
 
@@ -271,7 +294,7 @@ def table(
     continue_token: str | None = None,
 ) -> Obj:
     """A Table for ``objs`` with the resource's columns (name and age for the rest)."""
-    columns = COLUMNS.get(rt.key, [_NAME, _AGE])
+    columns = COLUMNS.get(rt.key) or (_printer_columns(rt) if rt.printer_columns else [_NAME, _AGE])
     meta: Obj = {"resourceVersion": resource_version}
     if continue_token:
         meta["continue"] = continue_token

@@ -22,6 +22,7 @@ import referencing
 from kubernetes_validate import utils as kv_utils
 
 from dra_driver.sandbox import errors as e
+from dra_driver.sandbox import structural
 from dra_driver.sandbox.dra_rules import (
     validate_claim_spec,
     validate_claim_status,
@@ -74,6 +75,9 @@ class SchemaValidator:
             return validator
 
     def check(self, rt: ResourceType, obj: Obj) -> None:
+        if rt.crd_schema is not None:
+            self._check_custom(rt, obj)
+            return
         validator = self._validator(rt)
         if validator is None:
             return
@@ -109,6 +113,20 @@ class SchemaValidator:
             )
         if field_errors:
             raise e.invalid_object(rt, name, field_errors)
+
+    @staticmethod
+    def _check_custom(rt: ResourceType, obj: Obj) -> None:
+        assert rt.crd_schema is not None
+        unknown: list[str] = []
+        field_errors: list[FieldError] = []
+        body = {key: value for key, value in obj.items() if key not in ("apiVersion", "kind", "metadata")}
+        structural.validate(rt.crd_schema, body, "", unknown, field_errors)
+        if unknown:
+            raise e.bad_request(
+                "strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown)
+            )
+        if field_errors:
+            raise e.invalid_object(rt, obj.get("metadata", {}).get("name", ""), field_errors)
 
 
 def _json_type(value: Any) -> str:

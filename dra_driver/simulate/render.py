@@ -4,7 +4,7 @@ JSON format (documented in the README; keys are stable, new keys may be added)::
 
     {"results": [{"claim": str, "allocated": bool, "node": str|null, "policy": str,
                   "unknownPolicies": [str], "devices": [{"node", "index", "name", "memory", "cores"}],
-                  "reason": str|null,
+                  "reason": str|null, "quota": str|null (the namespace/name that held it pending),
                   "candidates": [{"node", "index", "productName", "tenants", "usedMemory", "score",
                                   "eligible", "chosen", "reason"}]}]}
 
@@ -24,7 +24,7 @@ from dra_driver.quantity import MIB, format_bytes
 from dra_driver.simulate.run import SimulationResult
 
 
-def decision_to_json(decision: Decision) -> dict[str, Any]:
+def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, Any]:
     placement = decision.placement
     return {
         "claim": decision.request,
@@ -45,6 +45,7 @@ def decision_to_json(decision: Decision) -> dict[str, Any]:
             for share in placement.devices
         ],
         "reason": decision.reason,
+        "quota": quota,
         "candidates": [
             {
                 "node": card.node,
@@ -63,7 +64,8 @@ def decision_to_json(decision: Decision) -> dict[str, Any]:
 
 
 def result_to_json(result: SimulationResult) -> str:
-    return json.dumps({"results": [decision_to_json(d) for d in result.decisions]}, indent=2)
+    results = [decision_to_json(d, result.blocked_by(i)) for i, d in enumerate(result.decisions)]
+    return json.dumps({"results": results}, indent=2)
 
 
 def _mib(value: int) -> str:

@@ -26,6 +26,7 @@ from dra_driver.engine import (
     parse_scoring_weights,
 )
 from dra_driver.quantity import QuantityError, parse_bytes
+from dra_driver.quota import Charge, Limits, Quota
 
 
 class ScenarioError(Exception):
@@ -54,6 +55,8 @@ class AllocationSpec(_Strict):
 
     memory: Memory = 0
     cores: int = Field(default=0, ge=0, le=100)
+    #: The tenant's namespace: what it counts against that namespace's quotas.
+    namespace: str = "default"
 
 
 class GpuSpec(_Strict):
@@ -140,12 +143,43 @@ class Defaults(_Strict):
     node_policy: NodePolicyText = Field(default="binpack", alias="nodePolicy")
 
 
+def _non_negative_count(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a whole, non-negative number")
+    return value
+
+
+class QuotaLimitsSpec(_Strict):
+    memory: Memory | None = None
+    cores: Annotated[int, BeforeValidator(_non_negative_count)] | None = None
+    devices: Annotated[int, BeforeValidator(_non_negative_count)] | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> QuotaLimitsSpec:
+        if self.memory is None and self.cores is None and self.devices is None:
+            raise ValueError("give at least one of memory, cores, devices")
+        return self
+
+
+class QuotaSpec(_Strict):
+    """A namespace quota, as a ``GpuQuota`` would set it (README, "GPU quotas")."""
+
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    hard: QuotaLimitsSpec
+
+    def quota(self) -> Quota:
+        limits = Limits(memory=self.hard.memory, cores=self.hard.cores, devices=self.hard.devices)
+        return Quota(self.namespace, self.name, limits)
+
+
 class ClaimSpec(_Strict):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, frozen=True, arbitrary_types_allowed=True
     )
 
     name: str = Field(min_length=1)
+    namespace: str = "default"
     policy: PolicyText | None = None
     node_policy: NodePolicyText | None = Field(default=None, alias="nodePolicy")
     weights: Weights | None = None
@@ -170,10 +204,15 @@ class Scenario(_Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: list[NodeSpec] = Field(min_length=1)
     claims: list[ClaimSpec] = Field(default_factory=list)
+    quotas: list[QuotaSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Scenario:
-        for kind, names in (("node", [n.name for n in self.nodes]), ("claim", [c.name for c in self.claims])):
+        for kind, names in (
+            ("node", [n.name for n in self.nodes]),
+            ("claim", [c.name for c in self.claims]),
+            ("quota", [f"{q.namespace}/{q.name}" for q in self.quotas]),
+        ):
             duplicates = sorted({name for name in names if names.count(name) > 1})
             if duplicates:
                 raise ValueError(f"{kind} name listed twice: {duplicates}")
@@ -206,6 +245,16 @@ class Scenario(_Strict):
 
     def requests(self) -> list[PlacementRequest]:
         return [self._request(claim) for claim in self.claims]
+
+    def existing_charges(self) -> dict[str, list[Charge]]:
+        """What the listed allocations already charge each namespace's quotas."""
+        charges: dict[str, list[Charge]] = {}
+        for node in self.nodes:
+            for gpu in node.gpus:
+                for allocation in gpu.allocations:
+                    charge = Charge("", (node.name, f"gpu-{gpu.index}"), allocation.memory, allocation.cores)
+                    charges.setdefault(allocation.namespace, []).append(charge)
+        return charges
 
     def _request(self, claim: ClaimSpec) -> PlacementRequest:
         return PlacementRequest(

@@ -28,6 +28,18 @@ def run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[
             "FILE: claims[0](c).policy: unknown policy name(s) 'fastest'",
         ),
         (
+            GOOD_NODE + "quotas:\n  - {name: q, hard: {gpus: 1}}\n",
+            "FILE: quotas[0](q).hard.gpus: Extra inputs are not permitted",
+        ),
+        (
+            GOOD_NODE + "quotas:\n  - {name: q, hard: {}}\n",
+            "FILE: quotas[0](q).hard: give at least one of memory, cores, devices",
+        ),
+        (
+            GOOD_NODE + "quotas:\n  - {name: q, hard: {cores: -1}}\n",
+            "FILE: quotas[0](q).hard.cores: -1 is not a whole, non-negative number",
+        ),
+        (
             GOOD_NODE + "claims:\n  - {name: c, memory: 1000}\n",
             "FILE: claims[0](c).memory: 1000 is less than 1Mi",
         ),

@@ -81,3 +81,31 @@ def test_recipe_mutex_binpack_numa(capsys: pytest.CaptureFixture[str]) -> None:
     assert picked(results["latency-tier"]) == [3]
     assert picked(results["exclusive-packed"]) == [0]
     assert results["no-idle-card-left"]["reason"] == "4/4 ExclusiveDeviceAllocateConflict"
+
+
+def test_quota_example_names_the_blocking_quota(capsys: pytest.CaptureFixture[str]) -> None:
+    results = simulate_json(EXAMPLES / "quota.yaml", capsys)
+    assert picked(results["train"]) == [1]  # gpu-0 holds 12Gi already: 6Gi more does not fit there
+    assert results["train"]["quota"] is None
+    held = results["eval"]
+    assert not held["allocated"] and held["quota"] == "team-a/team-a"
+    assert held["reason"] == "GpuQuotaExceeded: team-a/team-a memory: used 18Gi + requested 4Gi > hard 20Gi"
+    assert not any(card["chosen"] for card in held["candidates"])
+    assert picked(results["notebook"]) == [1]  # another namespace: the eval claim took nothing
+    assert main(["simulate", str(EXAMPLES / "quota.yaml")]) == 0
+    assert "PENDING GpuQuotaExceeded: team-a/team-a" in capsys.readouterr().out
+
+
+def test_quota_devices_and_cores_in_a_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "defaults: {policy: spread}\n"
+        "quotas: [{name: q, hard: {devices: 1, cores: 50}}]\n"
+        "nodes: [{name: n, gpus: [{index: 0, memory: 16Gi}, {index: 1, memory: 16Gi}]}]\n"
+        "claims: [{name: a, memory: 1Gi, cores: 30}, {name: b, memory: 1Gi, cores: 10},"
+        " {name: c, memory: 1Gi, cores: 30}]\n"
+    )
+    results = simulate_json(scenario, capsys)
+    assert picked(results["a"]) == [0]
+    assert results["b"]["reason"] == "GpuQuotaExceeded: default/q devices: used 1 + requested 1 > hard 1"
+    assert results["c"]["quota"] == "default/q"

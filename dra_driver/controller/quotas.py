@@ -1,0 +1,174 @@
+"""``QuotaBook``: the namespace quotas the controller enforces, and their ``status.used``.
+
+Quotas come from ``GpuQuota`` objects and from ResourceQuotas with HAMi's names (both watched by
+the controller's informers). A placement is checked against every quota of the pod's namespace
+with the ledger's charges, which include allocations still being written, so pods planned one
+after the other on the controller's single worker thread can never overshoot a quota together.
+``status.used`` is recomputed from the ledger, so after a restart it matches a full recount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dra_driver.controller.kube import GPU_QUOTAS, Kube, KubeError, Obj
+from dra_driver.controller.ledger import Ledger
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.quota import (
+    Breach,
+    Charge,
+    Quota,
+    QuotaError,
+    find_breach,
+    quota_from_gpu_quota,
+    quota_from_resource_quota,
+    usage_of,
+)
+from dra_driver.quota.crd import RESOURCES
+from dra_driver.quota.model import format_amount
+
+log = logging.getLogger(__name__)
+MAX_STATUS_ATTEMPTS = 5
+#: A quota's status is rewritten at most this often while its usage keeps changing (a burst).
+STATUS_INTERVAL_SECONDS = 1.0
+
+
+def used_status(quota: Quota, charges: Iterable[Charge]) -> dict[str, Any]:
+    """``status.used`` as the controller writes it: every resource, memory as a quantity."""
+    usage = usage_of(quota, charges)
+    used: dict[str, Any] = {resource: usage.amount(resource) for resource in RESOURCES}
+    used["memory"] = format_amount("memory", usage.memory)
+    return used
+
+
+class QuotaBook:
+    """Single-threaded (the controller's worker); informer events arrive through ``set_*``."""
+
+    def __init__(self, ledger: Ledger, metrics: ControllerMetrics) -> None:
+        self.ledger = ledger
+        self.metrics = metrics
+        self._gpu_quotas: dict[str, tuple[Quota, Obj]] = {}  # key -> (quota, object as last seen)
+        self._resource_quotas: dict[str, Quota] = {}
+        self._written_at: dict[str, float] = {}
+        self._reported: set[tuple[str, str, str]] = set()  # metric label sets in use
+        self.generation = 0
+        self._synced: tuple[int, int] | None = None  # (ledger, quota) generations last synced
+        self._deferred = False  # a status write was put off by STATUS_INTERVAL_SECONDS
+
+    # --- informer input ------------------------------------------------------------------------
+    def set_gpu_quota(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        self.generation += 1
+        if obj is None:
+            self._gpu_quotas.pop(key, None)
+            return
+        try:
+            self._gpu_quotas[key] = (quota_from_gpu_quota(obj), dict(obj))
+        except QuotaError as err:  # the schema should have refused it: ignore it, loudly
+            log.error("%s; this quota is not enforced until it is fixed", err)
+            self._gpu_quotas.pop(key, None)
+
+    def set_resource_quota(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        self.generation += 1
+        quota = None
+        if obj is not None:
+            try:
+                quota = quota_from_resource_quota(obj)
+            except QuotaError as err:
+                log.error("%s; its HAMi limits are not enforced until it is fixed", err)
+        if quota is None:
+            self._resource_quotas.pop(key, None)
+        else:
+            self._resource_quotas[key] = quota
+
+    # --- checks --------------------------------------------------------------------------------
+    def in_namespace(self, namespace: str) -> list[Quota]:
+        """The namespace's quotas: ``GpuQuota`` objects by name, then ResourceQuotas by name."""
+        gpu = [quota for quota, _ in self._gpu_quotas.values() if quota.namespace == namespace]
+        rq = [quota for quota in self._resource_quotas.values() if quota.namespace == namespace]
+        return sorted(gpu, key=lambda q: q.name) + sorted(rq, key=lambda q: q.name)
+
+    def check(self, namespace: str, new: list[Charge]) -> Breach | None:
+        """The first quota ``new`` (a planned pod's charges) would exceed, if any."""
+        quotas = self.in_namespace(namespace)
+        if not quotas or not new:
+            return None
+        return find_breach(quotas, self.ledger.namespace_charges(namespace), new)
+
+    # --- status and metrics --------------------------------------------------------------------
+    def sync(self, kube: Kube, *, force: bool = False) -> None:
+        """Write ``status.used`` where it differs from the ledger; refresh the metrics."""
+        generations = (self.ledger.generation, self.generation)
+        if not force and not self._deferred and generations == self._synced:
+            return
+        self._synced, self._deferred = generations, False
+        now = time.monotonic()
+        charges: dict[str, list[Charge]] = {}
+        reported: set[tuple[str, str, str]] = set()
+        quotas: list[tuple[str, Quota, Obj | None]]
+        quotas = [(key, quota, obj) for key, (quota, obj) in self._gpu_quotas.items()]
+        quotas += [(key, quota, None) for key, quota in self._resource_quotas.items()]
+        for key, quota, obj in quotas:
+            if quota.namespace not in charges:
+                charges[quota.namespace] = self.ledger.namespace_charges(quota.namespace)
+            usage = usage_of(quota, charges[quota.namespace])
+            for resource in RESOURCES:
+                labels = (quota.namespace, quota.metric_name, resource)
+                reported.add(labels)
+                self.metrics.quota_used.labels(*labels).set(usage.amount(resource))
+                hard = quota.hard.get(resource)
+                if hard is None:
+                    if labels in self._reported:
+                        self.metrics.quota_hard.remove(*labels)
+                else:
+                    self.metrics.quota_hard.labels(*labels).set(hard)
+            if obj is None:
+                continue
+            used = used_status(quota, charges[quota.namespace])
+            if (obj.get("status") or {}).get("used") == used:
+                continue
+            if not force and now - self._written_at.get(key, 0.0) < STATUS_INTERVAL_SECONDS:
+                self._deferred = True
+                continue
+            self._written_at[key] = now
+            written = self._write_status(kube, obj, used)
+            if written is not None:
+                self._gpu_quotas[key] = (quota, written)
+        for labels in self._reported - reported:
+            for gauge in (self.metrics.quota_used, self.metrics.quota_hard):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*labels)
+        self._reported = reported
+
+    def _write_status(self, kube: Kube, obj: Obj, used: dict[str, Any]) -> Obj | None:
+        meta = obj.get("metadata") or {}
+        current = obj
+        for _ in range(MAX_STATUS_ATTEMPTS):
+            updated = copy.deepcopy(dict(current))
+            updated["status"] = {
+                **(updated.get("status") or {}),
+                "used": used,
+                "observedGeneration": int((updated.get("metadata") or {}).get("generation") or 0),
+            }
+            try:
+                written: Obj = kube.update(GPU_QUOTAS, updated, status=True)
+                log.info("GpuQuota %s/%s used: %s", meta.get("namespace"), meta.get("name"), used)
+                return written
+            except KubeError as err:
+                if err.not_found:
+                    return None
+                if not err.conflict:
+                    log.warning("GpuQuota %s/%s: status not written: %s", meta.get("namespace"),
+                                meta.get("name"), err)  # fmt: skip
+                    return None
+                try:
+                    current = kube.get(GPU_QUOTAS, meta.get("namespace"), str(meta.get("name")))
+                except KubeError as read_err:
+                    log.warning("GpuQuota %s/%s: re-read failed: %s", meta.get("namespace"),
+                                meta.get("name"), read_err)  # fmt: skip
+                    return None
+        return None

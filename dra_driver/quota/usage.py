@@ -1,0 +1,88 @@
+"""What a namespace's claims charge against its quotas, and whether a placement would exceed one.
+
+A ``Charge`` is one allocated device result: its class, the GPU it is on and what it consumes
+(a whole-card result charges the card's memory and cores). ``devices`` counts distinct GPUs, so a
+second claim on a card the namespace already uses adds memory and cores but no device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dra_driver.quota.crd import RESOURCES
+from dra_driver.quota.model import Limits, Quota, format_amount
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    class_name: str
+    device: tuple[str, str]  # (pool or node, device name): one GPU
+    memory: int
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    memory: int = 0
+    cores: int = 0
+    devices: frozenset[tuple[str, str]] = frozenset()
+
+    def amount(self, resource: str) -> int:
+        return len(self.devices) if resource == "devices" else int(getattr(self, resource))
+
+    def as_limits(self) -> Limits:
+        return Limits(memory=self.memory, cores=self.cores, devices=len(self.devices))
+
+
+def usage_of(quota: Quota, charges: Iterable[Charge]) -> Usage:
+    """What ``charges`` (one namespace's) count against ``quota``."""
+    memory = cores = 0
+    devices: set[tuple[str, str]] = set()
+    for charge in charges:
+        if not quota.counts(charge.class_name):
+            continue
+        memory += charge.memory
+        cores += charge.cores
+        devices.add(charge.device)
+    return Usage(memory, cores, frozenset(devices))
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """The first limit a placement would exceed."""
+
+    quota: Quota
+    resource: str
+    used: int
+    requested: int
+    hard: int
+
+    @property
+    def message(self) -> str:
+        amounts = (self.used, self.requested, self.hard)
+        used, requested, hard = (format_amount(self.resource, value) for value in amounts)
+        return (
+            f"GpuQuotaExceeded: {self.quota.ref} {self.resource}: "
+            f"used {used} + requested {requested} > hard {hard}"
+        )
+
+
+def find_breach(quotas: Sequence[Quota], existing: Sequence[Charge], new: Sequence[Charge]) -> Breach | None:
+    """The first quota (in the order given) and resource that ``new`` would take past its limit.
+
+    Every quota applies; a resource a quota does not list is not limited by it. Adding nothing
+    to a resource never breaches it, so a namespace already over a lowered limit can still place
+    a claim that, for example, only shares a GPU it already uses.
+    """
+    for quota in quotas:
+        before = usage_of(quota, existing)
+        after = usage_of(quota, [*existing, *new])
+        for resource in RESOURCES:
+            hard = quota.hard.get(resource)
+            if hard is None:
+                continue
+            requested = after.amount(resource) - before.amount(resource)
+            if requested > 0 and after.amount(resource) > hard:
+                return Breach(quota, resource, before.amount(resource), requested, hard)
+    return None

@@ -1,0 +1,105 @@
+"""The GpuQuota CRD: generated files current, schema refusals, status subresource, kubectl columns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.controller.kube import GPU_QUOTAS, Kube, KubeError
+from dra_driver.quota import crd
+from dra_driver.sandbox import SandboxServer
+from tests.kube_validate import assert_valid
+
+ROOT = Path(__file__).resolve().parents[2]
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+#: Quotas the schema must refuse, with a fragment of the API server's answer.
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("negative-memory", {"hard": {"memory": "-1Gi"}}, "spec.hard.memory in body should match"),
+    ("negative-cores", {"hard": {"cores": -5}}, "should be greater than or equal to 0"),
+    ("cores-as-text", {"hard": {"cores": "lots"}}, "must be of type integer"),
+    ("bad-quantity", {"hard": {"memory": "64 GB"}}, "spec.hard.memory in body should match"),
+    ("empty-hard", {"hard": {}}, "should have at least 1 properties"),
+    ("no-hard", {}, "spec.hard: Required value"),
+    ("unknown-key", {"hard": {"gpus": 2}}, 'unknown field "spec.hard.gpus"'),
+    ("repeated-class", {"hard": {"devices": 1}, "deviceClassNames": ["a", "a"]}, "Duplicate value"),
+]
+
+
+def quota(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": crd.API_VERSION,
+        "kind": crd.KIND,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def test_committed_crds_are_current() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "gen-crd.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    chart = yaml.safe_load((ROOT / "charts" / "hami-dra" / "crds" / f"{crd.CRD_NAME}.yaml").read_text())
+    assert chart == crd.manifest()
+
+
+def test_the_crd_itself_is_a_valid_object() -> None:
+    assert_valid(crd.manifest())
+
+
+@pytest.mark.parametrize(("name", "spec", "why"), INVALID, ids=[case[0] for case in INVALID])
+def test_invalid_quotas_are_refused(
+    sandbox: SandboxServer, name: str, spec: dict[str, Any], why: str
+) -> None:
+    kube = Kube(sandbox.api_client())
+    with pytest.raises(KubeError) as caught:
+        kube.create(GPU_QUOTAS, "default", quota(name, spec))
+    assert caught.value.status in (400, 422)
+    assert why in caught.value.message
+
+
+def test_valid_quotas_are_accepted_and_status_is_a_subresource(sandbox: SandboxServer) -> None:
+    kube = Kube(sandbox.api_client())
+    created = kube.create(
+        GPU_QUOTAS,
+        "default",
+        {
+            **quota("team-a", {"hard": {"memory": "64Gi", "cores": 200, "devices": 8}}),
+            "status": {"used": {"cores": 9}},
+        },
+    )
+    assert "status" not in created  # ignored on create, as for every resource with a status subresource
+    for spec in ({"hard": {"memory": 68719476736}}, {"hard": {"devices": 0}, "deviceClassNames": ["x"]}):
+        kube.create(GPU_QUOTAS, "default", quota(f"ok-{len(json.dumps(spec))}", spec))
+    created["status"] = {"used": {"memory": "1Gi", "cores": 10, "devices": 1}}
+    written = kube.update(GPU_QUOTAS, created, status=True)
+    assert written["status"]["used"]["cores"] == 10
+    assert written["metadata"]["generation"] == 1  # a status write is not a spec change
+    written["spec"]["hard"]["cores"] = 300
+    written["status"] = {}
+    updated = kube.update(GPU_QUOTAS, written)
+    assert updated["metadata"]["generation"] == 2
+    assert updated["status"]["used"]["cores"] == 10  # the main resource cannot change status
+    assert_valid(updated)
+
+
+def test_kubectl_shows_used_and_hard(sandbox: SandboxServer, kubectl: Kubectl) -> None:
+    kube = Kube(sandbox.api_client())
+    created = kube.create(GPU_QUOTAS, "default", quota("team-a", {"hard": {"memory": "64Gi", "cores": 200}}))
+    created["status"] = {"used": {"memory": "24Gi", "cores": 60, "devices": 3}}
+    kube.update(GPU_QUOTAS, created, status=True)
+    header, row = kubectl("get", "gpuquotas", "-n", "default").stdout.splitlines()[:2]
+    assert header.split()[:7] == ["NAME", "MEMORY", "USED", "MEMORY", "HARD", "CORES", "USED"]
+    assert row.split()[:6] == ["team-a", "24Gi", "64Gi", "60", "200", "3"]
+    refused = kubectl(
+        "apply", "-f", "-", check=False, stdin=yaml.safe_dump(quota("bad", {"hard": {"gpus": 1}}))
+    )
+    assert refused.returncode != 0 and "gpus" in refused.stderr
