@@ -75,6 +75,36 @@ def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name
             replace(name, body)
 
 
+def install_crds(api_client: Any, timeout: float = 60.0) -> None:
+    """Create or update our CRDs (what the chart's ``crds/`` installs) and wait until served."""
+    import time
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from dra_driver.quota import crd
+
+    api: Any = client.ApiextensionsV1Api(api_client)
+    body = crd.manifest()
+    try:
+        api.create_custom_resource_definition(body)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        body["metadata"]["resourceVersion"] = api.read_custom_resource_definition(
+            crd.CRD_NAME
+        ).metadata.resource_version
+        api.replace_custom_resource_definition(crd.CRD_NAME, body)
+    deadline = time.monotonic() + timeout
+    while True:
+        conditions = api.read_custom_resource_definition(crd.CRD_NAME).status.conditions or ()
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"CRD {crd.CRD_NAME} not established within {timeout:.0f}s: {conditions}")
+        time.sleep(0.2)
+
+
 def _slice_published(api_client: Any, driver: str) -> bool:
     from kubernetes import client
 
@@ -106,6 +136,7 @@ def start_driver(
     started.append(webhook)
     webhook.wait_ready(30)
     register_webhooks(api_client, f"https://127.0.0.1:{WEBHOOK_PORT}", pki.ca.cert.read_bytes(), driver)
+    install_crds(api_client)
     controller_log = layout.logs / "controller.log"
     controller_log.unlink(missing_ok=True)
     controller = _hami(

@@ -32,10 +32,14 @@ COUNT_PATTERN = r"^[0-9]+$"
 
 
 def _quantity(description: str) -> dict[str, Any]:
+    # Structural: the int-or-string ``anyOf`` may hold nothing but the two types, so the checks sit
+    # beside it (a pattern applies to strings only, a minimum to numbers only).
     return {
         "description": description,
         "x-kubernetes-int-or-string": True,
-        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": QUANTITY_PATTERN}],
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "minimum": 0,
     }
 
 

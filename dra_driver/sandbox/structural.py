@@ -2,8 +2,8 @@
 
 The subset our CRDs use (``dra_driver/quota/crd.py``): types, ``properties``/``required``,
 ``minProperties``, ``items``/``maxItems``, string lengths and ``pattern``, ``minimum``,
-``x-kubernetes-int-or-string`` (an integer or a string; the pattern applies to strings, the
-minimum to integers, as in the real server's ``anyOf`` handling) and set-typed lists. A field the
+``x-kubernetes-int-or-string`` (an integer or a string; a pattern applies to strings only and
+a minimum to numbers only, as in the real server) and set-typed lists. A field the
 schema does not declare is an unknown field (kubectl's strict field validation, the sandbox's
 only mode); everything else is a 422 with the field path and the real server's wording.
 """
@@ -96,7 +96,7 @@ def validate(
         for index, item in enumerate(value):
             validate(schema.get("items") or {}, item, f"{label}[{index}]", unknown, errors)
     elif isinstance(value, str):
-        pattern = schema.get("pattern") or _branch(schema, "string").get("pattern")
+        pattern = schema.get("pattern")
         if pattern and re.search(pattern, value) is None:
             errors.append(e.invalid(label, value, f"{label} in body should match '{pattern}'"))
         if "maxLength" in schema and len(value) > schema["maxLength"]:
@@ -108,16 +108,9 @@ def validate(
                 )
             )
     elif _type_ok("number", value):
-        minimum = schema.get("minimum", _branch(schema, "integer").get("minimum"))
+        minimum = schema.get("minimum")
         if minimum is not None and value < minimum:
             errors.append(
                 e.invalid(label, value, f"{label} in body should be greater than or equal to {minimum}")
             )
 
-
-def _branch(schema: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The ``anyOf`` branch of an int-or-string schema for one type (its pattern or minimum)."""
-    for branch in schema.get("anyOf") or ():
-        if branch.get("type") == kind:
-            return dict(branch)
-    return {}

@@ -259,7 +259,7 @@ def _json_path(path: str) -> Callable[[Obj], Any]:
         value: Any = obj
         for part in parts:
             value = value.get(part) if isinstance(value, dict) else None
-        return "" if value is None else value
+        return value  # None: kubectl prints <none>, as for the real server's nil cells
 
     return cell
 

@@ -55,6 +55,23 @@ def test_the_crd_itself_is_a_valid_object() -> None:
     assert_valid(crd.manifest())
 
 
+def test_the_schema_is_structural_where_kube_apiserver_checks_it() -> None:
+    """The rule the real server enforced on our first CRD: in an int-or-string ``anyOf`` the
+    branches hold only ``type`` ("must be empty to be structural"), never checks."""
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for branch in node.get("anyOf") or ():
+                assert set(branch) == {"type"}, f"{path}.anyOf: {branch}"
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+
+    walk(crd.schema(), "openAPIV3Schema")
+
+
 @pytest.mark.parametrize(("name", "spec", "why"), INVALID, ids=[case[0] for case in INVALID])
 def test_invalid_quotas_are_refused(
     sandbox: SandboxServer, name: str, spec: dict[str, Any], why: str
