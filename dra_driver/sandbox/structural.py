@@ -113,4 +113,3 @@ def validate(
             errors.append(
                 e.invalid(label, value, f"{label} in body should be greater than or equal to {minimum}")
             )
-
