@@ -26,7 +26,7 @@ from dra_driver.controller.kube import (
     RESOURCE_CLAIMS,
     RESOURCE_QUOTAS,
     RESOURCE_SLICES,
-    Kube,
+    KubeApi,
     KubeError,
     Obj,
 )
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 class Controller:
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         driver: str,
         defaults: ControllerDefaults | None = None,
         *,

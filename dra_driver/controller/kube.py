@@ -11,7 +11,7 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 Obj = dict[str, Any]
@@ -83,6 +83,23 @@ def _error(err: Exception) -> KubeError:
         except (ValueError, AttributeError):
             message = str(body)[:500]
     return KubeError(status, message)
+
+
+class KubeApi(Protocol):
+    """What the controller needs from the API: ``Kube`` in production, an in-memory fake in the
+    reconciler's unit tests (tests/controller/fake_kube.py)."""
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj: ...
+
+    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj: ...
+
+    def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj: ...
+
+    def update(self, resource: Resource, obj: Obj, *, status: bool = False) -> Obj: ...
+
+    def watch(
+        self, resource: Resource, resource_version: str, timeout_seconds: int = 300
+    ) -> Iterator[Obj]: ...
 
 
 class Kube:

@@ -12,15 +12,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dra_driver.controller.kube import LEASES, Kube, KubeError, Obj
+from dra_driver.controller.kube import LEASES, KubeApi, KubeError, Obj
 
 log = logging.getLogger(__name__)
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _format(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Where time comes from: the monotonic clock for our own deadlines, the wall clock for what
+    the Lease records and other replicas compare with (a fake in tests, so races are stepped)."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
 
 
 def _parse(text: str | None) -> float:
@@ -38,7 +48,7 @@ def _parse(text: str | None) -> float:
 class LeaderElector:
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         namespace: str,
         identity: str,
         *,
@@ -47,8 +57,10 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         on_change: Callable[[bool], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.kube = kube
+        self.clock = clock or Clock()
         self.namespace = namespace
         self.identity = identity
         self.name = name
@@ -62,7 +74,7 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
 
     def is_leader(self) -> bool:
-        if self._leading.is_set() and time.monotonic() - self._last_renew > self.renew_deadline:
+        if self._leading.is_set() and self.clock.monotonic() - self._last_renew > self.renew_deadline:
             self._set(False)
         return self._leading.is_set()
 
@@ -105,22 +117,26 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                # The Lease records renewTime as of the request, and other replicas count its expiry
-                # from there: so must we, or a slow renewal would stretch our leadership past it.
-                sent = time.monotonic()
-                if self.try_acquire_or_renew():
-                    self._last_renew = sent
-                    self._set(time.monotonic() - sent <= self.renew_deadline)
-                else:
-                    self._set(False)
-            except KubeError as err:
-                log.info("leader election: %s", err)
-            self.is_leader()  # drop leadership once the renew deadline passed without a renewal
+            self.step()
             self._stop.wait(self.retry_period)
 
+    def step(self) -> None:
+        """One round: acquire or renew the Lease, then decide whether we still lead."""
+        try:
+            # The Lease records renewTime as of the request, and other replicas count its expiry
+            # from there: so must we, or a slow renewal would stretch our leadership past it.
+            sent = self.clock.monotonic()
+            if self.try_acquire_or_renew():
+                self._last_renew = sent
+                self._set(self.clock.monotonic() - sent <= self.renew_deadline)
+            else:
+                self._set(False)
+        except KubeError as err:
+            log.info("leader election: %s", err)
+        self.is_leader()  # drop leadership once the renew deadline passed without a renewal
+
     def try_acquire_or_renew(self) -> bool:
-        now = _now()
+        now = _format(self.clock.wall())
         try:
             lease: Obj = self.kube.get(LEASES, self.namespace, self.name)
         except KubeError as err:
@@ -150,7 +166,7 @@ class LeaderElector:
         expires = _parse(spec.get("renewTime")) + float(
             spec.get("leaseDurationSeconds") or self.lease_duration
         )
-        if holder and holder != self.identity and time.time() < expires:
+        if holder and holder != self.identity and self.clock.wall() < expires:
             return False
         if holder != self.identity:
             spec["acquireTime"] = now

@@ -11,6 +11,7 @@ The ledger keeps each claim's contribution and rebuilds only the affected node o
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,10 +39,17 @@ class Use:
 
 
 def _amount(value: Any) -> int | None:
+    """A consumed quantity as a whole number, rounded up.
+
+    Our devices' request policies have whole steps (1Mi, 1 core, 1 slot), so kube-scheduler and
+    we only ever write whole amounts; a fraction written by anyone else is counted up, never
+    down: the ledger may then see a card as fuller than it is, never as emptier (the node's
+    last-line check refuses such an allocation outright).
+    """
     if value is None:
         return None
     try:
-        return int(parse_quantity(str(value)))
+        return math.ceil(parse_quantity(str(value)))
     except ValueParseError:
         return None
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dra_driver.controller.kube import GPU_QUOTAS, Kube, KubeError, Obj
+from dra_driver.controller.kube import GPU_QUOTAS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.quota import (
@@ -100,7 +100,7 @@ class QuotaBook:
         return find_breach(quotas, self.ledger.namespace_charges(namespace), new)
 
     # --- status and metrics --------------------------------------------------------------------
-    def sync(self, kube: Kube, *, force: bool = False) -> None:
+    def sync(self, kube: KubeApi, *, force: bool = False) -> None:
         """Write ``status.used`` where it differs from the ledger; refresh the metrics."""
         generations = (self.ledger.generation, self.generation)
         if not force and not self._deferred and generations == self._synced:
@@ -144,7 +144,7 @@ class QuotaBook:
                     gauge.remove(*labels)
         self._reported = reported
 
-    def _write_status(self, kube: Kube, obj: Obj, used: dict[str, Any]) -> Obj | None:
+    def _write_status(self, kube: KubeApi, obj: Obj, used: dict[str, Any]) -> Obj | None:
         meta = obj.get("metadata") or {}
         current = obj
         for _ in range(MAX_STATUS_ATTEMPTS):

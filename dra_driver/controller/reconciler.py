@@ -32,7 +32,7 @@ from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube, KubeError, Obj
+from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, claim_uses, request_classes
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
@@ -151,7 +151,7 @@ class Reconciler:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         driver: str,
         defaults: ControllerDefaults,
         metrics: ControllerMetrics,

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from dra_driver.controller.kube import Kube, KubeError, Obj, Resource
+from dra_driver.controller.kube import KubeApi, KubeError, Obj, Resource
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Informer:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         resource: Resource,
         on_change: ChangeHandler,
         *,

@@ -139,10 +139,8 @@ class Preparer:
             return {}
         entries: dict[str, ClaimEntry] = {}
         for claim in items:
-            meta = claim.get("metadata") or {}
-            ref = ClaimRef(
-                str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
-            )
+            meta = claim["metadata"]  # the API server always sets namespace, name and uid
+            ref = ClaimRef(str(meta["namespace"]), str(meta["name"]), str(meta["uid"]))
             if not (claim.get("status") or {}).get("reservedFor"):
                 continue
             try:
@@ -151,7 +149,7 @@ class Preparer:
             except ClaimError:
                 continue
             spec, cdi_ids = self._build_spec(ref.uid, resolved)
-            self._write_side_effects(ref.uid, spec, resolved)
+            self._write_side_effects(ref.uid, spec)
             entries[ref.uid] = ClaimEntry(
                 ref.namespace, ref.name, PREPARE_COMPLETED, self.config.boot_id, devices, cdi_ids
             )
@@ -212,7 +210,7 @@ class Preparer:
             LOG.info("CDI spec of claim %s missing; writing it again", ref)
             resolved = self._resolve(ref, entry.devices)
             spec, _ = self._build_spec(ref.uid, resolved)
-            self._write_side_effects(ref.uid, spec, resolved)
+            self._write_side_effects(ref.uid, spec)
         return self._response(entry.devices, entry.cdi_ids)
 
     def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
@@ -235,7 +233,7 @@ class Preparer:
                 version = self._changed()
             self._persist(version)  # PrepareStarted is durable before any side effect
             _failpoint("after-prepare-started")
-            self._write_side_effects(ref.uid, spec, resolved)
+            self._write_side_effects(ref.uid, spec)
             with self._lock:
                 self._entries[ref.uid] = replace(entry, state=PREPARE_COMPLETED)
                 version = self._changed()
@@ -278,9 +276,7 @@ class Preparer:
             ]
         return cdi.make_spec(self.names.kind, cdi_devices, common), cdi_ids
 
-    def _write_side_effects(
-        self, claim_uid: str, spec: dict[str, Any], resolved: list[tuple[AllocatedDevice, NodeGpu]]
-    ) -> None:
+    def _write_side_effects(self, claim_uid: str, spec: dict[str, Any]) -> None:
         if spec.get("containerEdits", {}).get("mounts"):
             claim_dir = self.config.hami.claim_dir(claim_uid)
             claim_dir.mkdir(parents=True, exist_ok=True)

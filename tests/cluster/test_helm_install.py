@@ -165,6 +165,10 @@ def test_helm_uninstall_after_the_workloads_leaves_nothing_of_ours(
         "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-o", "name"
     )
     assert "hami-dra" not in webhooks
+    # Helm keeps a chart's crds/ (README "Upgrade and uninstall"): quotas are not lost with it.
+    assert "gpuquotas.gpu.hami.io" in real_cluster.kubectl(
+        "get", "crd", "gpuquotas.gpu.hami.io", "-o", "name"
+    )
     # The kubelet deletes a driver's slices 30 s after its last plugin instance deregistered
     # (our plugin removes its registration socket on SIGTERM); nothing stale stays advertised.
     wait_for(

@@ -1,0 +1,127 @@
+"""``FakeKube``: the controller's ``KubeApi`` in memory, with the API server's write rules that the
+reconciler relies on, so the reconciler is unit-tested without the HTTPS sandbox.
+
+Rules kept: a write must carry the stored resourceVersion (409 otherwise) and bumps it; writing
+``status`` (``status=True``) changes only status, any other write keeps the stored status; a
+missing object is a 404; ``create`` assigns uid, resourceVersion and a creation timestamp (or,
+with ``generateName``, a name). ``fail(...)`` makes the next matching calls raise a chosen error
+(a conflict, a 500, a timeout), and every call is recorded in ``calls``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from dra_driver.controller.kube import KubeError, Obj, Resource
+
+#: Resources with a status subresource (the others store status like any field).
+WITH_STATUS = {"pods", "resourceclaims", "gpuquotas", "nodes", "resourcequotas"}
+
+
+@dataclass
+class Failure:
+    method: str
+    plural: str
+    status: int
+    message: str
+    times: int
+
+
+@dataclass
+class FakeKube:
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (method, plural, name)
+    _failures: list[Failure] = field(default_factory=list)
+    _rv: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    # --- test controls ---------------------------------------------------------------------------
+    def fail(
+        self, method: str, plural: str, status: int = 500, message: str = "injected", times: int = 1
+    ) -> None:
+        self._failures.append(Failure(method, plural, status, message, times))
+
+    def writes(self, plural: str | None = None) -> list[tuple[str, str, str]]:
+        return [
+            c for c in self.calls if c[0] in ("create", "update", "update/status") and plural in (None, c[1])
+        ]
+
+    def stored(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        return copy.deepcopy(self.objects[(resource.plural, namespace or "", name)])
+
+    def put(self, resource: Resource, obj: Obj) -> Obj:
+        """Store ``obj`` as if it had been there all along (test set-up; no rules applied)."""
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", "2026-12-01T00:00:00Z")
+        meta["resourceVersion"] = str(next(self._rv))
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        self.objects[(resource.plural, meta.get("namespace") or "", meta["name"])] = copy.deepcopy(obj)
+        return copy.deepcopy(obj)
+
+    # --- KubeApi ---------------------------------------------------------------------------------
+    def _check(self, method: str, resource: Resource, name: str) -> None:
+        self.calls.append((method, resource.plural, name))
+        for failure in self._failures:
+            if failure.times and failure.method == method and failure.plural == resource.plural:
+                failure.times -= 1
+                raise KubeError(failure.status, failure.message)
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        self._check("get", resource, name)
+        key = (resource.plural, namespace or "", name)
+        if key not in self.objects:
+            raise KubeError(404, f'{resource.plural} "{name}" not found')
+        return copy.deepcopy(self.objects[key])
+
+    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj:
+        self._check("list", resource, "")
+        items = [
+            copy.deepcopy(o)
+            for (plural, _, _), o in sorted(self.objects.items())
+            if plural == resource.plural
+        ]
+        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
+
+    def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj:
+        body = copy.deepcopy(obj)
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+        self._check("create", resource, str(meta.get("name")))
+        if namespace:
+            meta["namespace"] = namespace
+        if (resource.plural, namespace or "", meta["name"]) in self.objects:
+            raise KubeError(409, f'{resource.plural} "{meta["name"]}" already exists')
+        meta.pop("resourceVersion", None)
+        return self.put(resource, body)
+
+    def update(self, resource: Resource, obj: Obj, *, status: bool = False) -> Obj:
+        meta = obj["metadata"]
+        self._check("update/status" if status else "update", resource, str(meta["name"]))
+        key = (resource.plural, meta.get("namespace") or "", meta["name"])
+        current = self.objects.get(key)
+        if current is None:
+            raise KubeError(404, f'{resource.plural} "{meta["name"]}" not found')
+        if str(meta.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
+            raise KubeError(
+                409, "the object has been modified; please apply your changes to the latest version"
+            )
+        if status:
+            new = copy.deepcopy(current)
+            new["status"] = copy.deepcopy(obj.get("status") or {})
+        else:
+            new = copy.deepcopy(obj)
+            if resource.plural in WITH_STATUS:
+                new["status"] = copy.deepcopy(current.get("status") or {})
+            new["metadata"]["uid"] = current["metadata"]["uid"]
+        new["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.objects[key] = new
+        return copy.deepcopy(new)
+
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int = 300) -> Iterator[Obj]:
+        return iter(())

@@ -1,0 +1,555 @@
+"""The reconciler driven directly over ``FakeKube``: plan -> commit -> apply, releases, repairs.
+
+Each test sets up caches the way ``Controller._drain`` feeds them and checks the writes the
+reconciler makes (order, resourceVersion guards, retries) and what it reports.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from dra_driver.config import ControllerDefaults
+from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.controller.allocation import node_selector
+from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED
+from dra_driver.controller.kube import (
+    DEVICE_CLASSES,
+    GPU_QUOTAS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    KubeError,
+    Obj,
+)
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.reconciler import (
+    CONDITION_TYPE,
+    FENCE_ANNOTATION,
+    CommitJob,
+    CommitResult,
+    Reconciler,
+)
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.slices import build_resource_slices
+from tests.controller.fake_kube import FakeKube
+from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
+
+NODE = "node-1"
+
+
+class World:
+    """FakeKube plus a reconciler whose caches follow every object put or written."""
+
+    def __init__(self, gpus: int = 2, *, leading: bool = True) -> None:
+        self.kube = FakeKube()
+        self.metrics = ControllerMetrics()
+        self.leading = leading
+        self.reconciler = Reconciler(
+            self.kube, DRIVER, ControllerDefaults(), self.metrics, identity="test",
+            still_leading=lambda: self.leading,
+        )  # fmt: skip
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {"allocatable": {}}}
+        self.reconciler.nodes[NODE] = self.kube.put(NODES, node)
+        slices = build_resource_slices(
+            profile_gpus("t4", node_name=NODE, gpus=gpus), node_name=NODE, driver_name=DRIVER
+        )
+        self.reconciler.refresh_inventory(slices)
+        self.add_class(device_class(DRIVER))
+
+    def add_class(self, obj: Obj) -> None:
+        self.reconciler.classes[obj["metadata"]["name"]] = self.kube.put(DEVICE_CLASSES, obj)
+
+    def add_claim(self, obj: Obj) -> Obj:
+        stored = self.kube.put(RESOURCE_CLAIMS, obj)
+        self.observe_claim(stored)
+        return stored
+
+    def observe_claim(self, obj: Obj) -> None:
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        old = self.reconciler.claims.get(key)
+        self.reconciler.claims[key] = obj
+        self.reconciler.observe_claim(old, obj)
+
+    def add_pod(self, obj: Obj) -> Obj:
+        stored = self.kube.put(PODS, obj)
+        self.reconciler.pods[f"{NS}/{obj['metadata']['name']}"] = stored
+        self.reconciler.observe_pod(None, stored)
+        return stored
+
+    def sync(self) -> None:
+        """What the informers would deliver: the API's current claims and pods."""
+        for (plural, _, _), obj in list(self.kube.objects.items()):
+            if plural == "resourceclaims":
+                self.observe_claim(copy.deepcopy(obj))
+            elif plural == "pods":
+                self.reconciler.pods[f"{NS}/{obj['metadata']['name']}"] = copy.deepcopy(obj)
+
+    def place(self, pod_name: str) -> CommitResult:
+        outcome = self.reconciler.reconcile_pod(self.reconciler.pods[f"{NS}/{pod_name}"])
+        assert isinstance(outcome, CommitJob), outcome
+        result = self.reconciler.commit(outcome)
+        self.reconciler.apply(result)
+        self.sync()
+        return result
+
+    def claim(self, name: str) -> Obj:
+        return self.kube.stored(RESOURCE_CLAIMS, NS, name)
+
+    def pod(self, name: str) -> Obj:
+        return self.kube.stored(PODS, NS, name)
+
+    def events(self) -> list[str]:
+        return [
+            str(o.get("message")) for (plural, _, _), o in self.kube.objects.items() if plural == "events"
+        ]
+
+
+def tenant(world: World, name: str, memory: str = "1Gi", klass: str = DRIVER, **kwargs: Any) -> None:
+    world.add_claim(claim(name, request(klass=klass, memory=memory, **kwargs)))
+    world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}))
+
+
+def devices(world: World, name: str) -> list[str]:
+    allocation = world.claim(name).get("status", {}).get("allocation") or {}
+    return [r["device"] for r in allocation.get("devices", {}).get("results", [])]
+
+
+def condition(world: World, pod_name: str) -> Obj | None:
+    for item in world.pod(pod_name).get("status", {}).get("conditions") or ():
+        if item["type"] == CONDITION_TYPE:
+            return dict(item)
+    return None
+
+
+# --- placing ---------------------------------------------------------------------------------------
+
+
+def test_a_placement_writes_finalizer_then_allocation_then_the_gate() -> None:
+    world = World()
+    tenant(world, "a")
+    result = world.place("a-pod")
+    assert result.outcome == "done"
+    assert [c for c in world.kube.writes() if c[1] != "events"] == [
+        ("update", "resourceclaims", "a"),
+        ("update/status", "resourceclaims", "a"),
+        ("update", "pods", "a-pod"),
+    ]
+    written = world.claim("a")
+    assert FINALIZER in written["metadata"]["finalizers"]
+    allocation = written["status"]["allocation"]
+    assert allocation["nodeSelector"] == node_selector(NODE)
+    (share,) = allocation["devices"]["results"]
+    assert (share["driver"], share["pool"], share["consumedCapacity"]["memory"]) == (DRIVER, NODE, "1Gi")
+    gated = world.pod("a-pod")
+    assert GATE_NAME not in [g["name"] for g in gated["spec"].get("schedulingGates") or ()]
+    assert HAMI_ALLOCATED in gated["metadata"]["annotations"]
+    assert world.metrics.allocations._value.get() == 1
+    # The ledger counts what was written: the next claim sees the card's memory in use.
+    (use,) = world.reconciler.ledger.claims()[written["metadata"]["uid"]]
+    assert (use.pool, use.device, use.memory) == (NODE, share["device"], 1024**3)
+
+
+def test_the_next_pod_is_planned_with_the_allocation_still_in_flight() -> None:
+    world = World(gpus=1)
+    world.add_class(device_class("gpu-mutex", {"policy": "mutex"}))
+    tenant(world, "first", klass="gpu-mutex")
+    tenant(world, "second", klass="gpu-mutex")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/first-pod"])
+    assert isinstance(job, CommitJob)
+    assert f"{NS}/first" in world.reconciler.in_flight_claims
+    outcome = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/second-pod"])
+    assert outcome == "pending"  # the assumed use of the one card blocks a second mutex claim
+    assert "ExclusiveDeviceAllocateConflict" in world.events()[-1]
+    world.reconciler.apply(world.reconciler.commit(job))
+    assert not world.reconciler.in_flight_claims
+
+
+def test_a_conflict_on_the_finalizer_write_is_retried_with_the_re_read_claim() -> None:
+    world = World()
+    tenant(world, "a")
+    world.kube.fail("update", "resourceclaims", 409, "conflict")
+    result = world.place("a-pod")
+    assert result.outcome == "done" and devices(world, "a")
+    assert world.metrics.conflicts._value.get() == 1
+    assert ("get", "resourceclaims", "a") in world.kube.calls
+
+
+def test_a_claim_allocated_by_someone_else_meanwhile_is_not_written_over() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    foreign = world.claim("a")
+    foreign["status"] = {"allocation": copy.deepcopy(job.writes[0][1])}
+    foreign["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+    world.kube.update(RESOURCE_CLAIMS, foreign, status=True)
+    world.kube.fail("update", "resourceclaims", 409)  # our finalizer write sees the new version
+    result = world.reconciler.commit(job)
+    assert result.outcome == "retry" and not result.written
+    world.reconciler.apply(result)
+    assert devices(world, "a") == ["gpu-1"]
+    (use,) = world.reconciler.ledger.claims()[foreign["metadata"]["uid"]]
+    assert use.device == "gpu-1"  # the ledger counts the other allocator's choice
+    assert world.pod("a-pod")["spec"]["schedulingGates"]  # gate kept: planned again next pass
+
+
+def test_a_deposed_replica_writes_no_allocation() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    world.leading = False
+    result = world.reconciler.commit(job)
+    assert result.outcome == "retry"
+    assert not [c for c in world.kube.writes("resourceclaims")]
+
+
+def test_a_server_error_leaves_the_claim_as_the_api_has_it() -> None:
+    world = World()
+    tenant(world, "a")
+    world.kube.fail("update/status", "resourceclaims", 500)
+    result = world.place("a-pod")
+    assert result.outcome == "retry"
+    assert not devices(world, "a")
+    assert world.reconciler.ledger.claims() == {}
+    assert not world.reconciler.in_flight_claims
+
+
+def test_a_vanished_pod_ends_the_commit_quietly() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    del world.kube.objects[("pods", NS, "a-pod")]
+    assert world.reconciler.commit(job).outcome == "skip"
+
+
+def test_a_gate_conflict_is_retried_on_the_re_read_pod() -> None:
+    world = World()
+    tenant(world, "a")
+    world.kube.fail("update", "pods", 409)
+    assert world.place("a-pod").outcome == "done"
+    assert not world.pod("a-pod")["spec"].get("schedulingGates")
+
+
+# --- pending ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "reason", "message"),
+    [
+        (
+            lambda w: w.add_claim(claim("x", request(klass="nope"))),
+            "DeviceClassNotFound",
+            "DeviceClass nope not found",
+        ),
+        (lambda w: w.add_claim(claim("x", request(memory="-1Gi"))), "InvalidRequest", "claim default/x: "),
+        (
+            lambda w: w.add_claim(claim("x", request(memory="100Gi"))),
+            "Unschedulable",
+            "CardInsufficientMemory",
+        ),
+    ],
+    ids=["missing-class", "invalid-request", "too-big"],
+)
+def test_a_pod_that_cannot_be_placed_says_why(build: Any, reason: str, message: str) -> None:
+    world = World()
+    build(world)
+    world.add_pod(pod("x-pod", {"gpu": "claim:x"}))
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/x-pod"]) == "pending"
+    found = condition(world, "x-pod")
+    assert found is not None and found["status"] == "False" and found["reason"] == reason
+    assert message in found["message"] and message in world.events()[-1]
+    # Asked again with nothing changed: no second event, no second condition write.
+    writes = len(world.kube.writes())
+    world.sync()
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/x-pod"]) == "pending"
+    assert len(world.kube.writes()) == writes
+
+
+def test_once_placed_the_pending_condition_turns_true() -> None:
+    world = World(gpus=1)
+    tenant(world, "big", memory="20Gi")
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/big-pod"]) == "pending"
+    world.sync()
+    slices = build_resource_slices(profile_gpus("a100-80gb", node_name=NODE, gpus=1), node_name=NODE,
+                                   driver_name=DRIVER)  # fmt: skip
+    world.reconciler.refresh_inventory(slices)
+    assert world.place("big-pod").outcome == "done"
+    found = condition(world, "big-pod")
+    assert found is not None and (found["status"], found["reason"]) == ("True", "Allocated")
+
+
+def test_a_quota_blocks_the_placement_with_the_numbers() -> None:
+    world = World()
+    quota = world.kube.put(
+        GPU_QUOTAS,
+        {"metadata": {"name": "cap", "namespace": NS}, "spec": {"hard": {"memory": "1536Mi"}}},
+    )
+    world.reconciler.quotas.set_gpu_quota(f"{NS}/cap", quota)
+    tenant(world, "a")
+    assert world.place("a-pod").outcome == "done"
+    tenant(world, "b")
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/b-pod"]) == "pending"
+    found = condition(world, "b-pod")
+    assert found is not None and found["reason"] == "GpuQuotaExceeded"
+    assert found["message"] == "GpuQuotaExceeded: default/cap memory: used 1Gi + requested 1Gi > hard 1536Mi"
+    world.reconciler.quotas.sync(world.kube, force=True)
+    assert world.kube.stored(GPU_QUOTAS, NS, "cap")["status"]["used"] == {
+        "memory": "1Gi",
+        "cores": 0,
+        "devices": 1,
+    }
+
+
+# --- fencing, releasing, repairing -----------------------------------------------------------------
+
+
+def test_an_unallocated_claim_with_our_finalizer_is_fenced_once() -> None:
+    world = World(gpus=1)
+    orphan = claim("orphan", request(memory="20Gi"))
+    orphan["metadata"]["finalizers"] = [FINALIZER]
+    before = world.add_claim(orphan)["metadata"]["resourceVersion"]
+    world.add_pod(pod("orphan-pod", {"gpu": "claim:orphan"}))
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/orphan-pod"]) == "pending"
+    fenced = world.claim("orphan")
+    assert fenced["metadata"]["resourceVersion"] != before
+    assert fenced["metadata"]["annotations"][FENCE_ANNOTATION].startswith("test ")
+    world.sync()
+    world.reconciler.pending_messages.clear()
+    world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/orphan-pod"])
+    assert [c for c in world.kube.writes("resourceclaims")] == [("update", "resourceclaims", "orphan")]
+
+
+def test_a_fence_that_meets_a_landed_allocation_counts_it() -> None:
+    world = World(gpus=1)
+    orphan = claim("late", request(memory="20Gi"))
+    orphan["metadata"]["finalizers"] = [FINALIZER]
+    world.add_claim(orphan)
+    world.add_pod(pod("late-pod", {"gpu": "claim:late"}))
+    landed = world.claim("late")
+    landed["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]}}}  # fmt: skip
+    world.kube.update(RESOURCE_CLAIMS, landed, status=True)  # the predecessor's write lands first
+    world.reconciler.fence_unallocated(world.reconciler.pods[f"{NS}/late-pod"])
+    (use,) = world.reconciler.ledger.claims()[landed["metadata"]["uid"]]
+    assert (use.device, use.memory) == ("gpu-0", None)  # the whole card, counted
+
+
+def test_an_unused_claim_is_released_and_a_reserved_one_kept() -> None:
+    world = World()
+    tenant(world, "a")
+    world.place("a-pod")
+    allocated = world.claim("a")
+    allocated["status"]["reservedFor"] = [{"resource": "pods", "name": "a-pod", "uid": "u"}]
+    world.kube.update(RESOURCE_CLAIMS, allocated, status=True)
+    world.sync()
+    assert world.reconciler.reconcile_claim(world.reconciler.claims[f"{NS}/a"]) == "in-use"
+    del world.kube.objects[("pods", NS, "a-pod")]
+    world.reconciler.observe_pod(world.reconciler.pods.pop(f"{NS}/a-pod"), None)
+    cleared = world.claim("a")
+    cleared["status"].pop("reservedFor")
+    world.kube.update(RESOURCE_CLAIMS, cleared, status=True)
+    world.sync()
+    assert world.reconciler.reconcile_claim(world.reconciler.claims[f"{NS}/a"]) == "released"
+    released = world.claim("a")
+    assert "allocation" not in released.get("status", {}) and FINALIZER not in released["metadata"].get(
+        "finalizers", []
+    )
+    assert world.metrics.deallocations._value.get() == 1
+    assert world.reconciler.reconcile_claim(released) == "skip"
+
+
+def test_a_claim_of_a_live_pod_is_not_released_and_a_gone_claim_is_reported() -> None:
+    world = World()
+    tenant(world, "a")
+    world.place("a-pod")
+    assert world.reconciler.reconcile_claim(world.reconciler.claims[f"{NS}/a"]) == "in-use"
+    stale = world.reconciler.claims[f"{NS}/a"]
+    world.reconciler.observe_pod(world.reconciler.pods.pop(f"{NS}/a-pod"), None)
+    world.kube.fail("update/status", "resourceclaims", 500)
+    with pytest.raises(KubeError):
+        world.reconciler.reconcile_claim(stale)  # an API error is the caller's to retry, not hidden
+    assert devices(world, "a")
+    del world.kube.objects[("resourceclaims", NS, "a")]
+    assert world.reconciler.reconcile_claim(stale) == "gone"
+
+
+def test_an_overcommitted_card_loses_its_newest_unstarted_claim() -> None:
+    world = World(gpus=1)
+    for name, stamp in (("old", "2026-12-01T00:00:01Z"), ("new", "2026-12-01T00:00:02Z")):
+        obj = claim(name, request(memory="10Gi"))
+        obj["metadata"]["finalizers"] = [FINALIZER]
+        obj["metadata"]["creationTimestamp"] = stamp
+        obj["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": name,
+             "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"}}]}}}  # fmt: skip
+        world.kube.put(RESOURCE_CLAIMS, obj)
+        world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}))
+    world.sync()
+    assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/old"]) == "deallocated"
+    assert devices(world, "old") == ["gpu-0"] and devices(world, "new") == []
+    assert any("GPU node-1/gpu-0 was overcommitted" in message for message in world.events())
+    assert world.metrics.overcommits.labels("deallocated")._value.get() == 1
+    world.sync()
+    assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/old"]) is None
+
+
+def test_an_overcommit_by_started_claims_is_only_reported() -> None:
+    world = World(gpus=1)
+    for name in ("x", "y"):
+        obj = claim(name, request(memory="10Gi"))
+        obj["status"] = {
+            "allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": name,
+                 "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"}}]}},
+            "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": name}],
+        }  # fmt: skip
+        world.add_claim(obj)
+    assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/x"]) == "reported"
+    assert devices(world, "x") == devices(world, "y") == ["gpu-0"]
+    assert world.metrics.overcommits.labels("reported")._value.get() == 1
+
+
+# --- what a pod's claims decide before planning -----------------------------------------------------
+
+
+def other_class(name: str = "other") -> Obj:
+    return {
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "x"'}}]},
+    }
+
+
+def test_a_template_claim_not_created_yet_waits_and_is_found_by_its_owner_later() -> None:
+    world = World()
+    created = world.add_pod(pod("tpl-pod", {"gpu": "template:one"}))
+    assert world.reconciler.reconcile_pod(created) == "waiting"
+    owned = claim("tpl-pod-gpu-x", request())
+    owned["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "tpl-pod", "uid": created["metadata"]["uid"]}
+    ]
+    world.add_claim(owned)
+    assert world.place("tpl-pod").outcome == "done"  # before kcm filled resourceClaimStatuses
+    assert devices(world, "tpl-pod-gpu-x")
+
+
+def test_a_claim_shared_with_a_pod_being_written_is_retried() -> None:
+    world = World()
+    world.add_claim(claim("shared", request()))
+    for name in ("p1", "p2"):
+        world.add_pod(pod(name, {"gpu": "claim:shared"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p1"])
+    assert isinstance(job, CommitJob)
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p2"]) == "retry"
+
+
+def test_claims_pinned_to_two_nodes_are_a_conflict() -> None:
+    world = World()
+    for name, node in (("c1", "node-a"), ("c2", "node-b")):
+        obj = claim(name, request())
+        obj["status"] = {"allocation": {"nodeSelector": node_selector(node), "devices": {"results": []}}}
+        world.add_claim(obj)
+    world.add_pod(pod("p", {"one": "claim:c1", "two": "claim:c2"}))
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"]) == "pending"
+    found = condition(world, "p")
+    assert found is not None and found["reason"] == "NodeConflict"
+    assert "['node-a', 'node-b']" in found["message"]
+
+
+def test_a_claim_mixing_drivers_is_refused() -> None:
+    world = World()
+    world.add_class(other_class())
+    world.add_claim(claim("mixed", request(name="ours"), request(name="theirs", klass="other")))
+    world.add_pod(pod("p", {"gpu": "claim:mixed"}))
+    assert world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"]) == "pending"
+    found = condition(world, "p")
+    assert found is not None and found["reason"] == "MixedClaim" and "(theirs)" in found["message"]
+
+
+def test_a_pod_with_nothing_of_ours_to_allocate_is_let_go() -> None:
+    world = World()
+    world.add_class(other_class())
+    world.add_claim(claim("foreign", request(klass="other")))
+    world.add_pod(pod("p", {"gpu": "claim:foreign"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    assert isinstance(job, CommitJob) and job.writes == []
+    world.reconciler.apply(world.reconciler.commit(job))
+    assert not world.pod("p")["spec"].get("schedulingGates")
+    assert "allocation" not in world.claim("foreign").get("status", {})
+
+
+def test_an_allocation_cleared_by_kube_scheduler_is_made_again_for_an_ungated_pod() -> None:
+    world = World()
+    cleared = claim("again", request())
+    cleared["metadata"]["finalizers"] = [FINALIZER]
+    world.add_claim(cleared)
+    ungated = world.add_pod(pod("p", {"gpu": "claim:again"}, gated=False))
+    assert world.reconciler.is_candidate(ungated)
+    job = world.reconciler.reconcile_pod(ungated)
+    assert isinstance(job, CommitJob) and len(job.writes) == 1
+    bound = copy.deepcopy(ungated)
+    bound["spec"]["nodeName"] = NODE
+    assert not world.reconciler.is_candidate(bound)
+
+
+def test_a_claim_deleted_while_it_was_written_leaves_the_ledger() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    assert world.reconciler.ledger.claims()  # assumed while being written
+    del world.kube.objects[("resourceclaims", NS, "a")]
+    result = world.reconciler.commit(job)
+    assert result.outcome == "retry" and result.failed == [(job.writes[0][0], None)]
+    world.reconciler.apply(result)
+    assert world.reconciler.ledger.claims() == {}
+
+
+def test_the_second_claim_is_not_written_when_the_first_failed() -> None:
+    world = World()
+    world.add_claim(claim("c1", request()))
+    world.add_claim(claim("c2", request()))
+    world.add_pod(pod("p", {"one": "claim:c1", "two": "claim:c2"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    assert isinstance(job, CommitJob) and len(job.writes) == 2
+    world.kube.fail("update/status", "resourceclaims", 500)
+    result = world.reconciler.commit(job)
+    assert result.outcome == "retry" and len(result.failed) == 1
+    world.reconciler.apply(result)
+    assert world.reconciler.ledger.claims() == {}  # neither assumption survives
+    assert not world.reconciler.in_flight_claims
+    assert ("update", "resourceclaims", "c2") not in world.kube.calls
+
+
+def test_cpu_requests_keep_a_pod_off_a_full_node() -> None:
+    world = World()
+    full = copy.deepcopy(world.reconciler.nodes[NODE])
+    full["status"]["allocatable"] = {"cpu": "1"}
+    world.reconciler.nodes[NODE] = full
+    busy = pod("busy", {})
+    busy["spec"]["nodeName"] = NODE
+    busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "800m"}}
+    busy["spec"].pop("schedulingGates")
+    world.add_pod(busy)
+    tenant(world, "a")
+    wanting = world.reconciler.pods[f"{NS}/a-pod"]
+    wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
+    assert world.reconciler.allowed_nodes(wanting) == frozenset()
+    wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "200m"}
+    assert world.reconciler.allowed_nodes(wanting) == frozenset({NODE})
+
+
+def test_a_fractional_consumed_amount_is_counted_up_not_down() -> None:
+    from dra_driver.controller.ledger import claim_uses
+
+    obj = claim("half", request())
+    obj["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": "s",
+         "consumedCapacity": {"memory": "1.5", "cores": "0.5", "slots": "1"}}]}}}  # fmt: skip
+    (use,) = claim_uses(obj, DRIVER)
+    assert (use.memory, use.cores, use.slots) == (2, 1, 1)
