@@ -9,5 +9,6 @@ pod's claims through the engine, one node), ``allocation`` (a plan -> ``status.a
 + a writer pool), ``leader`` (Lease election), ``metrics``, ``command`` (``hami-dra controller``).
 """
 
-GATE_NAME = "gpu.hami.io/allocation"
-FINALIZER = "gpu.hami.io/allocation"
+from dra_driver.contract import FINALIZER, GATE_NAME
+
+__all__ = ["FINALIZER", "GATE_NAME"]

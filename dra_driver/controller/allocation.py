@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from dra_driver.contract import CORES, MEMORY, SLOTS
 from dra_driver.controller.planner import ClaimPlan
 from dra_driver.quantity import format_bytes
 
@@ -80,9 +81,9 @@ def build_allocation(
         else:
             entry["shareID"] = new_uid()
             entry["consumedCapacity"] = {
-                "memory": format_bytes(result.share.memory),
-                "cores": str(result.share.cores),
-                "slots": str(result.share.tenants),
+                MEMORY: format_bytes(result.share.memory),
+                CORES: str(result.share.cores),
+                SLOTS: str(result.share.tenants),
             }
         if result.tolerations:
             entry["tolerations"] = [dict(toleration) for toleration in result.tolerations]

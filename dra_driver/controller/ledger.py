@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.cel.values import ValueParseError, parse_quantity
+from dra_driver.contract import CORES, MEMORY, SLOTS
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.engine import ClusterState, DeviceShare, Placement, StateError
 from dra_driver.quota import Charge
@@ -90,9 +91,9 @@ def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
             Use(
                 pool,
                 device,
-                _amount(consumed.get("memory")) or 0,
-                _amount(consumed.get("cores")) or 0,
-                _amount(consumed.get("slots")) or 1,
+                _amount(consumed.get(MEMORY)) or 0,
+                _amount(consumed.get(CORES)) or 0,
+                _amount(consumed.get(SLOTS)) or 1,
                 **where,
             )
         )

@@ -27,7 +27,7 @@ from typing import Any
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.config.classes import is_driver_class
-from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.contract import FINALIZER, GATE_NAME, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
@@ -172,7 +172,7 @@ class Reconciler:
         self.pods: dict[str, Obj] = {}
         self.claims: dict[str, Obj] = {}
         self.nodes: dict[str, Obj] = {}
-        self.matcher = Matcher(driver, policy_taint or f"{driver}/policy-managed")
+        self.matcher = Matcher(driver, policy_taint or policy_taint_key(driver))
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.quotas = QuotaBook(self.ledger, metrics)
         self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message

@@ -17,6 +17,7 @@ from typing import Any
 from dra_driver.cel import SelectorError, selectors_match
 from dra_driver.cel.values import ValueParseError, parse_quantity
 from dra_driver.config.classes import class_selectors
+from dra_driver.contract import CAPACITY_NAMES
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.controller.pods import taints_tolerated
 from dra_driver.engine import MIB
@@ -80,7 +81,7 @@ def _check_capacity_names(requested: Obj, where: str) -> None:
     kube-scheduler finds no device for a capacity the device does not publish, and would
     consume the ``slots`` asked for; the engine places exactly one slot per share.
     """
-    unknown = sorted(str(key) for key in requested if key not in ("memory", "cores", "slots"))
+    unknown = sorted(str(key) for key in requested if key not in CAPACITY_NAMES)
     if unknown:
         raise RequestError(
             f"{where}: capacity {', '.join(unknown)} is not published by our devices "

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dra_driver.devices.nvlink import pair_scores
-
-MIB = 1024 * 1024
+from dra_driver.quantity import MIB as MIB  # re-exported: the unit of every memory amount here
 
 DEFAULT_CORES = 100
 DEFAULT_SLOTS = 10

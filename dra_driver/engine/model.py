@@ -14,8 +14,8 @@ from types import MappingProxyType
 from dra_driver.engine.policy import DEFAULT_NODE_POLICY, NodePolicy, PolicyChain, parse_policy_chain
 from dra_driver.engine.reasons import Reason
 from dra_driver.engine.weights import DEFAULT_WEIGHTS, ScoringWeights
+from dra_driver.quantity import MIB as MIB  # re-exported: the unit of every memory amount here
 
-MIB = 1024 * 1024
 DEFAULT_SLOTS = 10
 FULL_CORES = 100
 

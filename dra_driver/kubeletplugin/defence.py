@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dra_driver.contract import CORES, MEMORY, SLOTS
 from dra_driver.kubeletplugin.claims import AllocatedDevice, ClaimError
-from dra_driver.kubeletplugin.inventory import CORES, MEMORY, SLOTS, NodeGpu
+from dra_driver.kubeletplugin.inventory import NodeGpu
 from dra_driver.quantity import format_bytes
 
 

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver.contract import CORES, MEMORY
 from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
-from dra_driver.kubeletplugin.inventory import CORES, MEMORY, NodeGpu
+from dra_driver.kubeletplugin.inventory import NodeGpu
+from dra_driver.quantity import MIB
 
-MIB = 1024 * 1024
 CONTAINER_VGPU_DIR = "/usr/local/vgpu"
 CONTAINER_LIB = f"{CONTAINER_VGPU_DIR}/libvgpu.so"
 PRELOAD_CONTENT = CONTAINER_LIB + "\n"

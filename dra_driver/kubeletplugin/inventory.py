@@ -13,11 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Capacity names published in the ResourceSlice (see slices.py).
-MEMORY = "memory"
-CORES = "cores"
-SLOTS = "slots"
-
 DEFAULT_CORES = 100
 DEFAULT_SLOTS = 10
 

@@ -45,9 +45,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.devices.model import MIB, Gpu, semver
+from dra_driver.contract import policy_taint_key, unhealthy_taint_key
+from dra_driver.devices.model import Gpu, semver
 from dra_driver.devices.nvlink import nvlink_peers_attribute
-from dra_driver.quantity import format_bytes
+from dra_driver.quantity import MIB, format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +68,6 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 class SliceError(ValueError):
     """The inputs cannot form a valid ResourceSlice (bad driver or node name, duplicate GPUs)."""
-
-
-def policy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
-    """Key of the taint that keeps kube-scheduler's first-fit allocator off our GPUs."""
-    return f"{driver_name}/policy-managed"
-
-
-def unhealthy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
-    """Key of the taint on GPUs that failed their health check."""
-    return f"{driver_name}/unhealthy"
 
 
 def build_resource_slices(

@@ -5,4 +5,6 @@ claims, templates and classes a pod refers to, ``server`` serves AdmissionReview
 (``/mutate``, ``/validate``, ``/healthz``) and ``command`` is ``hami-dra webhook``.
 """
 
-GATE_NAME = "gpu.hami.io/allocation"
+from dra_driver.contract import GATE_NAME
+
+__all__ = ["GATE_NAME"]

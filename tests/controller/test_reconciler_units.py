@@ -553,3 +553,302 @@ def test_a_fractional_consumed_amount_is_counted_up_not_down() -> None:
          "consumedCapacity": {"memory": "1.5", "cores": "0.5", "slots": "1"}}]}}}  # fmt: skip
     (use,) = claim_uses(obj, DRIVER)
     assert (use.memory, use.cores, use.slots) == (2, 1, 1)
+
+
+# --- the pieces: events, decision lines, versions, indexes -------------------------------------------
+
+
+def test_a_pending_pod_gets_a_complete_warning_event() -> None:
+    from tests.kube_validate import assert_valid
+
+    world = World()
+    world.add_claim(claim("x", request(memory="100Gi")))
+    created = world.add_pod(pod("x-pod", {"gpu": "claim:x"}))
+    world.reconciler.reconcile_pod(created)
+    (event,) = [o for (plural, _, _), o in world.kube.objects.items() if plural == "events"]
+    assert_valid(event)
+    assert event["metadata"]["generateName"] == "x-pod." and event["metadata"]["namespace"] == NS
+    uid = created["metadata"]["uid"]
+    assert event["involvedObject"] == {
+        "apiVersion": "v1", "kind": "Pod", "name": "x-pod", "namespace": NS, "uid": uid,
+    }  # fmt: skip
+    assert (event["type"], event["reason"], event["count"]) == ("Warning", "FailedAllocation", 1)
+    assert event["source"] == {"component": "hami-dra-controller"}
+    assert (event["reportingComponent"], event["reportingInstance"]) == ("gpu.hami.io/controller", "test")
+    assert event["firstTimestamp"] == event["lastTimestamp"]
+    assert "2/2 CardInsufficientMemory" in event["message"]
+    # The failure metric is labelled by HAMi's first reason.
+    assert world.metrics.failures.labels("CardInsufficientMemory")._value.get() == 1
+
+
+def test_a_long_message_is_cut_to_what_the_api_accepts() -> None:
+    world = World()
+    world.reconciler._event(world.add_pod(pod("p", {})), "Warning", "Test", "x" * 5000)
+    (event,) = [o for (plural, _, _), o in world.kube.objects.items() if plural == "events"]
+    assert len(event["message"]) == 1024
+
+
+def test_an_event_the_api_refuses_is_dropped_without_failing_the_pass() -> None:
+    world = World()
+    world.kube.fail("create", "events", 403)
+    world.reconciler._event(world.add_pod(pod("p", {})), "Warning", "Test", "m")
+    assert not [o for (plural, _, _), o in world.kube.objects.items() if plural == "events"]
+
+
+def test_the_decision_line_lists_every_card_and_the_choice() -> None:
+    from dra_driver.controller.reconciler import format_decision
+    from dra_driver.engine import parse_node_policy, parse_policy_chain
+    from dra_driver.engine.model import CandidateCard, Decision, DeviceShare, Placement
+    from dra_driver.engine.reasons import Reason
+
+    def card(index: int, score: float, eligible: bool, chosen: bool, reason: Reason | None) -> CandidateCard:
+        return CandidateCard("n1", index, "T4", 0, 0, 0, 0, 1, score, eligible, chosen, reason)
+
+    cards = (
+        card(0, 3.302083, False, False, Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT),
+        card(1, 0.0, True, True, None),
+        card(2, 0.0, False, False, None),
+    )
+    chain, node_policy = parse_policy_chain("mutex,binpack"), parse_node_policy("binpack")
+    placed = Decision("r", chain, node_policy, Placement("n1", (DeviceShare(1, 1, 0),)), None, cards, ())
+    assert format_decision("claim a", placed, "policy=mutex,binpack") == (
+        "claim a: policy=mutex,binpack -> n1 gpu-1; scores: "
+        "n1/gpu-0=3.302083(ExclusiveDeviceAllocateConflict) n1/gpu-1=0.000000* n1/gpu-2=0.000000(ineligible)"
+    )
+    pending = Decision("r", chain, node_policy, None, "1/1 CardInsufficientMemory", (), ())
+    assert (
+        format_decision("claim b", pending, "c")
+        == "claim b: c -> pending: 1/1 CardInsufficientMemory; scores: -"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cached", "assumed", "caught_up"),
+    [("10", "9", True), ("10", "10", True), ("9", "10", False), ("abc", "abc", True), ("abd", "abc", False),
+     ("10", "", False)],
+)  # fmt: skip
+def test_the_cache_catches_up_by_resource_version(cached: str, assumed: str, caught_up: bool) -> None:
+    from dra_driver.controller.reconciler import _not_older
+
+    def obj(rv: str) -> Obj:
+        return {"metadata": {"resourceVersion": rv}}
+
+    assert _not_older(obj(cached), obj(assumed)) is caught_up
+
+
+def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dra_driver.controller import reconciler as module
+
+    world = World()
+    tenant(world, "a")
+    stale = copy.deepcopy(world.reconciler.claims[f"{NS}/a"])
+    world.place("a-pod")
+    written = world.claim("a")
+    world.reconciler._remember(written)  # what commit's apply records
+    world.reconciler.claims[f"{NS}/a"] = stale  # the informer has not delivered our write yet
+    assert world.reconciler.claim(NS, "a") == written
+    now = module.time.monotonic()
+    monkeypatch.setattr(module.time, "monotonic", lambda: now + module.ASSUME_SECONDS + 1)
+    assert world.reconciler.claim(NS, "a") == stale  # given up on: the cache is the truth again
+    monkeypatch.undo()
+    world.reconciler._remember(written)
+    recreated = copy.deepcopy(stale)
+    recreated["metadata"]["uid"] = "another-object"
+    world.reconciler.claims[f"{NS}/a"] = recreated
+    assert world.reconciler.claim(NS, "a") == recreated  # a new object of the same name
+    world.reconciler._remember(written)
+    world.reconciler.claims[f"{NS}/a"] = written
+    assert world.reconciler.claim(NS, "a") == written and f"{NS}/a" not in world.reconciler._assumed
+
+
+def test_the_pod_index_follows_updates_and_deletions() -> None:
+    world = World()
+    world.add_claim(claim("c1", request()))
+    world.add_claim(claim("c2", request()))
+    first = world.add_pod(pod("p", {"gpu": "claim:c1"}))
+    uid = first["metadata"]["uid"]
+    assert (
+        world.reconciler.consumers[f"{NS}/c1"] == {f"{NS}/p"}
+        and world.reconciler.pods_by_uid[uid] == f"{NS}/p"
+    )
+    moved = copy.deepcopy(first)
+    moved["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c2"}]
+    generation = world.reconciler.bound_generation
+    world.reconciler.observe_pod(first, moved)
+    assert world.reconciler.consumers[f"{NS}/c1"] == set() and world.reconciler.consumers[f"{NS}/c2"] == {
+        f"{NS}/p"
+    }
+    assert world.reconciler.bound_generation == generation  # not bound: CPU use did not change
+    bound = copy.deepcopy(moved)
+    bound["spec"]["nodeName"] = NODE
+    world.reconciler.observe_pod(moved, bound)
+    assert world.reconciler.bound_generation == generation + 1
+    world.reconciler.observe_pod(bound, None)
+    assert world.reconciler.bound_generation == generation + 2
+    assert uid not in world.reconciler.pods_by_uid and world.reconciler.consumers[f"{NS}/c2"] == set()
+
+
+@pytest.mark.parametrize(
+    ("change", "candidate"),
+    [
+        (lambda p: None, True),
+        (lambda p: p["spec"].update(nodeName=NODE), False),
+        (lambda p: p["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z"), False),
+        (lambda p: p.update(status={"phase": "Succeeded"}), False),
+        (lambda p: p["spec"].pop("schedulingGates"), False),
+    ],
+    ids=["gated", "bound", "deleting", "finished", "ungated"],
+)
+def test_which_pods_the_controller_plans(change: Any, candidate: bool) -> None:
+    world = World()
+    world.add_claim(claim("c", request()))
+    subject = copy.deepcopy(world.add_pod(pod("p", {"gpu": "claim:c"})))
+    change(subject)
+    assert world.reconciler.is_candidate(subject) is candidate
+
+
+def test_an_ungated_pod_whose_claim_is_allocated_or_someone_elses_is_not_planned() -> None:
+    world = World()
+    ours = claim("ours", request())
+    ours["metadata"]["finalizers"] = [FINALIZER]
+    ours["status"] = {"allocation": {"devices": {"results": []}}}
+    world.add_claim(ours)
+    world.add_claim(claim("theirs", request()))
+    for name in ("ours", "theirs"):
+        ungated = world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}, gated=False))
+        assert not world.reconciler.is_candidate(ungated)
+    other_gate = world.add_pod(pod("other-gate", {"gpu": "claim:ours"}, gated=False))
+    other_gate["spec"]["schedulingGates"] = [{"name": "someone.else/gate"}]
+    cleared = world.kube.stored(RESOURCE_CLAIMS, NS, "ours")
+    cleared["status"] = {}
+    world.observe_claim(cleared)
+    assert not world.reconciler.is_candidate(other_gate)  # another gate: not ours to lift
+
+
+# --- releasing ---------------------------------------------------------------------------------------
+
+
+def allocated_claim(world: World, name: str, **status: Any) -> Obj:
+    obj = claim(name, request())
+    obj["metadata"]["finalizers"] = ["someone.else/keep", FINALIZER]
+    obj["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": "s",
+         "consumedCapacity": {"memory": "1Gi", "cores": "0", "slots": "1"}}]}}, **status}  # fmt: skip
+    return world.add_claim(obj)
+
+
+def test_a_claim_reserved_by_a_pod_not_seen_yet_is_kept() -> None:
+    world = World()
+    obj = allocated_claim(world, "r", reservedFor=[{"resource": "pods", "name": "unknown", "uid": "u"}])
+    assert world.reconciler.reconcile_claim(obj) == "in-use"
+    assert devices(world, "r") == ["gpu-0"]
+
+
+def test_a_release_keeps_other_finalizers_and_rechecks_after_a_conflict() -> None:
+    world = World()
+    obj = allocated_claim(world, "r")
+    reserved = world.claim("r")
+    reserved["status"]["reservedFor"] = [{"resource": "pods", "name": "late", "uid": "u"}]
+    world.kube.update(RESOURCE_CLAIMS, reserved, status=True)  # reserved since our copy was read
+    assert world.reconciler.reconcile_claim(obj) == "in-use"  # the re-read after the 409 shows it
+    assert world.metrics.conflicts._value.get() == 1
+    cleared = world.claim("r")
+    cleared["status"].pop("reservedFor")
+    world.kube.update(RESOURCE_CLAIMS, cleared, status=True)
+    assert world.reconciler.reconcile_claim(world.claim("r")) == "released"
+    assert world.claim("r")["metadata"]["finalizers"] == ["someone.else/keep"]
+
+
+def test_a_claim_being_deleted_is_released_even_with_a_live_pod() -> None:
+    world = World()
+    obj = allocated_claim(world, "d")
+    world.add_pod(pod("d-pod", {"gpu": "claim:d"}))
+    assert world.reconciler.reconcile_claim(obj) == "in-use"
+    deleting = world.claim("d")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    world.kube.objects[("resourceclaims", NS, "d")]["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    assert world.reconciler.reconcile_claim(deleting) == "released"
+
+
+def test_a_pod_owning_a_template_claim_keeps_it_while_active() -> None:
+    world = World()
+    owner = world.add_pod(pod("owner", {"gpu": "template:t"}))
+    owned = claim("owner-gpu", request())
+    owned["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "owner",
+                                             "uid": owner["metadata"]["uid"]}]  # fmt: skip
+    owned["metadata"]["finalizers"] = [FINALIZER]
+    stored = world.add_claim(owned)
+    assert world.reconciler.live_consumers(stored)
+    finished = copy.deepcopy(owner)
+    finished["status"] = {"phase": "Failed"}
+    world.reconciler.pods[f"{NS}/owner"] = finished
+    assert not world.reconciler.live_consumers(stored)
+
+
+# --- writes keep what others wrote ------------------------------------------------------------------
+
+
+def test_the_allocation_write_keeps_other_finalizers_and_the_gate_others_gates() -> None:
+    world = World()
+    obj = claim("a", request())
+    obj["metadata"]["finalizers"] = ["someone.else/keep"]
+    world.add_claim(obj)
+    gated = pod("a-pod", {"gpu": "claim:a"}, annotations={"team": "x"})
+    gated["spec"]["schedulingGates"].append({"name": "someone.else/gate"})
+    world.add_pod(gated)
+    assert world.place("a-pod").outcome == "done"
+    assert world.claim("a")["metadata"]["finalizers"] == ["someone.else/keep", FINALIZER]
+    after = world.pod("a-pod")
+    assert after["spec"]["schedulingGates"] == [{"name": "someone.else/gate"}]
+    assert (
+        after["metadata"]["annotations"]["team"] == "x" and HAMI_ALLOCATED in after["metadata"]["annotations"]
+    )
+    assert (
+        world.reconciler.pods[f"{NS}/a-pod"]["metadata"]["resourceVersion"]
+        == after["metadata"]["resourceVersion"]
+    )
+
+
+def test_a_non_conflict_write_error_reports_what_the_api_holds() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    world.kube.fail("update", "resourceclaims", 500)
+    result = world.reconciler.commit(job)
+    ((_, current),) = result.failed
+    assert current is not None
+    assert current["metadata"]["resourceVersion"] == world.claim("a")["metadata"]["resourceVersion"]
+    world.reconciler.apply(result)
+    world.kube.fail("update", "resourceclaims", 500)
+    world.kube.fail("get", "resourceclaims", 500)
+    job2 = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job2, CommitJob)
+    ((_, fallback),) = world.reconciler.commit(job2).failed
+    assert fallback is not None and fallback["metadata"]["name"] == "a"  # the re-read failed: our copy
+
+
+def test_the_allocated_condition_says_so_after_a_pending_report() -> None:
+    world = World(gpus=1)
+    tenant(world, "a", memory="20Gi")
+    world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    world.sync()
+    slices = build_resource_slices(profile_gpus("a100-80gb", node_name=NODE, gpus=1), node_name=NODE,
+                                   driver_name=DRIVER)  # fmt: skip
+    world.reconciler.refresh_inventory(slices)
+    world.place("a-pod")
+    found = condition(world, "a-pod")
+    assert found is not None and found["message"] == "all GPU claims are allocated"
+
+
+def test_a_condition_write_conflict_is_retried_on_the_re_read_pod() -> None:
+    world = World()
+    created = world.add_pod(pod("p", {}))
+    world.kube.fail("update/status", "pods", 409)
+    written = world.reconciler._set_condition(created, "False", "R", "m")
+    assert written is not None and written["status"]["conditions"][-1]["reason"] == "R"
+    world.kube.fail("update/status", "pods", 500)
+    assert world.reconciler._set_condition(world.pod("p"), "False", "R2", "m") is None

@@ -1,0 +1,45 @@
+"""The names and units the webhook, the controller and the kubelet plugin must agree on.
+
+Each is written by one component and read by another (the gate the webhook adds and the
+controller lifts, the finalizer the controller owns, the capacities the plugin publishes and the
+controller consumes, the taint only the controller tolerates), so each is defined once, here.
+"""
+
+from __future__ import annotations
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.quantity import MIB
+
+#: Scheduling gate the webhook puts on pods of our classes; the controller lifts it once placed.
+GATE_NAME = "gpu.hami.io/allocation"
+#: Finalizer the controller puts on claims it allocates, removed when it releases them.
+FINALIZER = "gpu.hami.io/allocation"
+
+#: Capacities every device publishes in its ResourceSlice and every allocation consumes.
+MEMORY = "memory"  # bytes, in steps of 1Mi
+CORES = "cores"  # percent of one GPU's compute
+SLOTS = "slots"  # tenants
+CAPACITY_NAMES = (MEMORY, CORES, SLOTS)
+
+
+def policy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
+    """Key of the taint that keeps kube-scheduler's first-fit allocator off our GPUs."""
+    return f"{driver_name}/policy-managed"
+
+
+def unhealthy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
+    """Key of the taint on GPUs that failed their health check."""
+    return f"{driver_name}/unhealthy"
+
+
+__all__ = [
+    "CAPACITY_NAMES",
+    "CORES",
+    "FINALIZER",
+    "GATE_NAME",
+    "MEMORY",
+    "MIB",
+    "SLOTS",
+    "policy_taint_key",
+    "unhealthy_taint_key",
+]
