@@ -32,7 +32,7 @@ from dra_driver.controller.kube import (
 )
 from dra_driver.controller.ledger import claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.reconciler import CommitJob, CommitResult, Reconciler, has_gate
+from dra_driver.controller.reconciler import CommitJob, CommitResult, Outcome, Reconciler, has_gate
 from dra_driver.controller.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
@@ -163,9 +163,9 @@ class Controller:
             if claim is None:
                 continue
             try:
-                if self.reconciler.repair_overcommit(claim) == "retry":
+                if self.reconciler.repair_overcommit(claim) is Outcome.RETRY:
                     self._dirty_claims.add(key)
-                if self.reconciler.reconcile_claim(claim) == "retry":
+                if self.reconciler.reconcile_claim(claim) is Outcome.RETRY:
                     self._dirty_claims.add(key)
             except KubeError as err:
                 log.warning("claim %s: %s", key, err)
@@ -192,11 +192,11 @@ class Controller:
                 self.pending_pods.discard(key)
                 self._submit(key, outcome)
                 continue
-            if outcome == "pending":
+            if outcome is Outcome.PENDING:
                 self.pending_pods.add(key)
             else:
                 self.pending_pods.discard(key)
-                if outcome == "retry":
+                if outcome is Outcome.RETRY:
                     self._dirty_pods.add(key)
         self.reconciler.quotas.sync(self.kube)
         generation = self.reconciler.ledger.generation
@@ -232,11 +232,11 @@ class Controller:
                 log.warning("pod %s: commit failed: %s", key, err)
                 # With the job's writes counted as not attempted, ``apply`` takes its claims out of
                 # flight and back to what the cache says (they would otherwise be skipped forever).
-                result = CommitResult(job, outcome="retry")
+                result = CommitResult(job, outcome=Outcome.RETRY)
                 for claim, _ in job.writes:
                     self._dirty_claims.add(f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
             self.reconciler.apply(result)
-            if result.outcome == "retry":
+            if result.outcome is Outcome.RETRY:
                 self._dirty_pods.add(key)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:

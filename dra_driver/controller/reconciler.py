@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
@@ -66,6 +67,21 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
+class Outcome(StrEnum):
+    """What a reconcile step did or why it did nothing (callers retry on ``RETRY``)."""
+
+    DONE = "done"  # written (allocation and gate)
+    SKIP = "skip"  # nothing for us to do
+    WAITING = "waiting"  # a template claim does not exist yet: its creation wakes the pod up
+    PENDING = "pending"  # cannot be placed now; the reason is on the pod
+    RETRY = "retry"  # try again next pass (a conflict, an API error, a write in flight)
+    IN_USE = "in-use"  # a claim still reserved or referenced: kept
+    RELEASED = "released"  # a claim's allocation and finalizer removed
+    GONE = "gone"  # the object no longer exists
+    REPORTED = "reported"  # an overcommit that cannot be repaired: reported only
+    DEALLOCATED = "deallocated"  # an overcommit repaired by deallocating a claim
+
+
 @dataclass(slots=True)
 class CommitJob:
     """The writes for one planned pod: each claim's allocation (in order), then the gate."""
@@ -83,7 +99,7 @@ class CommitResult:
     written: list[Obj] = field(default_factory=list)
     failed: list[tuple[Mapping[str, Any], Obj | None]] = field(default_factory=list)
     pod: Obj | None = None
-    outcome: str = "done"
+    outcome: Outcome = Outcome.DONE
 
 
 def _not_older(cached: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
@@ -303,17 +319,17 @@ class Reconciler:
                 allowed.add(name)
         return frozenset(allowed)
 
-    def reconcile_pod(self, pod: Obj) -> str | CommitJob:
-        """Plan what the pod needs: a ``CommitJob`` to write, or "waiting", "pending", "skip"."""
+    def reconcile_pod(self, pod: Obj) -> Outcome | CommitJob:
+        """Plan what the pod needs: a ``CommitJob`` to write, or why not (waiting, pending, retry, skip)."""
         if not self.is_candidate(pod):
-            return "skip"
+            return Outcome.SKIP
         claims = self.pod_claims(pod)
         if any(claim is None for _, claim in claims):
-            return "waiting"  # a template claim is not created yet: its creation wakes us up
+            return Outcome.WAITING  # a template claim is not created yet: its creation wakes us up
         if any(claim is not None and _key(claim) in self.in_flight_claims for _, claim in claims):
             # A claim shared with another pod whose allocation is being written: planning it again
             # would replace that assumed use in the ledger while the other write may still win.
-            return "retry"
+            return Outcome.RETRY
         inputs: list[PlanInput] = []
         pinned: set[str] = set()
         request_classes_of: dict[str, dict[str, str]] = {}
@@ -416,7 +432,7 @@ class Reconciler:
                 written, current = self._write_allocation(claim, allocation)
                 if written is None:
                     result.failed.append((claim, current))
-                    result.outcome = "retry"
+                    result.outcome = Outcome.RETRY
                     return result
                 result.written.append(written)
                 self.metrics.allocations.inc()
@@ -425,7 +441,7 @@ class Reconciler:
             # A re-read after a conflict failed: the claim being written counts as not attempted
             # (``apply`` falls back to the cache), so it is neither wedged in flight nor lost.
             log.warning("pod %s: writes interrupted: %s", _key(job.pod), err)
-            result.outcome = "retry"
+            result.outcome = Outcome.RETRY
         return result
 
     def apply(self, result: CommitResult) -> None:
@@ -507,7 +523,7 @@ class Reconciler:
 
     def _finish(
         self, pod: Obj, clear_pending: bool, annotations: Mapping[str, str] | None = None
-    ) -> tuple[Obj | None, str]:
+    ) -> tuple[Obj | None, Outcome]:
         """Remove our gate, in the same update setting ``annotations`` (and mark the condition
         allocated if we had reported it pending)."""
         current: Obj = dict(pod)
@@ -529,19 +545,19 @@ class Reconciler:
                 break
             except KubeError as err:
                 if err.not_found:
-                    return None, "skip"
+                    return None, Outcome.SKIP
                 if not err.conflict:
                     log.warning("pod %s: gate not removed: %s", _key(pod), err)
-                    return None, "retry"
+                    return None, Outcome.RETRY
                 self.metrics.conflicts.inc()
                 current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
         else:
-            return None, "retry"
+            return None, Outcome.RETRY
         if clear_pending:
             current = (
                 self._set_condition(current, "True", "Allocated", "all GPU claims are allocated") or current
             )
-        return current, "done"
+        return current, Outcome.DONE
 
     def fence_unallocated(self, pod: Obj) -> None:
         """Bump the resourceVersion of the pod's claims that carry our finalizer but no allocation.
@@ -590,7 +606,7 @@ class Reconciler:
             self._remember(written)
             log.info("claim %s fenced at resourceVersion %s", key, self.fenced[key])
 
-    def _pending(self, pod: Obj, message: str, reason: str) -> str:
+    def _pending(self, pod: Obj, message: str, reason: str) -> Outcome:
         self.fence_unallocated(pod)
         uid = str(_meta(pod).get("uid"))
         hami_reason = _HAMI_REASON.search(message)
@@ -603,7 +619,7 @@ class Reconciler:
             written = self._set_condition(pod, "False", reason, message)
             if written is not None:
                 self.pods[_key(written)] = written
-        return "pending"
+        return Outcome.PENDING
 
     def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
         meta = _meta(pod)
@@ -677,7 +693,7 @@ class Reconciler:
                 return True
         return False
 
-    def repair_overcommit(self, claim: Obj) -> str | None:
+    def repair_overcommit(self, claim: Obj) -> Outcome | None:
         """Act on an observed allocation that overcommits a GPU (None when nothing is wrong).
 
         It should never happen (allocations are written with resourceVersion guards and fenced),
@@ -705,7 +721,7 @@ class Reconciler:
                     "GPU %s overcommitted (%s) by started or foreign claims; not repaired", where, problems
                 )
                 self.metrics.overcommits.labels("reported").inc()
-                return "reported"
+                return Outcome.REPORTED
             victim = max(candidates, key=lambda c: (str(_meta(c).get("creationTimestamp")), _key(c)))
             log.error("GPU %s overcommitted (%s); deallocating the newest unstarted claim %s", where,
                       "; ".join(problems), _key(victim))  # fmt: skip
@@ -713,7 +729,7 @@ class Reconciler:
                 self._deallocate(victim)
             except KubeError as err:
                 log.warning("claim %s: overcommit repair failed: %s; retried", _key(victim), err)
-                return "retry"
+                return Outcome.RETRY
             self.metrics.overcommits.labels("deallocated").inc()
             message = (
                 f"GPU {where} was overcommitted ({'; '.join(problems)}): claim {_key(victim)} deallocated"
@@ -722,7 +738,7 @@ class Reconciler:
                 pod = self.pods.get(pod_key)
                 if pod is not None:
                     self._event(pod, "Warning", "GpuOvercommitted", message)
-            return "deallocated"
+            return Outcome.DEALLOCATED
         return None
 
     def _deallocate(self, claim: Obj) -> Obj:
@@ -735,22 +751,22 @@ class Reconciler:
         self._remember(written)
         return written
 
-    def reconcile_claim(self, claim: Obj) -> str:
+    def reconcile_claim(self, claim: Obj) -> Outcome:
         """Release a claim of ours that nobody uses; returns what it did."""
         meta = _meta(claim)
         if FINALIZER not in (meta.get("finalizers") or ()):
-            return "skip"
+            return Outcome.SKIP
         status = claim.get("status") or {}
         if status.get("reservedFor"):
-            return "in-use"
+            return Outcome.IN_USE
         deleting = bool(meta.get("deletionTimestamp"))
         if not deleting and self.live_consumers(claim):
-            return "in-use"
+            return Outcome.IN_USE
         current: Obj = claim
         for _ in range(MAX_WRITE_ATTEMPTS):
             try:
                 if (current.get("status") or {}).get("reservedFor"):
-                    return "in-use"
+                    return Outcome.IN_USE
                 if (current.get("status") or {}).get("allocation"):
                     current = self._deallocate(current)
                 released = copy.deepcopy(dict(current))
@@ -760,12 +776,12 @@ class Reconciler:
                 written = self.kube.update(RESOURCE_CLAIMS, released)
                 self._remember(written)
                 log.info("claim %s released", _key(claim))
-                return "released"
+                return Outcome.RELEASED
             except KubeError as err:
                 if err.not_found:
-                    return "gone"
+                    return Outcome.GONE
                 if not err.conflict:
                     raise
                 self.metrics.conflicts.inc()
                 current = self.kube.get(RESOURCE_CLAIMS, meta.get("namespace"), str(meta.get("name")))
-        return "retry"
+        return Outcome.RETRY

@@ -9,12 +9,10 @@ defence check) and nothing else, so that prepare/CDI code never depends on how G
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-DEFAULT_CORES = 100
-DEFAULT_SLOTS = 10
+from dra_driver.devices.model import DEFAULT_CORES, DEFAULT_SLOTS, Gpu
 
 
 @dataclass(frozen=True)
@@ -46,38 +44,18 @@ def normalise_pci_bus_id(bus_id: str) -> str:
     return f"{domain}{sep}{rest}" if sep else text
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    """First present attribute/key among ``names`` (device models name fields slightly differently)."""
-    for name in names:
-        if isinstance(obj, Mapping) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def gpu_from_model(device: Any) -> NodeGpu:
-    """Adapt a ``dra_driver.devices`` GPU (or a plain mapping with the same keys) to a NodeGpu."""
-    index = int(_get(device, "index"))
-    name = _get(device, "device_name", "name")
-    if not isinstance(name, str) or not name.startswith("gpu-"):
-        name = f"gpu-{index}"
-    memory = _get(device, "memory_bytes", "memory", "total_memory", "memory_total")
-    if isinstance(memory, str):
-        from dra_driver.quantity import parse_bytes
-
-        memory = parse_bytes(memory)
-    minor = _get(device, "minor", "minor_number", default=index)
+def node_gpu(gpu: Gpu) -> NodeGpu:
+    """The facts preparation needs of a discovered GPU (``dra_driver.devices.model.Gpu``)."""
     return NodeGpu(
-        name=name,
-        index=index,
-        minor=int(minor if minor is not None else index),
-        uuid=str(_get(device, "uuid", default="")),
-        pci_bus_id=str(_get(device, "pci_bus_id", "pciBusID", "pci_bus", default="")),
-        memory_bytes=int(memory or 0),
-        cores=int(_get(device, "cores", default=DEFAULT_CORES) or DEFAULT_CORES),
-        slots=int(_get(device, "slots", "split_count", default=DEFAULT_SLOTS) or DEFAULT_SLOTS),
-        healthy=bool(_get(device, "healthy", default=True)),
+        name=gpu.name,
+        index=gpu.index,
+        minor=gpu.index if gpu.minor is None else gpu.minor,
+        uuid=gpu.uuid,
+        pci_bus_id=gpu.pci_bus_id or "",
+        memory_bytes=gpu.memory_bytes,
+        cores=gpu.cores,
+        slots=gpu.slots,
+        healthy=gpu.healthy,
     )
 
 

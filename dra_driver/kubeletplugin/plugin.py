@@ -19,7 +19,7 @@ from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
 from dra_driver.kubeletplugin.dra_service import dra_handlers
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
-from dra_driver.kubeletplugin.inventory import Inventory, gpu_from_model
+from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
 from dra_driver.kubeletplugin.prepare import Preparer, PreparerConfig
 from dra_driver.kubeletplugin.registration import RegistrationService
@@ -56,7 +56,7 @@ class KubeletPlugin:
         self.gpus = gpus
         self.api_client = api_client
         self.metrics = PluginMetrics()
-        self.inventory = Inventory(gpu_from_model(g) for g in gpus)
+        self.inventory = Inventory(node_gpu(g) for g in gpus)
         self.health = HealthState([g.name for g in gpus])
         self.health.add_listener(self._on_health)
         self.preparer = Preparer(

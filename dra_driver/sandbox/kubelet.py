@@ -1,10 +1,10 @@
 """A per-node kubelet simulator for the sandbox: plugin registration, prepare/unprepare, slice wipe.
 
 It speaks to the driver only as kubelet does, over the plugin's real unix sockets, with message
-classes built from a *separately compiled* copy of kubelet's protos (``KubeletProtocol``): the
-tests compile the upstream protos in ``../shared/reference/upstream`` with grpcio-tools, so a
-field renumbered in our ``api/`` would break them. Without upstream protos (e.g. ``hami-dra sandbox
-up`` outside this repo's workspace) it falls back to our own protos, compiled the same way.
+classes built from a *separately compiled* copy of kubelet's protos (``KubeletProtocol``): where
+kubelet's own proto files are at hand, the wire-contract tests compile those with grpcio-tools,
+so a field renumbered in our ``api/kubelet`` would break them; otherwise (a plain clone, ``hami-dra
+sandbox up``) it compiles our own ``api/kubelet`` protos the same way.
 
 What it does (kubelet's registration and prepare/unprepare):
 - at start-up deletes every ResourceSlice of its node (all drivers), like kubelet;

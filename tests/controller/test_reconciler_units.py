@@ -852,3 +852,176 @@ def test_a_condition_write_conflict_is_retried_on_the_re_read_pod() -> None:
     assert written is not None and written["status"]["conditions"][-1]["reason"] == "R"
     world.kube.fail("update/status", "pods", 500)
     assert world.reconciler._set_condition(world.pod("p"), "False", "R2", "m") is None
+
+
+# --- second round: what the mutation run still found unpinned ---------------------------------------
+
+
+def second_node(world: World, name: str = "node-2") -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {}}}
+    world.reconciler.nodes[name] = world.kube.put(NODES, node)
+    slices = [
+        *build_resource_slices(
+            profile_gpus("t4", node_name=NODE, gpus=2), node_name=NODE, driver_name=DRIVER
+        ),
+        *build_resource_slices(
+            profile_gpus("t4", node_name=name, gpus=2), node_name=name, driver_name=DRIVER
+        ),
+    ]
+    world.reconciler.refresh_inventory(slices)
+
+
+def test_the_reconciler_never_edits_the_cached_objects_in_place() -> None:
+    world = World(gpus=1)
+    tenant(world, "a")
+    orphan = claim("orphan", request(memory="20Gi"))
+    orphan["metadata"]["finalizers"] = [FINALIZER]
+    world.add_claim(orphan)
+    world.add_pod(pod("orphan-pod", {"gpu": "claim:orphan"}))
+    originals = [*world.reconciler.claims.values(), *world.reconciler.pods.values()]
+    snapshot = copy.deepcopy(originals)
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    world.reconciler.commit(job)
+    world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/orphan-pod"])  # fenced, pending
+    assert originals == snapshot  # replaced in the caches where they changed, never edited
+    allocated = world.claim("a")
+    cached = copy.deepcopy(allocated)
+    world.reconciler._deallocate(allocated)
+    assert allocated == cached
+
+
+def test_applying_a_commit_records_the_written_pod() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/a-pod"])
+    assert isinstance(job, CommitJob)
+    world.reconciler.apply(world.reconciler.commit(job))  # no informer event yet
+    assert not world.reconciler.pods[f"{NS}/a-pod"]["spec"].get("schedulingGates")
+
+
+def test_an_unattempted_write_falls_back_to_what_the_cache_holds() -> None:
+    world = World()
+    world.add_claim(claim("c1", request()))
+    world.add_claim(claim("c2", request()))
+    world.add_pod(pod("p", {"one": "claim:c1", "two": "claim:c2"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    assert isinstance(job, CommitJob)
+    elsewhere = world.claim("c2")  # meanwhile kube-scheduler allocated c2 (the informer saw it)
+    elsewhere["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1"}]}}}  # fmt: skip
+    world.observe_claim(world.kube.update(RESOURCE_CLAIMS, elsewhere, status=True))
+    world.kube.fail("update/status", "resourceclaims", 500)  # c1's write fails; c2's is never tried
+    world.reconciler.apply(world.reconciler.commit(job))
+    uses = world.reconciler.ledger.claims()
+    (use,) = uses[elsewhere["metadata"]["uid"]]
+    assert (use.device, use.memory) == ("gpu-1", None)
+
+
+def test_a_pod_with_nothing_left_to_allocate_clears_its_pending_report() -> None:
+    world = World()
+    world.add_class(other_class())
+    world.add_claim(claim("foreign", request(klass="other")))
+    waiting = world.add_pod(pod("p", {"gpu": "claim:foreign"}))
+    world.reconciler.pending_messages[waiting["metadata"]["uid"]] = "earlier reason"
+    job = world.reconciler.reconcile_pod(waiting)
+    assert isinstance(job, CommitJob) and job.clear_pending
+    world.reconciler.apply(world.reconciler.commit(job))
+    found = condition(world, "p")
+    assert found is not None and found["status"] == "True"
+    assert waiting["metadata"]["uid"] not in world.reconciler.pending_messages
+
+
+def test_a_claim_named_twice_by_one_pod_is_planned_once() -> None:
+    world = World()
+    world.add_claim(claim("dup", request()))
+    world.add_pod(pod("p", {"one": "claim:dup", "two": "claim:dup"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    assert isinstance(job, CommitJob) and len(job.writes) == 1
+
+
+def test_every_missing_class_is_named() -> None:
+    world = World()
+    world.add_claim(claim("x", request(name="a", klass="gone-1"), request(name="b", klass="gone-2")))
+    world.add_pod(pod("p", {"gpu": "claim:x"}))
+    world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    found = condition(world, "p")
+    assert found is not None and "DeviceClass gone-1, gone-2 not found" in found["message"]
+
+
+def test_a_claim_allocated_on_one_node_pins_the_pods_other_claims_there() -> None:
+    world = World()
+    second_node(world)
+    pinned = claim("pinned", request())
+    pinned["status"] = {"allocation": {"nodeSelector": node_selector("node-2"), "devices": {"results": []}}}
+    world.add_claim(pinned)
+    world.add_claim(claim("fresh", request()))
+    world.add_pod(pod("p", {"one": "claim:pinned", "two": "claim:fresh"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    assert isinstance(job, CommitJob)
+    ((_, allocation),) = job.writes
+    assert allocation["nodeSelector"] == node_selector("node-2")
+
+
+def test_the_hami_annotation_names_the_chosen_card() -> None:
+    world = World()
+    tenant(world, "a", memory="2000Mi")
+    world.place("a-pod")
+    (device,) = devices(world, "a")
+    card = world.reconciler.ledger.inventory[NODE].devices[(NODE, device)].card
+    value = world.pod("a-pod")["metadata"]["annotations"][HAMI_ALLOCATED]
+    assert value == f"{card.uuid},NVIDIA,2000,0:;"
+
+
+def test_the_newest_claim_not_yet_started_is_the_one_deallocated() -> None:
+    world = World(gpus=1)
+    stamps = {"old-unstarted": "2026-12-01T00:00:01Z", "new-started": "2026-12-01T00:00:02Z"}
+    for name, stamp in stamps.items():
+        obj = claim(name, request(memory="10Gi"))
+        obj["metadata"]["finalizers"] = [FINALIZER]
+        obj["metadata"]["creationTimestamp"] = stamp
+        obj["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": name,
+             "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"}}]}}}  # fmt: skip
+        if name == "new-started":
+            obj["status"]["reservedFor"] = [{"resource": "pods", "name": "x", "uid": "x"}]
+        world.kube.put(RESOURCE_CLAIMS, obj)
+        world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}))
+    world.sync()
+    assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/new-started"]) == "deallocated"
+    assert devices(world, "old-unstarted") == [] and devices(world, "new-started") == ["gpu-0"]
+    (event,) = [o for (plural, _, _), o in world.kube.objects.items() if plural == "events"]
+    assert (event["type"], event["reason"], event["involvedObject"]["name"]) == (
+        "Warning", "GpuOvercommitted", "old-unstarted-pod"
+    )  # fmt: skip
+    assert "memory 21474836480 > 16106127360" in event["message"]
+
+
+def test_a_deallocation_clears_the_device_status_too() -> None:
+    world = World()
+    obj = claim("s", request())
+    obj["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]}
+        },
+        "devices": [{"driver": DRIVER, "pool": NODE, "device": "gpu-0"}],
+    }
+    stored = world.add_claim(obj)
+    written = world.reconciler._deallocate(stored)
+    assert written["status"] == {} and world.claim("s")["status"] == {}
+
+
+def test_the_bound_pods_cache_follows_new_bindings() -> None:
+    world = World()
+    node = copy.deepcopy(world.reconciler.nodes[NODE])
+    node["status"]["allocatable"] = {"cpu": "1"}
+    world.reconciler.nodes[NODE] = node
+    tenant(world, "a")
+    wanting = world.reconciler.pods[f"{NS}/a-pod"]
+    wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "600m"}
+    assert world.reconciler.allowed_nodes(wanting) == frozenset({NODE})  # nothing bound there yet
+    busy = pod("busy", {}, gated=False)
+    busy["spec"]["nodeName"] = NODE
+    busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "600m"}}
+    world.add_pod(busy)
+    assert world.reconciler.allowed_nodes(wanting) == frozenset()
