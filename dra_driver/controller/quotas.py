@@ -19,6 +19,7 @@ from typing import Any
 from dra_driver.controller.kube import GPU_QUOTAS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.writes import retry_on_conflict
 from dra_driver.quota import (
     Breach,
     Charge,
@@ -33,7 +34,6 @@ from dra_driver.quota.crd import RESOURCES
 from dra_driver.quota.model import format_amount
 
 log = logging.getLogger(__name__)
-MAX_STATUS_ATTEMPTS = 5
 #: A quota's status is rewritten at most this often while its usage keeps changing (a burst).
 STATUS_INTERVAL_SECONDS = 1.0
 
@@ -146,29 +146,25 @@ class QuotaBook:
 
     def _write_status(self, kube: KubeApi, obj: Obj, used: dict[str, Any]) -> Obj | None:
         meta = obj.get("metadata") or {}
-        current = obj
-        for _ in range(MAX_STATUS_ATTEMPTS):
+        where = f"GpuQuota {meta.get('namespace')}/{meta.get('name')}"
+
+        def write(current: Obj) -> Obj:
             updated = copy.deepcopy(dict(current))
             updated["status"] = {
                 **(updated.get("status") or {}),
                 "used": used,
                 "observedGeneration": int((updated.get("metadata") or {}).get("generation") or 0),
             }
-            try:
-                written: Obj = kube.update(GPU_QUOTAS, updated, status=True)
-                log.info("GpuQuota %s/%s used: %s", meta.get("namespace"), meta.get("name"), used)
-                return written
-            except KubeError as err:
-                if err.not_found:
-                    return None
-                if not err.conflict:
-                    log.warning("GpuQuota %s/%s: status not written: %s", meta.get("namespace"),
-                                meta.get("name"), err)  # fmt: skip
-                    return None
-                try:
-                    current = kube.get(GPU_QUOTAS, meta.get("namespace"), str(meta.get("name")))
-                except KubeError as read_err:
-                    log.warning("GpuQuota %s/%s: re-read failed: %s", meta.get("namespace"),
-                                meta.get("name"), read_err)  # fmt: skip
-                    return None
-        return None
+            written: Obj = kube.update(GPU_QUOTAS, updated, status=True)
+            return written
+
+        try:
+            written = retry_on_conflict(
+                write, obj, lambda: kube.get(GPU_QUOTAS, meta.get("namespace"), str(meta.get("name")))
+            )
+        except KubeError as err:
+            if not err.not_found:
+                log.warning("%s: status not written: %s", where, err)
+            return None
+        log.info("%s used: %s", where, used)
+        return written

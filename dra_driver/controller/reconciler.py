@@ -46,6 +46,7 @@ from dra_driver.controller.pods import (
 )
 from dra_driver.controller.quotas import QuotaBook
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
+from dra_driver.controller.writes import retry_on_conflict
 from dra_driver.engine import Decision, GpuCard
 from dra_driver.quota import Charge
 
@@ -55,7 +56,6 @@ _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
 ASSUME_SECONDS = 30.0
 #: Written to a claim to fence it (see ``Reconciler.fence_unallocated``); its value says who and when.
 FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
-MAX_WRITE_ATTEMPTS = 5
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -488,48 +488,56 @@ class Reconciler:
         Returns ``(written, None)`` on success, else ``(None, current)`` with the claim as the API
         holds it (``None`` when it is gone).
         """
-        current: dict[str, Any] = copy.deepcopy(dict(claim))
-        for _ in range(MAX_WRITE_ATTEMPTS):
-            try:
-                if (current.get("status") or {}).get("allocation"):
-                    return None, current  # allocated elsewhere in the meantime: plan again with it counted
+
+        def attempt(current: Obj) -> tuple[Obj | None, Obj | None]:
+            if (current.get("status") or {}).get("allocation"):
+                return None, current  # allocated elsewhere in the meantime: plan again with it counted
+            if not self.still_leading():
+                log.warning("claim %s: allocation not written: no longer leading", _key(claim))
+                return None, current
+            if FINALIZER not in (_meta(current).get("finalizers") or ()):
+                current["metadata"]["finalizers"] = [*(_meta(current).get("finalizers") or ()), FINALIZER]
+                current = self.kube.update(RESOURCE_CLAIMS, current)
                 if not self.still_leading():
                     log.warning("claim %s: allocation not written: no longer leading", _key(claim))
                     return None, current
-                if FINALIZER not in (_meta(current).get("finalizers") or ()):
-                    current["metadata"]["finalizers"] = [*(_meta(current).get("finalizers") or ()), FINALIZER]
-                    current = self.kube.update(RESOURCE_CLAIMS, current)
-                    if not self.still_leading():
-                        log.warning("claim %s: allocation not written: no longer leading", _key(claim))
-                        return None, current
-                current.setdefault("status", {})["allocation"] = allocation
-                return self.kube.update(RESOURCE_CLAIMS, current, status=True), None
-            except KubeError as err:
-                if err.not_found:
-                    return None, None
-                if not err.conflict:
-                    log.warning("claim %s: allocation not written: %s", _key(claim), err)
-                    try:
-                        return None, self.kube.get(
-                            RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name"))
-                        )
-                    except KubeError:
-                        return None, dict(claim)
-                self.metrics.conflicts.inc()
-                current = self.kube.get(
-                    RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name"))
-                )
-        return None, current
+            current.setdefault("status", {})["allocation"] = allocation
+            return self.kube.update(RESOURCE_CLAIMS, current, status=True), None
+
+        try:
+            return retry_on_conflict(
+                attempt,
+                copy.deepcopy(dict(claim)),
+                lambda: self._read_claim(claim),
+                on_conflict=self._conflict,
+            )
+        except KubeError as err:
+            if err.not_found:
+                return None, None
+            log.warning("claim %s: allocation not written: %s", _key(claim), err)
+            try:
+                return None, self._read_claim(claim)
+            except KubeError:
+                return None, dict(claim)
+
+    def _read_claim(self, claim: Mapping[str, Any]) -> Obj:
+        return self.kube.get(RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name")))
+
+    def _read_pod(self, pod: Mapping[str, Any]) -> Obj:
+        return self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
+
+    def _conflict(self) -> None:
+        self.metrics.conflicts.inc()
 
     def _finish(
         self, pod: Obj, clear_pending: bool, annotations: Mapping[str, str] | None = None
     ) -> tuple[Obj | None, Outcome]:
         """Remove our gate, in the same update setting ``annotations`` (and mark the condition
         allocated if we had reported it pending)."""
-        current: Obj = dict(pod)
-        for _ in range(MAX_WRITE_ATTEMPTS):
+
+        def lift_gate(current: Obj) -> Obj:
             if not has_gate(current):
-                break
+                return current
             updated = copy.deepcopy(dict(current))
             gates = [
                 gate for gate in updated["spec"].get("schedulingGates") or () if gate.get("name") != GATE_NAME
@@ -540,18 +548,17 @@ class Reconciler:
                     **(updated["metadata"].get("annotations") or {}),
                     **annotations,
                 }
-            try:
-                current = self.kube.update(PODS, updated)
-                break
-            except KubeError as err:
-                if err.not_found:
-                    return None, Outcome.SKIP
-                if not err.conflict:
-                    log.warning("pod %s: gate not removed: %s", _key(pod), err)
-                    return None, Outcome.RETRY
-                self.metrics.conflicts.inc()
-                current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
-        else:
+            written: Obj = self.kube.update(PODS, updated)
+            return written
+
+        try:
+            current = retry_on_conflict(
+                lift_gate, dict(pod), lambda: self._read_pod(pod), on_conflict=self._conflict
+            )
+        except KubeError as err:
+            if err.not_found:
+                return None, Outcome.SKIP
+            log.warning("pod %s: gate not removed: %s", _key(pod), err)
             return None, Outcome.RETRY
         if clear_pending:
             current = (
@@ -651,8 +658,7 @@ class Reconciler:
             log.info("event for %s not recorded: %s", _key(pod), err)
 
     def _set_condition(self, pod: Obj, status: str, reason: str, message: str) -> Obj | None:
-        current = pod
-        for _ in range(MAX_WRITE_ATTEMPTS):
+        def write(current: Obj) -> Obj:
             updated = copy.deepcopy(dict(current))
             conditions = [
                 condition
@@ -669,15 +675,14 @@ class Reconciler:
                 }
             )
             updated["status"]["conditions"] = conditions
-            try:
-                written: Obj = self.kube.update(PODS, updated, status=True)
-                return written
-            except KubeError as err:
-                if not err.conflict:
-                    log.info("condition for %s not written: %s", _key(pod), err)
-                    return None
-                current = self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
-        return None
+            written: Obj = self.kube.update(PODS, updated, status=True)
+            return written
+
+        try:
+            return retry_on_conflict(write, pod, lambda: self._read_pod(pod), on_conflict=self._conflict)
+        except KubeError as err:
+            log.info("condition for %s not written: %s", _key(pod), err)
+            return None
 
     # --- release -------------------------------------------------------------------------------
     def live_consumers(self, claim: Obj) -> bool:
@@ -762,26 +767,27 @@ class Reconciler:
         deleting = bool(meta.get("deletionTimestamp"))
         if not deleting and self.live_consumers(claim):
             return Outcome.IN_USE
-        current: Obj = claim
-        for _ in range(MAX_WRITE_ATTEMPTS):
-            try:
-                if (current.get("status") or {}).get("reservedFor"):
-                    return Outcome.IN_USE
-                if (current.get("status") or {}).get("allocation"):
-                    current = self._deallocate(current)
-                released = copy.deepcopy(dict(current))
-                released["metadata"]["finalizers"] = [
-                    item for item in _meta(current).get("finalizers") or () if item != FINALIZER
-                ]
-                written = self.kube.update(RESOURCE_CLAIMS, released)
-                self._remember(written)
-                log.info("claim %s released", _key(claim))
-                return Outcome.RELEASED
-            except KubeError as err:
-                if err.not_found:
-                    return Outcome.GONE
-                if not err.conflict:
-                    raise
-                self.metrics.conflicts.inc()
-                current = self.kube.get(RESOURCE_CLAIMS, meta.get("namespace"), str(meta.get("name")))
-        return Outcome.RETRY
+
+        def release(current: Obj) -> Outcome:
+            if (current.get("status") or {}).get("reservedFor"):
+                return Outcome.IN_USE
+            if (current.get("status") or {}).get("allocation"):
+                current = self._deallocate(current)
+            released = copy.deepcopy(dict(current))
+            released["metadata"]["finalizers"] = [
+                item for item in _meta(current).get("finalizers") or () if item != FINALIZER
+            ]
+            self._remember(self.kube.update(RESOURCE_CLAIMS, released))
+            log.info("claim %s released", _key(claim))
+            return Outcome.RELEASED
+
+        try:
+            return retry_on_conflict(
+                release, claim, lambda: self._read_claim(claim), on_conflict=self._conflict
+            )
+        except KubeError as err:
+            if err.not_found:
+                return Outcome.GONE
+            if not err.conflict:
+                raise
+            return Outcome.RETRY
