@@ -75,6 +75,8 @@ def could_fit(node: NodeState, request: PlacementRequest) -> bool:
     the full checks, but never ``False`` for a node that fits.
     """
     mutex, cores, needed = request.policy.mutex, request.cores, request.count
+    if mutex and node.idle_cards < needed:
+        return False  # the common case on a busy cluster, without looking at each card
     for free in node.free:
         if not free.free_slot or free.free_cores < cores:
             continue
@@ -174,7 +176,8 @@ def place(
     state: ClusterState, request: PlacementRequest, *, max_candidates: int = DEFAULT_MAX_CANDIDATES
 ) -> Decision:
     """Decide where ``request`` goes. Pure: the state is not changed (see ``place_and_allocate``)."""
-    for node in state.ranked_nodes(request.node_policy):
+    # A mutex request needs idle cards: only nodes with one can take it (the same order).
+    for node in state.ranked_nodes(request.node_policy, with_idle_card=request.policy.mutex):
         if request.allowed_nodes is not None and node.name not in request.allowed_nodes:
             continue
         if not could_fit(node, request):

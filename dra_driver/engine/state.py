@@ -40,6 +40,8 @@ class NodeState:
     usage: dict[int, CardUsage]
     score: float = 0.0
     free: tuple[FreeCapacity, ...] = ()
+    #: Healthy cards without a tenant: a mutex request skips a node with too few in one comparison.
+    idle_cards: int = 0
 
     def card(self, index: int) -> GpuCard:
         for card in self.cards:
@@ -62,6 +64,7 @@ class NodeState:
             if card.healthy
             for usage in (self.usage[card.index],)
         )
+        self.idle_cards = sum(1 for free in self.free if free.idle)
 
 
 class ClusterState:
@@ -71,6 +74,10 @@ class ClusterState:
         self._nodes: dict[str, NodeState] = {}
         self._binpack_order: list[tuple[float, str]] = []  # (-score, name): highest score first
         self._spread_order: list[tuple[float, str]] = []  # (score, name): lowest score first
+        # The same two rankings of only the nodes with an idle card: what a mutex request scans,
+        # so a full cluster costs it the nodes that could take it, not every node.
+        self._idle_binpack_order: list[tuple[float, str]] = []
+        self._idle_spread_order: list[tuple[float, str]] = []
         by_node: dict[str, list[GpuCard]] = {}
         for card in cards:
             by_node.setdefault(card.node, []).append(card)
@@ -104,12 +111,16 @@ class ClusterState:
         if node is not None:
             self._unrank(node)
 
-    def ranked_nodes(self, policy: NodePolicy) -> Iterator[NodeState]:
-        """Nodes in the order the node policy prefers them; ties by node name.
+    def ranked_nodes(self, policy: NodePolicy, *, with_idle_card: bool = False) -> Iterator[NodeState]:
+        """Nodes in the order the node policy prefers them; ties by node name (``with_idle_card``:
+        only those with a healthy card that has no tenant, in the same order).
 
         Do not allocate or release while iterating: the ranking is live.
         """
-        order = self._binpack_order if policy is NodePolicy.BINPACK else self._spread_order
+        if with_idle_card:
+            order = self._idle_binpack_order if policy is NodePolicy.BINPACK else self._idle_spread_order
+        else:
+            order = self._binpack_order if policy is NodePolicy.BINPACK else self._spread_order
         for _, name in order:
             yield self._nodes[name]
 
@@ -166,12 +177,19 @@ class ClusterState:
         node.refresh()
         self._rank(node)
 
+    def _orders(self, node: NodeState) -> list[tuple[list[tuple[float, str]], float]]:
+        """The rankings ``node`` belongs in, with its key in each (its state as last refreshed)."""
+        orders = [(self._binpack_order, -node.score), (self._spread_order, node.score)]
+        if node.idle_cards:
+            orders += [(self._idle_binpack_order, -node.score), (self._idle_spread_order, node.score)]
+        return orders
+
     def _rank(self, node: NodeState) -> None:
-        insort(self._binpack_order, (-node.score, node.name))
-        insort(self._spread_order, (node.score, node.name))
+        for order, key in self._orders(node):
+            insort(order, (key, node.name))
 
     def _unrank(self, node: NodeState) -> None:
-        for order, key in ((self._binpack_order, -node.score), (self._spread_order, node.score)):
+        for order, key in self._orders(node):
             position = bisect_left(order, (key, node.name))
             if position < len(order) and order[position] == (key, node.name):
                 del order[position]

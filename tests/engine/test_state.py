@@ -51,3 +51,39 @@ def test_set_node_keeps_usage_and_rejects_duplicates() -> None:
         state.set_node("node-1", [t4(0), t4(0)])
     state.remove_node("node-1")
     assert list(state.ranked_nodes(NodePolicy.SPREAD)) == []
+
+
+def test_the_idle_card_rankings_are_the_full_rankings_filtered() -> None:
+    """Mutex requests scan only nodes with an idle card; that list must stay exactly the full
+    ranking without the nodes whose every card has a tenant, through allocations, releases,
+    unhealthy cards and inventory changes."""
+    import random
+
+    from dra_driver.engine import GpuCard
+
+    rng = random.Random(7)
+    state = ClusterState(t4(i, node=f"n{n}") for n in range(12) for i in range(2))
+    placed: list[Placement] = []
+    for step in range(400):
+        node = f"n{rng.randrange(12)}"
+        if placed and rng.random() < 0.4:
+            state.release(placed.pop(rng.randrange(len(placed))))
+        elif step % 97 == 0:
+            cards = [
+                GpuCard(node=node, index=i, memory=15360 * 2**20, healthy=rng.random() < 0.7)
+                for i in range(2)
+            ]
+            placed = [p for p in placed if p.node != node]
+            state.remove_node(node)
+            state.set_node(node, cards)
+        else:
+            share = DeviceShare(rng.randrange(2), 2**30, 0)
+            try:
+                state.allocate(Placement(node, (share,)))
+                placed.append(Placement(node, (share,)))
+            except StateError:
+                pass
+        for policy in (NodePolicy.BINPACK, NodePolicy.SPREAD):
+            full = [n.name for n in state.ranked_nodes(policy) if n.idle_cards]
+            assert [n.name for n in state.ranked_nodes(policy, with_idle_card=True)] == full
+    assert any(not n.idle_cards for n in state.nodes.values())  # the filter was exercised
