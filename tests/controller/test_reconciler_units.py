@@ -1025,3 +1025,33 @@ def test_the_bound_pods_cache_follows_new_bindings() -> None:
     busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "600m"}}
     world.add_pod(busy)
     assert world.reconciler.allowed_nodes(wanting) == frozenset()
+
+
+def test_quota_metrics_follow_usage_limits_and_deletion() -> None:
+    world = World()
+    quotas = world.reconciler.quotas
+    cap = {"metadata": {"name": "cap", "namespace": NS}, "spec": {"hard": {"memory": "8Gi", "devices": 2}}}
+    quotas.set_gpu_quota(f"{NS}/cap", world.kube.put(GPU_QUOTAS, cap))
+    quotas.set_resource_quota(f"{NS}/hami", {
+        "metadata": {"name": "hami", "namespace": NS},
+        "spec": {"hard": {"limits.nvidia.com/gpucores": "150", "pods": "10"}},
+    })  # fmt: skip
+    tenant(world, "a", memory="2Gi", cores=30)
+    world.place("a-pod")
+    quotas.sync(world.kube, force=True)
+    registry = world.metrics.registry
+
+    def sample(name: str, quota: str, resource: str) -> float | None:
+        labels = {"namespace": NS, "quota": quota, "resource": resource}
+        return registry.get_sample_value(name, labels)
+
+    assert sample("hami_dra_quota_used", "cap", "memory") == 2 * 1024**3
+    assert sample("hami_dra_quota_hard", "cap", "memory") == 8 * 1024**3
+    assert sample("hami_dra_quota_hard", "cap", "devices") == 2
+    assert sample("hami_dra_quota_hard", "cap", "cores") is None  # not limited: no series
+    assert sample("hami_dra_quota_used", "resourcequota/hami", "cores") == 30
+    assert sample("hami_dra_quota_hard", "resourcequota/hami", "cores") == 150
+    quotas.set_gpu_quota(f"{NS}/cap", None)
+    quotas.sync(world.kube, force=True)
+    assert sample("hami_dra_quota_used", "cap", "memory") is None
+    assert sample("hami_dra_quota_used", "resourcequota/hami", "cores") == 30
