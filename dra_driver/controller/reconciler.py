@@ -34,9 +34,9 @@ from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_A
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, KubeApi, KubeError, Obj
-from dra_driver.controller.ledger import Ledger, claim_uses, request_classes
+from dra_driver.controller.ledger import Ledger, Use, claim_uses, request_classes
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.planner import PlanInput, Planner, PodPlan
+from dra_driver.controller.planner import ClaimPlan, PlanInput, Planner, PodPlan
 from dra_driver.controller.pods import (
     bound_requests_by_node,
     node_fit_problem,
@@ -48,7 +48,6 @@ from dra_driver.controller.quotas import QuotaBook
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.controller.writes import retry_on_conflict
 from dra_driver.engine import Decision, GpuCard
-from dra_driver.quota import Charge
 
 log = logging.getLogger("dra_driver.controller")
 CONDITION_TYPE = "gpu.hami.io/Allocated"
@@ -147,19 +146,22 @@ def format_decision(subject: str, decision: Decision, config: str) -> str:
     return f"{subject}: {config} {outcome}; scores: {' '.join(cards) or '-'}"
 
 
-def _plan_charges(plan: PodPlan, classes_of: Mapping[str, Mapping[str, str]]) -> list[Charge]:
-    """What a plan's new allocations would charge the namespace's quotas (admin access: nothing)."""
-    return [
-        Charge(
-            classes_of[_key(claim_plan.claim)][result.request],
-            (result.pool, result.device),
-            result.share.memory,
-            result.share.cores,
+def plan_uses(claim_plan: ClaimPlan, classes: Mapping[str, str]) -> tuple[Use, ...]:
+    """The ledger's uses of a planned claim, straight from the plan (``classes``: request -> class)."""
+    namespace = str(_meta(claim_plan.claim).get("namespace") or "")
+    return tuple(
+        Use(
+            r.pool,
+            r.device,
+            r.share.memory,
+            r.share.cores,
+            r.share.tenants,
+            namespace,
+            classes.get(r.request, ""),
         )
-        for claim_plan in plan.claims
-        for result in claim_plan.results
-        if not result.admin_access
-    ]
+        for r in claim_plan.results
+        if not r.admin_access
+    )
 
 
 class Reconciler:
@@ -380,16 +382,21 @@ class Reconciler:
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
-        breach = self.quotas.check(str(_meta(pod).get("namespace")), _plan_charges(plan, request_classes_of))
+        charges = [
+            self.ledger.charge(use)
+            for claim_plan in plan.claims
+            for use in plan_uses(claim_plan, request_classes_of[_key(claim_plan.claim)])
+        ]
+        breach = self.quotas.check(str(_meta(pod).get("namespace")), charges)
         if breach is not None:
             return self._pending(pod, breach.message, "GpuQuotaExceeded")
         writes = []
         for claim_plan in plan.claims:
             klasses = request_classes_of[_key(claim_plan.claim)]
             allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
-            # Assume the allocation now, so the next pod is planned with it even while it is written.
-            assumed = {**claim_plan.claim, "status": {"allocation": allocation}}
-            self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), claim_uses(assumed, self.driver))
+            # Assume the allocation now, so the next pod is planned with it even while it is written
+            # (the same uses the written allocation will give when its informer event arrives).
+            self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), plan_uses(claim_plan, klasses))
             self.in_flight_claims.add(_key(claim_plan.claim))
             writes.append((claim_plan.claim, allocation))
         clear_pending = self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None

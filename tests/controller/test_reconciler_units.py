@@ -1055,3 +1055,22 @@ def test_quota_metrics_follow_usage_limits_and_deletion() -> None:
     quotas.sync(world.kube, force=True)
     assert sample("hami_dra_quota_used", "cap", "memory") is None
     assert sample("hami_dra_quota_used", "resourcequota/hami", "cores") == 30
+
+
+def test_the_assumed_uses_are_what_the_written_allocation_gives() -> None:
+    """No serialise-and-reparse: the plan's uses equal the uses read back from the written claim,
+    so the informer event of our own write changes nothing in the ledger."""
+    from dra_driver.controller.ledger import claim_uses
+
+    world = World()
+    world.add_claim(claim("c", request(name="a", memory="1500Mi", cores=25), request(name="b", memory="1Gi")))
+    world.add_pod(pod("p", {"gpu": "claim:c"}))
+    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
+    assert isinstance(job, CommitJob)
+    uid = world.claim("c")["metadata"]["uid"]
+    assumed = world.reconciler.ledger.claims()[uid]
+    generation = world.reconciler.ledger.generation
+    world.reconciler.apply(world.reconciler.commit(job))
+    assert claim_uses(world.claim("c"), DRIVER) == assumed
+    world.sync()
+    assert world.reconciler.ledger.generation == generation  # nothing to change

@@ -368,6 +368,8 @@ def test_everything_the_simulator_writes_is_valid_kubernetes(
         NS, pod_obj("p1", claims=[{"name": "gpu", "resourceClaimTemplateName": "shared"}])
     )
     wait_for(lambda: core.read_namespaced_pod("p1", NS).spec.node_name == "node-1")
+    # The scheduler records its Scheduled event after the binding: wait for it too.
+    wait_for(lambda: any(obj["kind"] == "Event" for _, obj in sandbox.api.store.iter_all()))
     stored = list(sandbox.api.store.iter_all())
     kinds = {obj["kind"] for _, obj in stored}
     assert {"Pod", "ResourceClaim", "ResourceSlice", "Event", "Node", "Namespace"} <= kinds
