@@ -635,16 +635,17 @@ class Reconciler:
                 self.pods[_key(written)] = written
         return Outcome.PENDING
 
-    def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
-        meta = _meta(pod)
+    def _event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
+        """Record an Event about ``obj`` (a Pod, or a ResourceClaim: ``kind`` is the event type)."""
+        meta = _meta(obj)
         now = rfc3339_now()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
             "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
+                "apiVersion": str(obj.get("apiVersion") or "v1"),
+                "kind": str(obj.get("kind") or "Pod"),
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),
@@ -662,7 +663,7 @@ class Reconciler:
         try:
             self.kube.create(EVENTS, str(meta.get("namespace")), event)
         except KubeError as err:
-            log.info("event for %s not recorded: %s", _key(pod), err)
+            log.info("event for %s not recorded: %s", _key(obj), err)
 
     def _set_condition(self, pod: Obj, status: str, reason: str, message: str) -> Obj | None:
         def write(current: Obj) -> Obj:
@@ -746,6 +747,9 @@ class Reconciler:
             message = (
                 f"GPU {where} was overcommitted ({'; '.join(problems)}): claim {_key(victim)} deallocated"
             )
+            # On the claim always (its pods may not be known yet: watches of different resources
+            # are not ordered), and on each pod that refers to it.
+            self._event(victim, "Warning", "GpuOvercommitted", message)
             for pod_key in sorted(self.consumers.get(_key(victim), ())):
                 pod = self.pods.get(pod_key)
                 if pod is not None:

@@ -990,11 +990,14 @@ def test_the_newest_claim_not_yet_started_is_the_one_deallocated() -> None:
     world.sync()
     assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/new-started"]) == "deallocated"
     assert devices(world, "old-unstarted") == [] and devices(world, "new-started") == ["gpu-0"]
-    (event,) = [o for (plural, _, _), o in world.kube.objects.items() if plural == "events"]
-    assert (event["type"], event["reason"], event["involvedObject"]["name"]) == (
-        "Warning", "GpuOvercommitted", "old-unstarted-pod"
-    )  # fmt: skip
-    assert "memory 21474836480 > 16106127360" in event["message"]
+    events = [o for (plural, _, _), o in world.kube.objects.items() if plural == "events"]
+    about = sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events)
+    assert about == [("Pod", "old-unstarted-pod"), ("ResourceClaim", "old-unstarted")]
+    for event in events:
+        assert (event["type"], event["reason"]) == ("Warning", "GpuOvercommitted")
+        assert "memory 21474836480 > 16106127360" in event["message"]
+    claim_event = next(e for e in events if e["involvedObject"]["kind"] == "ResourceClaim")
+    assert claim_event["involvedObject"]["apiVersion"] == "resource.k8s.io/v1"
 
 
 def test_a_deallocation_clears_the_device_status_too() -> None:
