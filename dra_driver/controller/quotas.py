@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from prometheus_client import Gauge
+
 from dra_driver.controller.kube import GPU_QUOTAS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
@@ -122,8 +124,7 @@ class QuotaBook:
                 self.metrics.quota_used.labels(*labels).set(usage.amount(resource))
                 hard = quota.hard.get(resource)
                 if hard is None:
-                    if labels in self._reported:
-                        self.metrics.quota_hard.remove(*labels)
+                    _forget(self.metrics.quota_hard, labels)
                 else:
                     self.metrics.quota_hard.labels(*labels).set(hard)
             if obj is None:
@@ -140,8 +141,7 @@ class QuotaBook:
                 self._gpu_quotas[key] = (quota, written)
         for labels in self._reported - reported:
             for gauge in (self.metrics.quota_used, self.metrics.quota_hard):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(*labels)
+                _forget(gauge, labels)
         self._reported = reported
 
     def _write_status(self, kube: KubeApi, obj: Obj, used: dict[str, Any]) -> Obj | None:
@@ -168,3 +168,9 @@ class QuotaBook:
             return None
         log.info("%s used: %s", where, used)
         return written
+
+
+def _forget(gauge: Gauge, labels: tuple[str, str, str]) -> None:
+    """Drop one series; prometheus-client 0.20 (our lower bound) raises KeyError for one it never had."""
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
