@@ -76,8 +76,9 @@ def test_memory_quota_holds_a_pod_pending_until_usage_drops(harness: Harness) ->
     tenant(harness, "b", "4Gi")
     expected = "GpuQuotaExceeded: default/team-a memory: used 6Gi + requested 4Gi > hard 8Gi"
     wait_for(lambda: expected in harness.events("b-pod"), what="quota event")
-    found = condition(harness, "b-pod")
-    assert found is not None and found["reason"] == "GpuQuotaExceeded" and found["message"] == expected
+    # The event is recorded first, then the pod's condition: wait for that as well.
+    found = wait_for(lambda: condition(harness, "b-pod"), what="the pending condition")
+    assert found["reason"] == "GpuQuotaExceeded" and found["message"] == expected
     assert not harness.allocated("b") and harness.bound_node("b-pod") is None
     wait_for(lambda: quota_status(harness, "team-a") == {"memory": "6Gi", "cores": 0, "devices": 1})
     # Another pod of the namespace goes: its claim is released and b fits.
