@@ -117,6 +117,15 @@ def devices(world: World, name: str) -> list[str]:
     return [r["device"] for r in allocation.get("devices", {}).get("results", [])]
 
 
+def shared_on_gpu0(share_id: str, memory: str, cores: str = "0") -> Obj:
+    """``status.allocation`` with one shared result on gpu-0, as another allocator writes it."""
+    result = {
+        "request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": share_id,
+        "consumedCapacity": {"memory": memory, "cores": cores, "slots": "1"},
+    }  # fmt: skip
+    return {"devices": {"results": [result]}}
+
+
 def condition(world: World, pod_name: str) -> Obj | None:
     for item in world.pod(pod_name).get("status", {}).get("conditions") or ():
         if item["type"] == CONDITION_TYPE:
@@ -384,9 +393,7 @@ def test_an_overcommitted_card_loses_its_newest_unstarted_claim() -> None:
         obj = claim(name, request(memory="10Gi"))
         obj["metadata"]["finalizers"] = [FINALIZER]
         obj["metadata"]["creationTimestamp"] = stamp
-        obj["status"] = {"allocation": {"devices": {"results": [
-            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": name,
-             "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"}}]}}}  # fmt: skip
+        obj["status"] = {"allocation": shared_on_gpu0(name, "10Gi")}
         world.kube.put(RESOURCE_CLAIMS, obj)
         world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}))
     world.sync()
@@ -403,11 +410,9 @@ def test_an_overcommit_by_started_claims_is_only_reported() -> None:
     for name in ("x", "y"):
         obj = claim(name, request(memory="10Gi"))
         obj["status"] = {
-            "allocation": {"devices": {"results": [
-                {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": name,
-                 "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"}}]}},
+            "allocation": shared_on_gpu0(name, "10Gi"),
             "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": name}],
-        }  # fmt: skip
+        }
         world.add_claim(obj)
     assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/x"]) == "reported"
     assert devices(world, "x") == devices(world, "y") == ["gpu-0"]
@@ -548,9 +553,7 @@ def test_a_fractional_consumed_amount_is_counted_up_not_down() -> None:
     from dra_driver.controller.ledger import claim_uses
 
     obj = claim("half", request())
-    obj["status"] = {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": "s",
-         "consumedCapacity": {"memory": "1.5", "cores": "0.5", "slots": "1"}}]}}}  # fmt: skip
+    obj["status"] = {"allocation": shared_on_gpu0("s", "1.5", cores="0.5")}
     (use,) = claim_uses(obj, DRIVER)
     assert (use.memory, use.cores, use.slots) == (2, 1, 1)
 
@@ -733,9 +736,7 @@ def test_an_ungated_pod_whose_claim_is_allocated_or_someone_elses_is_not_planned
 def allocated_claim(world: World, name: str, **status: Any) -> Obj:
     obj = claim(name, request())
     obj["metadata"]["finalizers"] = ["someone.else/keep", FINALIZER]
-    obj["status"] = {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": "s",
-         "consumedCapacity": {"memory": "1Gi", "cores": "0", "slots": "1"}}]}}, **status}  # fmt: skip
+    obj["status"] = {"allocation": shared_on_gpu0("s", "1Gi"), **status}
     return world.add_claim(obj)
 
 
@@ -980,9 +981,7 @@ def test_the_newest_claim_not_yet_started_is_the_one_deallocated() -> None:
         obj = claim(name, request(memory="10Gi"))
         obj["metadata"]["finalizers"] = [FINALIZER]
         obj["metadata"]["creationTimestamp"] = stamp
-        obj["status"] = {"allocation": {"devices": {"results": [
-            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": name,
-             "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"}}]}}}  # fmt: skip
+        obj["status"] = {"allocation": shared_on_gpu0(name, "10Gi")}
         if name == "new-started":
             obj["status"]["reservedFor"] = [{"resource": "pods", "name": "x", "uid": "x"}]
         world.kube.put(RESOURCE_CLAIMS, obj)
