@@ -13,7 +13,7 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import Gauge
@@ -27,6 +27,7 @@ from dra_driver.quota import (
     Charge,
     Quota,
     QuotaError,
+    Usage,
     find_breach,
     quota_from_gpu_quota,
     quota_from_resource_quota,
@@ -40,9 +41,8 @@ log = logging.getLogger(__name__)
 STATUS_INTERVAL_SECONDS = 1.0
 
 
-def used_status(quota: Quota, charges: Iterable[Charge]) -> dict[str, Any]:
+def used_status(usage: Usage) -> dict[str, Any]:
     """``status.used`` as the controller writes it: every resource, memory as a quantity."""
-    usage = usage_of(quota, charges)
     used: dict[str, Any] = {resource: usage.amount(resource) for resource in RESOURCES}
     used["memory"] = format_amount("memory", usage.memory)
     return used
@@ -129,7 +129,7 @@ class QuotaBook:
                     self.metrics.quota_hard.labels(*labels).set(hard)
             if obj is None:
                 continue
-            used = used_status(quota, charges[quota.namespace])
+            used = used_status(usage)
             if (obj.get("status") or {}).get("used") == used:
                 continue
             if not force and now - self._written_at.get(key, 0.0) < STATUS_INTERVAL_SECONDS:

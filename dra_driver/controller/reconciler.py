@@ -382,21 +382,21 @@ class Reconciler:
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
-        charges = [
-            self.ledger.charge(use)
+        planned = [
+            (claim_plan, plan_uses(claim_plan, request_classes_of[_key(claim_plan.claim)]))
             for claim_plan in plan.claims
-            for use in plan_uses(claim_plan, request_classes_of[_key(claim_plan.claim)])
         ]
+        charges = [self.ledger.charge(use) for _, uses in planned for use in uses]
         breach = self.quotas.check(str(_meta(pod).get("namespace")), charges)
         if breach is not None:
             return self._pending(pod, breach.message, "GpuQuotaExceeded")
         writes = []
-        for claim_plan in plan.claims:
+        for claim_plan, uses in planned:
             klasses = request_classes_of[_key(claim_plan.claim)]
             allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
             # Assume the allocation now, so the next pod is planned with it even while it is written
             # (the same uses the written allocation will give when its informer event arrives).
-            self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), plan_uses(claim_plan, klasses))
+            self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), uses)
             self.in_flight_claims.add(_key(claim_plan.claim))
             writes.append((claim_plan.claim, allocation))
         clear_pending = self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None

@@ -28,7 +28,6 @@ RESOURCES = ("memory", "cores", "devices")
 #: Kubernetes' quantity grammar without a sign: limits are never negative.
 _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
-COUNT_PATTERN = r"^[0-9]+$"
 
 
 def _quantity(description: str) -> dict[str, Any]:

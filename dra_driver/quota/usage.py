@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dra_driver.quota.crd import RESOURCES
-from dra_driver.quota.model import Limits, Quota, format_amount
+from dra_driver.quota.model import Quota, format_amount
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +30,6 @@ class Usage:
 
     def amount(self, resource: str) -> int:
         return len(self.devices) if resource == "devices" else int(getattr(self, resource))
-
-    def as_limits(self) -> Limits:
-        return Limits(memory=self.memory, cores=self.cores, devices=len(self.devices))
 
 
 def usage_of(quota: Quota, charges: Iterable[Charge]) -> Usage:
