@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench clean
+.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,16 @@ bench: $(STAMP) tools
 	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy binpack
 	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy mutex,binpack
 	$(PY) -m pytest -q -m bench -p no:cacheprovider tests/sandbox/test_bench.py -s
+
+# Figures on the real control plane, side by side with kube-scheduler's own DRA allocator: the
+# pending storm (in-process controller), then one real cluster with 100 simulated nodes for
+# throughput, placement quality and prepare latency against dra-example-driver (built from the Go
+# module proxy). About 15-20 minutes on 2 cores; the last three lines are machine-readable, the whole
+# report is build/bench-cluster.json (docs/performance.md). Not part of `make test`.
+bench-cluster: $(STAMP) tools cluster-build
+	bash hack/cluster/build.sh dra-example-driver
+	$(PY) hack/bench_storm.py
+	$(PY) hack/bench_cluster.py
 
 # The driver's image without Docker: a debootstrapped Debian base, podman build of the Dockerfile,
 # an OCI archive in ~/.cache/hami-dra/image/, imported into a running `hami-dra cluster up`.

@@ -34,6 +34,8 @@ class DriverOptions:
     #: Where the controller reaches the API (default: the admin kubeconfig); the fault tests put
     #: a proxy of theirs in between.
     controller_kubeconfig: str | None = None
+    #: False: webhook and controller only (the benchmark's simulated nodes publish their own slices).
+    plugin: bool = True
 
 
 def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
@@ -121,7 +123,8 @@ def _slice_published(api_client: Any, driver: str) -> bool:
 def start_driver(
     layout: Layout, pki: ClusterPki, api_client: Any, options: DriverOptions
 ) -> list[HostProcess]:
-    """Start webhook, controller and kubelet plugin; returns once each is ready (in start order)."""
+    """Start webhook, controller and (unless ``options.plugin`` is False) the kubelet plugin;
+    returns once each is ready (in start order)."""
     kubeconfig = str(layout.admin_kubeconfig)
     driver = options.driver_name
     started: list[HostProcess] = []
@@ -146,6 +149,14 @@ def start_driver(
         ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
     )  # fmt: skip
     started.append(controller)
+    if not options.plugin:
+        try:
+            controller.wait_ready(60)
+        except BaseException:
+            for process in reversed(started):
+                process.stop()
+            raise
+        return started
     plugin = _hami(
         "kubelet-plugin", layout, "kubelet-plugin", "--node-name", NODE_NAME, "--driver-name", driver,
         "--source", "simulated", "--profile", options.profile, "--gpus", str(options.gpus),

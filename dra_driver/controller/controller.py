@@ -32,7 +32,14 @@ from dra_driver.controller.kube import (
 )
 from dra_driver.controller.ledger import claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.reconciler import CommitJob, CommitResult, Outcome, Reconciler, has_gate
+from dra_driver.controller.reconciler import (
+    UNSCHEDULABLE,
+    CommitJob,
+    CommitResult,
+    Outcome,
+    Reconciler,
+    has_gate,
+)
 from dra_driver.controller.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
@@ -71,7 +78,10 @@ class Controller:
         self._dirty_pods: set[str] = set()
         self._dirty_claims: set[str] = set()
         self.pending_pods: set[str] = set()
+        #: Pending pods are looked at again: everywhere (``_retry_pending``), or only on the nodes
+        #: where capacity was released since (``_released_on``, when that is all that changed).
         self._retry_pending = False
+        self._released_on: set[str] = set()
         self._slices_changed = False
         self._was_leader = False
         self._last_resync = 0.0
@@ -171,19 +181,27 @@ class Controller:
                 log.warning("claim %s: %s", key, err)
                 self._dirty_claims.add(key)
         pods = self._dirty_pods
-        if self._retry_pending:
-            pods |= self.pending_pods
-            self._retry_pending = False
+        retried, scope = self._pending_retry()
         self._dirty_pods = set()
-        for key in self._fifo(pods):
+        stuck_shapes: set[str] = set()  # shapes that stayed pending in this pass
+        for key in self._fifo(pods | retried):
             if key in self._in_flight:
                 continue  # looked at again when its writes complete
             pod = self.reconciler.pods.get(key)
             if pod is None:
                 self.pending_pods.discard(key)
                 continue
+            only_nodes, shape = None, None
+            if key in retried and key not in pods:
+                uid = str((pod.get("metadata") or {}).get("uid"))
+                if scope is not None and self.reconciler.pending_reasons.get(uid) == UNSCHEDULABLE:
+                    only_nodes = scope  # it fitted nowhere before; only these nodes gained room
+                shape = self.reconciler.pending_shape(pod)
+                if shape is not None and shape in stuck_shapes:
+                    self.metrics.pending_skipped.inc()
+                    continue  # an older pod of the same shape just stayed pending: so would this one
             try:
-                outcome = self.reconciler.reconcile_pod(pod)
+                outcome = self.reconciler.reconcile_pod(pod, only_nodes)
             except KubeError as err:
                 log.warning("pod %s: %s", key, err)
                 self._dirty_pods.add(key)
@@ -194,6 +212,8 @@ class Controller:
                 continue
             if outcome is Outcome.PENDING:
                 self.pending_pods.add(key)
+                if shape is not None:
+                    stuck_shapes.add(shape)
             else:
                 self.pending_pods.discard(key)
                 if outcome is Outcome.RETRY:
@@ -203,6 +223,21 @@ class Controller:
         if generation != self._metrics_generation and time.monotonic() - self._metrics_at > 1.0:
             self._metrics_generation, self._metrics_at = generation, time.monotonic()
             self.metrics.update_gpus(self.reconciler.ledger)
+
+    def _retry_on(self, nodes: set[str]) -> None:
+        """Capacity was released on ``nodes`` only: pending pods need to be tried there alone."""
+        if not self._retry_pending:
+            self._released_on |= nodes
+
+    def _pending_retry(self) -> tuple[set[str], frozenset[str] | None]:
+        """The pending pods to look at in this pass, and the nodes to look at (None: all)."""
+        if self._retry_pending:
+            self._retry_pending, self._released_on = False, set()
+            return set(self.pending_pods), None
+        if self._released_on:
+            scope, self._released_on = frozenset(self._released_on), set()
+            return set(self.pending_pods), scope
+        return set(), None
 
     def _submit(self, key: str, job: CommitJob) -> None:
         if self._writers is None:
@@ -313,6 +348,7 @@ class Controller:
         if new is None and old is not None:
             uid = str((old.get("metadata") or {}).get("uid"))
             reconciler.pending_messages.pop(uid, None)
+            reconciler.pending_reasons.pop(uid, None)
             reconciler.warned.pop(uid, None)
         if gone and old is not None:
             namespace = (old.get("metadata") or {}).get("namespace")
@@ -326,7 +362,7 @@ class Controller:
                 if owner == uid:
                     self._dirty_claims.add(f"{namespace}/{claim_name}")
             if (old.get("spec") or {}).get("nodeName"):
-                self._retry_pending = True  # its CPU/memory on the node is free again
+                self._retry_on({str(old["spec"]["nodeName"])})  # its CPU/memory there is free again
 
     def _claim_changed(self, key: str, old: Obj | None, new: Obj | None) -> None:
         reconciler = self.reconciler
@@ -336,8 +372,13 @@ class Controller:
             reconciler.forget_claim(key)
         reconciler.observe_claim(old, new)
         after = claim_uses(new, self.driver) if new is not None else ()
-        if len(after) < len(before):
-            self._retry_pending = True  # capacity was released
+        if len(after) < len(before):  # capacity was released, where the uses that went were
+            gone = set(before) - set(after)
+            devices = [reconciler.ledger.device(use.pool, use.device) for use in gone]
+            if all(device is not None for device in devices):
+                self._retry_on({device.node for device in devices if device is not None})
+            else:
+                self._retry_pending = True
         self._dirty_claims.add(key)
         self._dirty_pods |= reconciler.consumers.get(key, set())
         meta = (new or old or {}).get("metadata") or {}

@@ -29,6 +29,12 @@ class ControllerMetrics:
             registry=self.registry,
         )
         self.conflicts = Counter("hami_dra_write_conflicts", "409 conflicts retried", registry=self.registry)
+        self.pending_skipped = Counter(
+            "hami_dra_pending_retries_skipped",
+            "Pending pods not planned again after a release because an older pod of the same shape "
+            "stayed pending in the same pass",
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "hami_dra_decision_seconds",
             "Time to plan one pod's claims with the engine",

@@ -18,15 +18,21 @@ again for its pending pod.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.config import ControllerDefaults
+from dra_driver.config import (
+    ANNOTATION_DEVICE_WEIGHTS,
+    ANNOTATION_GPU_POLICY,
+    ANNOTATION_NODE_POLICY,
+    ControllerDefaults,
+)
 from dra_driver.config.classes import is_driver_class
 from dra_driver.contract import FINALIZER, GATE_NAME, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
@@ -51,6 +57,12 @@ from dra_driver.engine import Decision, GpuCard
 
 log = logging.getLogger("dra_driver.controller")
 CONDITION_TYPE = "gpu.hami.io/Allocated"
+#: The pending reason of a pod that fits no node's free capacity (the others: quota, config, ...).
+UNSCHEDULABLE = "Unschedulable"
+#: Pod fields that differ between pods of one workload without changing where they fit.
+_SHAPE_IGNORED_POD_FIELDS = frozenset({"resourceClaims", "schedulingGates", "hostname", "subdomain"})
+#: Pod annotations the planner reads.
+_PLAN_ANNOTATIONS = (ANNOTATION_GPU_POLICY, ANNOTATION_NODE_POLICY, ANNOTATION_DEVICE_WEIGHTS)
 _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
 ASSUME_SECONDS = 30.0
 #: Written to a claim to fence it (see ``Reconciler.fence_unallocated``); its value says who and when.
@@ -194,6 +206,7 @@ class Reconciler:
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.quotas = QuotaBook(self.ledger, metrics)
         self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
+        self.pending_reasons: dict[str, str] = {}  # pod uid -> reason of that message
         self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
@@ -305,7 +318,9 @@ class Reconciler:
                 return True
         return False
 
-    def allowed_nodes(self, pod: Obj) -> frozenset[str]:
+    def allowed_nodes(self, pod: Obj, among: Iterable[str] | None = None) -> frozenset[str]:
+        """Nodes (of ``among``, default all) where the pod itself may run: selectors, affinity,
+        taints, CPU/memory/pods left, and a pool of ours."""
         wanted = pod_requests(pod)
         bound: Mapping[str, Mapping[str, float]] = {}
         if any(amount > 0 for amount in wanted.values()):
@@ -313,16 +328,47 @@ class Reconciler:
                 self._bound_cache = (self.bound_generation, bound_requests_by_node(self.pods.values()))
             bound = self._bound_cache[1]
         allowed = set()
-        for name, node in self.nodes.items():
+        for name in self.nodes if among is None else among:
+            node = self.nodes.get(name)
             if (
-                name in self.ledger.inventory
+                node is not None
+                and name in self.ledger.inventory
                 and node_fit_problem(pod, node, bound.get(name, {}), wanted) is None
             ):
                 allowed.add(name)
         return frozenset(allowed)
 
-    def reconcile_pod(self, pod: Obj) -> Outcome | CommitJob:
-        """Plan what the pod needs: a ``CommitJob`` to write, or why not (waiting, pending, retry, skip)."""
+    def pending_shape(self, pod: Obj) -> str | None:
+        """A key equal for pods that get the same plan on the same state, or None when unsure.
+
+        Pods of one Deployment or Job differ only in names: their claims (from one template) ask
+        for the same devices and their specs place them alike. When one of them stays pending
+        after a release, so does every later one of its shape in that pass (capacity only shrinks
+        within a pass), which lets the controller skip them (``Controller`` pending retries).
+        A pod with an allocated or missing claim is never grouped (its plan depends on it alone).
+        """
+        meta = _meta(pod)
+        claims = []
+        for _, claim in self.pod_claims(pod):
+            if claim is None or (claim.get("status") or {}).get("allocation"):
+                return None
+            claims.append(claim.get("spec"))
+        spec = {
+            key: value
+            for key, value in (pod.get("spec") or {}).items()
+            if key not in _SHAPE_IGNORED_POD_FIELDS
+        }
+        annotations = meta.get("annotations") or {}
+        ours = {key: annotations[key] for key in _PLAN_ANNOTATIONS if key in annotations}
+        return json.dumps([meta.get("namespace"), ours, spec, claims], sort_keys=True, default=str)
+
+    def reconcile_pod(self, pod: Obj, only_nodes: frozenset[str] | None = None) -> Outcome | CommitJob:
+        """Plan what the pod needs: a ``CommitJob`` to write, or why not (waiting, pending, retry, skip).
+
+        ``only_nodes``: plan on these nodes only, for a pod that did not fit anywhere and since
+        then capacity was freed on just these nodes; if it still does not fit, it stays pending
+        with the explanation of its last full evaluation (nothing is written).
+        """
         if not self.is_candidate(pod):
             return Outcome.SKIP
         claims = self.pod_claims(pod)
@@ -374,14 +420,17 @@ class Reconciler:
                 pod, f"claims are allocated on different nodes: {sorted(pinned)}", "NodeConflict"
             )
         if not inputs:
-            return CommitJob(pod, [], self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None)
+            return CommitJob(pod, [], self._clear_pending(pod))
         started = time.perf_counter()
-        plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod), next(iter(pinned), None))
+        allowed = self.allowed_nodes(pod, only_nodes)
+        plan = self.planner.plan(pod, inputs, allowed, next(iter(pinned), None))
         elapsed = time.perf_counter() - started
         self.metrics.latency.observe(elapsed)
+        if only_nodes is not None and (plan.reason is not None or plan.node is None):
+            return Outcome.PENDING
         self._log_plan(pod, plan)
         if plan.reason is not None or plan.node is None:
-            return self._pending(pod, plan.reason or "does not fit", "Unschedulable")
+            return self._pending(pod, plan.reason or "does not fit", UNSCHEDULABLE)
         planned = [
             (claim_plan, plan_uses(claim_plan, request_classes_of[_key(claim_plan.claim)]))
             for claim_plan in plan.claims
@@ -399,7 +448,7 @@ class Reconciler:
             self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), uses)
             self.in_flight_claims.add(_key(claim_plan.claim))
             writes.append((claim_plan.claim, allocation))
-        clear_pending = self.pending_messages.pop(str(_meta(pod).get("uid")), None) is not None
+        clear_pending = self._clear_pending(pod)
         return CommitJob(pod, writes, clear_pending, self._hami_annotations(pod, claims, writes, plan.node))
 
     def _hami_annotations(
@@ -436,7 +485,7 @@ class Reconciler:
         result = CommitResult(job)
         try:
             for claim, allocation in job.writes:
-                written, current = self._write_allocation(claim, allocation)
+                written, current = self._write_allocation(claim, allocation, job.pod)
                 if written is None:
                     result.failed.append((claim, current))
                     result.outcome = Outcome.RETRY
@@ -488,9 +537,15 @@ class Reconciler:
 
     # --- writes --------------------------------------------------------------------------------
     def _write_allocation(
-        self, claim: Mapping[str, Any], allocation: dict[str, Any]
+        self, claim: Mapping[str, Any], allocation: dict[str, Any], pod: Mapping[str, Any]
     ) -> tuple[Obj | None, Obj | None]:
         """Finalizer (Update) then allocation (UpdateStatus), both guarded by resourceVersion.
+
+        The same UpdateStatus reserves the claim for ``pod`` (``reservedFor``), which kube-scheduler's
+        PreBind would otherwise write once more after the gate is lifted: it only appends a pod that
+        is not reserved yet (docs/performance.md, "API writes per pod"). A pod
+        that goes away before it is bound is dropped from ``reservedFor`` by kube-controller-manager,
+        after which the claim is released as before.
 
         Returns ``(written, None)`` on success, else ``(None, current)`` with the claim as the API
         holds it (``None`` when it is gone).
@@ -509,6 +564,9 @@ class Reconciler:
                     log.warning("claim %s: allocation not written: no longer leading", _key(claim))
                     return None, current
             current.setdefault("status", {})["allocation"] = allocation
+            current["status"]["reservedFor"] = [
+                {"resource": "pods", "name": _meta(pod).get("name"), "uid": _meta(pod).get("uid")}
+            ]
             return self.kube.update(RESOURCE_CLAIMS, current, status=True), None
 
         try:
@@ -620,11 +678,18 @@ class Reconciler:
             self._remember(written)
             log.info("claim %s fenced at resourceVersion %s", key, self.fenced[key])
 
+    def _clear_pending(self, pod: Obj) -> bool:
+        """Forget why the pod was pending; whether it was (its condition then says allocated)."""
+        uid = str(_meta(pod).get("uid"))
+        self.pending_reasons.pop(uid, None)
+        return self.pending_messages.pop(uid, None) is not None
+
     def _pending(self, pod: Obj, message: str, reason: str) -> Outcome:
         self.fence_unallocated(pod)
         uid = str(_meta(pod).get("uid"))
         hami_reason = _HAMI_REASON.search(message)
         first_reason = hami_reason.group(1) if hami_reason else reason
+        self.pending_reasons[uid] = reason
         if self.pending_messages.get(uid) != message:
             self.pending_messages[uid] = message
             self.metrics.failures.labels(first_reason).inc()
@@ -712,8 +777,8 @@ class Reconciler:
         It should never happen (allocations are written with resourceVersion guards and fenced),
         but another allocator, a bug or a hand-written status can cause it. Reported as an error
         log, a metric and a Warning event; repaired by deallocating the newest claim on the card
-        that carries our finalizer and is not reserved (its pod has not started), so that pod is
-        placed again; a card whose users have all started is reported only.
+        that carries our finalizer and whose pods have not started (each still gated, or none
+        reserved), so that pod is placed again; a card whose users have all started is reported only.
         """
         for use in claim_uses(claim, self.driver):
             problems, uids = self.ledger.overcommit(use.pool, use.device)
@@ -726,7 +791,7 @@ class Reconciler:
                 for uid in uids
                 if uid in by_uid
                 and FINALIZER in (_meta(by_uid[uid]).get("finalizers") or ())
-                and not (by_uid[uid].get("status") or {}).get("reservedFor")
+                and self._unstarted(by_uid[uid])
                 and _key(by_uid[uid]) not in self.in_flight_claims
             ]
             if not candidates:
@@ -756,6 +821,16 @@ class Reconciler:
                     self._event(pod, "Warning", "GpuOvercommitted", message)
             return Outcome.DEALLOCATED
         return None
+
+    def _unstarted(self, claim: Obj) -> bool:
+        """No pod the claim is reserved for can run or be bound: each is one we know that still
+        carries our gate (we reserve with the allocation, before the gate is lifted)."""
+        for entry in (claim.get("status") or {}).get("reservedFor") or ():
+            pod_key = self.pods_by_uid.get(str(entry.get("uid")))
+            pod = self.pods.get(pod_key) if pod_key else None
+            if pod is None or not has_gate(pod):
+                return False
+        return True
 
     def _deallocate(self, claim: Obj) -> Obj:
         """Clear the claim's allocation (UpdateStatus with its resourceVersion); returns what was written."""

@@ -75,4 +75,8 @@ want cni-plugins && build cni-plugins "$CNI_PLUGINS_VERSION" cni-plugins "" \
   github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
 want crictl && build crictl "$CRICTL_VERSION" crictl "-X sigs.k8s.io/cri-tools/pkg/version.Version=v$CRICTL_VERSION" \
   sigs.k8s.io/cri-tools/cmd/crictl
+# The peer kubelet plugin the prepare benchmark compares with (`make bench-cluster` only, so it is not
+# part of `all`: `make test` never waits for it).
+[ "$only" = dra-example-driver ] && build dra-example-driver "$DRA_EXAMPLE_DRIVER_VERSION" dra-example-driver "" \
+  sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
 exit 0

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +21,12 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cli import CHILD_ENTRY
 from dra_driver.cluster.binaries import MissingBinaries, Toolchain, require_toolchain
+from dra_driver.cluster.child import ClusterChild, ClusterStartFailed
 from dra_driver.cluster.layout import default_state_dir
 from dra_driver.pidfile import running_pid
 from tests.chart.helpers import find_or_install_helm
 from tests.cluster.drivers import ChartDriver, DriverUnderTest, HostDriver
-from tests.waiting import wait_for
 
 NAMESPACE = "default"
 UP_TIMEOUT = 240.0
@@ -88,49 +84,18 @@ def real_cluster() -> Iterator[RealCluster]:
     state_dir = default_state_dir()
     if running_pid(state_dir / "cluster.pid") is not None:
         _unavailable(f"a cluster is already running from {state_dir}; stop it with `hami-dra cluster down`")
-    command = [
-        sys.executable,
-        "-c",
-        CHILD_ENTRY,
-        "cluster",
-        "up",
-        "--no-driver",
-        "--supervise",
-        "--no-build",
-        "--state-dir",
-        str(state_dir),
-    ]
-    if version:
-        command += ["--kubernetes-version", version]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    kubeconfig: list[Path] = []
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            output.append(line.rstrip())
-            if line.startswith("kubeconfig: "):
-                kubeconfig.append(Path(line.split(": ", 1)[1].strip()))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    cluster = ClusterChild(state_dir, version)
     try:
-        wait_for(lambda: kubeconfig or process.poll() is not None, UP_TIMEOUT, "hami-dra cluster up")
-        if not kubeconfig:
-            pytest.fail("hami-dra cluster up failed:\n" + "\n".join(output[-30:]))
+        kubeconfig = cluster.start(UP_TIMEOUT)
+    except ClusterStartFailed as err:
+        pytest.fail(str(err))
+    try:
         from kubernetes import config
 
         new_client: Any = config.new_client_from_config
-        yield RealCluster(kubeconfig[0], state_dir, toolchain, new_client(str(kubeconfig[0])), output)
+        yield RealCluster(kubeconfig, state_dir, toolchain, new_client(str(kubeconfig)), cluster.output)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        reader.join(5)
+        cluster.stop()
 
 
 @pytest.fixture(scope="session", params=["host", "chart"])

@@ -377,7 +377,9 @@ def test_a_claim_of_a_live_pod_is_not_released_and_a_gone_claim_is_reported() ->
     tenant(world, "a")
     world.place("a-pod")
     assert world.reconciler.reconcile_claim(world.reconciler.claims[f"{NS}/a"]) == "in-use"
+    assert [r["name"] for r in world.claim("a")["status"]["reservedFor"]] == ["a-pod"]
     stale = world.reconciler.claims[f"{NS}/a"]
+    stale["status"].pop("reservedFor")  # the pod goes: kube-controller-manager drops its entry
     world.reconciler.observe_pod(world.reconciler.pods.pop(f"{NS}/a-pod"), None)
     world.kube.fail("update/status", "resourceclaims", 500)
     with pytest.raises(KubeError):
@@ -403,6 +405,26 @@ def test_an_overcommitted_card_loses_its_newest_unstarted_claim() -> None:
     assert world.metrics.overcommits.labels("deallocated")._value.get() == 1
     world.sync()
     assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/old"]) is None
+
+
+@pytest.mark.parametrize(("gated", "outcome"), [(True, "deallocated"), (False, "reported")])
+def test_a_claim_we_reserved_is_repaired_only_while_its_pod_is_still_gated(gated: bool, outcome: str) -> None:
+    """We reserve with the allocation, before lifting the gate: a gated pod cannot be bound yet,
+    an ungated one may be bound by kube-scheduler at any moment (no PreBind write would conflict)."""
+    world = World(gpus=1)
+    for name, stamp in (("old", "2026-12-01T00:00:01Z"), ("new", "2026-12-01T00:00:02Z")):
+        added = world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}, gated=gated))
+        obj = claim(name, request(memory="10Gi"))
+        obj["metadata"]["finalizers"] = [FINALIZER]
+        obj["metadata"]["creationTimestamp"] = stamp
+        obj["status"] = {
+            "allocation": shared_on_gpu0(name, "10Gi"),
+            "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": added["metadata"]["uid"]}],
+        }
+        world.kube.put(RESOURCE_CLAIMS, obj)
+    world.sync()
+    assert world.reconciler.repair_overcommit(world.reconciler.claims[f"{NS}/old"]) == outcome
+    assert devices(world, "new") == ([] if gated else ["gpu-0"])
 
 
 def test_an_overcommit_by_started_claims_is_only_reported() -> None:

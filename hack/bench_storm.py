@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""A pending storm: a full cluster, many pending pods, one card freed.
+
+    .venv/bin/python hack/bench_storm.py [--nodes 5000] [--gpus 8] [--pending 1000] [--seed 1]
+
+The controller runs in this process over an in-memory API (tests/controller/fake_kube.py), so
+what is measured is the controller's own work, not an API server's: ``--nodes`` nodes of ``--gpus``
+simulated H100 80GB, every card held whole by one claim, and ``--pending`` gated pods of mixed
+shapes (1 or 2 GPUs, 8-80 GiB each; about half need two cards), all evaluated once and pending.
+Then one card's claim is deleted. Reported: the time until the right pod (the oldest one that
+fits one card) has its gate lifted, and the controller CPU spent on that event in all (the other
+pods that still do not fit included). Before issue 15 every pending pod was planned again on
+every node after any release; now only the nodes that gained room are looked at, and only one
+pod per shape that stays pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dra_driver.controller.controller import Controller  # noqa: E402
+from dra_driver.controller.kube import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS  # noqa: E402
+from dra_driver.devices.simulated import profile_gpus  # noqa: E402
+from dra_driver.kubeletplugin.slices import build_resource_slices  # noqa: E402
+from tests.controller.fake_kube import FakeKube  # noqa: E402
+from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request  # noqa: E402
+
+PROFILE = "h100-80gb"
+
+
+def filler(node: str, device: str) -> dict[str, Any]:
+    """A claim holding one whole card, as kube-scheduler or an earlier run of ours allocated it."""
+    body = claim(f"full-{node}-{device}", request(memory="81559Mi"))
+    body["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": DRIVER, "pool": node, "device": device,
+                     "shareID": f"00000000-0000-4000-8000-{abs(hash((node, device))) % 10**12:012d}",
+                     "consumedCapacity": {"memory": "81559Mi", "cores": "100", "slots": "1"}}
+                ]
+            },
+            "nodeSelector": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+        },
+        "reservedFor": [
+            {"resource": "pods", "name": f"running-{node}-{device}", "uid": f"r-{node}-{device}"}],
+    }  # fmt: skip
+    return body
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--pending", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)  # one warning per pending pod would be the bulk of the run
+    rng = random.Random(args.seed)
+    kube = FakeKube()
+    controller = Controller(kube, DRIVER, write_workers=0)
+    reconciler = controller.reconciler
+
+    def add(kind: str, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
+        stored = kube.put(resource, body)
+        controller._on_change(kind, None, stored)
+        return stored
+
+    started = time.perf_counter()
+    slices = []
+    for index in range(args.nodes):
+        name = f"node-{index:05d}"
+        add("Node", NODES, {"metadata": {"name": name}, "status": {"allocatable": {"pods": "250"}}})
+        slices += build_resource_slices(profile_gpus(PROFILE, node_name=name, gpus=args.gpus), node_name=name,
+                                        driver_name=DRIVER)  # fmt: skip
+        for gpu in range(args.gpus):
+            add("ResourceClaim", RESOURCE_CLAIMS, filler(name, f"gpu-{gpu}"))
+    reconciler.refresh_inventory(slices)
+    add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
+    shapes = [(gpus, memory) for gpus in (1, 2) for memory in range(8, 81, 8)]
+    pending_shapes = []
+    for index in range(args.pending):
+        gpus, memory = rng.choice(shapes)
+        pending_shapes.append((gpus, memory))
+        add(
+            "ResourceClaim",
+            RESOURCE_CLAIMS,
+            claim(f"want-{index}", request(memory=f"{memory}Gi", count=gpus)),
+        )
+        body = pod(f"want-{index}", {"gpu": f"claim:want-{index}"})
+        body["metadata"]["creationTimestamp"] = (
+            f"2026-12-01T{index // 3600:02d}:{index // 60 % 60:02d}:{index % 60:02d}Z"
+        )
+        add("Pod", PODS, body)
+    controller.run_once()
+    setup = time.perf_counter() - started
+    assert len(controller.pending_pods) == args.pending, f"{len(controller.pending_pods)} pending"
+    right = next(index for index, (gpus, _) in enumerate(pending_shapes) if gpus == 1)
+
+    # The event: one card's claim goes (its pod finished).
+    node, device = f"node-{rng.randrange(args.nodes):05d}", f"gpu-{rng.randrange(args.gpus)}"
+    key = (RESOURCE_CLAIMS.plural, NS, f"full-{node}-{device}")
+    gone = kube.objects.pop(key)
+    cpu, wall = time.process_time(), time.perf_counter()
+    controller._on_change("ResourceClaim", gone, None)
+    placed_after = None
+    passes = 0
+    while True:
+        controller.run_once()
+        passes += 1
+        lifted = not kube.objects[(PODS.plural, NS, f"want-{right}")]["spec"].get("schedulingGates")
+        if lifted and placed_after is None:
+            placed_after = time.perf_counter() - wall
+        if not controller._dirty_pods and not controller._dirty_claims and passes >= 2:
+            break
+    cpu_spent = time.process_time() - cpu
+    placed = [
+        name for (plural, _, name), obj in kube.objects.items()
+        if plural == PODS.plural and not obj["spec"].get("schedulingGates")
+    ]  # fmt: skip
+    figures = {
+        "nodes": args.nodes,
+        "gpus": args.nodes * args.gpus,
+        "pending": args.pending,
+        "setup_seconds": round(setup, 1),
+        "right_pod": f"want-{right}",
+        "placed": placed,
+        "seconds_until_right_pod_placed": None if placed_after is None else round(placed_after, 4),
+        "controller_cpu_seconds_for_the_event": round(cpu_spent, 4),
+        "still_pending": len(controller.pending_pods),
+    }
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        outcome = "placed" if f"want-{right}" in placed else "NOT placed"
+        print(
+            f"pending storm: {args.nodes} nodes x {args.gpus} GPUs full, {args.pending} pods pending, "
+            f"one card freed: the oldest pod that fits (want-{right}) {outcome} after "
+            f"{figures['seconds_until_right_pod_placed']} s ({len(placed)} placed on the card); "
+            f"controller CPU for the event {figures['controller_cpu_seconds_for_the_event']} s; "
+            f"{figures['still_pending']} still pending"
+        )
+    return 0 if f"want-{right}" in placed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
