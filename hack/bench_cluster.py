@@ -171,51 +171,72 @@ class Api:
 
 
 class PodWatch:
-    """Records, per pod of the namespace, when a watch first saw it bound, and its conditions."""
+    """The namespace's pods as a watch sees them, and when each was first seen bound.
+
+    A pod is *settled* once it is bound or its allocator says it does not fit now: kube-scheduler's
+    ``PodScheduled=False`` with reason ``Unschedulable``, or our controller's
+    ``gpu.hami.io/Allocated=False``. A gated pod (``SchedulingGated``) is not settled: our
+    controller has not decided yet. A watch that ends or fails is resumed, after a relist when
+    its resourceVersion is too old.
+    """
 
     def __init__(self, api: Api) -> None:
         self.api = api
         self.bound: dict[str, float] = {}
-        self.unschedulable: set[str] = set()
-        self.live: set[str] = set()
+        self.pods: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
-        listing = api.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")
-        self._version = listing["metadata"]["resourceVersion"]
+        self._version = self._relist()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def _relist(self) -> str:
+        listing = self.api.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")
+        self.pods = {pod["metadata"]["name"]: pod for pod in listing["items"]}
+        for name, pod in self.pods.items():
+            if pod["spec"].get("nodeName"):
+                self.bound.setdefault(name, time.perf_counter())
+        return str(listing["metadata"]["resourceVersion"])
 
     def _run(self) -> None:
         from dra_driver.controller.kube import PODS
 
         while not self._stop.is_set():
-            for event in self.api.kube.watch(PODS, self._version, timeout_seconds=60):
-                self._event(event)
-                if self._stop.is_set():
-                    return
+            try:
+                for event in self.api.kube.watch(PODS, self._version, timeout_seconds=60):
+                    self._event(event)
+                    if self._stop.is_set():
+                        return
+            except Exception as err:  # a 410 (too old) or a dropped connection: list again
+                log(f"pod watch: {err}; relisting")
+                self._version = self._relist()
 
     def _event(self, event: dict[str, Any]) -> None:
         pod = event["object"]
         self._version = pod["metadata"].get("resourceVersion", self._version)
-        if event["type"] == "BOOKMARK":
-            return
-        if pod["metadata"].get("namespace") != NAMESPACE:
+        if event["type"] == "BOOKMARK" or pod["metadata"].get("namespace") != NAMESPACE:
             return
         name = pod["metadata"]["name"]
         if event["type"] == "DELETED":
-            self.live.discard(name)
-            self.unschedulable.discard(name)
+            self.pods.pop(name, None)
             return
-        self.live.add(name)
+        self.pods[name] = pod
         if pod["spec"].get("nodeName"):
             self.bound.setdefault(name, time.perf_counter())
-            self.unschedulable.discard(name)
-            return
+
+    def settled(self, name: str) -> bool:
+        pod = self.pods.get(name)
+        if pod is None:
+            return False
+        if pod["spec"].get("nodeName"):
+            return True
         for condition in pod.get("status", {}).get("conditions") or ():
-            if condition.get("status") == "False" and condition.get("type") in (
-                "PodScheduled",
-                "gpu.hami.io/Allocated",
-            ):
-                self.unschedulable.add(name)
+            if condition.get("status") != "False":
+                continue
+            if condition.get("type") == "gpu.hami.io/Allocated":
+                return True
+            if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                return True
+        return False
 
     def stop(self) -> None:
         self._stop.set()
@@ -423,17 +444,22 @@ def quality(api: Api, label: str, classes: dict[bool, str], stream: list[Arrival
         live.update({f"s-{arrival.index}": arrival for arrival in batch})
         names = [f"s-{arrival.index}" for arrival in batch]
         wait_until(
-            lambda names=names: all(n in watch.bound or n in watch.unschedulable for n in names),  # type: ignore[misc]
-            300,
+            lambda names=names: all(watch.settled(n) for n in names),  # type: ignore[misc]
+            600,
             f"stream {label}: arrivals {begin}-{last} placed or reported unschedulable",
             poll=0.2,
         )
+    wait_until(lambda: all(watch.settled(n) for n in live), 600, f"stream {label}: every live pod settled")
+
     # Let retries after the last departures finish: until the bound count stays put for 15 s.
-    stable_since, seen = time.monotonic(), len(watch.bound)
+    def bound_now() -> int:
+        return sum(1 for n in live if n in watch.bound)
+
+    stable_since, seen = time.monotonic(), bound_now()
     while time.monotonic() - stable_since < 15:
         time.sleep(0.5)
-        if len(watch.bound) != seen:
-            stable_since, seen = time.monotonic(), len(watch.bound)
+        if bound_now() != seen:
+            stable_since, seen = time.monotonic(), bound_now()
     watch.stop()
     pods = {p["metadata"]["name"]: p for p in api.items(f"/api/v1/namespaces/{NAMESPACE}/pods")}
     pending = [name for name in live if not pods.get(name, {}).get("spec", {}).get("nodeName")]

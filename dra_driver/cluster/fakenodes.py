@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -153,13 +153,14 @@ class FakeNodes:
         def delete_one(name: str) -> None:
             from kubernetes.client.exceptions import ApiException
 
-            for call in (
+            calls: list[Callable[[], Any]] = [
                 lambda: self._resource.delete_collection_resource_slice(
                     field_selector=f"spec.nodeName={name}"
                 ),
                 lambda: self._core.delete_node(name),
                 lambda: self._coordination.delete_namespaced_lease(name, LEASE_NAMESPACE),
-            ):
+            ]
+            for call in calls:
                 try:
                     call()
                 except ApiException as err:

@@ -160,3 +160,15 @@ def test_a_pod_pending_for_its_quota_is_planned_everywhere_after_a_release() -> 
     assert cluster.planned()[0] == ("over", frozenset(cluster.nodes)), (
         "planned everywhere, not only on " + str(held)
     )
+
+
+def test_the_periodic_resync_plans_one_pending_pod_per_shape_everywhere() -> None:
+    pending = [(f"pair-{index}", "10Gi", 2) for index in range(4)] + [("other", "20Gi", 2)]
+    cluster = full_cluster(pending)
+    cluster.controller.resync_seconds = 0  # every pass is a resync pass
+    cluster.controller.run_once()
+    assert sorted(cluster.planned()) == [
+        ("other", frozenset(cluster.nodes)),
+        ("pair-0", frozenset(cluster.nodes)),
+    ]
+    assert cluster.controller.pending_pods == {f"{NS}/{name}" for name, _, _ in pending}
