@@ -165,7 +165,7 @@ class Controller:
         self.passes += 1
         claims, self._dirty_claims = self._dirty_claims, set()
         for key in sorted(claims):
-            if key in self.reconciler.in_flight_claims:
+            if self.reconciler.assumed.writing(key):
                 self._dirty_claims.add(key)
                 continue
             namespace, _, name = key.partition("/")

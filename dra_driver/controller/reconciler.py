@@ -36,6 +36,7 @@ from dra_driver.config import (
 from dra_driver.config.classes import is_driver_class
 from dra_driver.contract import FINALIZER, GATE_NAME, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
+from dra_driver.controller.assumed import ClaimAssumptions
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
@@ -64,7 +65,6 @@ _SHAPE_IGNORED_POD_FIELDS = frozenset({"resourceClaims", "schedulingGates", "hos
 #: Pod annotations the planner reads.
 _PLAN_ANNOTATIONS = (ANNOTATION_GPU_POLICY, ANNOTATION_NODE_POLICY, ANNOTATION_DEVICE_WEIGHTS)
 _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
-ASSUME_SECONDS = 30.0
 #: Written to a claim to fence it (see ``Reconciler.fence_unallocated``); its value says who and when.
 FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
 
@@ -111,18 +111,6 @@ class CommitResult:
     failed: list[tuple[Mapping[str, Any], Obj | None]] = field(default_factory=list)
     pod: Obj | None = None
     outcome: Outcome = Outcome.DONE
-
-
-def _not_older(cached: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
-    """Whether the cache has caught up with what we wrote (resourceVersions compared as numbers,
-    as etcd issues them; opaque ones only by equality)."""
-    left, right = (
-        str(_meta(cached).get("resourceVersion", "")),
-        str(_meta(assumed).get("resourceVersion", "")),
-    )
-    if left.isdigit() and right.isdigit():
-        return int(left) >= int(right)
-    return left == right
 
 
 def _owners(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -212,10 +200,10 @@ class Reconciler:
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
         self.warned: dict[str, set[str]] = {}  # pod uid -> warnings already reported as events
-        self.in_flight_claims: set[str] = set()  # claims with an allocation being written
+        #: Claims being written or just written: what the controller knows before its cache does.
+        self.assumed = ClaimAssumptions(self.ledger, driver)
         self.bound_generation = 0  # bumped when a pod bound to a node changes (CPU/memory in use)
         self._bound_cache: tuple[int, dict[str, dict[str, float]]] | None = None
-        self._assumed: dict[str, tuple[float, Obj]] = {}  # claim key -> (when, object we wrote)
 
     # --- views ---------------------------------------------------------------------------------
     def is_ours(self, class_name: Any) -> bool:
@@ -224,21 +212,11 @@ class Reconciler:
 
     def claim(self, namespace: str, name: str) -> Obj | None:
         key = f"{namespace}/{name}"
-        entry = self._assumed.get(key)
-        cached = self.claims.get(key)
-        if entry is None:
-            return cached
-        when, assumed = entry
-        same_object = cached is None or _meta(cached).get("uid") == _meta(assumed).get("uid")
-        caught_up = cached is not None and _not_older(cached, assumed)
-        if not same_object or caught_up or time.monotonic() - when > ASSUME_SECONDS:
-            self._assumed.pop(key, None)
-            return cached
-        return assumed
+        return self.assumed.effective(key, self.claims.get(key))
 
     def forget_claim(self, key: str) -> None:
         """The claim was deleted: drop what we assumed about it."""
-        self._assumed.pop(key, None)
+        self.assumed.forget(key)
         self.fenced.pop(key, None)
 
     def observe_claim(self, old: Obj | None, new: Obj | None) -> None:
@@ -249,16 +227,13 @@ class Reconciler:
         writes, an event older than what we wrote is ignored the same way (``claim()``).
         """
         if old is not None and new is None:
-            self.ledger.remove_claim(str(_meta(old).get("uid")))
+            self.assumed.gone(old)
             for owner in _owners(old):
                 self.owned.pop(owner, None)
             return
         if new is None:
             return
-        key = _key(new)
-        if key not in self.in_flight_claims:
-            effective = self.claim(str(_meta(new).get("namespace")), str(_meta(new).get("name"))) or new
-            self.ledger.set_claim(str(_meta(effective).get("uid")), claim_uses(effective, self.driver))
+        self.assumed.observed(new, self.claims.get(_key(new)))
         for owner in _owners(new):
             self.owned[owner] = str(_meta(new).get("name"))
 
@@ -284,8 +259,7 @@ class Reconciler:
         self.ledger.set_inventory(build_inventory(slices, self.driver))
 
     def _remember(self, claim: Obj) -> None:
-        self._assumed[_key(claim)] = (time.monotonic(), claim)
-        self.ledger.set_claim(str(_meta(claim).get("uid")), claim_uses(claim, self.driver))
+        self.assumed.wrote(claim)
 
     # --- pods ----------------------------------------------------------------------------------
     def pod_claims(self, pod: Obj) -> list[tuple[str, Obj | None]]:
@@ -374,7 +348,7 @@ class Reconciler:
         claims = self.pod_claims(pod)
         if any(claim is None for _, claim in claims):
             return Outcome.WAITING  # a template claim is not created yet: its creation wakes us up
-        if any(claim is not None and _key(claim) in self.in_flight_claims for _, claim in claims):
+        if any(claim is not None and self.assumed.writing(_key(claim)) for _, claim in claims):
             # A claim shared with another pod whose allocation is being written: planning it again
             # would replace that assumed use in the ledger while the other write may still win.
             return Outcome.RETRY
@@ -445,8 +419,7 @@ class Reconciler:
             allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
             # Assume the allocation now, so the next pod is planned with it even while it is written
             # (the same uses the written allocation will give when its informer event arrives).
-            self.ledger.set_claim(str(_meta(claim_plan.claim).get("uid")), uses)
-            self.in_flight_claims.add(_key(claim_plan.claim))
+            self.assumed.begin_write(claim_plan.claim, uses)
             writes.append((claim_plan.claim, allocation))
         clear_pending = self._clear_pending(pod)
         return CommitJob(pod, writes, clear_pending, self._hami_annotations(pod, claims, writes, plan.node))
@@ -503,12 +476,12 @@ class Reconciler:
     def apply(self, result: CommitResult) -> None:
         """Fold a commit's outcome back into the caches and the ledger (worker thread only)."""
         for claim, _ in result.job.writes:
-            self.in_flight_claims.discard(_key(claim))
+            self.assumed.end_write(claim)
         for written in result.written:
             self._remember(written)
         for claim, current in result.failed:
             if current is None:
-                self.ledger.remove_claim(str(_meta(claim).get("uid")))
+                self.assumed.gone(claim)
                 continue
             self._remember(current)  # what the API really holds (someone else's allocation, or none)
             cached = self.claims.get(_key(claim))
@@ -520,7 +493,7 @@ class Reconciler:
             # Not attempted after an earlier failure: drop the assumption, keep what the cache says.
             cached = self.claim(str(_meta(claim).get("namespace")), str(_meta(claim).get("name")))
             if cached is None:
-                self.ledger.remove_claim(str(_meta(claim).get("uid")))
+                self.assumed.gone(claim)
             else:
                 self.observe_claim(None, cached)
         if result.pod is not None:
@@ -792,7 +765,7 @@ class Reconciler:
                 if uid in by_uid
                 and FINALIZER in (_meta(by_uid[uid]).get("finalizers") or ())
                 and self._unstarted(by_uid[uid])
-                and _key(by_uid[uid]) not in self.in_flight_claims
+                and not self.assumed.writing(_key(by_uid[uid]))
             ]
             if not candidates:
                 log.error(

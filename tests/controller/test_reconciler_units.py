@@ -168,12 +168,12 @@ def test_the_next_pod_is_planned_with_the_allocation_still_in_flight() -> None:
     tenant(world, "second", klass="gpu-mutex")
     job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/first-pod"])
     assert isinstance(job, CommitJob)
-    assert f"{NS}/first" in world.reconciler.in_flight_claims
+    assert world.reconciler.assumed.writing(f"{NS}/first")
     outcome = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/second-pod"])
     assert outcome == "pending"  # the assumed use of the one card blocks a second mutex claim
     assert "ExclusiveDeviceAllocateConflict" in world.events()[-1]
     world.reconciler.apply(world.reconciler.commit(job))
-    assert not world.reconciler.in_flight_claims
+    assert not world.reconciler.assumed.in_flight
 
 
 def test_a_conflict_on_the_finalizer_write_is_retried_with_the_re_read_claim() -> None:
@@ -224,7 +224,7 @@ def test_a_server_error_leaves_the_claim_as_the_api_has_it() -> None:
     assert result.outcome == "retry"
     assert not devices(world, "a")
     assert world.reconciler.ledger.claims() == {}
-    assert not world.reconciler.in_flight_claims
+    assert not world.reconciler.assumed.in_flight
 
 
 def test_a_vanished_pod_ends_the_commit_quietly() -> None:
@@ -549,7 +549,7 @@ def test_the_second_claim_is_not_written_when_the_first_failed() -> None:
     assert result.outcome == "retry" and len(result.failed) == 1
     world.reconciler.apply(result)
     assert world.reconciler.ledger.claims() == {}  # neither assumption survives
-    assert not world.reconciler.in_flight_claims
+    assert not world.reconciler.assumed.in_flight
     assert ("update", "resourceclaims", "c2") not in world.kube.calls
 
 
@@ -653,20 +653,20 @@ def test_the_decision_line_lists_every_card_and_the_choice() -> None:
      ("10", "", False)],
 )  # fmt: skip
 def test_the_cache_catches_up_by_resource_version(cached: str, assumed: str, caught_up: bool) -> None:
-    from dra_driver.controller.reconciler import _not_older
+    from dra_driver.controller.assumed import caught_up as cache_caught_up
 
     def obj(rv: str) -> Obj:
         return {"metadata": {"resourceVersion": rv}}
 
-    assert _not_older(obj(cached), obj(assumed)) is caught_up
+    assert cache_caught_up(obj(cached), obj(assumed)) is caught_up
 
 
-def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from dra_driver.controller import reconciler as module
+def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires() -> None:
+    from dra_driver.controller.assumed import ASSUME_SECONDS, ClaimAssumptions
 
     world = World()
+    now = [1000.0]
+    world.reconciler.assumed = ClaimAssumptions(world.reconciler.ledger, DRIVER, clock=lambda: now[0])
     tenant(world, "a")
     stale = copy.deepcopy(world.reconciler.claims[f"{NS}/a"])
     world.place("a-pod")
@@ -674,10 +674,10 @@ def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires(
     world.reconciler._remember(written)  # what commit's apply records
     world.reconciler.claims[f"{NS}/a"] = stale  # the informer has not delivered our write yet
     assert world.reconciler.claim(NS, "a") == written
-    now = module.time.monotonic()
-    monkeypatch.setattr(module.time, "monotonic", lambda: now + module.ASSUME_SECONDS + 1)
+    now[0] += ASSUME_SECONDS - 1
+    assert world.reconciler.claim(NS, "a") == written  # still inside the window
+    now[0] += 2
     assert world.reconciler.claim(NS, "a") == stale  # given up on: the cache is the truth again
-    monkeypatch.undo()
     world.reconciler._remember(written)
     recreated = copy.deepcopy(stale)
     recreated["metadata"]["uid"] = "another-object"
@@ -685,7 +685,7 @@ def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires(
     assert world.reconciler.claim(NS, "a") == recreated  # a new object of the same name
     world.reconciler._remember(written)
     world.reconciler.claims[f"{NS}/a"] = written
-    assert world.reconciler.claim(NS, "a") == written and f"{NS}/a" not in world.reconciler._assumed
+    assert world.reconciler.claim(NS, "a") == written and not world.reconciler.assumed.is_assumed(f"{NS}/a")
 
 
 def test_the_pod_index_follows_updates_and_deletions() -> None:

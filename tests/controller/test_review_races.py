@@ -90,7 +90,7 @@ def test_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Harn
     wait_for(released, what="our finalizer removed once the pod is gone")
     harness.kube.delete(RESOURCE_CLAIMS, NS, "wedged")
     wait_for(lambda: _listed_claim(harness, "wedged") is None, what="claim deleted (our finalizer removed)")
-    assert not controller.reconciler.in_flight_claims
+    assert not controller.reconciler.assumed.in_flight
 
 
 def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harness: Harness) -> None:
