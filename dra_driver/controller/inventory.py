@@ -9,6 +9,7 @@ attributes ``productName``, ``uuid``, ``healthy``, ``resource.kubernetes.io/numa
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from dra_driver.cel import DeviceInput, device_input
 from dra_driver.cel.values import ValueParseError, parse_quantity
 from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
+
+log = logging.getLogger(__name__)
 
 NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "numaNode")
 _DEVICE_NAME = re.compile(r"^gpu-(\d+)$")
@@ -39,12 +42,38 @@ class Device:
 
 @dataclass(slots=True)
 class NodeInventory:
+    """One node's devices, by their DRA name (pool, device) and by the engine's card index.
+
+    The engine knows a card as (node, index); an allocation names it (pool, device). Both keys
+    are set here, once per inventory, so a placement maps back to its device in O(1), and two
+    devices that would be the same card to the engine (one index, two pools) cannot both exist.
+    """
+
     node: str
     devices: dict[tuple[str, str], Device] = field(default_factory=dict)  # (pool, device name)
+    by_index: dict[int, Device] = field(default_factory=dict)
 
     @property
     def cards(self) -> list[GpuCard]:
         return [device.card for device in self.devices.values()]
+
+    def add(self, device: Device) -> bool:
+        """Add a device; False (and a warning) when another device of the node has its index."""
+        taken = self.by_index.get(device.card.index)
+        if taken is not None and (taken.pool, taken.name) != (device.pool, device.name):
+            log.warning(
+                "node %s: device %s/%s has index %d like %s/%s; ignored (GPUs of one node need "
+                "distinct indexes)",
+                self.node, device.pool, device.name, device.card.index, taken.pool, taken.name,
+            )  # fmt: skip
+            return False
+        self.devices[(device.pool, device.name)] = device
+        self.by_index[device.card.index] = device
+        return True
+
+    def device_at(self, index: int) -> Device:
+        """The device the engine calls card ``index`` of this node."""
+        return self.by_index[index]
 
 
 def _attribute(attributes: Mapping[str, Any], *names: str) -> Any:
@@ -149,5 +178,5 @@ def build_inventory(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[st
             for entry in item["spec"].get("devices") or ():
                 device = device_from_slice(driver, node, pool, entry)
                 if device is not None:
-                    inventory.devices[(pool, device.name)] = device
+                    inventory.add(device)
     return nodes

@@ -239,9 +239,8 @@ class Planner:
             self.ledger.state.allocate(placement)
             touched.add(placement.node)
             inventory = self.ledger.inventory[placement.node]
-            by_index = {device.card.index: device for device in inventory.devices.values()}
             for share in placement.devices:
-                device = by_index[share.index]
+                device = inventory.device_at(share.index)
                 claim_plan.results.append(
                     ResultPlan(
                         spec.name, device.pool, device.name, placement.node, share, False, spec.tolerations

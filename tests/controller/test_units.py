@@ -273,3 +273,18 @@ def test_selector_exclusions_are_named_as_such_in_pending_reasons() -> None:
 def test_negative_capacity_requests_are_refused_not_clamped(requested: dict[str, str], reason: str) -> None:
     with pytest.raises(RequestError, match=reason):
         claim_requests(claim(exact("a", capacity={"requests": requested})), lambda name: True)
+
+
+def test_two_pools_of_one_node_with_the_same_gpu_index_keep_the_first_device(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The engine knows a card as (node, index): a second pool reusing an index would be the same
+    card to it, so the inventory keeps one and says why; a placement maps back by index."""
+    gpus = profile_gpus("t4", node_name="n1", gpus=2)
+    first = build_resource_slices(gpus, node_name="n1", driver_name=DRIVER)
+    second = build_resource_slices(gpus[:1], node_name="n1", driver_name=DRIVER, pool_name="n1-extra")
+    second[0]["metadata"]["name"] = "n1-extra"
+    nodes = build_inventory([*first, *second], DRIVER)
+    assert sorted(nodes["n1"].devices) == [("n1", "gpu-0"), ("n1", "gpu-1")]
+    assert nodes["n1"].device_at(1).name == "gpu-1" and nodes["n1"].device_at(0).pool == "n1"
+    assert "device n1-extra/gpu-0 has index 0 like n1/gpu-0; ignored" in caplog.text
