@@ -77,9 +77,12 @@ def test_simulated_nodes_are_ready_renew_leases_and_take_pods_from_kube_schedule
         assert result["pool"] == bound and result["driver"] == DRIVER
         assert result["consumedCapacity"]["memory"] == "10Gi"
     finally:
+        # No kubelet confirms a graceful deletion on a simulated node: delete at once (kubectl
+        # turns --grace-period=0 into 1 s unless --force is given).
         real_cluster.kubectl(
-            "delete", "pod,resourceclaim", "simtest", "--ignore-not-found", "--grace-period=0", "--wait=true"
+            "delete", "pod", "simtest", "--ignore-not-found", "--grace-period=0", "--force", "--wait=true"
         )
+        real_cluster.kubectl("delete", "resourceclaim", "simtest", "--ignore-not-found", "--wait=true")
         real_cluster.kubectl("delete", "deviceclass", "simtest", "--ignore-not-found")
         nodes.delete()
     assert not real_cluster.get("resourceslices", "--field-selector", f"spec.driver={DRIVER}")["items"]
