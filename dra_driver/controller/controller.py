@@ -32,6 +32,7 @@ from dra_driver.controller.kube import (
 )
 from dra_driver.controller.ledger import claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.pods import NodeView
 from dra_driver.controller.reconciler import (
     UNSCHEDULABLE,
     CommitJob,
@@ -321,7 +322,10 @@ class Controller:
                 self._set(reconciler.classes, key, new)
                 self._retry_pending = True
             elif kind == "Node":
-                self._set(reconciler.nodes, key, new)
+                if new is None:
+                    reconciler.nodes.pop(key, None)
+                else:
+                    reconciler.nodes[key] = NodeView.parse(new)
                 self._retry_pending = True
             elif kind == "GpuQuota":
                 reconciler.quotas.set_gpu_quota(key, new)

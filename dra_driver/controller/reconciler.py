@@ -45,6 +45,7 @@ from dra_driver.controller.ledger import Ledger, Use, claim_uses, request_classe
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import ClaimPlan, PlanInput, Planner, PodPlan
 from dra_driver.controller.pods import (
+    NodeView,
     bound_requests_by_node,
     node_fit_problem,
     pod_active,
@@ -189,7 +190,7 @@ class Reconciler:
         self.classes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
         self.claims: dict[str, Obj] = {}
-        self.nodes: dict[str, Obj] = {}
+        self.nodes: dict[str, NodeView] = {}  # parsed once per informer event
         self.matcher = Matcher(driver, policy_taint or policy_taint_key(driver))
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.quotas = QuotaBook(self.ledger, metrics)

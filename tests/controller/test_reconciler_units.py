@@ -25,6 +25,7 @@ from dra_driver.controller.kube import (
     Obj,
 )
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.pods import NodeView
 from dra_driver.controller.reconciler import (
     CONDITION_TYPE,
     FENCE_ANNOTATION,
@@ -52,7 +53,7 @@ class World:
             still_leading=lambda: self.leading,
         )  # fmt: skip
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {"allocatable": {}}}
-        self.reconciler.nodes[NODE] = self.kube.put(NODES, node)
+        self.reconciler.nodes[NODE] = NodeView.parse(self.kube.put(NODES, node))
         slices = build_resource_slices(
             profile_gpus("t4", node_name=NODE, gpus=gpus), node_name=NODE, driver_name=DRIVER
         )
@@ -555,9 +556,9 @@ def test_the_second_claim_is_not_written_when_the_first_failed() -> None:
 
 def test_cpu_requests_keep_a_pod_off_a_full_node() -> None:
     world = World()
-    full = copy.deepcopy(world.reconciler.nodes[NODE])
+    full = world.kube.stored(NODES, None, NODE)
     full["status"]["allocatable"] = {"cpu": "1"}
-    world.reconciler.nodes[NODE] = full
+    world.reconciler.nodes[NODE] = NodeView.parse(full)
     busy = pod("busy", {})
     busy["spec"]["nodeName"] = NODE
     busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "800m"}}
@@ -882,7 +883,7 @@ def test_a_condition_write_conflict_is_retried_on_the_re_read_pod() -> None:
 
 def second_node(world: World, name: str = "node-2") -> None:
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {}}}
-    world.reconciler.nodes[name] = world.kube.put(NODES, node)
+    world.reconciler.nodes[name] = NodeView.parse(world.kube.put(NODES, node))
     slices = [
         *build_resource_slices(
             profile_gpus("t4", node_name=NODE, gpus=2), node_name=NODE, driver_name=DRIVER
@@ -1037,9 +1038,9 @@ def test_a_deallocation_clears_the_device_status_too() -> None:
 
 def test_the_bound_pods_cache_follows_new_bindings() -> None:
     world = World()
-    node = copy.deepcopy(world.reconciler.nodes[NODE])
+    node = world.kube.stored(NODES, None, NODE)
     node["status"]["allocatable"] = {"cpu": "1"}
-    world.reconciler.nodes[NODE] = node
+    world.reconciler.nodes[NODE] = NodeView.parse(node)
     tenant(world, "a")
     wanting = world.reconciler.pods[f"{NS}/a-pod"]
     wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "600m"}

@@ -13,7 +13,7 @@ from dra_driver.controller.inventory import build_inventory, nvlink_pair_scores
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import PlanInput, Planner
-from dra_driver.controller.pods import node_fit_problem, pod_claim_names, pod_requests
+from dra_driver.controller.pods import NodeView, node_fit_problem, pod_claim_names, pod_requests
 from dra_driver.controller.reconciler import format_decision
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.devices.simulated import profile_gpus
@@ -78,7 +78,7 @@ NAME_N1 = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": 
 )
 def test_node_fit(pod_spec: dict[str, Any], node_spec: dict[str, Any], expected: str | None) -> None:
     bound = {"cpu": 2.0, "memory": float(2 * 2**30)}
-    assert node_fit_problem(pod(**pod_spec), node(**node_spec), bound) == expected
+    assert node_fit_problem(pod(**pod_spec), NodeView.parse(node(**node_spec)), bound) == expected
 
 
 def test_pod_requests_take_init_containers_and_overhead() -> None:
