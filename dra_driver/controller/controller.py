@@ -294,8 +294,8 @@ class Controller:
         for key, pod in reconciler.pods.items():
             if key in self.pending_pods:
                 # Everywhere, but one pod per shape that stays pending: at 5,000 nodes one full
-                # pending decision costs about 0.2 s, so re-planning 1,000 pending pods one by one
-                # every resync would keep the controller busy for minutes (hack/bench_storm.py).
+                # pending decision costs about 85 ms, so re-planning 1,000 pending pods one by one
+                # would take over a minute of CPU every resync (hack/bench_storm.py).
                 self._retry_pending = True
             elif has_gate(pod):
                 self._dirty_pods.add(key)
