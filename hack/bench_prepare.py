@@ -60,6 +60,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def run_parallel(target: Any, chunk: list[dict[str, str]], callers: int) -> None:
+    """``callers`` threads, each calling ``target`` with its share of ``chunk``; waits for all."""
+    threads = [threading.Thread(target=target, args=(chunk[i::callers],)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -154,15 +163,6 @@ def main() -> int:
                 with lock:
                     unprepare_ms.append((time.perf_counter() - started) * 1000)
 
-        def run_parallel(target: Any, chunk: list[dict[str, str]]) -> None:
-            threads = [
-                threading.Thread(target=target, args=(chunk[i :: args.callers],)) for i in range(args.callers)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-
         # Rounds of `capacity` claims (H200 x 8 with 10 slots each): prepare them concurrently
         # (timed), then unprepare them concurrently (timed separately) so the next round fits.
         capacity = 80
@@ -173,9 +173,9 @@ def main() -> int:
         while pending:
             batch, pending = pending[:capacity], pending[capacity:]
             started = time.perf_counter()
-            run_parallel(caller, batch)
+            run_parallel(caller, batch, args.callers)
             wall += time.perf_counter() - started
-            run_parallel(unprepare_all, batch)
+            run_parallel(unprepare_all, batch, args.callers)
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         figures = {
             "callers": args.callers,

@@ -21,20 +21,16 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench_prepare import percentile, run_parallel  # the same closed-loop callers as hack/bench_prepare.py
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_DRIVER = "gpu.example.com"
 OURS_DRIVER = "gpu.hami.io"
 DEVICES = 8
 NAMESPACE = "bench-prepare"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def peer_binary() -> Path | None:
@@ -69,32 +65,31 @@ def wait_for_file(
     raise TimeoutError(f"no *{suffix} in {pattern_dir} within {timeout:.0f}s")
 
 
-class Claims:
-    """Allocated claims for one plugin's node and driver."""
-
-    def __init__(self, api: Any, node: str, driver: str, count: int, shared: bool) -> None:
-        self.refs: list[dict[str, str]] = []
-        base = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
-        for index in range(count):
-            name = f"prep-{driver.split('.')[1]}-{index}"
-            body = {
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": NAMESPACE},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}},
-            }  # fmt: skip
-            created = api.call("POST", base, body)
-            result: dict[str, Any] = {
-                "request": "gpu",
-                "driver": driver,
-                "pool": node,
-                "device": f"gpu-{index % DEVICES}",
-            }
-            if shared:  # our GPUs are shared: every allocation is one share of the card
-                result["shareID"] = str(uuid.uuid4())
-                result["consumedCapacity"] = {"memory": "1Gi", "cores": "10", "slots": "1"}
-            created["status"] = {"allocation": {"devices": {"results": [result]}}}
-            api.call("PUT", f"{base}/{name}/status", created)
-            self.refs.append({"namespace": NAMESPACE, "name": name, "uid": created["metadata"]["uid"]})
+def allocated_claims(api: Any, node: str, driver: str, count: int, shared: bool) -> list[dict[str, str]]:
+    """Create ``count`` claims allocated on ``node``'s devices of ``driver``; their references."""
+    refs: list[dict[str, str]] = []
+    base = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+    for index in range(count):
+        name = f"prep-{driver.split('.')[1]}-{index}"
+        body = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}},
+        }  # fmt: skip
+        created = api.call("POST", base, body)
+        result: dict[str, Any] = {
+            "request": "gpu",
+            "driver": driver,
+            "pool": node,
+            "device": f"gpu-{index % DEVICES}",
+        }
+        if shared:  # our GPUs are shared: every allocation is one share of the card
+            result["shareID"] = str(uuid.uuid4())
+            result["consumedCapacity"] = {"memory": "1Gi", "cores": "10", "slots": "1"}
+        created["status"] = {"allocation": {"devices": {"results": [result]}}}
+        api.call("PUT", f"{base}/{name}/status", created)
+        refs.append({"namespace": NAMESPACE, "name": name, "uid": created["metadata"]["uid"]})
+    return refs
 
 
 def measure(client: Any, refs: list[dict[str, str]], callers: int) -> dict[str, float]:
@@ -112,18 +107,11 @@ def measure(client: Any, refs: list[dict[str, str]], callers: int) -> dict[str, 
                 if response.claims[ref["uid"]].error:
                     errors.append(response.claims[ref["uid"]].error)
 
-    def in_parallel(action: Callable[[list[dict[str, str]]], None], batch: list[dict[str, str]]) -> None:
-        threads = [threading.Thread(target=action, args=(batch[i::callers],)) for i in range(callers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
     client.prepare([refs[0]])  # warm-up: channel, first API connection
     client.unprepare([refs[0]])
     for begin in range(0, len(refs), DEVICES):
         batch = refs[begin : begin + DEVICES]
-        in_parallel(prepare, batch)
+        run_parallel(prepare, batch, callers)
         for ref in batch:
             client.unprepare([ref])
     if errors:
@@ -199,8 +187,8 @@ def compare(api: Any, kubeconfig: Path, work: Path, claims: int = 200) -> dict[s
         for client in clients.values():
             client.register()
         refs = {
-            "ours": Claims(api, "prep-ours", OURS_DRIVER, claims, shared=True).refs,
-            "dra-example-driver": Claims(api, "prep-peer", PEER_DRIVER, claims, shared=False).refs,
+            "ours": allocated_claims(api, "prep-ours", OURS_DRIVER, claims, shared=True),
+            "dra-example-driver": allocated_claims(api, "prep-peer", PEER_DRIVER, claims, shared=False),
         }
         figures: dict[str, Any] = {}
         for callers in (1, 8):

@@ -149,25 +149,18 @@ def start_driver(
         ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
     )  # fmt: skip
     started.append(controller)
-    if not options.plugin:
-        try:
-            controller.wait_ready(60)
-        except BaseException:
-            for process in reversed(started):
-                process.stop()
-            raise
-        return started
-    plugin = _hami(
-        "kubelet-plugin", layout, "kubelet-plugin", "--node-name", NODE_NAME, "--driver-name", driver,
-        "--source", "simulated", "--profile", options.profile, "--gpus", str(options.gpus),
-        "--kubeconfig", kubeconfig, "--plugin-dir", str(layout.plugin_dir(driver)),
-        "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR), "--metrics-port", "0",
-        ready=lambda: _slice_published(api_client, driver),
-    )  # fmt: skip
-    started.append(plugin)
+    if options.plugin:
+        plugin = _hami(
+            "kubelet-plugin", layout, "kubelet-plugin", "--node-name", NODE_NAME, "--driver-name", driver,
+            "--source", "simulated", "--profile", options.profile, "--gpus", str(options.gpus),
+            "--kubeconfig", kubeconfig, "--plugin-dir", str(layout.plugin_dir(driver)),
+            "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR), "--metrics-port", "0",
+            ready=lambda: _slice_published(api_client, driver),
+        )  # fmt: skip
+        started.append(plugin)
     try:
-        controller.wait_ready(60)
-        plugin.wait_ready(60)
+        for process in started[1:]:  # the webhook is ready already
+            process.wait_ready(60)
     except BaseException:
         for process in reversed(started):
             process.stop()

@@ -52,13 +52,16 @@ class FakeNodeSpec:
         return [f"{self.prefix}-{index:0{width}d}" for index in range(self.count)]
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _now(micro: bool = True) -> str:
+    """RFC 3339 UTC: Lease times carry microseconds, Node condition times whole seconds."""
+    return datetime.datetime.now(datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
+    )
 
 
 def node_body(name: str, spec: FakeNodeSpec) -> dict[str, Any]:
     resources = {"cpu": spec.cpu, "memory": spec.memory, "pods": spec.pods}
-    now = _now()[:-8] + "Z"  # Node condition times are whole seconds
+    now = _now(micro=False)
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -84,11 +84,12 @@ class ClaimAssumptions:
         if entry is None:
             return cached
         when, assumed = entry
-        same_object = cached is None or _uid(cached) == _uid(assumed)
-        if not same_object or (cached is not None and caught_up(cached, assumed)):
-            del self._written[key]
-            return cached
-        if self._clock() - when > ASSUME_SECONDS:
+        replaced = cached is not None and _uid(cached) != _uid(assumed)  # a new object, same name
+        if (
+            replaced
+            or (cached is not None and caught_up(cached, assumed))
+            or self._clock() - when > ASSUME_SECONDS
+        ):
             del self._written[key]
             return cached
         return assumed

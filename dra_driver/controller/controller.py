@@ -195,7 +195,7 @@ class Controller:
             only_nodes, shape = None, None
             if key in retried and key not in pods:
                 uid = str((pod.get("metadata") or {}).get("uid"))
-                if scope is not None and self.reconciler.pending_reasons.get(uid) == UNSCHEDULABLE:
+                if scope is not None and self.reconciler.pending_reason(uid) == UNSCHEDULABLE:
                     only_nodes = scope  # it fitted nowhere before; only these nodes gained room
                 shape = self.reconciler.pending_shape(pod)
                 if shape is not None and shape in stuck_shapes:
@@ -356,8 +356,7 @@ class Controller:
         gone = new is None or (new.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         if new is None and old is not None:
             uid = str((old.get("metadata") or {}).get("uid"))
-            reconciler.pending_messages.pop(uid, None)
-            reconciler.pending_reasons.pop(uid, None)
+            reconciler.pending.pop(uid, None)
             reconciler.warned.pop(uid, None)
         if gone and old is not None:
             namespace = (old.get("metadata") or {}).get("namespace")

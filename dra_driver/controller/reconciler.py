@@ -194,8 +194,7 @@ class Reconciler:
         self.matcher = Matcher(driver, policy_taint or policy_taint_key(driver))
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
         self.quotas = QuotaBook(self.ledger, metrics)
-        self.pending_messages: dict[str, str] = {}  # pod uid -> last pending message
-        self.pending_reasons: dict[str, str] = {}  # pod uid -> reason of that message
+        self.pending: dict[str, tuple[str, str]] = {}  # pod uid -> (last pending message, its reason)
         self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
@@ -258,9 +257,6 @@ class Reconciler:
 
     def refresh_inventory(self, slices: list[Obj]) -> None:
         self.ledger.set_inventory(build_inventory(slices, self.driver))
-
-    def _remember(self, claim: Obj) -> None:
-        self.assumed.wrote(claim)
 
     # --- pods ----------------------------------------------------------------------------------
     def pod_claims(self, pod: Obj) -> list[tuple[str, Obj | None]]:
@@ -479,12 +475,12 @@ class Reconciler:
         for claim, _ in result.job.writes:
             self.assumed.end_write(claim)
         for written in result.written:
-            self._remember(written)
+            self.assumed.wrote(written)
         for claim, current in result.failed:
             if current is None:
                 self.assumed.gone(claim)
                 continue
-            self._remember(current)  # what the API really holds (someone else's allocation, or none)
+            self.assumed.wrote(current)  # what the API really holds (someone else's allocation, or none)
             cached = self.claims.get(_key(claim))
             if cached is not None:
                 # ``current`` may be our stale copy (its re-read failed) while the cache already
@@ -644,28 +640,31 @@ class Reconciler:
                     continue
                 if not err.conflict:
                     log.warning("claim %s: not fenced: %s; retried next pass", key, err)
-                self._remember(current)
+                self.assumed.wrote(current)
                 if (current.get("status") or {}).get("allocation"):
                     log.warning("claim %s: an allocation landed while it was unallocated here; counted", key)
                 continue
             self.fenced[key] = str(_meta(written).get("resourceVersion"))
-            self._remember(written)
+            self.assumed.wrote(written)
             log.info("claim %s fenced at resourceVersion %s", key, self.fenced[key])
+
+    def pending_reason(self, uid: str) -> str | None:
+        """Why the pod is pending (``UNSCHEDULABLE``, ``GpuQuotaExceeded``, ...), or None."""
+        entry = self.pending.get(uid)
+        return None if entry is None else entry[1]
 
     def _clear_pending(self, pod: Obj) -> bool:
         """Forget why the pod was pending; whether it was (its condition then says allocated)."""
-        uid = str(_meta(pod).get("uid"))
-        self.pending_reasons.pop(uid, None)
-        return self.pending_messages.pop(uid, None) is not None
+        return self.pending.pop(str(_meta(pod).get("uid")), None) is not None
 
     def _pending(self, pod: Obj, message: str, reason: str) -> Outcome:
         self.fence_unallocated(pod)
         uid = str(_meta(pod).get("uid"))
         hami_reason = _HAMI_REASON.search(message)
         first_reason = hami_reason.group(1) if hami_reason else reason
-        self.pending_reasons[uid] = reason
-        if self.pending_messages.get(uid) != message:
-            self.pending_messages[uid] = message
+        previous = self.pending.get(uid)
+        self.pending[uid] = (message, reason)
+        if previous is None or previous[0] != message:
             self.metrics.failures.labels(first_reason).inc()
             log.warning("pod %s pending: %s", _key(pod), message)
             self._event(pod, "Warning", "FailedAllocation", message)
@@ -813,7 +812,7 @@ class Reconciler:
         cleared["status"].pop("devices", None)
         written = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
         self.metrics.deallocations.inc()
-        self._remember(written)
+        self.assumed.wrote(written)
         return written
 
     def reconcile_claim(self, claim: Obj) -> Outcome:
@@ -837,7 +836,7 @@ class Reconciler:
             released["metadata"]["finalizers"] = [
                 item for item in _meta(current).get("finalizers") or () if item != FINALIZER
             ]
-            self._remember(self.kube.update(RESOURCE_CLAIMS, released))
+            self.assumed.wrote(self.kube.update(RESOURCE_CLAIMS, released))
             log.info("claim %s released", _key(claim))
             return Outcome.RELEASED
 

@@ -152,7 +152,7 @@ def test_a_pod_pending_for_its_quota_is_planned_everywhere_after_a_release() -> 
     cluster.pod("over", "10Gi")
     cluster.settle()
     uid = str(cluster.kube.stored(PODS, NS, "over")["metadata"]["uid"])
-    assert cluster.controller.reconciler.pending_reasons[uid] == "GpuQuotaExceeded"
+    assert cluster.controller.reconciler.pending_reason(uid) == "GpuQuotaExceeded"
     cluster.planned()
     cluster.release("hold-a")  # capacity freed on one node, and quota freed for every node
     cluster.settle()

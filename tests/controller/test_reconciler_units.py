@@ -329,7 +329,7 @@ def test_an_unallocated_claim_with_our_finalizer_is_fenced_once() -> None:
     assert fenced["metadata"]["resourceVersion"] != before
     assert fenced["metadata"]["annotations"][FENCE_ANNOTATION].startswith("test ")
     world.sync()
-    world.reconciler.pending_messages.clear()
+    world.reconciler.pending.clear()
     world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/orphan-pod"])
     assert [c for c in world.kube.writes("resourceclaims")] == [("update", "resourceclaims", "orphan")]
 
@@ -538,13 +538,19 @@ def test_a_claim_deleted_while_it_was_written_leaves_the_ledger() -> None:
     assert world.reconciler.ledger.claims() == {}
 
 
-def test_the_second_claim_is_not_written_when_the_first_failed() -> None:
-    world = World()
+def two_claims_job(world: World) -> CommitJob:
+    """Pod ``p`` with claims c1 and c2, planned: its job writes both."""
     world.add_claim(claim("c1", request()))
     world.add_claim(claim("c2", request()))
     world.add_pod(pod("p", {"one": "claim:c1", "two": "claim:c2"}))
     job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
     assert isinstance(job, CommitJob) and len(job.writes) == 2
+    return job
+
+
+def test_the_second_claim_is_not_written_when_the_first_failed() -> None:
+    world = World()
+    job = two_claims_job(world)
     world.kube.fail("update/status", "resourceclaims", 500)
     result = world.reconciler.commit(job)
     assert result.outcome == "retry" and len(result.failed) == 1
@@ -672,19 +678,19 @@ def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires() -> 
     stale = copy.deepcopy(world.reconciler.claims[f"{NS}/a"])
     world.place("a-pod")
     written = world.claim("a")
-    world.reconciler._remember(written)  # what commit's apply records
+    world.reconciler.assumed.wrote(written)  # what commit's apply records
     world.reconciler.claims[f"{NS}/a"] = stale  # the informer has not delivered our write yet
     assert world.reconciler.claim(NS, "a") == written
     now[0] += ASSUME_SECONDS - 1
     assert world.reconciler.claim(NS, "a") == written  # still inside the window
     now[0] += 2
     assert world.reconciler.claim(NS, "a") == stale  # given up on: the cache is the truth again
-    world.reconciler._remember(written)
+    world.reconciler.assumed.wrote(written)
     recreated = copy.deepcopy(stale)
     recreated["metadata"]["uid"] = "another-object"
     world.reconciler.claims[f"{NS}/a"] = recreated
     assert world.reconciler.claim(NS, "a") == recreated  # a new object of the same name
-    world.reconciler._remember(written)
+    world.reconciler.assumed.wrote(written)
     world.reconciler.claims[f"{NS}/a"] = written
     assert world.reconciler.claim(NS, "a") == written and not world.reconciler.assumed.is_assumed(f"{NS}/a")
 
@@ -926,11 +932,7 @@ def test_applying_a_commit_records_the_written_pod() -> None:
 
 def test_an_unattempted_write_falls_back_to_what_the_cache_holds() -> None:
     world = World()
-    world.add_claim(claim("c1", request()))
-    world.add_claim(claim("c2", request()))
-    world.add_pod(pod("p", {"one": "claim:c1", "two": "claim:c2"}))
-    job = world.reconciler.reconcile_pod(world.reconciler.pods[f"{NS}/p"])
-    assert isinstance(job, CommitJob)
+    job = two_claims_job(world)
     elsewhere = world.claim("c2")  # meanwhile kube-scheduler allocated c2 (the informer saw it)
     elsewhere["status"] = {"allocation": {"devices": {"results": [
         {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1"}]}}}  # fmt: skip
@@ -947,13 +949,13 @@ def test_a_pod_with_nothing_left_to_allocate_clears_its_pending_report() -> None
     world.add_class(other_class())
     world.add_claim(claim("foreign", request(klass="other")))
     waiting = world.add_pod(pod("p", {"gpu": "claim:foreign"}))
-    world.reconciler.pending_messages[waiting["metadata"]["uid"]] = "earlier reason"
+    world.reconciler.pending[waiting["metadata"]["uid"]] = ("earlier reason", "Unschedulable")
     job = world.reconciler.reconcile_pod(waiting)
     assert isinstance(job, CommitJob) and job.clear_pending
     world.reconciler.apply(world.reconciler.commit(job))
     found = condition(world, "p")
     assert found is not None and found["status"] == "True"
-    assert waiting["metadata"]["uid"] not in world.reconciler.pending_messages
+    assert waiting["metadata"]["uid"] not in world.reconciler.pending
 
 
 def test_a_claim_named_twice_by_one_pod_is_planned_once() -> None:
