@@ -7,6 +7,8 @@ controller consumes, the taint only the controller tolerates), so each is define
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.quantity import MIB
 
@@ -20,6 +22,22 @@ MEMORY = "memory"  # bytes, in steps of 1Mi
 CORES = "cores"  # percent of one GPU's compute
 SLOTS = "slots"  # tenants
 CAPACITY_NAMES = (MEMORY, CORES, SLOTS)
+
+
+class DeviceId(NamedTuple):
+    """A device as DRA names it, in its ResourceSlice and in every allocation result.
+
+    The one identity a GPU has from the slice the plugin publishes to the controller's ledger,
+    quota charges and the allocation it writes; the engine's ``(node, card index)`` is mapped to
+    it in one place (``controller/inventory.py``, ``NodeInventory.device_at``).
+    """
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.pool}/{self.device}"
 
 
 def policy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
@@ -40,6 +58,7 @@ __all__ = [
     "MEMORY",
     "MIB",
     "SLOTS",
+    "DeviceId",
     "policy_taint_key",
     "unhealthy_taint_key",
 ]

@@ -62,7 +62,6 @@ def pinned_node(allocation: Obj | None) -> str | None:
 def build_allocation(
     plan: ClaimPlan,
     node: str,
-    driver: str,
     device_class: Callable[[str], Obj | None],
     request_classes: Mapping[str, str],
     new_uid: Callable[[], str] = lambda: str(uuid.uuid4()),
@@ -72,9 +71,9 @@ def build_allocation(
     for result in plan.results:
         entry: dict[str, Any] = {
             "request": result.request,
-            "driver": driver,
-            "pool": result.pool,
-            "device": result.device,
+            "driver": result.device.driver,
+            "pool": result.device.pool,
+            "device": result.device.device,
         }
         if result.admin_access:
             entry["adminAccess"] = True

@@ -13,7 +13,7 @@ cache (kube-scheduler keeps the same in its assume cache):
 
 Every change of those states also sets what the ledger counts for the claim, so the two cannot
 drift apart. Not owned here: the planner's tentative placements while it compares nodes
-(``Planner.plan`` undoes them itself).
+(``Ledger.trial`` undoes them when the attempt ends).
 """
 
 from __future__ import annotations
@@ -22,29 +22,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dra_driver.controller.kube import Obj
-from dra_driver.controller.ledger import Ledger, Use, claim_uses
+from dra_driver.controller.ledger import Ledger, Use
+from dra_driver.controller.objects import ClaimView, ObjectView
 
 ASSUME_SECONDS = 30.0
 
 
-def claim_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def _uid(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("uid"))
-
-
-def caught_up(cached: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
+def caught_up(cached: ObjectView, assumed: ObjectView) -> bool:
     """Whether the cache has caught up with what we wrote (resourceVersions compared as numbers,
     as etcd issues them; opaque ones only by equality)."""
-    left = str((cached.get("metadata") or {}).get("resourceVersion", ""))
-    right = str((assumed.get("metadata") or {}).get("resourceVersion", ""))
-    if left.isdigit() and right.isdigit():
-        return int(left) >= int(right)
-    return left == right
+    return cached.at_least(assumed)
 
 
 class ClaimAssumptions:
@@ -53,13 +40,13 @@ class ClaimAssumptions:
         self._driver = driver
         self._clock = clock
         self._in_flight: set[str] = set()
-        self._written: dict[str, tuple[float, Obj]] = {}  # claim key -> (when, object we wrote)
+        self._written: dict[str, tuple[float, ClaimView]] = {}  # claim key -> (when, object we wrote)
 
     # --- in flight -------------------------------------------------------------------------------
-    def begin_write(self, claim: Mapping[str, Any], uses: tuple[Use, ...]) -> None:
+    def begin_write(self, claim: ClaimView, uses: tuple[Use, ...]) -> None:
         """The claim's allocation is about to be written: count its planned uses from now on."""
-        self._ledger.set_claim(_uid(claim), uses)
-        self._in_flight.add(claim_key(claim))
+        self._ledger.set_claim(claim.uid, uses)
+        self._in_flight.add(claim.key)
 
     def writing(self, key: str) -> bool:
         return key in self._in_flight
@@ -68,23 +55,25 @@ class ClaimAssumptions:
     def in_flight(self) -> frozenset[str]:
         return frozenset(self._in_flight)
 
-    def end_write(self, claim: Mapping[str, Any]) -> None:
+    def end_write(self, claim: ObjectView) -> None:
         """The write is over (either way); what it produced is recorded separately."""
-        self._in_flight.discard(claim_key(claim))
+        self._in_flight.discard(claim.key)
 
     # --- written ---------------------------------------------------------------------------------
-    def wrote(self, claim: Obj) -> None:
+    def wrote(self, claim: Mapping[str, Any]) -> ClaimView:
         """``claim`` is what the API holds after our write: assume it until the cache catches up."""
-        self._written[claim_key(claim)] = (self._clock(), claim)
-        self._ledger.set_claim(_uid(claim), claim_uses(claim, self._driver))
+        view = ClaimView.parse(claim, self._driver)
+        self._written[view.key] = (self._clock(), view)
+        self._ledger.set_claim(view.uid, view.uses)
+        return view
 
-    def effective(self, key: str, cached: Obj | None) -> Obj | None:
+    def effective(self, key: str, cached: ClaimView | None) -> ClaimView | None:
         """The claim as the controller should see it: our written copy while the cache lags."""
         entry = self._written.get(key)
         if entry is None:
             return cached
         when, assumed = entry
-        replaced = cached is not None and _uid(cached) != _uid(assumed)  # a new object, same name
+        replaced = cached is not None and cached.uid != assumed.uid  # a new object, same name
         if (
             replaced
             or (cached is not None and caught_up(cached, assumed))
@@ -98,18 +87,17 @@ class ClaimAssumptions:
         return key in self._written
 
     # --- informer events -------------------------------------------------------------------------
-    def observed(self, new: Obj, cached: Obj | None) -> None:
+    def observed(self, new: ClaimView, cached: ClaimView | None) -> None:
         """An informer event for ``new``: count the effective view, unless a write is in flight."""
-        key = claim_key(new)
-        if key in self._in_flight:
+        if new.key in self._in_flight:
             return
-        effective = self.effective(key, cached) or new
-        self._ledger.set_claim(_uid(effective), claim_uses(effective, self._driver))
+        effective = self.effective(new.key, cached) or new
+        self._ledger.set_claim(effective.uid, effective.uses)
 
-    def gone(self, claim: Mapping[str, Any]) -> None:
+    def gone(self, claim: ObjectView) -> None:
         """The claim was deleted (or a write found it gone): nothing is counted or assumed for it."""
-        self._written.pop(claim_key(claim), None)
-        self._ledger.remove_claim(_uid(claim))
+        self._written.pop(claim.key, None)
+        self._ledger.remove_claim(claim.uid)
 
     def forget(self, key: str) -> None:
         """Drop what was assumed about the claim, keeping what the ledger counts."""

@@ -14,10 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 from dra_driver.config import ControllerDefaults
-from dra_driver.controller import FINALIZER
 from dra_driver.controller.kube import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -30,8 +28,8 @@ from dra_driver.controller.kube import (
     KubeError,
     Obj,
 )
-from dra_driver.controller.ledger import claim_uses
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.pods import NodeView
 from dra_driver.controller.reconciler import (
     UNSCHEDULABLE,
@@ -39,7 +37,6 @@ from dra_driver.controller.reconciler import (
     CommitResult,
     Outcome,
     Reconciler,
-    has_gate,
 )
 from dra_driver.controller.watch import Informer, object_key
 
@@ -194,8 +191,7 @@ class Controller:
                 continue
             only_nodes, shape = None, None
             if key in retried and key not in pods:
-                uid = str((pod.get("metadata") or {}).get("uid"))
-                if scope is not None and self.reconciler.pending_reason(uid) == UNSCHEDULABLE:
+                if scope is not None and self.reconciler.pending_reason(pod.uid) == UNSCHEDULABLE:
                     only_nodes = scope  # it fitted nowhere before; only these nodes gained room
                 shape = self.reconciler.pending_shape(pod)
                 if shape is not None and shape in stuck_shapes:
@@ -284,8 +280,8 @@ class Controller:
 
     def _fifo(self, keys: set[str]) -> list[str]:
         def created(key: str) -> tuple[str, str]:
-            pod = self.reconciler.pods.get(key) or {}
-            return (str((pod.get("metadata") or {}).get("creationTimestamp", "")), key)
+            pod = self.reconciler.pods.get(key)
+            return (pod.created if pod is not None else "", key)
 
         return sorted(keys, key=created)
 
@@ -297,10 +293,10 @@ class Controller:
                 # pending decision costs about 85 ms, so re-planning 1,000 pending pods one by one
                 # would take over a minute of CPU every resync (hack/bench_storm.py).
                 self._retry_pending = True
-            elif has_gate(pod):
+            elif pod.gated:
                 self._dirty_pods.add(key)
         for key, claim in reconciler.claims.items():
-            if FINALIZER in ((claim.get("metadata") or {}).get("finalizers") or ()):
+            if claim.ours:
                 self._dirty_claims.add(key)
                 self._dirty_pods |= reconciler.consumers.get(key, set())
 
@@ -312,20 +308,26 @@ class Controller:
             obj = new if new is not None else old
             assert obj is not None
             key = object_key(obj)
+            # The informer boundary: pods and claims are parsed into typed views once, here.
             if kind == "Pod":
-                self._pod_changed(key, old, new)
+                self._pod_changed(
+                    key,
+                    None if old is None else PodView.parse(old),
+                    None if new is None else PodView.parse(new),
+                )
             elif kind == "ResourceClaim":
-                self._claim_changed(key, old, new)
+                self._claim_changed(
+                    key,
+                    None if old is None else reconciler.claim_view(old),
+                    None if new is None else reconciler.claim_view(new),
+                )
             elif kind == "ResourceSlice":
                 self._slices_changed = True
             elif kind == "DeviceClass":
-                self._set(reconciler.classes, key, new)
+                reconciler.class_event(key, new)
                 self._retry_pending = True
             elif kind == "Node":
-                if new is None:
-                    reconciler.nodes.pop(key, None)
-                else:
-                    reconciler.nodes[key] = NodeView.parse(new)
+                reconciler.node_event(key, None if new is None else NodeView.parse(new))
                 self._retry_pending = True
             elif kind == "GpuQuota":
                 reconciler.quotas.set_gpu_quota(key, new)
@@ -338,73 +340,37 @@ class Controller:
             reconciler.refresh_inventory(self.informers["ResourceSlice"].snapshot())
             self._retry_pending = True
 
-    @staticmethod
-    def _set(cache: dict[str, Any], key: str, new: Obj | None) -> None:
-        if new is None:
-            cache.pop(key, None)
-        else:
-            cache[key] = new
-
-    def _pod_changed(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
         reconciler = self.reconciler
-        current = reconciler.pods.get(key)
-        if new is not None and current is not None and _rv_newer_or_same(current, new):
-            new = current  # our own write already recorded a newer version
-        self._set(reconciler.pods, key, new)
-        reconciler.observe_pod(old if current is None else current, new)
+        new = reconciler.pod_event(key, old, new)
         self._dirty_pods.add(key)
-        gone = new is None or (new.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if new is None and old is not None:
-            uid = str((old.get("metadata") or {}).get("uid"))
-            reconciler.pending.pop(uid, None)
-            reconciler.warned.pop(uid, None)
-        if gone and old is not None:
-            namespace = (old.get("metadata") or {}).get("namespace")
-            for _, claim_name in _claims_of(old):
-                self._dirty_claims.add(f"{namespace}/{claim_name}")
+        if (new is None or not new.active) and old is not None:
+            self._dirty_claims.update(old.claim_keys)
             for claim_key, pods in reconciler.consumers.items():
                 if key in pods:
                     self._dirty_claims.add(claim_key)
-            uid = str((old.get("metadata") or {}).get("uid"))
             for (owner, _), claim_name in reconciler.owned.items():
-                if owner == uid:
-                    self._dirty_claims.add(f"{namespace}/{claim_name}")
-            if (old.get("spec") or {}).get("nodeName"):
-                self._retry_on({str(old["spec"]["nodeName"])})  # its CPU/memory there is free again
+                if owner == old.uid:
+                    self._dirty_claims.add(f"{old.namespace}/{claim_name}")
+            if old.bound_to:
+                self._retry_on({old.bound_to})  # its CPU/memory there is free again
 
-    def _claim_changed(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _claim_changed(self, key: str, old: ClaimView | None, new: ClaimView | None) -> None:
         reconciler = self.reconciler
-        self._set(reconciler.claims, key, new)
-        before = claim_uses(old, self.driver) if old is not None else ()
-        if new is None:
-            reconciler.forget_claim(key)
-        reconciler.observe_claim(old, new)
-        after = claim_uses(new, self.driver) if new is not None else ()
+        reconciler.claim_event(key, old, new)
+        before = old.uses if old is not None else ()
+        after = new.uses if new is not None else ()
         if len(after) < len(before):  # capacity was released, where the uses that went were
             gone = set(before) - set(after)
-            devices = [reconciler.ledger.device(use.pool, use.device) for use in gone]
+            devices = [reconciler.ledger.device(use.device) for use in gone]
             if all(device is not None for device in devices):
                 self._retry_on({device.node for device in devices if device is not None})
             else:
                 self._retry_pending = True
         self._dirty_claims.add(key)
         self._dirty_pods |= reconciler.consumers.get(key, set())
-        meta = (new or old or {}).get("metadata") or {}
-        for owner in meta.get("ownerReferences") or ():
-            pod_key = reconciler.pods_by_uid.get(str(owner.get("uid")))
+        changed = new if new is not None else old
+        for owner_uid in changed.owner_uids if changed is not None else ():
+            pod_key = reconciler.pods_by_uid.get(owner_uid)
             if pod_key:
                 self._dirty_pods.add(pod_key)
-
-
-def _rv_newer_or_same(current: Obj, new: Obj) -> bool:
-    """Whether ``current`` (our write) is at least as new as ``new`` (an informer event)."""
-    try:
-        return int(current["metadata"]["resourceVersion"]) > int(new["metadata"]["resourceVersion"])
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-def _claims_of(pod: Obj) -> list[tuple[str, str]]:
-    from dra_driver.controller.pods import pod_claim_names
-
-    return [(pod_claim, name) for pod_claim, name in pod_claim_names(pod) if name]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dra_driver.contract import DeviceId
 from dra_driver.engine import MIB, GpuCard
 from dra_driver.quantity import parse_bytes, parse_quantity
 
@@ -35,9 +36,9 @@ def _results(claim: Obj, request: str | None, driver: str) -> list[Obj]:
     return out
 
 
-def _device(result: Obj, card_of: Callable[[str, str], GpuCard | None]) -> str:
-    pool, device = str(result.get("pool", "")), str(result.get("device", ""))
-    card = card_of(pool, device)
+def _device(result: Obj, card_of: Callable[[DeviceId], GpuCard | None]) -> str:
+    device = str(result.get("device", ""))
+    card = card_of(DeviceId(str(result.get("driver", "")), str(result.get("pool", "")), device))
     consumed = result.get("consumedCapacity") or {}
     memory = parse_bytes(consumed["memory"]) if "memory" in consumed else (card.memory if card else 0)
     cores = int(parse_quantity(consumed["cores"])) if "cores" in consumed else 100
@@ -48,7 +49,7 @@ def encode_devices_allocated(
     pod: Obj,
     claims: Mapping[str, Obj],
     driver: str,
-    card_of: Callable[[str, str], GpuCard | None],
+    card_of: Callable[[DeviceId], GpuCard | None],
 ) -> str | None:
     """The annotation value; None when no container consumes a device of ``driver``.
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from dra_driver.cel import DeviceInput, device_input
 from dra_driver.cel.values import ValueParseError, parse_quantity
+from dra_driver.contract import DeviceId
 from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
 
@@ -30,8 +31,7 @@ _DEVICE_NAME = re.compile(r"^gpu-(\d+)$")
 class Device:
     """One published device: where it is, its card and its CEL input."""
 
-    pool: str
-    name: str
+    id: DeviceId
     node: str
     card: GpuCard
     cel: DeviceInput
@@ -39,18 +39,27 @@ class Device:
     #: Attribute values by fully qualified name (``gpu.hami.io/index``), for claim constraints.
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def pool(self) -> str:
+        return self.id.pool
+
+    @property
+    def name(self) -> str:
+        return self.id.device
+
 
 @dataclass(slots=True)
 class NodeInventory:
-    """One node's devices, by their DRA name (pool, device) and by the engine's card index.
+    """One node's devices, by their DRA identity and by the engine's card index.
 
-    The engine knows a card as (node, index); an allocation names it (pool, device). Both keys
+    The engine knows a card as (node, index); a slice and an allocation name it by its
+    ``DeviceId`` (driver, pool, device). Both keys
     are set here, once per inventory, so a placement maps back to its device in O(1), and two
     devices that would be the same card to the engine (one index, two pools) cannot both exist.
     """
 
     node: str
-    devices: dict[tuple[str, str], Device] = field(default_factory=dict)  # (pool, device name)
+    devices: dict[DeviceId, Device] = field(default_factory=dict)
     by_index: dict[int, Device] = field(default_factory=dict)
 
     @property
@@ -60,14 +69,13 @@ class NodeInventory:
     def add(self, device: Device) -> bool:
         """Add a device; False (and a warning) when another device of the node has its index."""
         taken = self.by_index.get(device.card.index)
-        if taken is not None and (taken.pool, taken.name) != (device.pool, device.name):
+        if taken is not None and taken.id != device.id:
             log.warning(
-                "node %s: device %s/%s has index %d like %s/%s; ignored (GPUs of one node need "
-                "distinct indexes)",
-                self.node, device.pool, device.name, device.card.index, taken.pool, taken.name,
+                "node %s: device %s has index %d like %s; ignored (GPUs of one node need distinct indexes)",
+                self.node, device.id, device.card.index, taken.id,
             )  # fmt: skip
             return False
-        self.devices[(device.pool, device.name)] = device
+        self.devices[device.id] = device
         self.by_index[device.card.index] = device
         return True
 
@@ -146,7 +154,12 @@ def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any
         if isinstance(value, Mapping) and value
     }
     return Device(
-        pool, name, node, card, device_input(driver, entry), tuple(entry.get("taints") or ()), qualified
+        DeviceId(driver, pool, name),
+        node,
+        card,
+        device_input(driver, entry),
+        tuple(entry.get("taints") or ()),
+        qualified,
     )
 
 

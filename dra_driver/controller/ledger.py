@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.cel.values import ValueParseError, parse_quantity
-from dra_driver.contract import CORES, MEMORY, SLOTS
+from dra_driver.contract import CORES, MEMORY, SLOTS, DeviceId
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.engine import ClusterState, DeviceShare, Placement, StateError
 from dra_driver.quota import Charge
@@ -29,8 +30,7 @@ log = logging.getLogger(__name__)
 class Use:
     """What one result takes from one device; ``None`` amounts mean the whole card."""
 
-    pool: str
-    device: str
+    device: DeviceId
     memory: int | None
     cores: int | None
     slots: int | None
@@ -81,15 +81,14 @@ def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
     classes = request_classes(claim)
     uses = []
     for result in results:
-        pool, device = str(result.get("pool", "")), str(result.get("device", ""))
+        device = DeviceId(driver, str(result.get("pool", "")), str(result.get("device", "")))
         where = {"namespace": namespace, "class_name": classes.get(str(result.get("request", "")), "")}
         if not result.get("shareID"):
-            uses.append(Use(pool, device, None, None, None, **where))
+            uses.append(Use(device, None, None, None, **where))
             continue
         consumed = result.get("consumedCapacity") or {}
         uses.append(
             Use(
-                pool,
                 device,
                 _amount(consumed.get(MEMORY)) or 0,
                 _amount(consumed.get(CORES)) or 0,
@@ -106,7 +105,7 @@ class Ledger:
     def __init__(self) -> None:
         self.state = ClusterState()
         self.inventory: dict[str, NodeInventory] = {}
-        self._devices: dict[tuple[str, str], Device] = {}  # (pool, device) -> device
+        self._devices: dict[DeviceId, Device] = {}
         self._claims: dict[str, tuple[Use, ...]] = {}  # claim uid -> uses
         self._by_node: dict[str, set[str]] = {}  # node -> claim uids using it
         self._unplaced: set[str] = set()  # claims with a use on an unknown device
@@ -137,8 +136,8 @@ class Ledger:
         self.generation += 1
         self.inventory_generation += 1
 
-    def device(self, pool: str, name: str) -> Device | None:
-        return self._devices.get((pool, name))
+    def device(self, device: DeviceId) -> Device | None:
+        return self._devices.get(device)
 
     # --- claims ------------------------------------------------------------------------------
     def set_claim(self, uid: str, uses: tuple[Use, ...]) -> None:
@@ -181,17 +180,17 @@ class Ledger:
     def charge(self, use: Use) -> Charge:
         memory, cores = use.memory, use.cores
         if memory is None or cores is None:
-            device = self._devices.get((use.pool, use.device))
+            device = self._devices.get(use.device)
             card_memory, card_cores = (device.card.memory, device.card.cores) if device else (0, 0)
             memory = card_memory if memory is None else memory
             cores = card_cores if cores is None else cores
-        return Charge(use.class_name, (use.pool, use.device), memory, cores)
+        return Charge(use.class_name, use.device, memory, cores)
 
     def _index(self, uid: str, uses: Iterable[Use]) -> set[str]:
         nodes = set()
         self._unplaced.discard(uid)
         for use in uses:
-            device = self._devices.get((use.pool, use.device))
+            device = self._devices.get(use.device)
             if device is None:
                 self._unplaced.add(uid)
                 continue
@@ -202,25 +201,25 @@ class Ledger:
     def _nodes_of(self, uid: str) -> set[str]:
         nodes = set()
         for use in self._claims.get(uid, ()):
-            device = self._devices.get((use.pool, use.device))
+            device = self._devices.get(use.device)
             if device is not None:
                 nodes.add(device.node)
         return nodes
 
-    def overcommit(self, pool: str, name: str) -> tuple[list[str], list[str]]:
+    def overcommit(self, device_id: DeviceId) -> tuple[list[str], list[str]]:
         """``(problems, claim uids)`` of one device: what its recorded uses exceed, and who uses it.
 
         Counts every allocated claim of the driver, whoever allocated it; a use without amounts
         (no shareID) takes the whole card, so it may not share the card with anything.
         """
-        device = self._devices.get((pool, name))
+        device = self._devices.get(device_id)
         if device is None:
             return [], []
         users = [
             (uid, use)
             for uid in sorted(self._by_node.get(device.node, ()))
             for use in self._claims.get(uid, ())
-            if (use.pool, use.device) == (pool, name)
+            if use.device == device_id
         ]
         card = device.card
         problems = []
@@ -240,7 +239,7 @@ class Ledger:
         shares = []
         for uid in sorted(self._by_node.get(node, ())):
             for use in self._claims.get(uid, ()):
-                device = self._devices.get((use.pool, use.device))
+                device = self._devices.get(use.device)
                 if device is None or device.node != node:
                     continue
                 card = device.card
@@ -266,9 +265,33 @@ class Ledger:
             # Observed facts are recorded even when they overcommit (someone else allocated them).
             self.state.allocate(Placement(node, tuple(shares)), strict=False)
 
-    def rebuild(self, node: str) -> None:
-        """Drop tentative allocations made directly on ``state`` for ``node``."""
-        self._rebuild(node)
+    @contextmanager
+    def trial(self) -> Iterator[Trial]:
+        """Tentative allocations for one plan attempt, undone when the attempt ends.
+
+        A pod's later requests must see its earlier ones (two requests never take the same share),
+        so the planner allocates them on the engine state through the trial; on exit, normal or
+        not, the nodes touched are rebuilt from recorded claims only. What is written and not yet
+        observed is ``controller/assumed.py``'s, which records it here as claim uses.
+        """
+        trial = Trial(self.state)
+        try:
+            yield trial
+        finally:
+            for node in trial.touched:
+                self._rebuild(node)
+
+
+class Trial:
+    """The tentative side of one plan attempt (``Ledger.trial``)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.touched: set[str] = set()
+
+    def allocate(self, placement: Placement) -> None:
+        self.state.allocate(placement)
+        self.touched.add(placement.node)
 
 
 def _cards(inventory: NodeInventory | None) -> tuple[Any, ...]:

@@ -17,7 +17,9 @@ from typing import Any
 
 from dra_driver.config import ConfigError, ControllerDefaults, resolve_config
 from dra_driver.config.resolve import driver_configs
-from dra_driver.controller.ledger import Ledger
+from dra_driver.contract import DeviceId
+from dra_driver.controller.ledger import Ledger, Trial
+from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.requests import ClaimRequest, Eligible, Matcher, RequestError, RequestSpec
 from dra_driver.engine import Decision, DeviceShare, Placement, PlacementRequest, place
 
@@ -30,8 +32,7 @@ class ResultPlan:
     """One allocated device of one request."""
 
     request: str
-    pool: str
-    device: str
+    device: DeviceId
     node: str
     share: DeviceShare
     admin_access: bool
@@ -40,7 +41,7 @@ class ResultPlan:
 
 @dataclass(slots=True)
 class ClaimPlan:
-    claim: Obj
+    claim: ClaimView
     results: list[ResultPlan] = field(default_factory=list)
 
 
@@ -57,7 +58,7 @@ class PodPlan:
 class PlanInput:
     """A claim to allocate with its requests resolved to our classes."""
 
-    claim: Obj
+    claim: ClaimView
     requests: list[ClaimRequest]
 
 
@@ -78,12 +79,12 @@ class Planner:
 
     def plan(
         self,
-        pod: Obj,
+        pod: PodView,
         inputs: list[PlanInput],
         allowed_nodes: frozenset[str],
         pinned_node: str | None,
     ) -> PodPlan:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = pod.annotations
         candidates = allowed_nodes if pinned_node is None else allowed_nodes & {pinned_node}
         if pinned_node is not None and not candidates:
             return PodPlan(
@@ -94,16 +95,15 @@ class Planner:
         plan = PodPlan(None, [])
         while candidates - excluded:
             plan = PodPlan(None, [ClaimPlan(item.claim) for item in inputs])
-            touched: set[str] = set()
             try:
-                node, reason = self._try(plan, inputs, frozenset(candidates - excluded), annotations, touched)
+                with self.ledger.trial() as trial:
+                    node, reason = self._try(
+                        plan, inputs, frozenset(candidates - excluded), annotations, trial
+                    )
             except (RequestError, ConfigError) as err:
                 # The claim itself is wrong (CEL error, invalid config): no other node would help.
                 plan.claims, plan.reason = [], str(err)
                 return plan
-            finally:
-                for name in touched:
-                    self.ledger.rebuild(name)  # tentative allocations were only for planning
             if reason is None:
                 plan.node = node
                 return plan
@@ -120,17 +120,16 @@ class Planner:
         inputs: list[PlanInput],
         candidates: frozenset[str],
         annotations: Mapping[str, str],
-        touched: set[str],
+        trial: Trial,
     ) -> tuple[str | None, str | None]:
         node: str | None = None
         for claim_plan, item in zip(plan.claims, inputs, strict=True):
-            meta = item.claim.get("metadata") or {}
-            subject = f"claim {meta.get('namespace')}/{meta.get('name')}"
+            subject = f"claim {item.claim.key}"
             claim_config = ((item.claim.get("spec") or {}).get("devices") or {}).get("config")
             for request in item.requests:
                 allowed = candidates if node is None else frozenset({node})
                 placed, reason = self._place_request(
-                    plan, claim_plan, request, subject, claim_config, annotations, allowed, touched
+                    plan, claim_plan, request, subject, claim_config, annotations, allowed, trial
                 )
                 if placed is None:
                     return node, f"{subject} request {request.name}: {reason}"
@@ -153,7 +152,7 @@ class Planner:
             for result in claim_plan.results:
                 if names and result.request.split("/", 1)[0] not in names and result.request not in names:
                     continue
-                device = self.ledger.device(result.pool, result.device)
+                device = self.ledger.device(result.device)
                 attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
                 values.append(None if device is None else device.attributes.get(str(attribute)))
             if constraint.get("matchAttribute") and (None in values or len(set(values)) > 1):
@@ -175,7 +174,7 @@ class Planner:
         claim_config: Any,
         annotations: Mapping[str, str],
         allowed: frozenset[str],
-        touched: set[str],
+        trial: Trial,
     ) -> tuple[str | None, str]:
         reasons = []
         for spec in request.alternatives:
@@ -221,8 +220,7 @@ class Planner:
                     claim_plan.results.append(
                         ResultPlan(
                             spec.name,
-                            device.pool,
-                            device.name,
+                            device.id,
                             node,
                             DeviceShare(device.card.index, 0, 0, 0),
                             True,
@@ -236,15 +234,12 @@ class Planner:
                 reasons.append(decision.reason or "does not fit")
                 continue
             placement = decision.placement
-            self.ledger.state.allocate(placement)
-            touched.add(placement.node)
+            trial.allocate(placement)
             inventory = self.ledger.inventory[placement.node]
             for share in placement.devices:
                 device = inventory.device_at(share.index)
                 claim_plan.results.append(
-                    ResultPlan(
-                        spec.name, device.pool, device.name, placement.node, share, False, spec.tolerations
-                    )
+                    ResultPlan(spec.name, device.id, placement.node, share, False, spec.tolerations)
                 )
             return placement.node, ""
         return None, "; ".join(reasons) if len(reasons) > 1 else (reasons[0] if reasons else "does not fit")

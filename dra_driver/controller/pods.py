@@ -176,18 +176,6 @@ def node_fit_problem(
     return None
 
 
-def bound_requests_by_node(pods: Iterable[Obj]) -> dict[str, dict[str, float]]:
-    totals: dict[str, dict[str, float]] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or not pod_active(pod):
-            continue
-        per_node = totals.setdefault(node, {"cpu": 0.0, "memory": 0.0})
-        for resource, amount in pod_requests(pod).items():
-            per_node[resource] += amount
-    return totals
-
-
 def pod_claim_names(pod: Obj) -> list[tuple[str, str | None]]:
     """(pod claim name, ResourceClaim name or None when its template claim does not exist yet)."""
     statuses = {

@@ -33,25 +33,24 @@ from dra_driver.config import (
     ANNOTATION_NODE_POLICY,
     ControllerDefaults,
 )
-from dra_driver.config.classes import is_driver_class
-from dra_driver.contract import FINALIZER, GATE_NAME, policy_taint_key
+from dra_driver.contract import FINALIZER, GATE_NAME, DeviceId, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.assumed import ClaimAssumptions
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, KubeApi, KubeError, Obj
-from dra_driver.controller.ledger import Ledger, Use, claim_uses, request_classes
+from dra_driver.controller.ledger import Ledger, Use
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.planner import ClaimPlan, PlanInput, Planner, PodPlan
-from dra_driver.controller.pods import (
-    NodeView,
+from dra_driver.controller.objects import (
+    ClaimView,
+    DeviceClassView,
+    ObjectView,
+    PodView,
     bound_requests_by_node,
-    node_fit_problem,
-    pod_active,
-    pod_claim_names,
-    pod_requests,
 )
+from dra_driver.controller.planner import ClaimPlan, PlanInput, Planner, PodPlan
+from dra_driver.controller.pods import NodeView, node_fit_problem
 from dra_driver.controller.quotas import QuotaBook
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.controller.writes import retry_on_conflict
@@ -68,15 +67,6 @@ _PLAN_ANNOTATIONS = (ANNOTATION_GPU_POLICY, ANNOTATION_NODE_POLICY, ANNOTATION_D
 _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
 #: Written to a claim to fence it (see ``Reconciler.fence_unallocated``); its value says who and when.
 FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = _meta(obj)
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 class Outcome(StrEnum):
@@ -98,8 +88,8 @@ class Outcome(StrEnum):
 class CommitJob:
     """The writes for one planned pod: each claim's allocation (in order), then the gate."""
 
-    pod: Obj
-    writes: list[tuple[Mapping[str, Any], dict[str, Any]]]
+    pod: PodView
+    writes: list[tuple[ClaimView, dict[str, Any]]]
     clear_pending: bool = False
     #: Pod annotations written with the gate removal (``hami.io/vgpu-devices-allocated``).
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -108,26 +98,14 @@ class CommitJob:
 @dataclass(slots=True)
 class CommitResult:
     job: CommitJob
-    written: list[Obj] = field(default_factory=list)
-    failed: list[tuple[Mapping[str, Any], Obj | None]] = field(default_factory=list)
-    pod: Obj | None = None
+    written: list[ClaimView] = field(default_factory=list)
+    failed: list[tuple[ClaimView, ClaimView | None]] = field(default_factory=list)
+    pod: PodView | None = None
     outcome: Outcome = Outcome.DONE
 
 
-def _owners(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(owner pod uid, pod claim name) of a claim generated from a template."""
-    meta = _meta(claim)
-    pod_claim = (meta.get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name")
-    if not pod_claim:
-        return []
-    return [
-        (str(owner.get("uid")), str(pod_claim))
-        for owner in meta.get("ownerReferences") or ()
-        if owner.get("kind") == "Pod"
-    ]
-
-
 def has_gate(pod: Mapping[str, Any]) -> bool:
+    """Our gate is on ``pod`` (a raw object, e.g. one just re-read; a ``PodView`` says ``gated``)."""
     return any(gate.get("name") == GATE_NAME for gate in (pod.get("spec") or {}).get("schedulingGates") or ())
 
 
@@ -149,10 +127,9 @@ def format_decision(subject: str, decision: Decision, config: str) -> str:
 
 def plan_uses(claim_plan: ClaimPlan, classes: Mapping[str, str]) -> tuple[Use, ...]:
     """The ledger's uses of a planned claim, straight from the plan (``classes``: request -> class)."""
-    namespace = str(_meta(claim_plan.claim).get("namespace") or "")
+    namespace = claim_plan.claim.namespace
     return tuple(
         Use(
-            r.pool,
             r.device,
             r.share.memory,
             r.share.cores,
@@ -187,9 +164,9 @@ class Reconciler:
         self.metrics = metrics
         self.identity = identity
         self.ledger = Ledger()
-        self.classes: dict[str, Obj] = {}
-        self.pods: dict[str, Obj] = {}
-        self.claims: dict[str, Obj] = {}
+        self.classes: dict[str, DeviceClassView] = {}
+        self.pods: dict[str, PodView] = {}  # parsed once per informer event or write
+        self.claims: dict[str, ClaimView] = {}
         self.nodes: dict[str, NodeView] = {}  # parsed once per informer event
         self.matcher = Matcher(driver, policy_taint or policy_taint_key(driver))
         self.planner = Planner(self.ledger, self.matcher, driver, defaults, self.classes.get)
@@ -208,18 +185,62 @@ class Reconciler:
     # --- views ---------------------------------------------------------------------------------
     def is_ours(self, class_name: Any) -> bool:
         klass = self.classes.get(str(class_name))
-        return klass is not None and is_driver_class(klass, self.driver)
+        return klass is not None and klass.ours
 
-    def claim(self, namespace: str, name: str) -> Obj | None:
+    def claim(self, namespace: str, name: str) -> ClaimView | None:
         key = f"{namespace}/{name}"
         return self.assumed.effective(key, self.claims.get(key))
+
+    # --- informer events (the controller's only way into the caches) ----------------------------
+    def pod_event(self, key: str, old: PodView | None, new: PodView | None) -> PodView | None:
+        """Cache a pod's new version and index it; returns what is cached now.
+
+        A version older than one our own write returned is ignored (the watch lags our writes).
+        """
+        current = self.pods.get(key)
+        if new is not None and current is not None and current.newer_than(new):
+            new = current
+        if new is None:
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = new
+        self.observe_pod(old if current is None else current, new)
+        if new is None and old is not None:
+            self.pending.pop(old.uid, None)
+            self.warned.pop(old.uid, None)
+        return new
+
+    def claim_event(self, key: str, old: ClaimView | None, new: ClaimView | None) -> None:
+        """Cache a claim's new version; the ledger counts what ``assumed`` says is effective."""
+        if new is None:
+            self.claims.pop(key, None)
+            self.forget_claim(key)
+        else:
+            self.claims[key] = new
+        self.observe_claim(old, new)
+
+    def class_event(self, name: str, new: Mapping[str, Any] | None) -> None:
+        if new is None:
+            self.classes.pop(name, None)
+        else:
+            self.classes[name] = DeviceClassView(new, self.driver)
+
+    def node_event(self, name: str, new: NodeView | None) -> None:
+        if new is None:
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = new
 
     def forget_claim(self, key: str) -> None:
         """The claim was deleted: drop what we assumed about it."""
         self.assumed.forget(key)
         self.fenced.pop(key, None)
 
-    def observe_claim(self, old: Obj | None, new: Obj | None) -> None:
+    def claim_view(self, obj: Mapping[str, Any]) -> ClaimView:
+        """A claim as the controller reads it (the informer boundary and every write's result)."""
+        return ClaimView.parse(obj, self.driver)
+
+    def observe_claim(self, old: ClaimView | None, new: ClaimView | None) -> None:
         """Keep the ledger and the template-claim index in step with a claim change.
 
         While our allocation of the claim is being written, the ledger keeps our assumption: the
@@ -228,71 +249,55 @@ class Reconciler:
         """
         if old is not None and new is None:
             self.assumed.gone(old)
-            for owner in _owners(old):
+            for owner in old.owners:
                 self.owned.pop(owner, None)
             return
         if new is None:
             return
-        self.assumed.observed(new, self.claims.get(_key(new)))
-        for owner in _owners(new):
-            self.owned[owner] = str(_meta(new).get("name"))
+        self.assumed.observed(new, self.claims.get(new.key))
+        for owner in new.owners:
+            self.owned[owner] = new.name
 
-    def observe_pod(self, old: Obj | None, new: Obj | None) -> None:
+    def observe_pod(self, old: PodView | None, new: PodView | None) -> None:
         """Index which claims each pod refers to (for releases) and pods by UID."""
-        if any(obj is not None and (obj.get("spec") or {}).get("nodeName") for obj in (old, new)):
+        if any(pod is not None and pod.bound_to for pod in (old, new)):
             self.bound_generation += 1
         if old is not None:
-            for claim_key in self._pod_refs(old):
-                self.consumers.get(claim_key, set()).discard(_key(old))
-            self.pods_by_uid.pop(str(_meta(old).get("uid")), None)
+            for claim_key in old.claim_keys:
+                self.consumers.get(claim_key, set()).discard(old.key)
+            self.pods_by_uid.pop(old.uid, None)
         if new is not None:
-            for claim_key in self._pod_refs(new):
-                self.consumers.setdefault(claim_key, set()).add(_key(new))
-            self.pods_by_uid[str(_meta(new).get("uid"))] = _key(new)
-
-    @staticmethod
-    def _pod_refs(pod: Obj) -> list[str]:
-        namespace = _meta(pod).get("namespace")
-        return [f"{namespace}/{name}" for _, name in pod_claim_names(pod) if name]
+            for claim_key in new.claim_keys:
+                self.consumers.setdefault(claim_key, set()).add(new.key)
+            self.pods_by_uid[new.uid] = new.key
 
     def refresh_inventory(self, slices: list[Obj]) -> None:
         self.ledger.set_inventory(build_inventory(slices, self.driver))
 
     # --- pods ----------------------------------------------------------------------------------
-    def pod_claims(self, pod: Obj) -> list[tuple[str, Obj | None]]:
-        namespace = str(_meta(pod).get("namespace"))
+    def pod_claims(self, pod: PodView) -> list[tuple[str, ClaimView | None]]:
         result = []
-        for pod_claim, claim_name in pod_claim_names(pod):
+        for pod_claim, claim_name in pod.claim_names:
             if claim_name is None:
-                claim_name = self._template_claim_name(pod, pod_claim)
-            result.append((pod_claim, None if claim_name is None else self.claim(namespace, claim_name)))
+                # Before kcm records resourceClaimStatuses: a claim owned by the pod for that entry.
+                claim_name = self.owned.get((pod.uid, pod_claim))
+            result.append((pod_claim, None if claim_name is None else self.claim(pod.namespace, claim_name)))
         return result
 
-    def _template_claim_name(self, pod: Obj, pod_claim: str) -> str | None:
-        """Fallback before kcm recorded resourceClaimStatuses: a claim owned by the pod for that entry."""
-        return self.owned.get((str(_meta(pod).get("uid")), pod_claim))
-
-    def is_candidate(self, pod: Obj) -> bool:
-        spec = pod.get("spec") or {}
-        if spec.get("nodeName") or not pod_active(pod) or _meta(pod).get("deletionTimestamp"):
+    def is_candidate(self, pod: PodView) -> bool:
+        if pod.bound_to or not pod.active or pod.deleting:
             return False
-        if has_gate(pod):
+        if pod.gated:
             return True
         # PostFilter cleared an allocation we made: our finalizer stays, allocation is gone.
-        for _, claim in self.pod_claims(pod):
-            if (
-                claim is not None
-                and FINALIZER in (_meta(claim).get("finalizers") or ())
-                and not (claim.get("status") or {}).get("allocation")
-                and not spec.get("schedulingGates")
-            ):
-                return True
-        return False
+        return not pod.other_gates and any(
+            claim is not None and claim.ours and not claim.allocation for _, claim in self.pod_claims(pod)
+        )
 
-    def allowed_nodes(self, pod: Obj, among: Iterable[str] | None = None) -> frozenset[str]:
+    def allowed_nodes(self, pod: PodView, among: Iterable[str] | None = None) -> frozenset[str]:
         """Nodes (of ``among``, default all) where the pod itself may run: selectors, affinity,
         taints, CPU/memory/pods left, and a pool of ours."""
-        wanted = pod_requests(pod)
+        wanted = pod.requests
         bound: Mapping[str, Mapping[str, float]] = {}
         if any(amount > 0 for amount in wanted.values()):
             if self._bound_cache is None or self._bound_cache[0] != self.bound_generation:
@@ -309,7 +314,7 @@ class Reconciler:
                 allowed.add(name)
         return frozenset(allowed)
 
-    def pending_shape(self, pod: Obj) -> str | None:
+    def pending_shape(self, pod: PodView) -> str | None:
         """A key equal for pods that get the same plan on the same state, or None when unsure.
 
         Pods of one Deployment or Job differ only in names: their claims (from one template) ask
@@ -318,10 +323,9 @@ class Reconciler:
         within a pass), which lets the controller skip them (``Controller`` pending retries).
         A pod with an allocated or missing claim is never grouped (its plan depends on it alone).
         """
-        meta = _meta(pod)
         claims = []
         for _, claim in self.pod_claims(pod):
-            if claim is None or (claim.get("status") or {}).get("allocation"):
+            if claim is None or claim.allocation:
                 return None
             claims.append(claim.get("spec"))
         spec = {
@@ -329,11 +333,10 @@ class Reconciler:
             for key, value in (pod.get("spec") or {}).items()
             if key not in _SHAPE_IGNORED_POD_FIELDS
         }
-        annotations = meta.get("annotations") or {}
-        ours = {key: annotations[key] for key in _PLAN_ANNOTATIONS if key in annotations}
-        return json.dumps([meta.get("namespace"), ours, spec, claims], sort_keys=True, default=str)
+        ours = {key: pod.annotations[key] for key in _PLAN_ANNOTATIONS if key in pod.annotations}
+        return json.dumps([pod.namespace, ours, spec, claims], sort_keys=True, default=str)
 
-    def reconcile_pod(self, pod: Obj, only_nodes: frozenset[str] | None = None) -> Outcome | CommitJob:
+    def reconcile_pod(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> Outcome | CommitJob:
         """Plan what the pod needs: a ``CommitJob`` to write, or why not (waiting, pending, retry, skip).
 
         ``only_nodes``: plan on these nodes only, for a pod that did not fit anywhere and since
@@ -345,7 +348,7 @@ class Reconciler:
         claims = self.pod_claims(pod)
         if any(claim is None for _, claim in claims):
             return Outcome.WAITING  # a template claim is not created yet: its creation wakes us up
-        if any(claim is not None and self.assumed.writing(_key(claim)) for _, claim in claims):
+        if any(claim is not None and self.assumed.writing(claim.key) for _, claim in claims):
             # A claim shared with another pod whose allocation is being written: planning it again
             # would replace that assumed use in the ledger while the other write may still win.
             return Outcome.RETRY
@@ -355,35 +358,34 @@ class Reconciler:
         seen: set[str] = set()
         for _, claim in claims:
             assert claim is not None
-            if _key(claim) in seen:
+            if claim.key in seen:
                 continue  # two pod entries may name one ResourceClaim: it gets one allocation
-            seen.add(_key(claim))
-            allocation = (claim.get("status") or {}).get("allocation")
-            if allocation:
-                node = pinned_node(allocation)
+            seen.add(claim.key)
+            if claim.allocation:
+                node = pinned_node(claim.allocation)
                 if node is not None:
                     pinned.add(node)
                 continue
-            missing = sorted(set(request_classes(claim).values()) - set(self.classes))
+            missing = sorted(set(claim.request_classes.values()) - set(self.classes))
             if missing:
                 # Keep the gate: once the class exists it may be ours, and an ungated pod would be
                 # allocated first-fit by kube-scheduler.
-                message = f"claim {_key(claim)}: DeviceClass {', '.join(missing)} not found"
+                message = f"claim {claim.key}: DeviceClass {', '.join(missing)} not found"
                 return self._pending(pod, message, "DeviceClassNotFound")
             try:
                 requests, foreign = claim_requests(claim, self.is_ours)
             except RequestError as err:
-                return self._pending(pod, f"claim {_key(claim)}: {err}", "InvalidRequest")
+                return self._pending(pod, f"claim {claim.key}: {err}", "InvalidRequest")
             if not requests:
                 continue
             if foreign:
                 message = (
-                    f"claim {_key(claim)} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
+                    f"claim {claim.key} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
                     "put them in separate claims"
                 )
                 return self._pending(pod, message, "MixedClaim")
             inputs.append(PlanInput(claim, requests))
-            request_classes_of[_key(claim)] = {
+            request_classes_of[claim.key] = {
                 spec.name: spec.class_name for request in requests for spec in request.alternatives
             }
         if len(pinned) > 1:
@@ -403,17 +405,17 @@ class Reconciler:
         if plan.reason is not None or plan.node is None:
             return self._pending(pod, plan.reason or "does not fit", UNSCHEDULABLE)
         planned = [
-            (claim_plan, plan_uses(claim_plan, request_classes_of[_key(claim_plan.claim)]))
+            (claim_plan, plan_uses(claim_plan, request_classes_of[claim_plan.claim.key]))
             for claim_plan in plan.claims
         ]
         charges = [self.ledger.charge(use) for _, uses in planned for use in uses]
-        breach = self.quotas.check(str(_meta(pod).get("namespace")), charges)
+        breach = self.quotas.check(pod.namespace, charges)
         if breach is not None:
             return self._pending(pod, breach.message, "GpuQuotaExceeded")
         writes = []
         for claim_plan, uses in planned:
-            klasses = request_classes_of[_key(claim_plan.claim)]
-            allocation = build_allocation(claim_plan, plan.node, self.driver, self.classes.get, klasses)
+            klasses = request_classes_of[claim_plan.claim.key]
+            allocation = build_allocation(claim_plan, plan.node, self.classes.get, klasses)
             # Assume the allocation now, so the next pod is planned with it even while it is written
             # (the same uses the written allocation will give when its informer event arrives).
             self.assumed.begin_write(claim_plan.claim, uses)
@@ -423,9 +425,9 @@ class Reconciler:
 
     def _hami_annotations(
         self,
-        pod: Obj,
-        claims: Sequence[tuple[str, Obj | None]],
-        writes: Sequence[tuple[Mapping[str, Any], dict[str, Any]]],
+        pod: PodView,
+        claims: Sequence[tuple[str, ClaimView | None]],
+        writes: Sequence[tuple[ClaimView, dict[str, Any]]],
         node: str,
     ) -> dict[str, str]:
         """HAMi's view of the placement (controller/hami_annotation.py), from the new allocations.
@@ -433,17 +435,17 @@ class Reconciler:
         Every claim of the pod is allocated on ``node`` (the plan's, which pinned claims share), so
         its cards are looked up in that node's inventory only.
         """
-        new = {_key(claim): allocation for claim, allocation in writes}
-        allocated: dict[str, Obj] = {}
+        new = {claim.key: allocation for claim, allocation in writes}
+        allocated: dict[str, Mapping[str, Any]] = {}
         for pod_claim, claim in claims:
             if claim is None:
                 continue
-            allocation = new.get(_key(claim))
+            allocation = new.get(claim.key)
             allocated[pod_claim] = {**claim, "status": {"allocation": allocation}} if allocation else claim
         inventory = self.ledger.inventory.get(node)
 
-        def card_of(pool: str, name: str) -> GpuCard | None:
-            device = inventory.devices.get((pool, name)) if inventory is not None else None
+        def card_of(device_id: DeviceId) -> GpuCard | None:
+            device = inventory.devices.get(device_id) if inventory is not None else None
             return device.card if device is not None else None
 
         value = encode_devices_allocated(pod, allocated, self.driver, card_of)
@@ -466,7 +468,7 @@ class Reconciler:
         except KubeError as err:
             # A re-read after a conflict failed: the claim being written counts as not attempted
             # (``apply`` falls back to the cache), so it is neither wedged in flight nor lost.
-            log.warning("pod %s: writes interrupted: %s", _key(job.pod), err)
+            log.warning("pod %s: writes interrupted: %s", job.pod.key, err)
             result.outcome = Outcome.RETRY
         return result
 
@@ -481,34 +483,33 @@ class Reconciler:
                 self.assumed.gone(claim)
                 continue
             self.assumed.wrote(current)  # what the API really holds (someone else's allocation, or none)
-            cached = self.claims.get(_key(claim))
+            cached = self.claims.get(claim.key)
             if cached is not None:
                 # ``current`` may be our stale copy (its re-read failed) while the cache already
                 # holds a newer version that arrived during the write: count the newer one.
                 self.observe_claim(None, cached)
         for claim, _ in result.job.writes[len(result.written) + len(result.failed) :]:
             # Not attempted after an earlier failure: drop the assumption, keep what the cache says.
-            cached = self.claim(str(_meta(claim).get("namespace")), str(_meta(claim).get("name")))
+            cached = self.claim(claim.namespace, claim.name)
             if cached is None:
                 self.assumed.gone(claim)
             else:
                 self.observe_claim(None, cached)
         if result.pod is not None:
-            self.pods[_key(result.pod)] = result.pod
+            self.pods[result.pod.key] = result.pod
 
-    def _log_plan(self, pod: Obj, plan: PodPlan) -> None:
+    def _log_plan(self, pod: PodView, plan: PodPlan) -> None:
         for subject, decision, config in plan.decisions:
-            log.info("pod %s %s", _key(pod), format_decision(subject, decision, config))
-        uid = str(_meta(pod).get("uid"))
+            log.info("pod %s %s", pod.key, format_decision(subject, decision, config))
         for warning in plan.warnings:
-            if warning not in self.warned.setdefault(uid, set()):
-                self.warned[uid].add(warning)
+            if warning not in self.warned.setdefault(pod.uid, set()):
+                self.warned[pod.uid].add(warning)
                 self._event(pod, "Warning", "UnknownPolicy", warning)
 
     # --- writes --------------------------------------------------------------------------------
     def _write_allocation(
-        self, claim: Mapping[str, Any], allocation: dict[str, Any], pod: Mapping[str, Any]
-    ) -> tuple[Obj | None, Obj | None]:
+        self, claim: ClaimView, allocation: dict[str, Any], pod: PodView
+    ) -> tuple[ClaimView | None, ClaimView | None]:
         """Finalizer (Update) then allocation (UpdateStatus), both guarded by resourceVersion.
 
         The same UpdateStatus reserves the claim for ``pod`` (``reservedFor``), which kube-scheduler's
@@ -525,22 +526,21 @@ class Reconciler:
             if (current.get("status") or {}).get("allocation"):
                 return None, current  # allocated elsewhere in the meantime: plan again with it counted
             if not self.still_leading():
-                log.warning("claim %s: allocation not written: no longer leading", _key(claim))
+                log.warning("claim %s: allocation not written: no longer leading", claim.key)
                 return None, current
-            if FINALIZER not in (_meta(current).get("finalizers") or ()):
-                current["metadata"]["finalizers"] = [*(_meta(current).get("finalizers") or ()), FINALIZER]
+            finalizers = current["metadata"].get("finalizers") or []
+            if FINALIZER not in finalizers:
+                current["metadata"]["finalizers"] = [*finalizers, FINALIZER]
                 current = self.kube.update(RESOURCE_CLAIMS, current)
                 if not self.still_leading():
-                    log.warning("claim %s: allocation not written: no longer leading", _key(claim))
+                    log.warning("claim %s: allocation not written: no longer leading", claim.key)
                     return None, current
             current.setdefault("status", {})["allocation"] = allocation
-            current["status"]["reservedFor"] = [
-                {"resource": "pods", "name": _meta(pod).get("name"), "uid": _meta(pod).get("uid")}
-            ]
+            current["status"]["reservedFor"] = [{"resource": "pods", "name": pod.name, "uid": pod.uid}]
             return self.kube.update(RESOURCE_CLAIMS, current, status=True), None
 
         try:
-            return retry_on_conflict(
+            written, current = retry_on_conflict(
                 attempt,
                 copy.deepcopy(dict(claim)),
                 lambda: self._read_claim(claim),
@@ -549,24 +549,27 @@ class Reconciler:
         except KubeError as err:
             if err.not_found:
                 return None, None
-            log.warning("claim %s: allocation not written: %s", _key(claim), err)
+            log.warning("claim %s: allocation not written: %s", claim.key, err)
             try:
-                return None, self._read_claim(claim)
+                return None, self.claim_view(self._read_claim(claim))
             except KubeError:
-                return None, dict(claim)
+                return None, claim
+        if written is not None:
+            return self.claim_view(written), None
+        return None, None if current is None else self.claim_view(current)
 
-    def _read_claim(self, claim: Mapping[str, Any]) -> Obj:
-        return self.kube.get(RESOURCE_CLAIMS, _meta(claim).get("namespace"), str(_meta(claim).get("name")))
+    def _read_claim(self, claim: ObjectView) -> Obj:
+        return self.kube.get(RESOURCE_CLAIMS, claim.namespace, claim.name)
 
-    def _read_pod(self, pod: Mapping[str, Any]) -> Obj:
-        return self.kube.get(PODS, _meta(pod).get("namespace"), str(_meta(pod).get("name")))
+    def _read_pod(self, pod: ObjectView) -> Obj:
+        return self.kube.get(PODS, pod.namespace, pod.name)
 
     def _conflict(self) -> None:
         self.metrics.conflicts.inc()
 
     def _finish(
-        self, pod: Obj, clear_pending: bool, annotations: Mapping[str, str] | None = None
-    ) -> tuple[Obj | None, Outcome]:
+        self, pod: PodView, clear_pending: bool, annotations: Mapping[str, str] | None = None
+    ) -> tuple[PodView | None, Outcome]:
         """Remove our gate, in the same update setting ``annotations`` (and mark the condition
         allocated if we had reported it pending)."""
 
@@ -593,15 +596,15 @@ class Reconciler:
         except KubeError as err:
             if err.not_found:
                 return None, Outcome.SKIP
-            log.warning("pod %s: gate not removed: %s", _key(pod), err)
+            log.warning("pod %s: gate not removed: %s", pod.key, err)
             return None, Outcome.RETRY
         if clear_pending:
             current = (
                 self._set_condition(current, "True", "Allocated", "all GPU claims are allocated") or current
             )
-        return current, Outcome.DONE
+        return PodView.parse(current), Outcome.DONE
 
-    def fence_unallocated(self, pod: Obj) -> None:
+    def fence_unallocated(self, pod: PodView) -> None:
         """Bump the resourceVersion of the pod's claims that carry our finalizer but no allocation.
 
         Such a claim may have an allocation write in flight that this process does not know of: a
@@ -612,13 +615,10 @@ class Reconciler:
         instead and the re-read shows the allocation, which the ledger then counts.
         """
         for _, claim in self.pod_claims(pod):
-            if claim is None or (claim.get("status") or {}).get("allocation"):
+            if claim is None or claim.allocation or not claim.ours:
                 continue
-            meta = _meta(claim)
-            key = _key(claim)
-            if FINALIZER not in (meta.get("finalizers") or ()) or self.fenced.get(key) == meta.get(
-                "resourceVersion"
-            ):
+            key = claim.key
+            if self.fenced.get(key) == claim.resource_version:
                 continue
             fence = copy.deepcopy(dict(claim))
             fence.pop("status", None)
@@ -632,7 +632,7 @@ class Reconciler:
                     continue
                 try:
                     # 409: something was written first (maybe the allocation): learn what.
-                    current = self.kube.get(RESOURCE_CLAIMS, meta.get("namespace"), str(meta.get("name")))
+                    current = self._read_claim(claim)
                 except KubeError as read_err:
                     log.warning(
                         "claim %s: not fenced (%s; re-read: %s); retried next pass", key, err, read_err
@@ -640,12 +640,10 @@ class Reconciler:
                     continue
                 if not err.conflict:
                     log.warning("claim %s: not fenced: %s; retried next pass", key, err)
-                self.assumed.wrote(current)
-                if (current.get("status") or {}).get("allocation"):
+                if self.assumed.wrote(current).allocation:
                     log.warning("claim %s: an allocation landed while it was unallocated here; counted", key)
                 continue
-            self.fenced[key] = str(_meta(written).get("resourceVersion"))
-            self.assumed.wrote(written)
+            self.fenced[key] = self.assumed.wrote(written).resource_version
             log.info("claim %s fenced at resourceVersion %s", key, self.fenced[key])
 
     def pending_reason(self, uid: str) -> str | None:
@@ -653,40 +651,39 @@ class Reconciler:
         entry = self.pending.get(uid)
         return None if entry is None else entry[1]
 
-    def _clear_pending(self, pod: Obj) -> bool:
+    def _clear_pending(self, pod: PodView) -> bool:
         """Forget why the pod was pending; whether it was (its condition then says allocated)."""
-        return self.pending.pop(str(_meta(pod).get("uid")), None) is not None
+        return self.pending.pop(pod.uid, None) is not None
 
-    def _pending(self, pod: Obj, message: str, reason: str) -> Outcome:
+    def _pending(self, pod: PodView, message: str, reason: str) -> Outcome:
         self.fence_unallocated(pod)
-        uid = str(_meta(pod).get("uid"))
+        uid = pod.uid
         hami_reason = _HAMI_REASON.search(message)
         first_reason = hami_reason.group(1) if hami_reason else reason
         previous = self.pending.get(uid)
         self.pending[uid] = (message, reason)
         if previous is None or previous[0] != message:
             self.metrics.failures.labels(first_reason).inc()
-            log.warning("pod %s pending: %s", _key(pod), message)
+            log.warning("pod %s pending: %s", pod.key, message)
             self._event(pod, "Warning", "FailedAllocation", message)
             written = self._set_condition(pod, "False", reason, message)
             if written is not None:
-                self.pods[_key(written)] = written
+                self.pods[pod.key] = PodView.parse(written)
         return Outcome.PENDING
 
-    def _event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
+    def _event(self, obj: ObjectView, kind: str, reason: str, message: str) -> None:
         """Record an Event about ``obj`` (a Pod, or a ResourceClaim: ``kind`` is the event type)."""
-        meta = _meta(obj)
         now = rfc3339_now()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "metadata": {"generateName": f"{obj.name}.", "namespace": obj.namespace},
             "involvedObject": {
                 "apiVersion": str(obj.get("apiVersion") or "v1"),
                 "kind": str(obj.get("kind") or "Pod"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
+                "name": obj.name,
+                "namespace": obj.namespace,
+                "uid": obj.uid,
             },
             "reason": reason,
             "message": message[:1024],
@@ -699,11 +696,11 @@ class Reconciler:
             "reportingInstance": self.identity,
         }
         try:
-            self.kube.create(EVENTS, str(meta.get("namespace")), event)
+            self.kube.create(EVENTS, obj.namespace, event)
         except KubeError as err:
-            log.info("event for %s not recorded: %s", _key(obj), err)
+            log.info("event for %s not recorded: %s", obj.key, err)
 
-    def _set_condition(self, pod: Obj, status: str, reason: str, message: str) -> Obj | None:
+    def _set_condition(self, pod: Mapping[str, Any], status: str, reason: str, message: str) -> Obj | None:
         def write(current: Obj) -> Obj:
             updated = copy.deepcopy(dict(current))
             conditions = [
@@ -725,26 +722,28 @@ class Reconciler:
             return written
 
         try:
-            return retry_on_conflict(write, pod, lambda: self._read_pod(pod), on_conflict=self._conflict)
+            return retry_on_conflict(
+                write, dict(pod), lambda: self._read_pod(PodView.parse(pod)), on_conflict=self._conflict
+            )
         except KubeError as err:
-            log.info("condition for %s not written: %s", _key(pod), err)
+            log.info("condition for %s not written: %s", PodView.parse(pod).key, err)
             return None
 
     # --- release -------------------------------------------------------------------------------
-    def live_consumers(self, claim: Obj) -> bool:
+    def live_consumers(self, claim: ClaimView) -> bool:
         """Whether an active pod refers to the claim (its pod-claim entry resolves to it)."""
-        for pod_key in self.consumers.get(_key(claim), ()):
+        for pod_key in self.consumers.get(claim.key, ()):
             pod = self.pods.get(pod_key)
-            if pod is not None and pod_active(pod):
+            if pod is not None and pod.active:
                 return True
-        for owner_uid, _ in _owners(claim):
+        for owner_uid, _ in claim.owners:
             owner_key = self.pods_by_uid.get(owner_uid)
             owner = self.pods.get(owner_key) if owner_key else None
-            if owner is not None and pod_active(owner):
+            if owner is not None and owner.active:
                 return True
         return False
 
-    def repair_overcommit(self, claim: Obj) -> Outcome | None:
+    def repair_overcommit(self, claim: ClaimView) -> Outcome | None:
         """Act on an observed allocation that overcommits a GPU (None when nothing is wrong).
 
         It should never happen (allocations are written with resourceVersion guards and fenced),
@@ -753,19 +752,19 @@ class Reconciler:
         that carries our finalizer and whose pods have not started (each still gated, or none
         reserved), so that pod is placed again; a card whose users have all started is reported only.
         """
-        for use in claim_uses(claim, self.driver):
-            problems, uids = self.ledger.overcommit(use.pool, use.device)
+        for use in claim.uses:
+            problems, uids = self.ledger.overcommit(use.device)
             if not problems:
                 continue
-            where = f"{use.pool}/{use.device}"
-            by_uid = {str(_meta(c).get("uid")): c for c in self.claims.values()}
+            where = str(use.device)
+            by_uid = {c.uid: c for c in self.claims.values()}
             candidates = [
                 by_uid[uid]
                 for uid in uids
                 if uid in by_uid
-                and FINALIZER in (_meta(by_uid[uid]).get("finalizers") or ())
+                and by_uid[uid].ours
                 and self._unstarted(by_uid[uid])
-                and not self.assumed.writing(_key(by_uid[uid]))
+                and not self.assumed.writing(by_uid[uid].key)
             ]
             if not candidates:
                 log.error(
@@ -773,76 +772,69 @@ class Reconciler:
                 )
                 self.metrics.overcommits.labels("reported").inc()
                 return Outcome.REPORTED
-            victim = max(candidates, key=lambda c: (str(_meta(c).get("creationTimestamp")), _key(c)))
+            victim = max(candidates, key=lambda c: (c.created, c.key))
             log.error("GPU %s overcommitted (%s); deallocating the newest unstarted claim %s", where,
-                      "; ".join(problems), _key(victim))  # fmt: skip
+                      "; ".join(problems), victim.key)  # fmt: skip
             try:
                 self._deallocate(victim)
             except KubeError as err:
-                log.warning("claim %s: overcommit repair failed: %s; retried", _key(victim), err)
+                log.warning("claim %s: overcommit repair failed: %s; retried", victim.key, err)
                 return Outcome.RETRY
             self.metrics.overcommits.labels("deallocated").inc()
-            message = (
-                f"GPU {where} was overcommitted ({'; '.join(problems)}): claim {_key(victim)} deallocated"
-            )
+            message = f"GPU {where} was overcommitted ({'; '.join(problems)}): claim {victim.key} deallocated"
             # On the claim always (its pods may not be known yet: watches of different resources
             # are not ordered), and on each pod that refers to it.
             self._event(victim, "Warning", "GpuOvercommitted", message)
-            for pod_key in sorted(self.consumers.get(_key(victim), ())):
+            for pod_key in sorted(self.consumers.get(victim.key, ())):
                 pod = self.pods.get(pod_key)
                 if pod is not None:
                     self._event(pod, "Warning", "GpuOvercommitted", message)
             return Outcome.DEALLOCATED
         return None
 
-    def _unstarted(self, claim: Obj) -> bool:
+    def _unstarted(self, claim: ClaimView) -> bool:
         """No pod the claim is reserved for can run or be bound: each is one we know that still
         carries our gate (we reserve with the allocation, before the gate is lifted)."""
-        for entry in (claim.get("status") or {}).get("reservedFor") or ():
-            pod_key = self.pods_by_uid.get(str(entry.get("uid")))
+        for uid in claim.reserved_uids:
+            pod_key = self.pods_by_uid.get(uid)
             pod = self.pods.get(pod_key) if pod_key else None
-            if pod is None or not has_gate(pod):
+            if pod is None or not pod.gated:
                 return False
         return True
 
-    def _deallocate(self, claim: Obj) -> Obj:
+    def _deallocate(self, claim: ClaimView) -> ClaimView:
         """Clear the claim's allocation (UpdateStatus with its resourceVersion); returns what was written."""
         cleared = copy.deepcopy(dict(claim))
         cleared.setdefault("status", {}).pop("allocation", None)
         cleared["status"].pop("devices", None)
         written = self.kube.update(RESOURCE_CLAIMS, cleared, status=True)
         self.metrics.deallocations.inc()
-        self.assumed.wrote(written)
-        return written
+        return self.assumed.wrote(written)
 
-    def reconcile_claim(self, claim: Obj) -> Outcome:
+    def reconcile_claim(self, claim: ClaimView) -> Outcome:
         """Release a claim of ours that nobody uses; returns what it did."""
-        meta = _meta(claim)
-        if FINALIZER not in (meta.get("finalizers") or ()):
+        if not claim.ours:
             return Outcome.SKIP
-        status = claim.get("status") or {}
-        if status.get("reservedFor"):
+        if claim.reserved:
             return Outcome.IN_USE
-        deleting = bool(meta.get("deletionTimestamp"))
-        if not deleting and self.live_consumers(claim):
+        if not claim.deleting and self.live_consumers(claim):
             return Outcome.IN_USE
 
-        def release(current: Obj) -> Outcome:
-            if (current.get("status") or {}).get("reservedFor"):
+        def release(raw: Obj) -> Outcome:
+            current = self.claim_view(raw)
+            if current.reserved:
                 return Outcome.IN_USE
-            if (current.get("status") or {}).get("allocation"):
+            if current.allocation:
                 current = self._deallocate(current)
             released = copy.deepcopy(dict(current))
-            released["metadata"]["finalizers"] = [
-                item for item in _meta(current).get("finalizers") or () if item != FINALIZER
-            ]
+            released["metadata"]["finalizers"] = [item for item in current.finalizers if item != FINALIZER]
             self.assumed.wrote(self.kube.update(RESOURCE_CLAIMS, released))
-            log.info("claim %s released", _key(claim))
+            log.info("claim %s released", claim.key)
             return Outcome.RELEASED
 
         try:
             return retry_on_conflict(
-                release, claim, lambda: self._read_claim(claim), on_conflict=self._conflict
+                release, dict(claim), lambda: self._read_claim(claim), on_conflict=self._conflict
             )
         except KubeError as err:
             if err.not_found:

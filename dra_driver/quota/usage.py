@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from dra_driver.contract import DeviceId
 from dra_driver.quota.crd import RESOURCES
 from dra_driver.quota.model import Quota, format_amount
 
@@ -17,7 +18,7 @@ from dra_driver.quota.model import Quota, format_amount
 @dataclass(frozen=True, slots=True)
 class Charge:
     class_name: str
-    device: tuple[str, str]  # (pool or node, device name): one GPU
+    device: DeviceId  # one GPU
     memory: int
     cores: int
 
@@ -26,7 +27,7 @@ class Charge:
 class Usage:
     memory: int = 0
     cores: int = 0
-    devices: frozenset[tuple[str, str]] = frozenset()
+    devices: frozenset[DeviceId] = frozenset()
 
     def amount(self, resource: str) -> int:
         return len(self.devices) if resource == "devices" else int(getattr(self, resource))
@@ -35,7 +36,7 @@ class Usage:
 def usage_of(quota: Quota, charges: Iterable[Charge]) -> Usage:
     """What ``charges`` (one namespace's) count against ``quota``."""
     memory = cores = 0
-    devices: set[tuple[str, str]] = set()
+    devices: set[DeviceId] = set()
     for charge in charges:
         if not quota.counts(charge.class_name):
             continue

@@ -73,9 +73,21 @@ class ClaimController(Reconciler):
         by_uid = {p["metadata"]["uid"]: p for p in pods}
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp"):
-                self._ensure_claims(pod, claims)
+                self._conflict_tolerant(self._ensure_claims, pod, claims)
         for claim in claims:
-            self._sync_claim(claim, by_uid)
+            self._conflict_tolerant(self._sync_claim, claim, by_uid)
+
+    def _conflict_tolerant(self, sync: Any, obj: Obj, *args: Any) -> None:
+        """Like kube-controller-manager's work queue: an object another writer changed since it
+        was listed (409) is synced again on the next pass, which its change event triggers."""
+        try:
+            sync(obj, *args)
+        except ApiError as err:
+            if err.code != 409:
+                raise
+            meta = obj["metadata"]
+            log.debug("%s/%s changed while being synced; again next pass", meta["namespace"], meta["name"])
+            self.kick()
 
     # ----------------------------------------------------------------------------------- pods
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES, Decision, place
 from dra_driver.quota import Charge, Quota, find_breach
-from dra_driver.simulate.scenario import Scenario
+from dra_driver.simulate.scenario import Scenario, simulated_device
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def run_scenario(scenario: Scenario, *, max_candidates: int = DEFAULT_MAX_CANDID
         blocked = None
         if decision.placement is not None:
             new = [
-                Charge("", (decision.placement.node, f"gpu-{share.index}"), share.memory, share.cores)
+                Charge("", simulated_device(decision.placement.node, share.index), share.memory, share.cores)
                 for share in decision.placement.devices
             ]
             existing = charges.setdefault(claim.namespace, [])

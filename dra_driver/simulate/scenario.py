@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.contract import DeviceId
 from dra_driver.engine import (
     KNOWN_POLICY_NAMES,
     ClusterState,
@@ -27,6 +29,11 @@ from dra_driver.engine import (
 )
 from dra_driver.quantity import QuantityError, parse_bytes
 from dra_driver.quota import Charge, Limits, Quota
+
+
+def simulated_device(node: str, index: int) -> DeviceId:
+    """The DRA name our plugin would publish for card ``index`` of ``node`` (pool = node)."""
+    return DeviceId(DEFAULT_DRIVER_NAME, node, f"gpu-{index}")
 
 
 class ScenarioError(Exception):
@@ -252,7 +259,9 @@ class Scenario(_Strict):
         for node in self.nodes:
             for gpu in node.gpus:
                 for allocation in gpu.allocations:
-                    charge = Charge("", (node.name, f"gpu-{gpu.index}"), allocation.memory, allocation.cores)
+                    charge = Charge(
+                        "", simulated_device(node.name, gpu.index), allocation.memory, allocation.cores
+                    )
                     charges.setdefault(allocation.namespace, []).append(charge)
         return charges
 

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from dra_driver.contract import DeviceId
 from dra_driver.controller.assumed import ASSUME_SECONDS, ClaimAssumptions
 from dra_driver.controller.ledger import Ledger, Use
+from dra_driver.controller.objects import ClaimView
 from tests.controller.harness import DRIVER, NS
 
-PLANNED = (Use("node-1", "gpu-0", 1024, 0, 1, NS, DRIVER),)
+PLANNED = (Use(DeviceId(DRIVER, "node-1", "gpu-0"), 1024, 0, 1, NS, DRIVER),)
 
 
-def claim(rv: str, *, allocated: bool, uid: str = "u1") -> dict[str, Any]:
+def claim(rv: str, *, allocated: bool, uid: str = "u1") -> ClaimView:
     body: dict[str, Any] = {"metadata": {"name": "c", "namespace": NS, "uid": uid, "resourceVersion": rv}}
     if allocated:
         body["status"] = {"allocation": {"devices": {"results": [
             {"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-0",
              "consumedCapacity": {"memory": "1Ki", "cores": "0", "slots": "1"}}]}}}  # fmt: skip
-    return body
+    return ClaimView(body, DRIVER)  # as the informer boundary parses it
 
 
 def make() -> tuple[Ledger, ClaimAssumptions, list[float]]:
@@ -34,7 +36,7 @@ def test_planned_uses_count_while_writing_and_our_own_intermediate_events_do_not
     assumed.end_write(claim("1", allocated=False))
     written = claim("3", allocated=True)
     assumed.wrote(written)
-    assert not assumed.in_flight and [u.device for u in ledger.claims()["u1"]] == ["gpu-0"]
+    assert not assumed.in_flight and [u.device.device for u in ledger.claims()["u1"]] == ["gpu-0"]
 
 
 def test_an_older_event_after_the_write_keeps_the_written_view_until_the_cache_catches_up() -> None:

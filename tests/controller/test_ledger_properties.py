@@ -8,9 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.config import ControllerDefaults
+from dra_driver.contract import DeviceId
 from dra_driver.controller.allocation import build_allocation
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger, claim_uses
+from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.planner import PlanInput, Planner
 from dra_driver.controller.requests import Matcher, claim_requests
 from dra_driver.devices.simulated import profile_gpus
@@ -90,14 +92,14 @@ def test_random_create_delete_never_exceeds_capacity(ops: list[tuple[Any, ...]])
             uid = f"c{number}"
             claim = claim_obj(uid, op[1], op[2], op[3], op[4])
             requests, _ = claim_requests(claim, lambda name: name == DRIVER)
-            plan = planner.plan({}, [PlanInput(claim, requests)], frozenset(NODES), None)
+            plan = planner.plan(
+                PodView.parse({}), [PlanInput(ClaimView(claim, DRIVER), requests)], frozenset(NODES), None
+            )
             if plan.node is None:
                 continue
             classes = {spec.name: spec.class_name for request in requests for spec in request.alternatives}
             claim["status"] = {
-                "allocation": build_allocation(
-                    plan.claims[0], plan.node, DRIVER, {DRIVER: CLASS}.get, classes
-                )
+                "allocation": build_allocation(plan.claims[0], plan.node, {DRIVER: CLASS}.get, classes)
             }
             live[uid] = claim
             ledger.set_claim(uid, claim_uses(claim, DRIVER))
@@ -114,7 +116,7 @@ def check_capacity(ledger: Ledger, live: dict[str, dict[str, Any]]) -> None:
             entry[1] += int(consumed["cores"])
             entry[2] += int(consumed["slots"])
     for (pool, name), (memory, cores, tenants) in used.items():
-        device = ledger.device(pool, name)
+        device = ledger.device(DeviceId(DRIVER, pool, name))
         assert device is not None
         card = device.card
         assert memory <= card.memory and cores <= card.cores and tenants <= card.slots, (pool, name)

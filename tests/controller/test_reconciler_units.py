@@ -7,11 +7,13 @@ reconciler makes (order, resourceVersion guards, retries) and what it reports.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from dra_driver.config import ControllerDefaults
+from dra_driver.contract import DeviceId
 from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.controller.allocation import node_selector
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED
@@ -25,6 +27,7 @@ from dra_driver.controller.kube import (
     Obj,
 )
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.objects import ClaimView, ObjectView, PodView
 from dra_driver.controller.pods import NodeView
 from dra_driver.controller.reconciler import (
     CONDITION_TYPE,
@@ -39,6 +42,13 @@ from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 
 NODE = "node-1"
+
+
+def edited(pod_view: PodView, edit: Callable[[Obj], object]) -> PodView:
+    """A changed copy of a pod, parsed again (a view is never edited in place)."""
+    raw = copy.deepcopy(dict(pod_view))
+    edit(raw)
+    return PodView.parse(raw)
 
 
 class World:
@@ -61,24 +71,28 @@ class World:
         self.add_class(device_class(DRIVER))
 
     def add_class(self, obj: Obj) -> None:
-        self.reconciler.classes[obj["metadata"]["name"]] = self.kube.put(DEVICE_CLASSES, obj)
+        self.reconciler.class_event(obj["metadata"]["name"], self.kube.put(DEVICE_CLASSES, obj))
 
-    def add_claim(self, obj: Obj) -> Obj:
+    def add_claim(self, obj: Obj) -> ClaimView:
         stored = self.kube.put(RESOURCE_CLAIMS, obj)
-        self.observe_claim(stored)
-        return stored
+        return self.observe_claim(stored)
 
-    def observe_claim(self, obj: Obj) -> None:
-        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-        old = self.reconciler.claims.get(key)
-        self.reconciler.claims[key] = obj
-        self.reconciler.observe_claim(old, obj)
+    def observe_claim(self, obj: Obj) -> ClaimView:
+        """What the informer boundary does: parse the claim once, cache it, observe the change."""
+        view = self.reconciler.claim_view(obj)
+        old = self.reconciler.claims.get(view.key)
+        self.reconciler.claims[view.key] = view
+        self.reconciler.observe_claim(old, view)
+        return view
 
-    def add_pod(self, obj: Obj) -> Obj:
+    def add_pod(self, obj: Obj) -> PodView:
         stored = self.kube.put(PODS, obj)
-        self.reconciler.pods[f"{NS}/{obj['metadata']['name']}"] = stored
-        self.reconciler.observe_pod(None, stored)
-        return stored
+        view = self.reconciler.pods[f"{NS}/{obj['metadata']['name']}"] = PodView.parse(stored)
+        self.reconciler.observe_pod(None, view)
+        return view
+
+    def edited_pod(self, name: str, edit: Callable[[Obj], object]) -> PodView:
+        return edited(self.reconciler.pods[f"{NS}/{name}"], edit)
 
     def sync(self) -> None:
         """What the informers would deliver: the API's current claims and pods."""
@@ -86,7 +100,7 @@ class World:
             if plural == "resourceclaims":
                 self.observe_claim(copy.deepcopy(obj))
             elif plural == "pods":
-                self.reconciler.pods[f"{NS}/{obj['metadata']['name']}"] = copy.deepcopy(obj)
+                self.reconciler.pods[f"{NS}/{obj['metadata']['name']}"] = PodView.parse(copy.deepcopy(obj))
 
     def place(self, pod_name: str) -> CommitResult:
         outcome = self.reconciler.reconcile_pod(self.reconciler.pods[f"{NS}/{pod_name}"])
@@ -159,7 +173,7 @@ def test_a_placement_writes_finalizer_then_allocation_then_the_gate() -> None:
     assert world.metrics.allocations._value.get() == 1
     # The ledger counts what was written: the next claim sees the card's memory in use.
     (use,) = world.reconciler.ledger.claims()[written["metadata"]["uid"]]
-    assert (use.pool, use.device, use.memory) == (NODE, share["device"], 1024**3)
+    assert (use.device, use.memory) == (DeviceId(DRIVER, NODE, share["device"]), 1024**3)
 
 
 def test_the_next_pod_is_planned_with_the_allocation_still_in_flight() -> None:
@@ -202,7 +216,7 @@ def test_a_claim_allocated_by_someone_else_meanwhile_is_not_written_over() -> No
     world.reconciler.apply(result)
     assert devices(world, "a") == ["gpu-1"]
     (use,) = world.reconciler.ledger.claims()[foreign["metadata"]["uid"]]
-    assert use.device == "gpu-1"  # the ledger counts the other allocator's choice
+    assert use.device.device == "gpu-1"  # the ledger counts the other allocator's choice
     assert world.pod("a-pod")["spec"]["schedulingGates"]  # gate kept: planned again next pass
 
 
@@ -346,7 +360,7 @@ def test_a_fence_that_meets_a_landed_allocation_counts_it() -> None:
     world.kube.update(RESOURCE_CLAIMS, landed, status=True)  # the predecessor's write lands first
     world.reconciler.fence_unallocated(world.reconciler.pods[f"{NS}/late-pod"])
     (use,) = world.reconciler.ledger.claims()[landed["metadata"]["uid"]]
-    assert (use.device, use.memory) == ("gpu-0", None)  # the whole card, counted
+    assert (use.device.device, use.memory) == ("gpu-0", None)  # the whole card, counted
 
 
 def test_an_unused_claim_is_released_and_a_reserved_one_kept() -> None:
@@ -370,7 +384,7 @@ def test_an_unused_claim_is_released_and_a_reserved_one_kept() -> None:
         "finalizers", []
     )
     assert world.metrics.deallocations._value.get() == 1
-    assert world.reconciler.reconcile_claim(released) == "skip"
+    assert world.reconciler.reconcile_claim(world.reconciler.claim_view(released)) == "skip"
 
 
 def test_a_claim_of_a_live_pod_is_not_released_and_a_gone_claim_is_reported() -> None:
@@ -379,8 +393,9 @@ def test_a_claim_of_a_live_pod_is_not_released_and_a_gone_claim_is_reported() ->
     world.place("a-pod")
     assert world.reconciler.reconcile_claim(world.reconciler.claims[f"{NS}/a"]) == "in-use"
     assert [r["name"] for r in world.claim("a")["status"]["reservedFor"]] == ["a-pod"]
-    stale = world.reconciler.claims[f"{NS}/a"]
-    stale["status"].pop("reservedFor")  # the pod goes: kube-controller-manager drops its entry
+    unreserved = copy.deepcopy(dict(world.reconciler.claims[f"{NS}/a"]))
+    unreserved["status"].pop("reservedFor")  # the pod goes: kube-controller-manager drops its entry
+    stale = world.reconciler.claim_view(unreserved)
     world.reconciler.observe_pod(world.reconciler.pods.pop(f"{NS}/a-pod"), None)
     world.kube.fail("update/status", "resourceclaims", 500)
     with pytest.raises(KubeError):
@@ -520,9 +535,7 @@ def test_an_allocation_cleared_by_kube_scheduler_is_made_again_for_an_ungated_po
     assert world.reconciler.is_candidate(ungated)
     job = world.reconciler.reconcile_pod(ungated)
     assert isinstance(job, CommitJob) and len(job.writes) == 1
-    bound = copy.deepcopy(ungated)
-    bound["spec"]["nodeName"] = NODE
-    assert not world.reconciler.is_candidate(bound)
+    assert not world.reconciler.is_candidate(edited(ungated, lambda p: p["spec"].update(nodeName=NODE)))
 
 
 def test_a_claim_deleted_while_it_was_written_leaves_the_ledger() -> None:
@@ -571,11 +584,13 @@ def test_cpu_requests_keep_a_pod_off_a_full_node() -> None:
     busy["spec"].pop("schedulingGates")
     world.add_pod(busy)
     tenant(world, "a")
-    wanting = world.reconciler.pods[f"{NS}/a-pod"]
-    wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
-    assert world.reconciler.allowed_nodes(wanting) == frozenset()
-    wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "200m"}
-    assert world.reconciler.allowed_nodes(wanting) == frozenset({NODE})
+
+    def wanting(cpu: str) -> PodView:
+        return world.edited_pod("a-pod", lambda p: p["spec"]["containers"][0]["resources"].update(
+            requests={"cpu": cpu}))  # fmt: skip
+
+    assert world.reconciler.allowed_nodes(wanting("500m")) == frozenset()
+    assert world.reconciler.allowed_nodes(wanting("200m")) == frozenset({NODE})
 
 
 def test_a_fractional_consumed_amount_is_counted_up_not_down() -> None:
@@ -665,7 +680,7 @@ def test_the_cache_catches_up_by_resource_version(cached: str, assumed: str, cau
     def obj(rv: str) -> Obj:
         return {"metadata": {"resourceVersion": rv}}
 
-    assert cache_caught_up(obj(cached), obj(assumed)) is caught_up
+    assert cache_caught_up(ObjectView(obj(cached)), ObjectView(obj(assumed))) is caught_up
 
 
 def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires() -> None:
@@ -686,12 +701,12 @@ def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires() -> 
     now[0] += 2
     assert world.reconciler.claim(NS, "a") == stale  # given up on: the cache is the truth again
     world.reconciler.assumed.wrote(written)
-    recreated = copy.deepcopy(stale)
+    recreated = copy.deepcopy(dict(stale))
     recreated["metadata"]["uid"] = "another-object"
-    world.reconciler.claims[f"{NS}/a"] = recreated
+    world.reconciler.claims[f"{NS}/a"] = world.reconciler.claim_view(recreated)
     assert world.reconciler.claim(NS, "a") == recreated  # a new object of the same name
     world.reconciler.assumed.wrote(written)
-    world.reconciler.claims[f"{NS}/a"] = written
+    world.reconciler.claims[f"{NS}/a"] = world.reconciler.claim_view(written)
     assert world.reconciler.claim(NS, "a") == written and not world.reconciler.assumed.is_assumed(f"{NS}/a")
 
 
@@ -705,16 +720,16 @@ def test_the_pod_index_follows_updates_and_deletions() -> None:
         world.reconciler.consumers[f"{NS}/c1"] == {f"{NS}/p"}
         and world.reconciler.pods_by_uid[uid] == f"{NS}/p"
     )
-    moved = copy.deepcopy(first)
-    moved["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c2"}]
+    moved = world.edited_pod(
+        "p", lambda p: p["spec"].update(resourceClaims=[{"name": "gpu", "resourceClaimName": "c2"}])
+    )
     generation = world.reconciler.bound_generation
     world.reconciler.observe_pod(first, moved)
     assert world.reconciler.consumers[f"{NS}/c1"] == set() and world.reconciler.consumers[f"{NS}/c2"] == {
         f"{NS}/p"
     }
     assert world.reconciler.bound_generation == generation  # not bound: CPU use did not change
-    bound = copy.deepcopy(moved)
-    bound["spec"]["nodeName"] = NODE
+    bound = edited(moved, lambda p: p["spec"].update(nodeName=NODE))
     world.reconciler.observe_pod(moved, bound)
     assert world.reconciler.bound_generation == generation + 1
     world.reconciler.observe_pod(bound, None)
@@ -736,9 +751,8 @@ def test_the_pod_index_follows_updates_and_deletions() -> None:
 def test_which_pods_the_controller_plans(change: Any, candidate: bool) -> None:
     world = World()
     world.add_claim(claim("c", request()))
-    subject = copy.deepcopy(world.add_pod(pod("p", {"gpu": "claim:c"})))
-    change(subject)
-    assert world.reconciler.is_candidate(subject) is candidate
+    world.add_pod(pod("p", {"gpu": "claim:c"}))
+    assert world.reconciler.is_candidate(world.edited_pod("p", change)) is candidate
 
 
 def test_an_ungated_pod_whose_claim_is_allocated_or_someone_elses_is_not_planned() -> None:
@@ -751,8 +765,10 @@ def test_an_ungated_pod_whose_claim_is_allocated_or_someone_elses_is_not_planned
     for name in ("ours", "theirs"):
         ungated = world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}, gated=False))
         assert not world.reconciler.is_candidate(ungated)
-    other_gate = world.add_pod(pod("other-gate", {"gpu": "claim:ours"}, gated=False))
-    other_gate["spec"]["schedulingGates"] = [{"name": "someone.else/gate"}]
+    other_gate = edited(
+        world.add_pod(pod("other-gate", {"gpu": "claim:ours"}, gated=False)),
+        lambda p: p["spec"].update(schedulingGates=[{"name": "someone.else/gate"}]),
+    )
     cleared = world.kube.stored(RESOURCE_CLAIMS, NS, "ours")
     cleared["status"] = {}
     world.observe_claim(cleared)
@@ -762,7 +778,7 @@ def test_an_ungated_pod_whose_claim_is_allocated_or_someone_elses_is_not_planned
 # --- releasing ---------------------------------------------------------------------------------------
 
 
-def allocated_claim(world: World, name: str, **status: Any) -> Obj:
+def allocated_claim(world: World, name: str, **status: Any) -> ClaimView:
     obj = claim(name, request())
     obj["metadata"]["finalizers"] = ["someone.else/keep", FINALIZER]
     obj["status"] = {"allocation": shared_on_gpu0("s", "1Gi"), **status}
@@ -787,7 +803,7 @@ def test_a_release_keeps_other_finalizers_and_rechecks_after_a_conflict() -> Non
     cleared = world.claim("r")
     cleared["status"].pop("reservedFor")
     world.kube.update(RESOURCE_CLAIMS, cleared, status=True)
-    assert world.reconciler.reconcile_claim(world.claim("r")) == "released"
+    assert world.reconciler.reconcile_claim(world.reconciler.claim_view(world.claim("r"))) == "released"
     assert world.claim("r")["metadata"]["finalizers"] == ["someone.else/keep"]
 
 
@@ -799,7 +815,7 @@ def test_a_claim_being_deleted_is_released_even_with_a_live_pod() -> None:
     deleting = world.claim("d")
     deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     world.kube.objects[("resourceclaims", NS, "d")]["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
-    assert world.reconciler.reconcile_claim(deleting) == "released"
+    assert world.reconciler.reconcile_claim(world.reconciler.claim_view(deleting)) == "released"
 
 
 def test_a_pod_owning_a_template_claim_keeps_it_while_active() -> None:
@@ -812,9 +828,7 @@ def test_a_pod_owning_a_template_claim_keeps_it_while_active() -> None:
     owned["metadata"]["finalizers"] = [FINALIZER]
     stored = world.add_claim(owned)
     assert world.reconciler.live_consumers(stored)
-    finished = copy.deepcopy(owner)
-    finished["status"] = {"phase": "Failed"}
-    world.reconciler.pods[f"{NS}/owner"] = finished
+    world.reconciler.pods[f"{NS}/owner"] = edited(owner, lambda p: p.update(status={"phase": "Failed"}))
     assert not world.reconciler.live_consumers(stored)
 
 
@@ -941,7 +955,7 @@ def test_an_unattempted_write_falls_back_to_what_the_cache_holds() -> None:
     world.reconciler.apply(world.reconciler.commit(job))
     uses = world.reconciler.ledger.claims()
     (use,) = uses[elsewhere["metadata"]["uid"]]
-    assert (use.device, use.memory) == ("gpu-1", None)
+    assert (use.device.device, use.memory) == ("gpu-1", None)
 
 
 def test_a_pod_with_nothing_left_to_allocate_clears_its_pending_report() -> None:
@@ -994,7 +1008,7 @@ def test_the_hami_annotation_names_the_chosen_card() -> None:
     tenant(world, "a", memory="2000Mi")
     world.place("a-pod")
     (device,) = devices(world, "a")
-    card = world.reconciler.ledger.inventory[NODE].devices[(NODE, device)].card
+    card = world.reconciler.ledger.inventory[NODE].devices[DeviceId(DRIVER, NODE, device)].card
     value = world.pod("a-pod")["metadata"]["annotations"][HAMI_ALLOCATED]
     assert value == f"{card.uuid},NVIDIA,2000,0:;"
 
@@ -1044,8 +1058,8 @@ def test_the_bound_pods_cache_follows_new_bindings() -> None:
     node["status"]["allocatable"] = {"cpu": "1"}
     world.reconciler.nodes[NODE] = NodeView.parse(node)
     tenant(world, "a")
-    wanting = world.reconciler.pods[f"{NS}/a-pod"]
-    wanting["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "600m"}
+    wanting = world.edited_pod("a-pod", lambda p: p["spec"]["containers"][0]["resources"].update(
+        requests={"cpu": "600m"}))  # fmt: skip
     assert world.reconciler.allowed_nodes(wanting) == frozenset({NODE})  # nothing bound there yet
     busy = pod("busy", {}, gated=False)
     busy["spec"]["nodeName"] = NODE

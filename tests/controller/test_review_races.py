@@ -128,7 +128,7 @@ def test_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harne
 
     def counted() -> bool:
         uses = controller.reconciler.ledger.claims().get(uid, ())
-        return [use.device for use in uses] == ["gpu-2"] and uses[0].memory is None
+        return [use.device.device for use in uses] == ["gpu-2"] and uses[0].memory is None
 
     wait_for(counted, timeout=5, what="the exclusive result on gpu-2 counted in the ledger")
     assert controller.reconciler.ledger.state.nodes["node-1"].usage[2].tenants == 10

@@ -8,15 +8,18 @@ import pytest
 from prometheus_client import generate_latest
 
 from dra_driver.config import ControllerDefaults
+from dra_driver.contract import DeviceId
 from dra_driver.controller.allocation import build_allocation, node_selector, pinned_node
 from dra_driver.controller.inventory import build_inventory, nvlink_pair_scores
-from dra_driver.controller.ledger import Ledger
+from dra_driver.controller.ledger import Ledger, Use
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.planner import PlanInput, Planner
 from dra_driver.controller.pods import NodeView, node_fit_problem, pod_claim_names, pod_requests
 from dra_driver.controller.reconciler import format_decision
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.engine import DeviceShare, Placement
 from dra_driver.kubeletplugin.slices import build_resource_slices
 
 DRIVER = "gpu.hami.io"
@@ -139,14 +142,14 @@ def planner(gpus: int = 4) -> tuple[Ledger, Planner]:
 
 def plan_one(obj: dict[str, Any], p: Planner) -> Any:
     requests, _ = claim_requests(obj, lambda name: name == DRIVER)
-    return p.plan({}, [PlanInput(obj, requests)], frozenset({"n1"}), None)
+    return p.plan(PodView.parse({}), [PlanInput(ClaimView(obj, DRIVER), requests)], frozenset({"n1"}), None)
 
 
 def test_policy_taint_is_ignored_and_all_mode_takes_every_device() -> None:
     _, p = planner()
     plan = plan_one(claim(exact("all", allocationMode="All", capacity={"requests": {"memory": "1Gi"}})), p)
     assert plan.reason is None
-    assert [r.device for r in plan.claims[0].results] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert [r.device.device for r in plan.claims[0].results] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
 
 
 def test_admin_access_takes_no_capacity() -> None:
@@ -154,7 +157,7 @@ def test_admin_access_takes_no_capacity() -> None:
     plan = plan_one(claim(exact("adm", adminAccess=True, count=2)), p)
     results = plan.claims[0].results
     assert [r.admin_access for r in results] == [True, True]
-    allocation = build_allocation(plan.claims[0], "n1", DRIVER, CLASSES.get, {"adm": DRIVER})
+    allocation = build_allocation(plan.claims[0], "n1", CLASSES.get, {"adm": DRIVER})
     assert allocation["devices"]["results"][0] == {
         "request": "adm",
         "driver": DRIVER,
@@ -169,7 +172,7 @@ def test_two_requests_of_one_claim_share_the_node_and_count_each_other() -> None
     _, p = planner(gpus=2)
     mutex = [{"opaque": {"driver": DRIVER, "parameters": {**CFG, "policy": "mutex"}}}]
     plan = plan_one(claim(exact("a"), exact("b"), config=mutex), p)
-    assert [r.device for r in plan.claims[0].results] == ["gpu-0", "gpu-1"]
+    assert [r.device.device for r in plan.claims[0].results] == ["gpu-0", "gpu-1"]
     third = plan_one(claim(exact("a"), exact("b"), exact("c"), config=mutex), p)
     assert third.reason is not None and "request c" in third.reason
 
@@ -182,9 +185,7 @@ def test_allocation_config_order_and_sources() -> None:
     ]
     obj = claim(exact("a"), config=claim_config)
     plan = plan_one(obj, p)
-    allocation = build_allocation(
-        plan.claims[0], "n1", DRIVER, CLASSES.get, {"a": DRIVER}, new_uid=lambda: "uid-1"
-    )
+    allocation = build_allocation(plan.claims[0], "n1", CLASSES.get, {"a": DRIVER}, new_uid=lambda: "uid-1")
     assert [entry["source"] for entry in allocation["devices"]["config"]] == [
         "FromClass",
         "FromClaim",
@@ -285,6 +286,29 @@ def test_two_pools_of_one_node_with_the_same_gpu_index_keep_the_first_device(
     second = build_resource_slices(gpus[:1], node_name="n1", driver_name=DRIVER, pool_name="n1-extra")
     second[0]["metadata"]["name"] = "n1-extra"
     nodes = build_inventory([*first, *second], DRIVER)
-    assert sorted(nodes["n1"].devices) == [("n1", "gpu-0"), ("n1", "gpu-1")]
+    assert sorted(nodes["n1"].devices) == [DeviceId(DRIVER, "n1", "gpu-0"), DeviceId(DRIVER, "n1", "gpu-1")]
     assert nodes["n1"].device_at(1).name == "gpu-1" and nodes["n1"].device_at(0).pool == "n1"
     assert "device n1-extra/gpu-0 has index 0 like n1/gpu-0; ignored" in caplog.text
+
+
+def test_a_trial_is_seen_while_it_lasts_and_undone_after_it_even_on_error() -> None:
+    ledger, _ = planner(gpus=2)
+    ledger.set_claim("kept", (Use(DeviceId(DRIVER, "n1", "gpu-1"), 1024, 10, 1),))
+    share = DeviceShare(0, 2048, 20, 1)
+
+    def usage() -> list[tuple[int, int, int]]:
+        return [
+            (u.used_memory, u.used_cores, u.tenants)
+            for _, u in sorted(ledger.state.nodes["n1"].usage.items())
+        ]
+
+    recorded = usage()
+    assert recorded == [(0, 0, 0), (1024, 10, 1)]
+    with ledger.trial() as trial:
+        trial.allocate(Placement("n1", (share,)))
+        assert usage() == [(2048, 20, 1), (1024, 10, 1)]  # a later request of the pod sees it
+    assert usage() == recorded
+    with pytest.raises(RuntimeError), ledger.trial() as trial:
+        trial.allocate(Placement("n1", (share, DeviceShare(1, 1024, 10, 1))))
+        raise RuntimeError("the planner failed half-way")
+    assert usage() == recorded  # the claim recorded before the trial is still counted, nothing else

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.contract import DeviceId
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.kube import KubeError
 from dra_driver.engine import GpuCard
@@ -273,9 +274,11 @@ def test_vgpu_devices_allocated_is_hamis_encoding() -> None:
         "hami-c": claim(("gpu-0", "15Gi", "100"), ("gpu-1", "1Gi", "30")),
     }
 
-    def card_of(pool: str, name: str) -> GpuCard:
-        return GpuCard(node=pool, index=int(name.split("-")[1]), memory=15360 * 2**20, uuid=f"GPU-{name}")
+    def card_of(device: DeviceId) -> GpuCard:
+        assert device.driver == DRIVER and device.pool == "n1"
+        index = int(device.device.split("-")[1])
+        return GpuCard(node=device.pool, index=index, memory=15360 * 2**20, uuid=f"GPU-{device.device}")
 
     value = encode_devices_allocated(pod, claims, DRIVER, card_of)
     assert value == "GPU-gpu-2,NVIDIA,8000,0:;;GPU-gpu-0,NVIDIA,15360,100:GPU-gpu-1,NVIDIA,1024,30:;"
-    assert encode_devices_allocated(pod, {}, DRIVER, lambda p, n: None) is None
+    assert encode_devices_allocated(pod, {}, DRIVER, lambda device: None) is None

@@ -1,0 +1,140 @@
+"""The typed views the controller parses at its informer boundary (controller/objects.py)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from dra_driver.contract import FINALIZER, GATE_NAME, DeviceId
+from dra_driver.controller.ledger import claim_uses
+from dra_driver.controller.objects import (
+    ClaimView,
+    DeviceClassView,
+    ObjectView,
+    PodView,
+    bound_requests_by_node,
+)
+from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
+
+
+def test_a_pod_view_reads_identity_gate_claims_and_requests_once() -> None:
+    raw = pod("p", {"gpu": "claim:c1", "tpl": "template:t"})
+    raw["metadata"].update(uid="u-1", resourceVersion="7", creationTimestamp="2026-12-01T00:00:00Z")
+    raw["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    raw["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "2"}}}]
+    raw["status"] = {"resourceClaimStatuses": [{"name": "tpl", "resourceClaimName": "p-tpl-x"}]}
+    view = PodView.parse(raw)
+    assert (view.key, view.uid, view.resource_version, view.created) == (
+        f"{NS}/p",
+        "u-1",
+        "7",
+        "2026-12-01T00:00:00Z",
+    )
+    assert view.gated and view.other_gates and view.active and not view.bound_to and not view.deleting
+    assert view.claim_names == (("gpu", "c1"), ("tpl", "p-tpl-x"))
+    assert view.claim_keys == (f"{NS}/c1", f"{NS}/p-tpl-x")
+    assert view.requests == {"cpu": 2.0, "memory": 1024.0**3}  # the larger init container wins for CPU
+    assert PodView.parse(view) is view  # parsing a view again costs nothing
+
+
+def test_a_pod_view_is_the_object_itself_read_only() -> None:
+    raw = pod("p", {})
+    view = PodView.parse(raw)
+    assert view == raw and dict(view) == raw and view["metadata"]["name"] == "p"
+    assert copy.deepcopy(dict(view)) == raw  # a write starts from a copy of the object
+    with pytest.raises(TypeError):
+        view["spec"] = {}  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("edit", "gated", "other", "active", "bound"),
+    [
+        (lambda p: p["spec"].pop("schedulingGates"), False, False, True, ""),
+        (lambda p: p["spec"].update(schedulingGates=[{"name": "x/y"}]), False, True, True, ""),
+        (
+            lambda p: p["spec"].update(schedulingGates=[{"name": GATE_NAME}], nodeName="n1"),
+            True,
+            True,
+            True,
+            "n1",
+        ),
+        (lambda p: p.update(status={"phase": "Succeeded"}), True, True, False, ""),
+    ],
+    ids=["ungated", "another-gate", "bound", "finished"],
+)
+def test_pod_view_flags(edit: Any, gated: bool, other: bool, active: bool, bound: str) -> None:
+    raw = pod("p", {})
+    edit(raw)
+    view = PodView.parse(raw)
+    assert (view.gated, view.other_gates, view.active, view.bound_to) == (gated, other, active, bound)
+
+
+def test_a_claim_view_reads_finalizer_allocation_reservations_owners_and_uses() -> None:
+    raw = claim("c", request(memory="1Gi"))
+    raw["metadata"].update(
+        uid="cu", resourceVersion="12", finalizers=["other/keep", FINALIZER],
+        annotations={"resource.kubernetes.io/pod-claim-name": "gpu"},
+        ownerReferences=[{"kind": "Pod", "uid": "pod-u", "name": "p"}, {"kind": "Job", "uid": "job-u"}],
+    )  # fmt: skip
+    raw["status"] = {
+        "allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-3", "shareID": "s",
+             "consumedCapacity": {"memory": "1Gi", "cores": "10", "slots": "1"}},
+            {"request": "gpu", "driver": "other.io", "pool": "n1", "device": "x"}]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-u"}],
+    }  # fmt: skip
+    view = ClaimView(raw, DRIVER)
+    assert view.ours and view.reserved and view.reserved_uids == ("pod-u",)
+    assert view.owners == (("pod-u", "gpu"),)  # only Pod owners name a pod claim
+    assert view.owner_uids == ("pod-u", "job-u")
+    assert view.request_classes == {"gpu": DRIVER}
+    assert view.uses == claim_uses(raw, DRIVER)
+    assert [use.device for use in view.uses] == [DeviceId(DRIVER, "n1", "gpu-3")]  # other drivers not counted
+    assert view.allocation is raw["status"]["allocation"]
+    assert ClaimView.parse(view, DRIVER) is view
+
+
+def test_an_unallocated_claim_without_owners_or_finalizer() -> None:
+    view = ClaimView(claim("c", request()), DRIVER)
+    assert not view.ours and view.allocation is None and not view.reserved
+    assert view.owners == () and view.uses == ()
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "newer", "at_least"),
+    [("10", "9", True, True), ("10", "10", False, True), ("9", "10", False, False),
+     ("abc", "abc", False, True), ("abd", "abc", False, False), ("10", "", False, False)],
+)  # fmt: skip
+def test_resource_versions_compare_as_numbers_and_opaque_ones_only_by_equality(
+    mine: str, theirs: str, newer: bool, at_least: bool
+) -> None:
+    def view(rv: str) -> ObjectView:
+        return ObjectView({"metadata": {"resourceVersion": rv}})
+
+    assert view(mine).newer_than(view(theirs)) is newer
+    assert view(mine).at_least(view(theirs)) is at_least
+
+
+def test_bound_requests_count_active_bound_pods_only() -> None:
+    def bound(name: str, node: str, cpu: str, phase: str = "Running") -> PodView:
+        raw = pod(name, {}, gated=False)
+        raw["spec"]["nodeName"] = node
+        raw["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+        raw["status"] = {"phase": phase}
+        return PodView.parse(raw)
+
+    pods = [bound("a", "n1", "500m"), bound("b", "n1", "250m"), bound("c", "n2", "1"),
+            bound("done", "n1", "4", phase="Succeeded"), PodView.parse(pod("gated", {}))]  # fmt: skip
+    assert bound_requests_by_node(pods) == {
+        "n1": {"cpu": 0.75, "memory": 0.0},
+        "n2": {"cpu": 1.0, "memory": 0.0},
+    }
+
+
+def test_a_device_class_view_knows_whether_it_is_ours() -> None:
+    ours = DeviceClassView(device_class("gpu-small"), DRIVER)
+    assert ours.ours and ours.selectors == (f'device.driver == "{DRIVER}"',)
+    foreign = {"metadata": {"name": "other"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
+    assert not DeviceClassView(foreign, DRIVER).ours
