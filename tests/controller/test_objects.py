@@ -138,3 +138,23 @@ def test_a_device_class_view_knows_whether_it_is_ours() -> None:
     assert ours.ours and ours.selectors == (f'device.driver == "{DRIVER}"',)
     foreign = {"metadata": {"name": "other"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
     assert not DeviceClassView(foreign, DRIVER).ours
+
+
+def test_a_pod_owned_claim_without_the_pod_claim_annotation_names_no_pod_claim() -> None:
+    raw = claim("c", request())
+    raw["metadata"]["ownerReferences"] = [{"kind": "Pod", "uid": "pod-u", "name": "p"}]
+    view = ClaimView(raw, DRIVER)
+    assert view.owners == () and view.owner_uids == ("pod-u",)  # owned, but not made from a template entry
+
+
+def test_missing_metadata_reads_as_empty_not_as_a_name() -> None:
+    view = ObjectView({"spec": {}})
+    assert (view.namespace, view.name, view.key, view.uid, view.resource_version, view.created) == (
+        "",
+        "",
+        "/",
+        "",
+        "",
+        "",
+    )
+    assert not view.deleting and view.annotations == {}
