@@ -1115,3 +1115,71 @@ def test_the_assumed_uses_are_what_the_written_allocation_gives() -> None:
     assert claim_uses(world.claim("c"), DRIVER) == assumed
     world.sync()
     assert world.reconciler.ledger.generation == generation  # nothing to change
+
+
+def test_a_pod_event_older_than_our_write_keeps_our_copy_and_a_deletion_forgets_the_pod() -> None:
+    world = World()
+    tenant(world, "a")
+    world.place("a-pod")  # our gate-lifting write is cached
+    ours = world.reconciler.pods[f"{NS}/a-pod"]
+    older = edited(ours, lambda p: p["metadata"].update(resourceVersion=str(int(ours.resource_version) - 1)))
+    assert world.reconciler.pod_event(ours.key, ours, older) is ours  # the watch lags our write
+    newer = edited(ours, lambda p: p["metadata"].update(resourceVersion=str(int(ours.resource_version) + 1)))
+    world.reconciler.pending[ours.uid] = ("stale", "Unschedulable")
+    assert world.reconciler.pod_event(ours.key, ours, newer) is newer
+    assert world.reconciler.pods[ours.key] is newer and world.reconciler.consumers[f"{NS}/a"] == {ours.key}
+    assert ours.uid in world.reconciler.pending  # an update is not a deletion
+    world.reconciler.warned[ours.uid] = {"a warning"}
+    assert world.reconciler.pod_event(ours.key, newer, None) is None
+    assert ours.key not in world.reconciler.pods and ours.uid not in world.reconciler.pending
+    assert ours.uid not in world.reconciler.warned and ours.uid not in world.reconciler.pods_by_uid
+    assert world.reconciler.consumers[f"{NS}/a"] == set()
+
+
+def test_a_claim_event_caches_the_claim_and_its_deletion_forgets_what_was_assumed() -> None:
+    world = World()
+    tenant(world, "a")
+    world.place("a-pod")
+    cached = world.reconciler.claims[f"{NS}/a"]
+    assert world.reconciler.ledger.claims()[cached.uid]  # its allocation is counted
+    world.reconciler.fenced[cached.key] = cached.resource_version
+    world.reconciler.assumed.wrote(cached)
+    world.reconciler.claim_event(cached.key, cached, None)
+    assert cached.key not in world.reconciler.claims and cached.key not in world.reconciler.fenced
+    assert not world.reconciler.assumed.is_assumed(cached.key)
+    assert cached.uid not in world.reconciler.ledger.claims()
+    world.reconciler.claim_event(cached.key, None, cached)
+    assert world.reconciler.claims[cached.key] is cached and world.reconciler.ledger.claims()[cached.uid]
+
+
+def test_a_class_event_decides_whether_its_name_is_ours() -> None:
+    world = World()
+    world.reconciler.class_event("small", device_class("small"))
+    world.reconciler.class_event("foreign", {"metadata": {"name": "foreign"}, "spec": {}})
+    assert world.reconciler.is_ours("small") and not world.reconciler.is_ours("foreign")
+    world.reconciler.class_event("small", None)
+    assert not world.reconciler.is_ours("small") and "small" not in world.reconciler.classes
+    world.reconciler.node_event(NODE, None)
+    assert NODE not in world.reconciler.nodes
+
+
+def test_an_uncached_pod_event_unindexes_the_old_version_and_unknown_deletions_are_ignored() -> None:
+    world = World()
+    world.add_claim(claim("c1", request()))
+    world.add_claim(claim("c2", request()))
+    first = world.add_pod(pod("p", {"gpu": "claim:c1"}))
+    world.reconciler.pods.pop(first.key)  # not cached (e.g. the deletion of our copy raced the event)
+    moved = edited(
+        first, lambda p: p["spec"].update(resourceClaims=[{"name": "gpu", "resourceClaimName": "c2"}])
+    )
+    world.reconciler.pod_event(first.key, first, moved)
+    assert world.reconciler.consumers[f"{NS}/c1"] == set() and world.reconciler.consumers[f"{NS}/c2"] == {
+        first.key
+    }
+    world.reconciler.pod_event(first.key, moved, None)  # a deletion of a pod never reported pending
+    assert world.reconciler.consumers[f"{NS}/c2"] == set()
+    world.reconciler.pod_event(f"{NS}/never", None, None)
+    world.reconciler.claim_event(f"{NS}/never", None, None)
+    world.reconciler.class_event("never", None)
+    world.reconciler.node_event("never", None)
+    assert f"{NS}/never" not in world.reconciler.pods and f"{NS}/never" not in world.reconciler.claims
