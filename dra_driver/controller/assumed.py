@@ -28,12 +28,6 @@ from dra_driver.controller.objects import ClaimView, ObjectView
 ASSUME_SECONDS = 30.0
 
 
-def caught_up(cached: ObjectView, assumed: ObjectView) -> bool:
-    """Whether the cache has caught up with what we wrote (resourceVersions compared as numbers,
-    as etcd issues them; opaque ones only by equality)."""
-    return cached.at_least(assumed)
-
-
 class ClaimAssumptions:
     def __init__(self, ledger: Ledger, driver: str, clock: Callable[[], float] = time.monotonic) -> None:
         self._ledger = ledger
@@ -76,7 +70,7 @@ class ClaimAssumptions:
         replaced = cached is not None and cached.uid != assumed.uid  # a new object, same name
         if (
             replaced
-            or (cached is not None and caught_up(cached, assumed))
+            or (cached is not None and cached.at_least(assumed))  # the cache caught up with our write
             or self._clock() - when > ASSUME_SECONDS
         ):
             del self._written[key]

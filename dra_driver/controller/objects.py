@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from dra_driver.config.classes import class_selectors, is_driver_class
+from dra_driver.config.classes import is_driver_class
 from dra_driver.contract import FINALIZER, GATE_NAME
 from dra_driver.controller.ledger import Use, claim_uses, request_classes
 from dra_driver.controller.pods import pod_active, pod_claim_names, pod_requests
@@ -172,11 +172,14 @@ class ClaimView(ObjectView):
 
 
 class DeviceClassView(ObjectView):
-    """A DeviceClass: whether it is one of ours (it names our driver) and its CEL selectors."""
+    """A DeviceClass: whether it is one of ours (its name, config or selectors name our driver).
 
-    __slots__ = ("ours", "selectors")
+    Its selectors and config stay in the mapping: the planner's Matcher and config resolution read
+    them from there (``controller/requests.py``, ``dra_driver/config``).
+    """
+
+    __slots__ = ("ours",)
 
     def __init__(self, raw: Mapping[str, Any], driver: str) -> None:
         super().__init__(raw)
         self.ours = is_driver_class(raw, driver)
-        self.selectors: tuple[str, ...] = tuple(class_selectors(raw))

@@ -27,7 +27,7 @@ from dra_driver.controller.kube import (
     Obj,
 )
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.objects import ClaimView, ObjectView, PodView
+from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.pods import NodeView
 from dra_driver.controller.reconciler import (
     CONDITION_TYPE,
@@ -667,20 +667,6 @@ def test_the_decision_line_lists_every_card_and_the_choice() -> None:
         format_decision("claim b", pending, "c")
         == "claim b: c -> pending: 1/1 CardInsufficientMemory; scores: -"
     )
-
-
-@pytest.mark.parametrize(
-    ("cached", "assumed", "caught_up"),
-    [("10", "9", True), ("10", "10", True), ("9", "10", False), ("abc", "abc", True), ("abd", "abc", False),
-     ("10", "", False)],
-)  # fmt: skip
-def test_the_cache_catches_up_by_resource_version(cached: str, assumed: str, caught_up: bool) -> None:
-    from dra_driver.controller.assumed import caught_up as cache_caught_up
-
-    def obj(rv: str) -> Obj:
-        return {"metadata": {"resourceVersion": rv}}
-
-    assert cache_caught_up(ObjectView(obj(cached)), ObjectView(obj(assumed))) is caught_up
 
 
 def test_an_assumed_claim_is_kept_until_the_cache_catches_up_or_it_expires() -> None:
