@@ -80,6 +80,10 @@ class CompiledSelector:
     error: str | None = None
 
 
+#: Compiled selectors by expression text. Tenants write the texts (claim selectors), so the cache
+#: is bounded: the oldest entry goes when it is full (DeviceClass selectors are few and hot, and
+#: come back on their next use).
+MAX_CACHED_SELECTORS = 4096
 _cache: dict[str, CompiledSelector] = {}
 _lock = threading.Lock()
 _env: Any = None
@@ -122,9 +126,11 @@ def compile_selector(expression: str) -> CompiledSelector:
                 rewritten = rewrite_missing_domains(expression)
                 program = checked if rewritten == expression else env.compile(rewritten)
                 result = CompiledSelector(expression, program=program)
-        except RuntimeError as err:
+        except Exception as err:  # cel-cpp raises RuntimeError; anything else is the same refusal
             result = CompiledSelector(expression, error=_clean(str(err)))
     with _lock:
+        while len(_cache) >= MAX_CACHED_SELECTORS:
+            del _cache[next(iter(_cache))]
         _cache.setdefault(expression, result)
     return result
 
@@ -204,7 +210,10 @@ def evaluate(expression: str, device: DeviceInput) -> bool:
         raise CelCompileError(compiled.error)
     if device.error is not None:
         raise CelRuntimeError(device.error)
-    value = compiled.program.eval(device.activation())
+    try:
+        value = compiled.program.eval(device.activation())
+    except Exception as err:  # e.g. cel-cpp's "Iteration budget exceeded" on a costly selector
+        raise CelRuntimeError(_clean(str(err))) from None
     kind = value.type()
     if kind == celenv.TYPE_ERROR:
         raise CelRuntimeError(_clean(str(value.value())))

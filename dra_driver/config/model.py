@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from dra_driver.engine import KNOWN_POLICY_NAMES, ScoringWeights, WeightsError, parse_policy_chain
+from dra_driver.engine.weights import MAX_WEIGHT
 
 API_VERSION = "gpu.hami.io/v1alpha1"
 KIND = "GpuConfig"
@@ -40,9 +41,9 @@ class ScoringWeightsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    slot: int = Field(default=1, ge=0, description="weight of the tenants/slots term")
-    core: int = Field(default=1, ge=0, description="weight of the used/total cores term")
-    memory: int = Field(default=1, ge=0, description="weight of the used/total memory term")
+    slot: int = Field(default=1, ge=0, le=MAX_WEIGHT, description="weight of the tenants/slots term")
+    core: int = Field(default=1, ge=0, le=MAX_WEIGHT, description="weight of the used/total cores term")
+    memory: int = Field(default=1, ge=0, le=MAX_WEIGHT, description="weight of the used/total memory term")
 
     @model_validator(mode="after")
     def _one_positive(self) -> ScoringWeightsConfig:

@@ -178,6 +178,9 @@ class Controller:
             except KubeError as err:
                 log.warning("claim %s: %s", key, err)
                 self._dirty_claims.add(key)
+            except Exception:  # one claim must never stop the others: looked at again at resync
+                log.exception("claim %s: unexpected error; the other claims go on", key)
+                self.metrics.unexpected_errors.labels("ResourceClaim").inc()
         pods = self._dirty_pods
         retried, scope = self._pending_retry()
         self._dirty_pods = set()
@@ -190,19 +193,23 @@ class Controller:
                 self.pending_pods.discard(key)
                 continue
             only_nodes, shape = None, None
-            if key in retried and key not in pods:
-                if scope is not None and self.reconciler.pending_reason(pod.uid) == UNSCHEDULABLE:
-                    only_nodes = scope  # it fitted nowhere before; only these nodes gained room
-                shape = self.reconciler.pending_shape(pod)
-                if shape is not None and shape in stuck_shapes:
-                    self.metrics.pending_skipped.inc()
-                    continue  # an older pod of the same shape just stayed pending: so would this one
             try:
+                if key in retried and key not in pods:
+                    if scope is not None and self.reconciler.pending_reason(pod.uid) == UNSCHEDULABLE:
+                        only_nodes = scope  # it fitted nowhere before; only these nodes gained room
+                    shape = self.reconciler.pending_shape(pod)
+                    if shape is not None and shape in stuck_shapes:
+                        self.metrics.pending_skipped.inc()
+                        continue  # an older pod of the same shape just stayed pending: so would this one
                 outcome = self.reconciler.reconcile_pod(pod, only_nodes)
             except KubeError as err:
                 log.warning("pod %s: %s", key, err)
                 self._dirty_pods.add(key)
                 continue
+            except Exception as err:  # a poison pod fails alone; every other queued pod is planned
+                log.exception("pod %s: unexpected error while planning; the other pods go on", key)
+                self.metrics.unexpected_errors.labels("Pod").inc()
+                outcome = self.reconciler.fail_pod(pod, err)
             if isinstance(outcome, CommitJob):
                 self.pending_pods.discard(key)
                 self._submit(key, outcome)
@@ -305,39 +312,48 @@ class Controller:
             queue, self._queue = self._queue, []
         reconciler = self.reconciler
         for kind, old, new in queue:
-            obj = new if new is not None else old
-            assert obj is not None
-            key = object_key(obj)
-            # The informer boundary: pods and claims are parsed into typed views once, here.
-            if kind == "Pod":
-                self._pod_changed(
-                    key,
-                    None if old is None else PodView.parse(old),
-                    None if new is None else PodView.parse(new),
-                )
-            elif kind == "ResourceClaim":
-                self._claim_changed(
-                    key,
-                    None if old is None else reconciler.claim_view(old),
-                    None if new is None else reconciler.claim_view(new),
-                )
-            elif kind == "ResourceSlice":
-                self._slices_changed = True
-            elif kind == "DeviceClass":
-                reconciler.class_event(key, new)
-                self._retry_pending = True
-            elif kind == "Node":
-                reconciler.node_event(key, None if new is None else NodeView.parse(new))
-                self._retry_pending = True
-            elif kind == "GpuQuota":
-                reconciler.quotas.set_gpu_quota(key, new)
-                self._retry_pending = True  # a quota raised or removed may let pending pods in
-            elif kind == "ResourceQuota":
-                reconciler.quotas.set_resource_quota(key, new)
-                self._retry_pending = True
+            try:
+                self._apply_event(kind, old, new)
+            except Exception:  # one malformed object must not drop the rest of the queue
+                log.exception("%s event not applied; the other events go on", kind)
+                self.metrics.unexpected_errors.labels(kind).inc()
         if self._slices_changed:
             self._slices_changed = False
             reconciler.refresh_inventory(self.informers["ResourceSlice"].snapshot())
+            self._retry_pending = True
+
+    def _apply_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        """One informer event into the caches (and what it makes dirty)."""
+        reconciler = self.reconciler
+        obj = new if new is not None else old
+        assert obj is not None
+        key = object_key(obj)
+        # The informer boundary: pods and claims are parsed into typed views once, here.
+        if kind == "Pod":
+            self._pod_changed(
+                key,
+                None if old is None else PodView.parse(old),
+                None if new is None else PodView.parse(new),
+            )
+        elif kind == "ResourceClaim":
+            self._claim_changed(
+                key,
+                None if old is None else reconciler.claim_view(old),
+                None if new is None else reconciler.claim_view(new),
+            )
+        elif kind == "ResourceSlice":
+            self._slices_changed = True
+        elif kind == "DeviceClass":
+            reconciler.class_event(key, new)
+            self._retry_pending = True
+        elif kind == "Node":
+            reconciler.node_event(key, None if new is None else NodeView.parse(new))
+            self._retry_pending = True
+        elif kind == "GpuQuota":
+            reconciler.quotas.set_gpu_quota(key, new)
+            self._retry_pending = True  # a quota raised or removed may let pending pods in
+        elif kind == "ResourceQuota":
+            reconciler.quotas.set_resource_quota(key, new)
             self._retry_pending = True
 
     def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:

@@ -35,6 +35,13 @@ class ControllerMetrics:
             "stayed pending in the same pass",
             registry=self.registry,
         )
+        self.unexpected_errors = Counter(
+            "hami_dra_unexpected_errors",
+            "Pods and claims whose reconciliation raised an unexpected error (the pod is reported "
+            "pending with reason InvalidRequest; every other queued object is reconciled as usual)",
+            ["kind"],
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "hami_dra_decision_seconds",
             "Time to plan one pod's claims with the engine",

@@ -412,16 +412,38 @@ class Reconciler:
         breach = self.quotas.check(pod.namespace, charges)
         if breach is not None:
             return self._pending(pod, breach.message, "GpuQuotaExceeded")
-        writes = []
+        writes = [
+            (
+                claim_plan.claim,
+                build_allocation(
+                    claim_plan, plan.node, self.classes.get, request_classes_of[claim_plan.claim.key]
+                ),
+            )
+            for claim_plan, _ in planned
+        ]
+        annotations = self._hami_annotations(pod, claims, writes, plan.node)
         for claim_plan, uses in planned:
-            klasses = request_classes_of[claim_plan.claim.key]
-            allocation = build_allocation(claim_plan, plan.node, self.classes.get, klasses)
             # Assume the allocation now, so the next pod is planned with it even while it is written
             # (the same uses the written allocation will give when its informer event arrives).
+            # Last, after everything that could fail: an assumption is never left behind by an error.
             self.assumed.begin_write(claim_plan.claim, uses)
-            writes.append((claim_plan.claim, allocation))
         clear_pending = self._clear_pending(pod)
-        return CommitJob(pod, writes, clear_pending, self._hami_annotations(pod, claims, writes, plan.node))
+        return CommitJob(pod, writes, clear_pending, annotations)
+
+    def fail_pod(self, pod: PodView, err: BaseException) -> Outcome:
+        """Report an unexpected error while planning ``pod`` as its pending reason (InvalidRequest).
+
+        The error is most likely the pod's own input (an annotation, a claim's selector or config)
+        that some check let through: the pod stays gated and pending with the error in one line,
+        and is planned again when something changes, like any other pending pod.
+        """
+        text = " ".join(f"{type(err).__name__}: {err}".split())
+        message = f"unexpected error while planning this pod: {text[:300]}"
+        try:
+            return self._pending(pod, message, "InvalidRequest")
+        except Exception:  # reporting must not become the next poison
+            log.exception("pod %s: pending reason not reported", pod.key)
+            return Outcome.PENDING
 
     def _hami_annotations(
         self,

@@ -52,6 +52,10 @@ def test_full_config_parses() -> None:
         (cfg(numaBind="true"), "numaBind: Input should be a valid boolean"),
         (cfg(scoringWeights={"slot": -1}), "scoringWeights.slot: Input should be greater than or equal to 0"),
         (cfg(scoringWeights={"slot": 0, "core": 0, "memory": 0}), "scoringWeights: at least one"),
+        (
+            cfg(scoringWeights={"core": 10**400}),
+            "scoringWeights.core: Input should be less than or equal to 1000000",
+        ),
         (cfg(scoringWeights={"gpu": 1}), "scoringWeights.gpu: unknown field"),
         (cfg(polcy="binpack"), "polcy: unknown field"),
         ({"apiVersion": "gpu.hami.io/v1", "kind": "GpuConfig"}, "apiVersion: Input should be"),
