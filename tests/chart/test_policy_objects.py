@@ -180,8 +180,8 @@ def test_bindings_point_at_the_right_service_accounts(render: Render) -> None:
 
 def test_resourceslice_admission_policy(render: Render) -> None:
     objects = render()
-    policy = find(objects, "ValidatingAdmissionPolicy")
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    policy = find(objects, "ValidatingAdmissionPolicy", "-resourceslices")
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", "-resourceslices")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"

@@ -132,3 +132,25 @@ binpack-numa: binpack,numa
 mutex-binpack: mutex,binpack
 mutex-binpack-numa: mutex,binpack,numa
 {{- end }}
+
+{{/* The names of the DeviceClasses the chart installs, plus admissionPolicy.extraDeviceClasses, as a
+JSON list: the tenant admission policies (tenant-policies.yaml) guard claims of these classes. */}}
+{{- define "hami-dra.classNames" -}}
+{{- $names := list }}
+{{- range .Values.deviceClasses }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- if .Values.recipeClasses.enabled }}
+{{- range $recipe, $policy := include "hami-dra.recipes" . | fromYaml }}
+{{- $names = append $names (printf "%s.%s" $recipe $.Values.driverName) }}
+{{- end }}
+{{- end }}
+{{- range .Values.admissionPolicy.extraDeviceClasses }}
+{{- $names = append $names . }}
+{{- end }}
+{{- $names | uniq | toJson }}
+{{- end }}
+
+{{- define "hami-dra.controllerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dra.controllerServiceAccount" . }}
+{{- end }}

@@ -1,0 +1,343 @@
+"""The chart's tenant admission policies (templates/tenant-policies.yaml), evaluated on sample
+requests with cel-expr-python as tests/chart/test_admission_cel.py does. The same attacks run
+through the real API server, as a tenant, in tests/cluster/test_tenants.py."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.chart.helpers import NAMESPACE, Render, find
+from tests.chart.test_admission_cel import _admit, admission_env
+
+CONTROLLER = f"system:serviceaccount:{NAMESPACE}:t-hami-dra-controller"
+TENANT = "system:serviceaccount:team-a:tenant"
+GATE = "gpu.hami.io/allocation"
+TAINT = "gpu.hami.io/policy-managed"
+
+
+@pytest.fixture(scope="module")
+def env() -> Any:
+    return admission_env()
+
+
+def policy(render: Render, name: str) -> dict[str, Any]:
+    return find(render(), "ValidatingAdmissionPolicy", f"-{name}")
+
+
+def request(user: str, resource: str = "pods", sub: str = "", operation: str = "UPDATE") -> dict[str, Any]:
+    return {
+        "operation": operation,
+        "userInfo": {"username": user, "extra": {}},
+        "resource": {"group": "", "version": "v1", "resource": resource},
+        "subResource": sub,
+    }
+
+
+# --- pods ------------------------------------------------------------------------------------------
+
+
+def gated_pod() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "team-a", "labels": {"app": "x"}, "annotations": {"a": "1"}},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "schedulingGates": [{"name": GATE}, {"name": "other.example.com/gate"}],
+            "tolerations": [],
+        },
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+    }
+
+
+def edit(obj: dict[str, Any], change: Any) -> dict[str, Any]:
+    copied = copy.deepcopy(obj)
+    change(copied)
+    return copied
+
+
+def without_our_gate(pod: dict[str, Any]) -> None:
+    pod["spec"]["schedulingGates"] = [g for g in pod["spec"]["schedulingGates"] if g["name"] != GATE]
+
+
+GATE_CASES = [
+    ("tenant lifts our gate", TENANT, without_our_gate, "only the gpu.hami.io controller may remove"),
+    (
+        "tenant lifts every gate",
+        TENANT,
+        lambda p: p["spec"].pop("schedulingGates"),
+        "may remove the scheduling",
+    ),
+    ("controller lifts our gate", CONTROLLER, without_our_gate, None),
+    (
+        "tenant lifts another gate",
+        TENANT,
+        lambda p: p["spec"].update(schedulingGates=[{"name": GATE}]),
+        None,
+    ),
+    ("tenant edits an image", TENANT, lambda p: p["spec"]["containers"][0].update(image="evil"), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("user", "change", "denied"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES]
+)
+def test_only_the_controller_lifts_our_gate(
+    render: Render,
+    env: Any,
+    user: str,
+    change: Any,
+    denied: str | None,
+) -> None:
+    old = gated_pod()
+    message = _admit(env, policy(render, "pod-gate"), request(user), edit(old, change), old)
+    assert message == denied or (denied is not None and message is not None and denied in message), message
+
+
+def lift_with_annotation(pod: dict[str, Any]) -> None:
+    without_our_gate(pod)
+    pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = "GPU-1,NVIDIA,1000,0:;"
+
+
+CONTROLLER_POD_CASES = [
+    ("gate and HAMi annotation", "", lift_with_annotation, None),
+    ("an image", "", lambda p: p["spec"]["containers"][0].update(image="evil"), "containers, images"),
+    ("a toleration", "", lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), "tolerations"),
+    ("a label", "", lambda p: p["metadata"]["labels"].update(app="y"), "only the annotation"),
+    ("another annotation", "", lambda p: p["metadata"]["annotations"].update(b="2"), "only the annotation"),
+    ("an annotation removed", "", lambda p: p["metadata"].pop("annotations"), "only the annotation"),
+    ("a finalizer", "", lambda p: p["metadata"].update(finalizers=["x"]), "only the annotation"),
+    (
+        "another gate",
+        "",
+        lambda p: p["spec"].update(schedulingGates=[{"name": GATE}]),
+        "only its own scheduling gate",
+    ),
+    (
+        "our condition",
+        "status",
+        lambda p: p["status"]["conditions"].append({"type": "gpu.hami.io/Allocated", "status": "False"}),
+        None,
+    ),
+    (
+        "another condition",
+        "status",
+        lambda p: p["status"]["conditions"][0].update(status="True"),
+        "only its own pod condition",
+    ),
+    ("the phase", "status", lambda p: p["status"].update(phase="Failed"), "only its own pod condition"),
+]
+
+
+@pytest.mark.parametrize(
+    ("sub", "change", "denied"),
+    [c[1:] for c in CONTROLLER_POD_CASES],
+    ids=[c[0] for c in CONTROLLER_POD_CASES],
+)
+def test_the_controller_changes_nothing_else_in_a_pod(
+    render: Render,
+    env: Any,
+    sub: str,
+    change: Any,
+    denied: str | None,
+) -> None:
+    old = gated_pod()
+    message = _admit(
+        env, policy(render, "controller-pods"), request(CONTROLLER, sub=sub), edit(old, change), old
+    )
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and denied in message, message
+
+
+def test_the_controller_policy_leaves_everyone_else_alone(render: Render, env: Any) -> None:
+    old = gated_pod()
+    new = edit(old, lambda p: p["spec"]["containers"][0].update(image="new"))
+    assert _admit(env, policy(render, "controller-pods"), request(TENANT), new, old) is None
+
+
+# --- claims ----------------------------------------------------------------------------------------
+
+
+def allocated_claim(driver: str = "gpu.hami.io", allocated: bool = True) -> dict[str, Any]:
+    claim: dict[str, Any] = {
+        "metadata": {"name": "c", "namespace": "team-a", "finalizers": [GATE, "resource.kubernetes.io/x"]},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.hami.io"}}]}},
+        "status": {},
+    }
+    if allocated:
+        claim["status"]["allocation"] = {
+            "devices": {"results": [{"request": "gpu", "driver": driver, "pool": "n", "device": "gpu-0"}]}
+        }
+    return claim
+
+
+def drop_our_finalizer(claim: dict[str, Any]) -> None:
+    claim["metadata"]["finalizers"] = [f for f in claim["metadata"]["finalizers"] if f != GATE]
+
+
+@pytest.mark.parametrize(
+    ("user", "allocated", "denied"),
+    [(TENANT, True, True), (TENANT, False, False), (CONTROLLER, True, False)],
+    ids=["tenant, allocated", "tenant, not allocated", "controller"],
+)
+def test_only_the_controller_releases_an_allocated_claim(
+    render: Render,
+    env: Any,
+    user: str,
+    allocated: bool,
+    denied: bool,
+) -> None:
+    old = allocated_claim(allocated=allocated)
+    message = _admit(
+        env,
+        policy(render, "claim-finalizer"),
+        request(user, "resourceclaims"),
+        edit(old, drop_our_finalizer),
+        old,
+    )
+    assert (message is not None) is denied, message
+    if denied:
+        assert message is not None and "only the gpu.hami.io controller removes it" in message
+
+
+def claim_with(request_body: dict[str, Any], template: bool = False) -> dict[str, Any]:
+    spec = {"devices": {"requests": [request_body]}}
+    return {"metadata": {"name": "c"}, "spec": {"spec": spec} if template else spec}
+
+
+def exactly(klass: str = "gpu.hami.io", **fields: Any) -> dict[str, Any]:
+    return {"name": "gpu", "exactly": {"deviceClassName": klass, **fields}}
+
+
+def first_available(klass: str = "gpu.hami.io", **fields: Any) -> dict[str, Any]:
+    return {"name": "gpu", "firstAvailable": [{"name": "a", "deviceClassName": klass, **fields}]}
+
+
+ALL_TAINTS = [{"operator": "Exists"}]
+POLICY_TAINT = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+
+REQUEST_CASES = [
+    ("plain request", exactly(), None),
+    ("memory request", exactly(capacity={"requests": {"memory": "1Gi"}}), None),
+    ("tolerates the policy taint", exactly(tolerations=POLICY_TAINT), "may not tolerate"),
+    ("tolerates every taint", exactly(tolerations=ALL_TAINTS), "may not tolerate"),
+    (
+        "recipe class, policy taint",
+        exactly("binpack.gpu.hami.io", tolerations=POLICY_TAINT),
+        "may not tolerate",
+    ),
+    ("subrequest tolerates", first_available(tolerations=ALL_TAINTS), "may not tolerate"),
+    ("tolerates another taint", exactly(tolerations=[{"key": "x", "operator": "Exists"}]), None),
+    ("another driver's class", exactly("gpu.nvidia.com", tolerations=ALL_TAINTS), None),
+    ("ten slots", exactly(capacity={"requests": {"slots": "10"}}), "may not ask for slots"),
+    ("one slot", exactly(capacity={"requests": {"slots": "1"}}), None),
+    ("subrequest slots", first_available(capacity={"requests": {"slots": "2"}}), "may not ask for slots"),
+    ("another driver's slots", exactly("x.example.com", capacity={"requests": {"slots": "2"}}), None),
+]
+
+
+@pytest.mark.parametrize("template", [False, True], ids=["claim", "template"])
+@pytest.mark.parametrize(
+    ("body", "denied"), [c[1:] for c in REQUEST_CASES], ids=[c[0] for c in REQUEST_CASES]
+)
+def test_claims_of_our_classes_cannot_bypass_the_controller(
+    render: Render,
+    env: Any,
+    template: bool,
+    body: dict[str, Any],
+    denied: str | None,
+) -> None:
+    resource = "resourceclaimtemplates" if template else "resourceclaims"
+    obj = claim_with(body, template)
+    message = _admit(
+        env, policy(render, "claim-requests"), request(TENANT, resource, operation="CREATE"), obj, None
+    )
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and denied in message, message
+
+
+def test_extra_device_classes_are_guarded_too(render: Render, env: Any) -> None:
+    spec = find(
+        render(values={"admissionPolicy": {"extraDeviceClasses": ["a100.example.com"]}}),
+        "ValidatingAdmissionPolicy",
+        "-claim-requests",
+    )
+    obj = claim_with(exactly("a100.example.com", tolerations=ALL_TAINTS))
+    assert _admit(env, spec, request(TENANT, "resourceclaims", operation="CREATE"), obj, None) is not None
+
+
+CONTROLLER_CLAIM_CASES = [
+    (
+        "adds its finalizer",
+        "",
+        edit(allocated_claim(allocated=False), drop_our_finalizer),
+        lambda c: c["metadata"]["finalizers"].append(GATE),
+        None,
+    ),
+    ("drops its finalizer", "", allocated_claim(), drop_our_finalizer, None),
+    (
+        "fences",
+        "",
+        allocated_claim(allocated=False),
+        lambda c: c["metadata"].update(annotations={"gpu.hami.io/fenced-by": "x"}),
+        None,
+    ),
+    ("a label", "", allocated_claim(), lambda c: c["metadata"].update(labels={"a": "b"}), "may change only"),
+    (
+        "another finalizer",
+        "",
+        allocated_claim(),
+        lambda c: c["metadata"].update(finalizers=[GATE]),
+        "may change only",
+    ),
+    ("deallocates ours", "status", allocated_claim(), lambda c: c["status"].pop("allocation"), None),
+    (
+        "deallocates another driver's",
+        "status",
+        allocated_claim("gpu.nvidia.com"),
+        lambda c: c["status"].pop("allocation"),
+        "only of claims it allocates",
+    ),
+    (
+        "allocates another driver's",
+        "status",
+        allocated_claim(allocated=False),
+        lambda c: c["status"].update(allocated_claim("gpu.nvidia.com")["status"]),
+        "only of claims it allocates",
+    ),
+    (
+        "touches an unallocated status",
+        "status",
+        allocated_claim(allocated=False),
+        lambda c: c["status"].update(reservedFor=[{"resource": "pods", "name": "p", "uid": "u"}]),
+        "only of claims it allocates",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("sub", "old", "change", "denied"),
+    [c[1:] for c in CONTROLLER_CLAIM_CASES],
+    ids=[c[0] for c in CONTROLLER_CLAIM_CASES],
+)
+def test_the_controller_writes_only_claims_of_its_driver(
+    render: Render,
+    env: Any,
+    sub: str,
+    old: dict[str, Any],
+    change: Any,
+    denied: str | None,
+) -> None:
+    new = edit(old, change)
+    message = _admit(
+        env, policy(render, "controller-claims"), request(CONTROLLER, "resourceclaims", sub), new, old
+    )
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and denied in message, message
