@@ -1,7 +1,10 @@
 """ResourceSlices of our driver -> engine cards and CEL inputs, per node.
 
 Only the newest generation of each pool counts, and only complete pools (as many slices at that
-generation as ``resourceSliceCount`` says), as kube-scheduler does. Device ``gpu-<i>`` of pool P on
+generation as ``resourceSliceCount`` says), as kube-scheduler does. Slices are grouped by
+(node, pool), and a pool belongs to one node: a slice of node A naming node B's pool would
+otherwise replace B's devices (or, with a higher generation, hide them), so every node but the
+pool's owner is ignored with a warning. Device ``gpu-<i>`` of pool P on
 node N becomes ``GpuCard(node=N, index=i)``; capacities ``memory``/``cores``/``slots`` and the
 attributes ``productName``, ``uuid``, ``healthy``, ``resource.kubernetes.io/numaNode`` and
 ``nvlinkPeers`` fill the card. CEL inputs are converted once here, when a slice changes.
@@ -163,31 +166,84 @@ def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any
     )
 
 
-def complete_pools(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, list[Mapping[str, Any]]]:
-    """Our slices grouped by pool, keeping only the newest generation of complete pools."""
-    by_pool: dict[str, list[Mapping[str, Any]]] = {}
+#: A pool as published by one node: (spec.nodeName, spec.pool.name).
+PoolKey = tuple[str, str]
+
+
+def complete_pools(
+    slices: Iterable[Mapping[str, Any]], driver: str
+) -> dict[PoolKey, list[Mapping[str, Any]]]:
+    """Our slices by (node, pool), each pool of its owner only, at its newest generation if complete."""
+    result = {}
+    for key, items in owned_pools(_by_node_and_pool(slices, driver)).items():
+        current = _newest_complete(items)
+        if current is not None:
+            result[key] = current
+    return result
+
+
+def _by_node_and_pool(
+    slices: Iterable[Mapping[str, Any]], driver: str
+) -> dict[PoolKey, list[Mapping[str, Any]]]:
+    grouped: dict[PoolKey, list[Mapping[str, Any]]] = {}
     for item in slices:
         spec = item.get("spec") or {}
         if spec.get("driver") != driver or not spec.get("nodeName"):
             continue
-        by_pool.setdefault(str((spec.get("pool") or {}).get("name", "")), []).append(item)
+        key = (str(spec["nodeName"]), str((spec.get("pool") or {}).get("name", "")))
+        grouped.setdefault(key, []).append(item)
+    return grouped
+
+
+def _newest_complete(items: list[Mapping[str, Any]]) -> list[Mapping[str, Any]] | None:
+    """The slices of the newest generation when there are as many as ``resourceSliceCount`` says."""
+    newest = max(int(item["spec"]["pool"].get("generation", 0)) for item in items)
+    current = [item for item in items if int(item["spec"]["pool"].get("generation", 0)) == newest]
+    expected = int(current[0]["spec"]["pool"].get("resourceSliceCount", 1))
+    return current if len(current) == expected else None
+
+
+def pool_owner(pool: str, nodes: Iterable[str]) -> str:
+    """The node a pool published by several ``nodes`` belongs to.
+
+    The node it is named after (our plugin publishes pool name = node name, ``<node>/...`` for
+    other layouts), else the first node by name, so the choice never depends on the order in which
+    slices arrive.
+    """
+    candidates = sorted(nodes)
+    named = [node for node in candidates if pool == node or pool.startswith(f"{node}/")]
+    return named[0] if named else candidates[0]
+
+
+def owned_pools(pools: Mapping[PoolKey, list[Mapping[str, Any]]]) -> dict[PoolKey, list[Mapping[str, Any]]]:
+    """``pools`` without the slices of nodes that publish a pool another node owns (warned).
+
+    Decided on every slice, complete or not, so a node's pool that is being updated (for a moment
+    incomplete) is not handed to another node that publishes the same name.
+    """
+    nodes_by_pool: dict[str, list[str]] = {}
+    for node, pool in pools:
+        nodes_by_pool.setdefault(pool, []).append(node)
     result = {}
-    for pool, items in by_pool.items():
-        newest = max(int(item["spec"]["pool"].get("generation", 0)) for item in items)
-        current = [item for item in items if int(item["spec"]["pool"].get("generation", 0)) == newest]
-        expected = int(current[0]["spec"]["pool"].get("resourceSliceCount", 1))
-        if len(current) == expected:
-            result[pool] = current
+    for (node, pool), items in pools.items():
+        owner = pool_owner(pool, nodes_by_pool[pool])
+        if node != owner:
+            log.warning(
+                "pool %s is published by node %s and by node %s; ignoring the slices of node %s "
+                "(a pool belongs to one node: the one it is named after, else the first by name)",
+                pool, owner, node, node,
+            )  # fmt: skip
+            continue
+        result[(node, pool)] = items
     return result
 
 
 def build_inventory(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, NodeInventory]:
     """All nodes' devices from the current slices."""
     nodes: dict[str, NodeInventory] = {}
-    for pool, items in complete_pools(slices, driver).items():
+    for (node, pool), items in complete_pools(slices, driver).items():
+        inventory = nodes.setdefault(node, NodeInventory(node))
         for item in items:
-            node = str(item["spec"]["nodeName"])
-            inventory = nodes.setdefault(node, NodeInventory(node))
             for entry in item["spec"].get("devices") or ():
                 device = device_from_slice(driver, node, pool, entry)
                 if device is not None:

@@ -177,6 +177,9 @@ class Reconciler:
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
         self.warned: dict[str, set[str]] = {}  # pod uid -> warnings already reported as events
+        #: Claims (by uid) deleted while a bound, active pod still names them: counted until those
+        #: pods end.
+        self.orphans: dict[str, ClaimView] = {}
         #: Claims being written or just written: what the controller knows before its cache does.
         self.assumed = ClaimAssumptions(self.ledger, driver)
         self.bound_generation = 0  # bumped when a pod bound to a node changes (CPU/memory in use)
@@ -205,6 +208,8 @@ class Reconciler:
         else:
             self.pods[key] = new
         self.observe_pod(old if current is None else current, new)
+        if self.orphans and (new is None or not new.active):
+            self.release_orphans()
         if new is None and old is not None:
             self.pending.pop(old.uid, None)
             self.warned.pop(old.uid, None)
@@ -231,6 +236,18 @@ class Reconciler:
         else:
             self.nodes[name] = new
 
+    def release_orphans(self) -> list[str]:
+        """Stop counting deleted claims whose last active pod has ended; returns their keys."""
+        released = [
+            self.orphans.pop(uid)
+            for uid, claim in list(self.orphans.items())
+            if not self.live_consumers(claim, bound_only=True)
+        ]
+        for claim in released:
+            self.assumed.gone(claim)
+            log.info("claim %s: its last pod ended; the deleted claim's GPU share is free", claim.key)
+        return [claim.key for claim in released]
+
     def forget_claim(self, key: str) -> None:
         """The claim was deleted: drop what we assumed about it."""
         self.assumed.forget(key)
@@ -248,9 +265,19 @@ class Reconciler:
         writes, an event older than what we wrote is ignored the same way (``claim()``).
         """
         if old is not None and new is None:
-            self.assumed.gone(old)
             for owner in old.owners:
                 self.owned.pop(owner, None)
+            if old.uses and self.live_consumers(old, bound_only=True):
+                # Deleted while a pod that names it still runs (our finalizer was stripped by
+                # hand): the container keeps the device until the pod ends, so its share stays
+                # booked in the ledger (and the quota) until then (``release_orphans``).
+                self.orphans[old.uid] = old
+                log.warning(
+                    "claim %s deleted while pods still use it; its GPU share stays booked until they end",
+                    old.key,
+                )
+                return
+            self.assumed.gone(old)
             return
         if new is None:
             return
@@ -752,16 +779,18 @@ class Reconciler:
             return None
 
     # --- release -------------------------------------------------------------------------------
-    def live_consumers(self, claim: ClaimView) -> bool:
-        """Whether an active pod refers to the claim (its pod-claim entry resolves to it)."""
-        for pod_key in self.consumers.get(claim.key, ()):
-            pod = self.pods.get(pod_key)
-            if pod is not None and pod.active:
-                return True
+    def live_consumers(self, claim: ClaimView, *, bound_only: bool = False) -> bool:
+        """Whether an active pod refers to the claim (its pod-claim entry resolves to it);
+        ``bound_only``: a pod bound to a node, whose containers may hold the devices."""
+
+        def live(pod: PodView | None) -> bool:
+            return pod is not None and pod.active and (not bound_only or bool(pod.bound_to))
+
+        if any(live(self.pods.get(pod_key)) for pod_key in self.consumers.get(claim.key, ())):
+            return True
         for owner_uid, _ in claim.owners:
             owner_key = self.pods_by_uid.get(owner_uid)
-            owner = self.pods.get(owner_key) if owner_key else None
-            if owner is not None and owner.active:
+            if owner_key and live(self.pods.get(owner_key)):
                 return True
         return False
 

@@ -41,6 +41,17 @@ class CdiNames:
     def spec_file_name(self, claim_uid: str) -> str:
         return f"{self.vendor}-{CDI_CLASS}_{claim_uid.replace('/', '_')}.json"
 
+    def claim_uid(self, file_name: str) -> str | None:
+        """The claim UID in one of our spec file names (inverse of :meth:`spec_file_name`), else None."""
+        prefix, suffix = f"{self.vendor}-{CDI_CLASS}_", ".json"
+        if (
+            file_name.startswith(prefix)
+            and file_name.endswith(suffix)
+            and len(file_name) > len(prefix + suffix)
+        ):
+            return file_name[len(prefix) : -len(suffix)]
+        return None
+
     def device_name(self, claim_uid: str, device: str, share_id: str | None) -> str:
         return f"{claim_uid}-{device}-{share_id}" if share_id else f"{claim_uid}-{device}"
 

@@ -10,6 +10,11 @@ already prepared on the node. Properties that peers got wrong and we must not:
   instead of crashing);
 - the node boot ID, so entries written before a reboot (when ``/var/run/cdi`` was wiped) are
   re-prepared, not trusted.
+
+:class:`ClaimRecords` keeps one file per prepared claim beside it, so a corrupt checkpoint is
+rebuilt from the node alone: the plugin may only ``get`` claims (listing every claim in the
+cluster is a right it does not have), and the API cannot describe a claim deleted while its pod
+runs, whose share must still count.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.kubeletplugin.cdi import fsync_dir
-from dra_driver.kubeletplugin.claims import AllocatedDevice
+from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
 
 LOG = logging.getLogger(__name__)
 
@@ -177,3 +182,64 @@ class Checkpoint:
         target = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
         os.replace(self.path, target)
         return target
+
+
+class ClaimRecords:
+    """One record per prepared claim, ``<dir>/<uid>.json``: the claim's entry, the checkpoint's backup.
+
+    Written before the claim's CDI spec and removed after it, so every spec of ours on the node
+    has a record. Records are not fsynced: they matter only when the checkpoint is corrupt within
+    the same boot (a crash of the node loses ``/var/run/cdi`` too, and every live claim is then
+    prepared again from the API), and an atomic rename never leaves a half-written record.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, claim_uid: str) -> Path:
+        """The record file; refuses anything but a Kubernetes UID (it becomes a file name)."""
+        if not is_kubernetes_uid(claim_uid):
+            raise ValueError(f"refusing a claim record for uid {claim_uid[:64]!r}: not a Kubernetes UID")
+        return self.directory / f"{claim_uid}.json"
+
+    def write(self, claim_uid: str, entry: ClaimEntry) -> None:
+        """Atomically replace the record of ``claim_uid``."""
+        data = json.dumps({"uid": claim_uid, **entry.to_json()}, sort_keys=True).encode()
+        path = self.path(claim_uid)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+
+    def remove(self, claim_uid: str) -> None:
+        self.path(claim_uid).unlink(missing_ok=True)
+
+    def exists(self, claim_uid: str) -> bool:
+        return self.path(claim_uid).is_file()
+
+    def load_all(self) -> dict[str, ClaimEntry]:
+        """Every readable record by claim UID; unreadable ones are skipped with a warning naming them."""
+        entries: dict[str, ClaimEntry] = {}
+        if not self.directory.is_dir():
+            return entries
+        for path in sorted(self.directory.glob("*.json")):
+            entry = self._load(path)
+            if entry is not None:
+                entries[path.stem] = entry
+        return entries
+
+    @staticmethod
+    def _load(path: Path) -> ClaimEntry | None:
+        try:
+            data = json.loads(path.read_bytes())
+            if not isinstance(data, dict) or data.get("uid") != path.stem or not is_kubernetes_uid(path.stem):
+                raise ValueError("not the record of the claim its file name says")
+            return ClaimEntry.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            LOG.warning("claim record %s is unreadable (%s); skipped", path, err)
+            return None

@@ -152,13 +152,15 @@ def devices_for_node(claim: dict[str, Any], ref: ClaimRef, driver: str, pool: st
 
 
 class ClaimSource(Protocol):
-    """Where claims come from (the API server in production and in the sandbox tests)."""
+    """Where claims come from (the API server in production and in the sandbox tests).
+
+    Reads one claim at a time: the plugin's ServiceAccount may ``get`` ResourceClaims, not list
+    them (a node has no business seeing every tenant's claims).
+    """
 
     def get(self, ref: ClaimRef) -> dict[str, Any]: ...
 
     def exists(self, namespace: str, name: str, uid: str) -> bool: ...
-
-    def list_all(self) -> list[dict[str, Any]]: ...
 
 
 #: Connections kept to the API server: kubelet prepares claims of several pods concurrently, and
@@ -201,13 +203,3 @@ class ApiClaimSource:
         except ClaimNotFound:
             return False
         return bool((claim.get("metadata") or {}).get("uid") == uid)
-
-    def list_all(self) -> list[dict[str, Any]]:
-        try:
-            response = self._api.list_resource_claim_for_all_namespaces(
-                _preload_content=False, _request_timeout=60
-            )
-        except Exception as err:
-            raise ClaimError(f"listing ResourceClaims: {err}") from err
-        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
-        return items

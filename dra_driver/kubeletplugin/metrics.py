@@ -36,6 +36,11 @@ class PluginMetrics:
             "Device allocations currently prepared on this node",
             registry=self.registry,
         )
+        self.deleted_claims = Gauge(
+            "hami_dra_kubelet_plugin_deleted_claims_prepared",
+            "Prepared claims no longer in the API; their share counts until kubelet unprepares them",
+            registry=self.registry,
+        )
         self.allocated_memory = Gauge(
             "hami_dra_gpu_allocated_memory_bytes",
             "Memory of the GPU held by prepared claims",

@@ -144,18 +144,21 @@ class KubeletPlugin:
         if self.options.metrics_port:
             self.metrics.serve(self.options.metrics_port)
         self.servers.start()
-        threading.Thread(target=self._cleanup_loop, name="claim-cleanup", daemon=True).start()
+        threading.Thread(target=self._deleted_claims_loop, name="deleted-claims", daemon=True).start()
 
-    def _cleanup_loop(self) -> None:
-        """Unprepare claims deleted from the API: at start-up (kubelet may have missed unprepares
-        while the plugin was down), then every ``cleanup_seconds``."""
+    def _deleted_claims_loop(self) -> None:
+        """Report prepared claims deleted from the API: at start-up, then every ``cleanup_seconds``.
+
+        Only a report (log and gauge): such a claim may still back a running container, and only
+        kubelet, which unprepares it when the pod ends, knows when its share is free.
+        """
         first = True
         while first or not self._stop.wait(self.options.cleanup_seconds):
             first = False
             try:
-                self.preparer.cleanup_deleted()
+                self.preparer.report_deleted()
             except Exception:
-                LOG.exception("claim cleanup failed")
+                LOG.exception("checking prepared claims against the API failed")
 
     def stop(self) -> None:
         self._stop.set()

@@ -8,6 +8,14 @@ One Preparer per plugin. Concurrency design:
 - checkpoint writes are group-committed (``_persist``): a caller waits until a snapshot that
   includes its change is on disk, and one write serves every change made before it;
 - calls for the same claim are serialised by a striped per-claim lock.
+
+Only NodeUnprepareResources removes a prepared entry. A claim deleted from the API may still back
+a running container (a tenant can strip the controller's finalizer and delete the claim of a
+running pod; kubelet unprepares only when the pod ends), and the plugin cannot see pods, so it
+cannot prove that a deleted claim is unused. kubelet can: it unprepares every claim of an ended
+pod, also one deleted from the API and after its own restart, from its own checkpoint. Until
+then the entry keeps its share in the capacity check; the periodic :meth:`Preparer.report_deleted`
+only reports such entries (log and gauge).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dra_driver.kubeletplugin.checkpoint import (
     PREPARE_STARTED,
     Checkpoint,
     ClaimEntry,
+    ClaimRecords,
     CorruptCheckpoint,
 )
 from dra_driver.kubeletplugin.claims import (
@@ -45,6 +54,12 @@ from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
 
 LOG = logging.getLogger(__name__)
+
+#: Appended to a capacity refusal: why the room is taken although the API may show it free.
+CAPACITY_HINT = (
+    "a prepared claim keeps its share until kubelet unprepares it when its pod ends, "
+    "also after the claim was deleted from the API"
+)
 
 #: Test hook: when set to a phase name the process SIGKILLs itself there (crash-consistency tests).
 FAILPOINT_ENV = "HAMI_DRA_FAILPOINT"
@@ -98,12 +113,14 @@ class Preparer:
         claims: ClaimSource,
         checkpoint: Checkpoint,
         metrics: PluginMetrics | None = None,
+        records: ClaimRecords | None = None,
     ) -> None:
         self.config = config
         self.inventory = inventory
         self.claims = claims
         self.checkpoint = checkpoint
         self.metrics = metrics
+        self.records = records or ClaimRecords(checkpoint.path.parent / "prepared")
         self.names = cdi.CdiNames(config.driver)
         self._lock = threading.Lock()
         self._entries: dict[str, ClaimEntry] = {}  # entries are replaced, never mutated in place
@@ -112,49 +129,64 @@ class Preparer:
         self._durable_version = 0
         self._claim_locks = [threading.Lock() for _ in range(64)]
         self._usage_cache: tuple[int, int, dict[str, GpuUsage]] | None = None
+        self._deleted: set[str] = set()  # prepared claims the API no longer has (guarded by _lock)
 
     # -- start-up ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the checkpoint; a corrupt one is quarantined and rebuilt from the API."""
+        """Load the checkpoint; a corrupt one is quarantined and rebuilt from the claim records."""
         with self._lock:
             try:
                 self._entries = self.checkpoint.load()
             except CorruptCheckpoint as err:
                 moved = self.checkpoint.quarantine()
-                LOG.error("corrupt checkpoint (%s); moved to %s, rebuilding from the API", err, moved)
-                self._entries = self._rebuild_from_api()
+                LOG.error(
+                    "corrupt checkpoint (%s); moved to %s, rebuilding from the claim records", err, moved
+                )
+                self._entries = self._rebuild_from_node()
                 self.checkpoint.save(self._entries)
+            self._backfill_records()
             stale = sum(1 for e in self._entries.values() if e.boot_id != self.config.boot_id)
             if stale:
                 LOG.info("%d checkpoint entries are from an earlier boot; they will be re-prepared", stale)
         self._bind_gauges()
 
-    def _rebuild_from_api(self) -> dict[str, ClaimEntry]:
-        """Entries for every claim allocated in our pool and reserved by a pod (what kubelet prepared)."""
-        try:
-            items = self.claims.list_all()
-        except ClaimError as err:
-            LOG.error("cannot rebuild the checkpoint from the API: %s", err)
-            return {}
-        entries: dict[str, ClaimEntry] = {}
-        for claim in items:
-            meta = claim["metadata"]  # the API server always sets namespace, name and uid
-            ref = ClaimRef(str(meta["namespace"]), str(meta["name"]), str(meta["uid"]))
-            if not (claim.get("status") or {}).get("reservedFor"):
-                continue
-            try:
-                devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
-                resolved = self._resolve(ref, devices)
-            except ClaimError:
-                continue
-            spec, cdi_ids = self._build_spec(ref.uid, resolved)
-            self._write_side_effects(ref.uid, spec)
-            entries[ref.uid] = ClaimEntry(
-                ref.namespace, ref.name, PREPARE_COMPLETED, self.config.boot_id, devices, cdi_ids
+    def _rebuild_from_node(self) -> dict[str, ClaimEntry]:
+        """Entries from the claim records; a record counts as prepared in this boot only with its spec.
+
+        No API call: the API cannot describe a claim deleted while its pod runs (its entry must
+        keep its share), and listing claims is a right the plugin does not have. The periodic
+        :meth:`report_deleted` then reads each claim with ``get`` and reports the deleted ones.
+        """
+        entries = self.records.load_all()
+        for uid, entry in entries.items():
+            spec = self.config.cdi_dir / self.names.spec_file_name(uid)
+            done = entry.boot_id == self.config.boot_id and spec.is_file()
+            entries[uid] = replace(entry, state=PREPARE_COMPLETED if done else PREPARE_STARTED)
+            LOG.info(
+                "rebuilt checkpoint entry for claim %s/%s (%s) from its record: %s",
+                entry.namespace, entry.name, uid, entries[uid].state,
+            )  # fmt: skip
+        for uid in self._spec_uids() - set(entries):
+            LOG.error(
+                "CDI spec of claim %s has no claim record (written by an older plugin version?): its "
+                "share is not counted until kubelet unprepares it, which removes the spec",
+                uid,
             )
-            LOG.info("rebuilt checkpoint entry for claim %s (%s)", ref, ref.uid)
         return entries
+
+    def _spec_uids(self) -> set[str]:
+        """Claim UIDs of our CDI spec files on the node."""
+        if not self.config.cdi_dir.is_dir():
+            return set()
+        uids = (self.names.claim_uid(path.name) for path in self.config.cdi_dir.iterdir())
+        return {uid for uid in uids if uid is not None}
+
+    def _backfill_records(self) -> None:
+        """Write the record of every entry that lacks one (entries prepared by an older version)."""
+        for uid, entry in self._entries.items():
+            if is_kubernetes_uid(uid) and not self.records.exists(uid):
+                self.records.write(uid, entry)
 
     # -- prepare ----------------------------------------------------------------------------
 
@@ -179,15 +211,7 @@ class Preparer:
     def _guarded_prepare(self, ref: ClaimRef) -> PrepareResult:
         """One well-formed claim: its own errors become its result, never another claim's."""
         try:
-            try:
-                return PrepareResult(devices=self._prepare_one(ref))
-            except CapacityError as err:
-                # Entries of claims deleted while the plugin was down (kubelet never unprepared
-                # them) still count: check them against the API before refusing.
-                if not self.cleanup_deleted():
-                    raise
-                LOG.info("prepare %s: %s; retrying after removing stale claims", ref, err)
-                return PrepareResult(devices=self._prepare_one(ref))
+            return PrepareResult(devices=self._prepare_one(ref))
         except ClaimError as err:
             LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
             return PrepareResult(error=str(err))
@@ -227,18 +251,41 @@ class Preparer:
                 ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids
             )
             with self._lock:
-                others = [(uid, d) for uid, e in self._entries.items() if uid != ref.uid for d in e.devices]
-                check_fits(ref.uid, resolved, others, gpus)
+                self._check_room(ref, resolved, gpus)
                 self._entries[ref.uid] = entry
                 version = self._changed()
             self._persist(version)  # PrepareStarted is durable before any side effect
             _failpoint("after-prepare-started")
+            self.records.write(ref.uid, replace(entry, state=PREPARE_COMPLETED))  # before the spec
             self._write_side_effects(ref.uid, spec)
             with self._lock:
                 self._entries[ref.uid] = replace(entry, state=PREPARE_COMPLETED)
                 version = self._changed()
             self._persist(version)
             return self._response(devices, cdi_ids)
+
+    def _check_room(
+        self, ref: ClaimRef, resolved: list[tuple[AllocatedDevice, NodeGpu]], gpus: dict[str, NodeGpu]
+    ) -> None:
+        """check_fits against every other entry (caller holds ``_lock``); a refusal names the holders.
+
+        Every entry counts, those of claims deleted from the API and of earlier boots too: only
+        kubelet knows when their pods have ended, and it says so with NodeUnprepareResources.
+        """
+        others = [(uid, d) for uid, e in self._entries.items() if uid != ref.uid for d in e.devices]
+        try:
+            check_fits(ref.uid, resolved, others, gpus)
+        except CapacityError as err:
+            wanted = {gpu.name for _, gpu in resolved}
+            holders = [
+                f"{e.namespace}/{e.name} ({uid}{', deleted from the API' if uid in self._deleted else ''})"
+                for uid, e in sorted(self._entries.items())
+                if uid != ref.uid and any(d.device in wanted for d in e.devices)
+            ]
+            LOG.warning(
+                "prepare %s (%s) refused: %s; prepared there: %s", ref, ref.uid, err, ", ".join(holders)
+            )
+            raise CapacityError(f"{err} ({CAPACITY_HINT})") from err
 
     def _resolve(
         self, ref: ClaimRef, devices: list[AllocatedDevice]
@@ -321,36 +368,60 @@ class Preparer:
 
     def _unprepare_one(self, claim_uid: str) -> None:
         # Side effects first, then the entry: a crash in between leaves an entry whose unprepare
-        # is simply repeated, never a CDI spec that nothing remembers.
+        # is simply repeated, never a CDI spec that nothing remembers. The record goes last of
+        # the files, so every spec on the node keeps one.
         with self._claim_lock(claim_uid):
             cdi.remove_spec(self.config.cdi_dir / self.names.spec_file_name(claim_uid))
             shutil.rmtree(self.config.hami.claim_dir(claim_uid), ignore_errors=True)
+            self.records.remove(claim_uid)
             with self._lock:
-                version = self._changed() if self._entries.pop(claim_uid, None) is not None else 0
+                entry = self._entries.pop(claim_uid, None)
+                version = self._changed() if entry is not None else 0
+                was_deleted = claim_uid in self._deleted
+                self._deleted.discard(claim_uid)
             if version:
                 self._persist(version)
+            if entry is not None and was_deleted:
+                LOG.info(
+                    "claim %s/%s (%s), deleted from the API earlier, is unprepared by kubelet: share freed",
+                    entry.namespace, entry.name, claim_uid,
+                )  # fmt: skip
 
-    def cleanup_deleted(self) -> list[str]:
-        """Unprepare claims that no longer exist in the API (kubelet missed or lost the unprepare)."""
+    def report_deleted(self) -> list[str]:
+        """Report prepared claims that no longer exist in the API; never removes an entry.
+
+        Such a claim may still back a running container (see the module docstring), so its entry
+        keeps its share until kubelet unprepares it. Each one is logged once, when first seen (a
+        deleted UID never comes back, so it is not read again), and counted by the
+        ``hami_dra_kubelet_plugin_deleted_claims_prepared`` gauge. Returns the UIDs of all of them.
+        """
         with self._lock:
-            snapshot = [(uid, e.namespace, e.name) for uid, e in self._entries.items()]
-        removed = []
-        for uid, namespace, name in snapshot:
-            if not is_kubernetes_uid(uid):
-                LOG.warning(
-                    "cleanup: checkpoint entry %r (%s/%s) is not a Kubernetes UID", uid, namespace, name
-                )
-                continue
-            try:
-                gone = not self.claims.exists(namespace, name, uid)
-            except ClaimError as err:
-                LOG.debug("cleanup: cannot check claim %s/%s: %s", namespace, name, err)
-                continue
-            if gone:
-                LOG.info("cleanup: claim %s/%s (%s) no longer exists; unpreparing", namespace, name, uid)
-                self._unprepare_one(uid)
-                removed.append(uid)
-        return removed
+            unchecked = [
+                (uid, e.namespace, e.name) for uid, e in self._entries.items() if uid not in self._deleted
+            ]
+        found = [(uid, ns, name) for uid, ns, name in unchecked if self._is_deleted(uid, ns, name)]
+        with self._lock:
+            new = [(uid, ns, name) for uid, ns, name in found if uid in self._entries]  # not unprepared since
+            self._deleted.update(uid for uid, _, _ in new)
+            deleted = sorted(self._deleted)
+        for uid, namespace, name in new:
+            LOG.warning(
+                "claim %s/%s (%s) no longer exists in the API but is still prepared on this node: its pod "
+                "may still run, so its share stays counted until kubelet unprepares it",
+                namespace, name, uid,
+            )  # fmt: skip
+        return deleted
+
+    def _is_deleted(self, uid: str, namespace: str, name: str) -> bool:
+        """True only when the API says the claim is gone (404 or another UID); errors say nothing."""
+        if not is_kubernetes_uid(uid):
+            LOG.warning("report: checkpoint entry %r (%s/%s) is not a Kubernetes UID", uid, namespace, name)
+            return False
+        try:
+            return not self.claims.exists(namespace, name, uid)
+        except ClaimError as err:
+            LOG.debug("report: cannot check claim %s/%s: %s", namespace, name, err)
+            return False
 
     # -- state ------------------------------------------------------------------------------
 
@@ -358,6 +429,11 @@ class Preparer:
         """A copy of the current entries (for tests, health and metrics)."""
         with self._lock:
             return dict(self._entries)
+
+    def deleted_claims(self) -> set[str]:
+        """UIDs of prepared claims :meth:`report_deleted` found deleted from the API, not yet unprepared."""
+        with self._lock:
+            return set(self._deleted)
 
     def _changed(self) -> int:
         """Record a change of ``_entries`` (caller holds ``_lock``); returns its version."""
@@ -400,6 +476,7 @@ class Preparer:
         if self.metrics is None:
             return
         self.metrics.prepared_devices.set_function(lambda: float(self._usage()[0]))
+        self.metrics.deleted_claims.set_function(lambda: float(len(self.deleted_claims())))
         for gpu in self.inventory.all():
             self.metrics.allocated_memory.labels(gpu.name).set_function(
                 functools.partial(self._gpu_usage, gpu.name, "memory")

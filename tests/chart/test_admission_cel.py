@@ -59,8 +59,13 @@ def _admit(env: Any, policy: dict[str, Any], request: dict[str, Any], obj: Any, 
     return None
 
 
-def _slice(node: str | None, driver: str = "gpu.hami.io") -> dict[str, Any]:
-    spec: dict[str, Any] = {"driver": driver, "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}}
+def _slice(node: str | None, driver: str = "gpu.hami.io", pool: str | None = None) -> dict[str, Any]:
+    """A slice of ``node`` whose pool is named after the node unless ``pool`` says otherwise."""
+    name = pool if pool is not None else node or "cluster"
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+    }
     if node is None:
         spec["allNodes"] = True
     else:
@@ -95,6 +100,48 @@ SLICE_CASES = [
     ),
     ("other driver", _request("CREATE"), _slice("node-a", "gpu.nvidia.com"), None, "driver 'gpu.nvidia.com'"),
     ("kubelet itself", _request("DELETE", user="system:node:node-b"), None, _slice("node-a"), None),
+    (
+        "pool of another node",
+        _request("CREATE"),
+        _slice("node-a", pool="node-b"),
+        None,
+        "may only publish the pool 'node-a', not 'node-b'",
+    ),
+    (
+        "update to another node's pool",
+        _request("UPDATE"),
+        _slice("node-a", pool="node-b"),
+        _slice("node-a"),
+        "not 'node-b'",
+    ),
+    (
+        "pool below the node name",
+        _request("CREATE"),
+        _slice("node-a", pool="node-a/extra"),
+        None,
+        "not 'node-a/extra'",
+    ),
+    (
+        "pool with the node as prefix",
+        _request("CREATE"),
+        _slice("node-a", pool="node-ab"),
+        None,
+        "not 'node-ab'",
+    ),
+    (
+        "own slice with a foreign pool deleted",
+        _request("DELETE"),
+        None,
+        _slice("node-a", pool="node-b"),
+        None,
+    ),
+    (
+        "foreign pool of another node deleted",
+        _request("DELETE"),
+        None,
+        _slice("node-b", pool="node-a"),
+        "of node 'node-b'",
+    ),
 ]
 
 

@@ -1,9 +1,10 @@
-"""Node data safety: hostile claim references, and stale entries of claims deleted while down.
+"""Node data safety: hostile claim references, and entries of claims deleted from the API.
 
 Malformed claim references from kubelet (or anything that reaches the socket) touch nothing else.
 The HAMi-core claim directory is ``<plugin-dir>/hami-core/claims/<uid>`` and is removed
 recursively on unprepare, so a UID of ``""`` or ``..`` must be refused before any path is built:
 each bad reference gets its own error, every other claim in the same request is served as usual.
+A claim deleted from the API keeps its entry, and its share, until kubelet unprepares it.
 """
 
 from __future__ import annotations
@@ -125,22 +126,26 @@ def _delete_claim(api_client: Any, created: dict[str, Any]) -> None:
     )
 
 
-def test_a_claim_deleted_without_unprepare_does_not_block_a_new_prepare(
+def test_a_claim_deleted_while_its_pod_runs_blocks_its_room_until_kubelet_unprepares_it(
     kubelet: PluginClient, plugin: KubeletPlugin, api_client: Any, dirs: Dirs
 ) -> None:
-    """kubelet missed the unprepare (the plugin was down): the stale entry is checked, not counted."""
-    stale = create_claim(api_client, claim("stale", [result("gpu-0", memory="15000Mi", cores=10)]))
-    assert kubelet.prepare([ref(stale)]).claims[stale["metadata"]["uid"]].error == ""
-    _delete_claim(api_client, stale)
-    fresh = create_claim(api_client, claim("fresh", [result("gpu-0", memory="1000Mi", cores=10)]))
-    response = kubelet.prepare([ref(fresh)])
-    assert response.claims[fresh["metadata"]["uid"]].error == ""
-    assert stale["metadata"]["uid"] not in plugin.preparer.prepared()
-    assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{stale['metadata']['uid']}.json").exists()
+    """A tenant strips the finalizer and deletes a running pod's claim: the GPU stays taken."""
+    running = create_claim(api_client, claim("running", [result("gpu-0", memory="10Gi", cores=10)]))
+    uid = running["metadata"]["uid"]
+    assert kubelet.prepare([ref(running)]).claims[uid].error == ""
+    _delete_claim(api_client, running)
+    second = create_claim(api_client, claim("second", [result("gpu-0", memory="10Gi", cores=10)]))
+    error = kubelet.prepare([ref(second)]).claims[second["metadata"]["uid"]].error
+    assert error.startswith("gpu-0 memory overcommitted: 10Gi prepared + 10Gi requested > ")
+    assert "until kubelet unprepares it" in error
+    assert uid in plugin.preparer.prepared()
+    assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+    assert kubelet.unprepare([ref(running)]).claims[uid].error == ""  # the pod ended
+    assert kubelet.prepare([ref(second)]).claims[second["metadata"]["uid"]].error == ""
 
 
-def test_stale_entries_are_swept_right_at_start_up(
-    dirs: Dirs, api_client: Any, protocol: KubeletProtocol
+def test_entries_of_claims_deleted_while_down_are_kept_and_reported_at_start_up(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol, caplog: pytest.LogCaptureFixture
 ) -> None:
     gpus = profile_gpus("t4", node_name=NODE, gpus=4)
     first = KubeletPlugin(plugin_options(dirs), gpus, api_client)
@@ -152,12 +157,14 @@ def test_stale_entries_are_swept_right_at_start_up(
     assert client.prepare([ref(stale)]).claims[uid].error == ""
     client.close()
     first.stop()
-    _delete_claim(api_client, stale)  # deleted while the plugin is down: no unprepare comes
+    _delete_claim(api_client, stale)  # deleted while the plugin is down: kubelet unprepares when the pod ends
     second = KubeletPlugin(plugin_options(dirs), gpus, api_client)  # cleanup_seconds is an hour
     second.start()
     try:
-        wait_for(lambda: uid not in second.preparer.prepared(), 10, "stale entry swept at start-up")
-        assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+        wait_for(lambda: second.preparer.deleted_claims() == {uid}, 10, "deleted claim reported at start-up")
+        assert f"claim default/stale ({uid}) no longer exists in the API" in caplog.text
+        assert uid in second.preparer.prepared()
+        assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
     finally:
         second.stop()
 

@@ -1,14 +1,16 @@
 """The Preparer on its own: an in-memory claim source, a real checkpoint and CDI directory.
 
 These pin down behaviour a mutation run (``make mutation``) found unchecked: which checkpoint
-entries a rebuild keeps and what they say, which stale entries a cleanup removes when others
-cannot be checked, one answer per claim named twice, the per-operation metrics, the exact
-simulated CDI edits, the error each failure path returns, and the crash hook itself.
+entries a rebuild from the claim records keeps and what they say, that a claim deleted from the
+API keeps its entry and share until kubelet unprepares it (the report only reports), one answer
+per claim named twice, the per-operation metrics, the exact simulated CDI edits, the error each
+failure path returns, and the crash hook itself.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import stat
@@ -19,12 +21,18 @@ from typing import Any
 import pytest
 
 from dra_driver.kubeletplugin import prepare as prepare_module
-from dra_driver.kubeletplugin.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, ClaimEntry
+from dra_driver.kubeletplugin.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    ClaimEntry,
+    ClaimRecords,
+)
 from dra_driver.kubeletplugin.claims import ClaimError, ClaimNotFound, ClaimRef, devices_for_node
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.inventory import Inventory
 from dra_driver.kubeletplugin.metrics import PluginMetrics
-from dra_driver.kubeletplugin.prepare import Preparer, PreparerConfig
+from dra_driver.kubeletplugin.prepare import CAPACITY_HINT, Preparer, PreparerConfig
 from tests.kubeletplugin.helpers import DRIVER, claim, gpu, result
 
 POOL = "node-1"
@@ -32,29 +40,32 @@ BOOT = "boot-2"
 
 
 class FakeClaims:
-    """The API as the Preparer sees it; ``unreadable`` names claims whose lookups fail."""
+    """The API as the Preparer sees it (get only); ``unreadable`` names claims whose lookups fail."""
 
     def __init__(self, *claims: dict[str, Any]) -> None:
         self.by_uid = {c["metadata"]["uid"]: c for c in claims}
         self.unreadable: set[str] = set()
-        self.list_fails = False
+        self.down = False
         self.reads = 0
+        self.checks: list[str] = []
 
     def get(self, ref: ClaimRef) -> dict[str, Any]:
         self.reads += 1
+        if self.down:
+            raise ClaimError("the API is down")
         if ref.uid not in self.by_uid:
             raise ClaimNotFound(f"ResourceClaim {ref} not found")
         return self.by_uid[ref.uid]
 
     def exists(self, namespace: str, name: str, uid: str) -> bool:
-        if uid in self.unreadable:
+        self.checks.append(uid)
+        if self.down or uid in self.unreadable:
             raise ClaimError(f"cannot read {namespace}/{name}")
         return uid in self.by_uid
 
-    def list_all(self) -> list[dict[str, Any]]:
-        if self.list_fails:
-            raise ClaimError("the API is down")
-        return list(self.by_uid.values())
+    def delete(self, obj: dict[str, Any]) -> None:
+        """The claim is deleted from the API (a tenant stripped the finalizer); its pod runs on."""
+        del self.by_uid[obj["metadata"]["uid"]]
 
 
 def reserved(obj: dict[str, Any]) -> dict[str, Any]:
@@ -95,53 +106,132 @@ def entry_for(obj: dict[str, Any], *, boot: str = BOOT, state: str = PREPARE_COM
     return ClaimEntry(obj["metadata"]["namespace"], obj["metadata"]["name"], state, boot, devices, [["x"]])
 
 
-# --- rebuilding a corrupt checkpoint from the API ------------------------------------------------
+# --- rebuilding a corrupt checkpoint from the claim records on the node ---------------------------
 
 
-def test_a_rebuild_keeps_every_reserved_claim_of_ours_and_records_it_fully(tmp_path: Path) -> None:
-    unreserved = claim("idle", [result("gpu-0")])
-    elsewhere = reserved(claim("elsewhere", [result("gpu-9")]))  # a device this node lacks
-    first = reserved(claim("first", [result("gpu-0")], namespace="team-a"))
-    second = reserved(claim("second", [result("gpu-1")], namespace="team-b"))
-    claims = FakeClaims(unreserved, elsewhere, first, second)
+def corrupt(tmp_path: Path) -> None:
     (tmp_path / "checkpoint.json").write_text("{not json")
+
+
+def test_a_rebuild_restores_every_prepared_claim_from_its_record_without_the_api(tmp_path: Path) -> None:
+    first = claim("first", [result("gpu-0")], namespace="team-a")
+    second = claim("second", [result("gpu-1", share=False)], namespace="team-b")
+    claims = FakeClaims(first, second)
+    before = make(tmp_path, claims, library=True)
+    before.start()
+    assert not any(a.error for a in before.prepare([ref_of(first), ref_of(second)]).values())
+    prepared = before.prepared()
+    corrupt(tmp_path)
+    claims.down = True  # the rebuild needs nothing from the API
     preparer = make(tmp_path, claims, library=True)
     preparer.start()
     entries = preparer.prepared()
-    assert set(entries) == {first["metadata"]["uid"], second["metadata"]["uid"]}
+    assert entries == prepared and {e.state for e in entries.values()} == {PREPARE_COMPLETED}
     for obj in (first, second):
         entry = entries[obj["metadata"]["uid"]]
-        assert (entry.namespace, entry.name) == (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        assert (entry.state, entry.boot_id) == (PREPARE_COMPLETED, BOOT)
+        assert (entry.namespace, entry.name, entry.boot_id) == (
+            obj["metadata"]["namespace"], obj["metadata"]["name"], BOOT,
+        )  # fmt: skip
         assert [d.device for d in entry.devices] == [
             obj["status"]["allocation"]["devices"]["results"][0]["device"]
         ]
-        spec = tmp_path / "cdi" / preparer.names.spec_file_name(obj["metadata"]["uid"])
-        assert spec.is_file()
-        assert (tmp_path / "hami" / "claims" / obj["metadata"]["uid"]).is_dir()  # HAMi-core cache
-    # What was rebuilt is on disk: a restart loads the same entries without the API.
-    assert set(Checkpoint(tmp_path / "checkpoint.json").load()) == set(entries)
+    assert list(tmp_path.glob("checkpoint.json.corrupt-*"))
+    # What was rebuilt is on disk: a restart loads the same entries.
+    assert Checkpoint(tmp_path / "checkpoint.json").load() == entries
     # The rebuilt entries count as prepared in this boot: a repeated prepare reads nothing.
     reads = claims.reads
     assert not preparer.prepare([ref_of(first)])[first["metadata"]["uid"]].error
     assert claims.reads == reads
 
 
-def test_a_rebuild_without_the_api_starts_empty(tmp_path: Path) -> None:
-    claims = FakeClaims(reserved(claim("c", [result("gpu-0")])))
-    claims.list_fails = True
-    (tmp_path / "checkpoint.json").write_text("garbage")
+@pytest.mark.parametrize("reboot", [False, True])
+def test_a_record_without_its_spec_in_this_boot_is_rebuilt_as_started(tmp_path: Path, reboot: bool) -> None:
+    obj = claim("nospec", [result("gpu-0", memory="4Gi")])
+    claims = FakeClaims(obj)
+    before = make(tmp_path, claims)
+    before.start()
+    assert not before.prepare([ref_of(obj)])[obj["metadata"]["uid"]].error
+    corrupt(tmp_path)
+    if reboot:  # the spec survived (a persistent CDI dir), the record is of an earlier boot
+        path = tmp_path / "prepared" / f"{obj['metadata']['uid']}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "bootID": "boot-1"}))
+    else:
+        (tmp_path / "cdi" / before.names.spec_file_name(obj["metadata"]["uid"])).unlink()
     preparer = make(tmp_path, claims)
     preparer.start()
+    assert preparer.prepared()[obj["metadata"]["uid"]].state == PREPARE_STARTED  # prepared again on request
+    reads = claims.reads
+    assert not preparer.prepare([ref_of(obj)])[obj["metadata"]["uid"]].error
+    assert claims.reads == reads + 1
+    assert (tmp_path / "cdi" / preparer.names.spec_file_name(obj["metadata"]["uid"])).is_file()
+
+
+def test_a_rebuild_keeps_a_claim_deleted_from_the_api_and_the_report_flags_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = claim("running", [result("gpu-0", memory="10Gi")], namespace="team-a")
+    claims = FakeClaims(running)
+    before = make(tmp_path, claims)
+    before.start()
+    assert not before.prepare([ref_of(running)])[running["metadata"]["uid"]].error
+    claims.delete(running)
+    corrupt(tmp_path)
+    preparer = make(tmp_path, claims)
+    preparer.start()
+    uid = running["metadata"]["uid"]
+    assert preparer.prepared()[uid].state == PREPARE_COMPLETED
+    with caplog.at_level(logging.WARNING, logger=prepare_module.__name__):
+        assert preparer.report_deleted() == [uid]
+    assert f"claim team-a/running ({uid}) no longer exists in the API but is still prepared" in caplog.text
+    assert uid in preparer.prepared()
+    rival = claim("rival", [result("gpu-0", memory="10Gi")])
+    claims.by_uid[rival["metadata"]["uid"]] = rival
+    assert "memory overcommitted" in preparer.prepare([ref_of(rival)])[rival["metadata"]["uid"]].error
+
+
+def test_a_spec_without_a_record_and_an_unreadable_record_are_named_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    preparer = make(tmp_path, FakeClaims())
+    orphan = str(uuid.uuid4())
+    (tmp_path / "cdi" / preparer.names.spec_file_name(orphan)).write_text("{}")
+    (tmp_path / "cdi" / "nvidia.yaml").write_text("")  # not ours: ignored
+    broken = str(uuid.uuid4())
+    (tmp_path / "prepared").mkdir()
+    (tmp_path / "prepared" / f"{broken}.json").write_text('{"uid": "' + broken + '", "state"')
+    corrupt(tmp_path)
+    preparer.start()
     assert preparer.prepared() == {}
-    assert Checkpoint(tmp_path / "checkpoint.json").load() == {}
-    assert list(tmp_path.glob("checkpoint.json.corrupt*")) or list(tmp_path.glob("*corrupt*"))
+    assert f"CDI spec of claim {orphan} has no claim record" in caplog.text
+    assert f"claim record {tmp_path / 'prepared' / broken}.json is unreadable" in caplog.text
 
 
-# --- start-up cleanup of claims deleted while the plugin was down --------------------------------
+def test_a_record_must_name_the_claim_of_its_file(tmp_path: Path) -> None:
+    obj = claim("named", [result("gpu-0")])
+    records = ClaimRecords(tmp_path / "prepared")
+    records.write(obj["metadata"]["uid"], entry_for(obj))
+    other = tmp_path / "prepared" / f"{uuid.uuid4()}.json"
+    other.write_bytes((tmp_path / "prepared" / f"{obj['metadata']['uid']}.json").read_bytes())
+    assert set(records.load_all()) == {obj["metadata"]["uid"]}
+    with pytest.raises(ValueError, match="not a Kubernetes UID"):
+        records.write("../x", entry_for(obj))
 
 
-def test_cleanup_removes_deleted_claims_past_entries_it_cannot_check(tmp_path: Path) -> None:
+def test_entries_without_a_record_get_one_at_start_up(tmp_path: Path) -> None:
+    obj = claim("old", [result("gpu-0")])
+    uid = obj["metadata"]["uid"]
+    Checkpoint(tmp_path / "checkpoint.json").save({uid: entry_for(obj), "..not-a-uid": entry_for(obj)})
+    make(tmp_path, FakeClaims(obj)).start()  # written by a version without records
+    assert ClaimRecords(tmp_path / "prepared").load_all() == {uid: entry_for(obj)}
+    assert sorted(p.name for p in (tmp_path / "prepared").iterdir()) == [f"{uid}.json"]
+
+
+# --- claims deleted from the API while prepared ---------------------------------------------------
+
+
+def test_the_report_keeps_deleted_claims_and_skips_entries_it_cannot_check(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kept = claim("kept", [result("gpu-0", memory="1Gi")])
     gone = claim("gone", [result("gpu-1", memory="1Gi")])
     unknown = claim("unknown", [result("gpu-1", memory="1Gi")])
@@ -154,14 +244,68 @@ def test_cleanup_removes_deleted_claims_past_entries_it_cannot_check(tmp_path: P
         kept["metadata"]["uid"]: entry_for(kept),
     }
     Checkpoint(tmp_path / "checkpoint.json").save(entries)
-    preparer = make(tmp_path, claims)
+    metrics = PluginMetrics()
+    preparer = make(tmp_path, claims, metrics=metrics)
     preparer.start()
     spec = tmp_path / "cdi" / preparer.names.spec_file_name(gone["metadata"]["uid"])
     spec.write_text("{}")
-    assert preparer.cleanup_deleted() == [gone["metadata"]["uid"]]
-    assert not spec.exists()
-    assert set(preparer.prepared()) == {"..not-a-uid", unknown["metadata"]["uid"], kept["metadata"]["uid"]}
-    assert gone["metadata"]["uid"] not in Checkpoint(tmp_path / "checkpoint.json").load()
+    with caplog.at_level(logging.WARNING, logger=prepare_module.__name__):
+        assert preparer.report_deleted() == [gone["metadata"]["uid"]]
+        assert preparer.report_deleted() == [gone["metadata"]["uid"]]
+    assert spec.exists()
+    assert set(preparer.prepared()) == set(entries)  # nothing removed
+    assert set(Checkpoint(tmp_path / "checkpoint.json").load()) == set(entries)
+    assert caplog.text.count("no longer exists in the API") == 1  # once per claim
+    assert claims.checks.count(gone["metadata"]["uid"]) == 1  # a deleted UID never comes back
+    assert claims.checks.count(unknown["metadata"]["uid"]) == 2  # unreadable: asked again next time
+    assert "'..not-a-uid' (default/kept) is not a Kubernetes UID" in caplog.text
+    assert metrics.registry.get_sample_value("hami_dra_kubelet_plugin_deleted_claims_prepared") == 1
+
+
+def test_a_claim_deleted_while_its_pod_runs_keeps_its_share_until_kubelet_unprepares_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finalizer stripped, claim deleted, pod still running: 10Gi + 10Gi must not fit a 15Gi card."""
+    running = claim("running", [result("gpu-0", memory="10Gi")], namespace="team-a")
+    second = claim("second", [result("gpu-0", memory="10Gi")], namespace="team-b")
+    claims = FakeClaims(running, second)
+    metrics = PluginMetrics()
+    preparer = make(tmp_path, claims, metrics=metrics)
+    preparer.start()
+    uid = running["metadata"]["uid"]
+    assert not preparer.prepare([ref_of(running)])[uid].error
+    claims.delete(running)
+    caplog.set_level(logging.INFO, logger=prepare_module.__name__)
+    assert preparer.report_deleted() == [uid]
+
+    refused = preparer.prepare([ref_of(second)])[second["metadata"]["uid"]]
+    assert refused.devices == []
+    assert refused.error == (
+        f"gpu-0 memory overcommitted: 10Gi prepared + 10Gi requested > 15Gi ({CAPACITY_HINT})"
+    )
+    assert f"prepared there: team-a/running ({uid}, deleted from the API)" in caplog.text
+    assert set(preparer.prepared()) == {uid}
+    assert (tmp_path / "cdi" / preparer.names.spec_file_name(uid)).is_file()
+    assert metrics.registry.get_sample_value("hami_dra_kubelet_plugin_deleted_claims_prepared") == 1
+
+    assert preparer.unprepare([ref_of(running)]) == {uid: ""}  # the pod ended: kubelet unprepares
+    assert f"claim team-a/running ({uid}), deleted from the API earlier, is unprepared" in caplog.text
+    assert preparer.prepared() == {}
+    assert not ClaimRecords(tmp_path / "prepared").exists(uid)
+    assert metrics.registry.get_sample_value("hami_dra_kubelet_plugin_deleted_claims_prepared") == 0
+    assert not preparer.prepare([ref_of(second)])[second["metadata"]["uid"]].error
+
+
+def test_entries_of_an_earlier_boot_still_count(tmp_path: Path) -> None:
+    old = claim("old", [result("gpu-0", share=False)])
+    Checkpoint(tmp_path / "checkpoint.json").save({old["metadata"]["uid"]: entry_for(old, boot="boot-1")})
+    new = claim("new", [result("gpu-0", memory="1Gi")])
+    preparer = make(tmp_path, FakeClaims(new))  # the old claim is gone from the API too
+    preparer.start()
+    answer = preparer.prepare([ref_of(new)])[new["metadata"]["uid"]]
+    assert answer.error.startswith(
+        f"gpu-0 is allocated exclusively to prepared claim {old['metadata']['uid']}"
+    )
 
 
 # --- prepare --------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from dra_driver.sandbox.server import SandboxServer
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
 from tests.kubeletplugin.helpers import DRIVER, claim, result
 from tests.kubeletplugin.upstream import REPO_ROOT
+from tests.waiting import wait_for
 
 #: The console script, without depending on where it was installed (``python -m`` would load the CLI twice).
 HAMI_DRA = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())"]
@@ -120,33 +121,55 @@ def start_plugin(dirs: Dirs, api_client: Any) -> KubeletPlugin:
     return plugin
 
 
-def test_corrupt_checkpoint_is_rebuilt_from_the_api(
-    dirs: Dirs, api_client: Any, protocol: KubeletProtocol, caplog: pytest.LogCaptureFixture
+def test_corrupt_checkpoint_is_rebuilt_from_the_node_reading_claims_with_get_only(
+    dirs: Dirs,
+    sandbox: SandboxServer,
+    api_client: Any,
+    protocol: KubeletProtocol,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    from kubernetes import client as k8s
+
+    listing = sandbox.faults.inject(
+        r"/resourceclaims$", status=403, count=None, methods={"GET"}
+    )  # no list right
     reserved = create_claim(api_client, claim("in-use", [result("gpu-0", share=False)]), reserved_for="pod-a")
+    gone = create_claim(api_client, claim("gone", [result("gpu-1", memory="12000Mi")]), reserved_for="pod-b")
     plugin = start_plugin(dirs, api_client)
     kubelet = connect(protocol, plugin.servers.registration_socket)
-    first = kubelet.prepare([ref(reserved)])
+    first = kubelet.prepare([ref(reserved), ref(gone)])
     kubelet.close()
     plugin.stop()
+    # pod-b runs on, but its claim is deleted from the API (finalizer stripped) while the plugin is down
+    k8s.ResourceV1Api(api_client).delete_namespaced_resource_claim("gone", "default", _preload_content=False)
     checkpoint = dirs.plugin / "checkpoint.json"
     checkpoint.write_text(checkpoint.read_text()[:40] + "garbage")
-    for spec in dirs.cdi.iterdir():
-        spec.unlink()
 
     plugin = start_plugin(dirs, api_client)
     try:
         assert "corrupt checkpoint" in caplog.text
         assert list(dirs.plugin.glob("checkpoint.json.corrupt-*"))
-        uid = reserved["metadata"]["uid"]
-        assert plugin.preparer.prepared()[uid].state == PREPARE_COMPLETED
-        assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+        uid, gone_uid = reserved["metadata"]["uid"], gone["metadata"]["uid"]
+        assert {u: e.state for u, e in plugin.preparer.prepared().items()} == {
+            uid: PREPARE_COMPLETED,
+            gone_uid: PREPARE_COMPLETED,
+        }
+        # the start-up check reads each claim with get and flags the deleted one, keeping it
+        wait_for(lambda: plugin.preparer.deleted_claims() == {gone_uid}, 10, "deleted claim reported")
+        assert (
+            f"claim default/gone ({gone_uid}) no longer exists in the API but is still prepared"
+            in caplog.text
+        )
         kubelet = connect(protocol, plugin.servers.registration_socket)
-        assert kubelet.prepare([ref(reserved)]) == first
-        # the rebuilt state still defends the GPU
+        assert kubelet.prepare([ref(reserved)]).claims[uid] == first.claims[uid]
+        # the rebuilt state still defends both GPUs
         rival = create_claim(api_client, claim("rival", [result("gpu-0")]))
         assert "allocated exclusively" in kubelet.prepare([ref(rival)]).claims[rival["metadata"]["uid"]].error
+        squeeze = create_claim(api_client, claim("squeeze", [result("gpu-1", memory="4000Mi")]))
+        error = kubelet.prepare([ref(squeeze)]).claims[squeeze["metadata"]["uid"]].error
+        assert "gpu-1 memory overcommitted" in error
         kubelet.close()
+        assert listing.hits == 0
     finally:
         plugin.stop()
 
@@ -177,24 +200,29 @@ def test_reboot_reprepares_with_empty_cdi_dir(dirs: Dirs, api_client: Any, proto
         plugin.stop()
 
 
-def test_periodic_cleanup_unprepares_deleted_claims(
+def test_the_periodic_check_reports_deleted_claims_and_only_kubelet_unprepares_them(
     dirs: Dirs, api_client: Any, protocol: KubeletProtocol
 ) -> None:
     from kubernetes import client as k8s
 
     keep = create_claim(api_client, claim("keep", [result("gpu-0")]))
     gone = create_claim(api_client, claim("gone", [result("gpu-1")]))
+    spec_of = {c["metadata"]["uid"]: f"k8s.gpu.hami.io-gpu_{c['metadata']['uid']}.json" for c in (keep, gone)}
     plugin = start_plugin(dirs, api_client)
     try:
         kubelet = connect(protocol, plugin.servers.registration_socket)
         kubelet.prepare([ref(keep), ref(gone)])
-        kubelet.close()
         k8s.ResourceV1Api(api_client).delete_namespaced_resource_claim(
             "gone", "default", _preload_content=False
         )
-        assert plugin.preparer.cleanup_deleted() == [gone["metadata"]["uid"]]
+        assert plugin.preparer.report_deleted() == [gone["metadata"]["uid"]]
+        assert set(plugin.preparer.prepared()) == set(spec_of)  # its pod may still run
+        assert sorted(p.name for p in dirs.cdi.iterdir()) == sorted(spec_of.values())
+        assert kubelet.unprepare([ref(gone)]).claims[gone["metadata"]["uid"]].error == ""  # the pod ended
+        kubelet.close()
         assert set(plugin.preparer.prepared()) == {keep["metadata"]["uid"]}
-        assert [p.name for p in dirs.cdi.iterdir()] == [f"k8s.gpu.hami.io-gpu_{keep['metadata']['uid']}.json"]
+        assert [p.name for p in dirs.cdi.iterdir()] == [spec_of[keep["metadata"]["uid"]]]
+        assert plugin.preparer.deleted_claims() == set()
     finally:
         plugin.stop()
 

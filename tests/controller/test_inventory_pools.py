@@ -1,0 +1,96 @@
+"""A pool belongs to one node: a slice of another node naming it never shadows the owner's GPUs.
+
+The inventory groups slices by (node, pool). Before, it grouped by pool name alone, so a slice
+from node-a named ``pool: node-b`` replaced node-b's devices (or, with a newer generation, hid them)
+and node-b vanished from the controller's view.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from dra_driver.contract import DeviceId
+from dra_driver.controller.inventory import build_inventory, pool_owner
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kubeletplugin.slices import build_resource_slices
+
+DRIVER = "gpu.hami.io"
+
+
+def pool_of(node: str, gpus: int, *, pool: str | None = None, generation: int = 1) -> list[dict[str, Any]]:
+    """The slices node ``node`` publishes, named apart from the real ones when ``pool`` differs."""
+    items = build_resource_slices(
+        profile_gpus("t4", node_name=node, gpus=gpus),
+        node_name=node,
+        driver_name=DRIVER,
+        pool_name=pool,
+        generation=generation,
+    )
+    for item in items:
+        item["metadata"]["name"] += f"-{pool or node}"
+    return items
+
+
+def devices(nodes: dict[str, Any], node: str) -> list[DeviceId]:
+    return sorted(nodes[node].devices) if node in nodes else []
+
+
+@pytest.mark.parametrize("generation", [1, 99], ids=["same generation", "newer generation"])
+@pytest.mark.parametrize("foreign_first", [False, True], ids=["owner first", "foreign first"])
+def test_a_slice_of_another_node_naming_its_pool_is_ignored(
+    caplog: pytest.LogCaptureFixture, generation: int, foreign_first: bool
+) -> None:
+    owner = pool_of("node-b", 2)
+    foreign = pool_of("node-a", 1, pool="node-b", generation=generation)
+    own_a = pool_of("node-a", 1)
+    with caplog.at_level(logging.WARNING):
+        nodes = build_inventory(
+            [*foreign, *owner, *own_a] if foreign_first else [*owner, *foreign, *own_a], DRIVER
+        )
+    assert devices(nodes, "node-b") == [
+        DeviceId(DRIVER, "node-b", "gpu-0"),
+        DeviceId(DRIVER, "node-b", "gpu-1"),
+    ]
+    assert devices(nodes, "node-a") == [DeviceId(DRIVER, "node-a", "gpu-0")]  # its own pool still counts
+    assert (
+        "pool node-b is published by node node-b and by node node-a; ignoring the slices of node node-a"
+        in (caplog.text)
+    )
+
+
+def test_an_owner_whose_pool_is_incomplete_is_not_replaced_by_a_foreign_copy() -> None:
+    owner = pool_of("node-b", 2)
+    owner[0]["spec"]["pool"]["resourceSliceCount"] = 2  # mid-update: one of two slices written
+    nodes = build_inventory([*owner, *pool_of("node-a", 1, pool="node-b")], DRIVER)
+    assert devices(nodes, "node-a") == [] and devices(nodes, "node-b") == []
+
+
+def test_a_pool_named_after_no_node_goes_to_the_first_node_by_name_whatever_the_order() -> None:
+    first = pool_of("node-a", 1, pool="shared")
+    second = pool_of("node-c", 2, pool="shared")
+    for order in ([*first, *second], [*second, *first]):
+        nodes = build_inventory(order, DRIVER)
+        assert devices(nodes, "node-a") == [DeviceId(DRIVER, "shared", "gpu-0")]
+        assert devices(nodes, "node-c") == []
+
+
+def test_the_same_device_names_in_each_nodes_own_pool_are_distinct_devices() -> None:
+    nodes = build_inventory([*pool_of("node-a", 2), *pool_of("node-b", 2)], DRIVER)
+    assert [d.pool for d in nodes["node-a"].devices] == ["node-a", "node-a"]
+    assert [d.pool for d in nodes["node-b"].devices] == ["node-b", "node-b"]
+
+
+@pytest.mark.parametrize(
+    ("pool", "nodes", "owner"),
+    [
+        ("node-b", ["node-a", "node-b"], "node-b"),
+        ("node-b/extra", ["node-a", "node-b"], "node-b"),
+        ("node-bb", ["node-b", "node-a"], "node-a"),  # a name prefix is not ownership
+        ("shared", ["node-z", "node-c"], "node-c"),
+    ],
+)
+def test_pool_owner(pool: str, nodes: list[str], owner: str) -> None:
+    assert pool_owner(pool, nodes) == owner
