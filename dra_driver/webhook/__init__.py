@@ -2,7 +2,9 @@
 
 ``admission`` holds the decisions (pure functions over AdmissionReview dicts), ``lookup`` reads the
 claims, templates and classes a pod refers to, ``server`` serves AdmissionReview v1 over HTTPS
-(``/mutate``, ``/validate``, ``/healthz``) and ``command`` is ``hami-dra webhook``.
+(``/mutate``, ``/mutate-hami``, ``/validate``, ``/healthz``) within the bounds of ``limits`` and
+``connections``, with the certificate ``tls`` reloads, ``optin`` says which namespaces
+``/mutate-hami`` may write to, and ``command`` is ``hami-dra webhook``.
 """
 
 from dra_driver.contract import GATE_NAME

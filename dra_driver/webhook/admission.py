@@ -37,6 +37,7 @@ from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scori
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
 from dra_driver.webhook.lookup import Lookup, TemplateWriter
+from dra_driver.webhook.optin import NamespaceGate
 
 LIMITED_CAPACITIES = ("memory", "cores")
 log = logging.getLogger(__name__)
@@ -226,19 +227,39 @@ def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
 
 
 def translate_hami_pod(
-    request: Mapping[str, Any], lookup: Lookup, writer: TemplateWriter, device_class: str, driver: str
+    request: Mapping[str, Any],
+    lookup: Lookup,
+    writer: TemplateWriter,
+    device_class: str,
+    driver: str,
+    gate: NamespaceGate | None = None,
 ) -> Verdict:
     """``/mutate-hami``: HAMi's ``nvidia.com/*`` resources become claims (see hami_resources.py).
 
-    Only called for namespaces that opted in (the webhook configuration's namespaceSelector).
-    The templates are created first, then the gate decision runs on the translated pod, so one
-    admission both translates and gates it. A template that cannot be created denies the pod
-    (its controller retries), rather than admitting a pod that would wait for a template forever.
+    The API server only sends pods of opted-in namespaces (the configuration's namespaceSelector),
+    but anyone reaching the Service could send a review naming another namespace, so ``gate``
+    checks the Namespace itself before anything is written: a namespace that has not opted in gets
+    its pod admitted unchanged, with a warning. The templates are created first, then the gate
+    decision runs on the translated pod, so one admission both translates and gates it. A template
+    that cannot be created denies the pod (its controller retries), rather than admitting a pod
+    that would wait for a template forever; so does a Namespace that cannot be read.
     """
     pod = request.get("object") or {}
     if request.get("operation", "CREATE") != "CREATE":
         return Verdict()
     namespace = _namespace(request, pod)
+    if gate is not None:
+        try:
+            refusal = gate.refusal(namespace)
+        except KubeError as err:
+            return Verdict(
+                allowed=False,
+                message=f"cannot read namespace {namespace} to check that it opted in to HAMi resource "
+                f"translation: {err}",
+            )
+        if refusal is not None:
+            log.warning("/mutate-hami: %s", refusal)
+            return Verdict(warnings=[refusal])
     try:
         translation = translate_pod(pod, namespace, device_class, driver)
     except TranslationError as err:

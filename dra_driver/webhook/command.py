@@ -1,8 +1,14 @@
-"""``hami-dra webhook``: serve admission reviews until interrupted."""
+"""``hami-dra webhook``: serve admission reviews until interrupted.
+
+The limits (connections, deadline, body sizes) and the HAMi translation scope are flags so the
+chart can set them from ``webhook.server`` and ``webhook.hamiResources``; their defaults are
+``ServerLimits``'s and the chart's.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import ssl
 import threading
@@ -11,6 +17,14 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.kubeconfig import load_api_client
+from dra_driver.webhook.limits import ServerLimits
+from dra_driver.webhook.optin import (
+    MAX_TEMPLATES_PER_NAMESPACE,
+    NAMESPACE_LABEL,
+    NAMESPACE_LABEL_VALUE,
+    TRANSLATE_MODES,
+    selector_problems,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,29 +46,129 @@ def register(subparsers: Any) -> None:
         help="DeviceClass that pods asking for HAMi's nvidia.com/gpu, gpumem, gpucores get on "
         "/mutate-hami (default: the class named like the driver)",
     )
+    _add_limit_flags(parser)
+    _add_translation_flags(parser)
     parser.set_defaults(handler=run)
+
+
+def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = ServerLimits()
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help="open connections at most; at the cap the longest-waiting idle one is closed to make room "
+        f"(default {defaults.max_connections})",
+    )
+    parser.add_argument(
+        "--connection-timeout",
+        type=float,
+        default=defaults.connection_timeout,
+        help="seconds a connection has, from connecting or from the last answer, to deliver a complete "
+        f"request: TLS handshake, headers and body (default {defaults.connection_timeout:g})",
+    )
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=defaults.max_request_bytes,
+        help=f"largest AdmissionReview body (default {defaults.max_request_bytes}: the API server's "
+        "own request limit)",
+    )
+    parser.add_argument(
+        "--max-inflight-bytes",
+        type=int,
+        default=defaults.max_inflight_bytes,
+        help="review body bytes being read and decided at once, over all connections; bounds memory "
+        f"(default {defaults.max_inflight_bytes})",
+    )
+
+
+def _add_translation_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hami-translate",
+        choices=TRANSLATE_MODES,
+        default="namespaces",
+        help="where /mutate-hami may translate and create templates: namespaces labelled "
+        f"{NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE}, all namespaces matching --hami-namespace-selector, "
+        "or off (default namespaces)",
+    )
+    parser.add_argument(
+        "--hami-namespace-selector",
+        default="{}",
+        help="with --hami-translate=all: the webhook configuration's namespaceSelector as JSON "
+        "(default {}: every namespace)",
+    )
+    parser.add_argument(
+        "--hami-max-templates-per-namespace",
+        type=int,
+        default=MAX_TEMPLATES_PER_NAMESPACE,
+        help="ResourceClaimTemplates /mutate-hami may create in one namespace; a new shape beyond it "
+        f"denies the pod (default {MAX_TEMPLATES_PER_NAMESPACE})",
+    )
+
+
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    limits = ServerLimits(
+        max_connections=args.max_connections,
+        connection_timeout=args.connection_timeout,
+        max_request_bytes=args.max_request_bytes,
+        max_inflight_bytes=args.max_inflight_bytes,
+    )
+    problems = limits.problems()
+    if problems:
+        raise UsageError("; ".join(problems))
+    return limits
+
+
+def _namespace_selector(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        selector = json.loads(args.hami_namespace_selector)
+    except ValueError as err:
+        raise UsageError(f"--hami-namespace-selector is not JSON: {err}") from None
+    problems = selector_problems(selector)
+    if problems:
+        raise UsageError(f"--hami-namespace-selector is not a label selector: {'; '.join(problems)}")
+    return dict(selector)
 
 
 def run(args: argparse.Namespace) -> int:
     from dra_driver.webhook.lookup import KubeLookup
-    from dra_driver.webhook.server import WebhookServer, tls_context
+    from dra_driver.webhook.server import ReloadingCertificate, WebhookServer
 
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be within 1..65535, got {args.port}")
+    templates = args.hami_max_templates_per_namespace
+    if templates < 1:
+        raise UsageError(f"--hami-max-templates-per-namespace must be at least 1, got {templates}")
+    limits = _limits(args)
+    selector = _namespace_selector(args)
     try:
-        context = tls_context(args.tls_cert_file, args.tls_key_file)
+        certificate = ReloadingCertificate(args.tls_cert_file, args.tls_key_file)
     except (OSError, ssl.SSLError) as err:
         raise UsageError(f"cannot load --tls-cert-file/--tls-key-file: {err}") from None
     api_client = load_api_client(args.kubeconfig)
+    lookup = KubeLookup(api_client, args.driver_name, max_templates_per_namespace=templates)
     server = WebhookServer(
-        KubeLookup(api_client, args.driver_name),
+        lookup,
         args.driver_name,
         port=args.port,
-        ssl_context=context,
+        certificate=certificate,
         hami_device_class=args.hami_device_class,
+        hami_translate=args.hami_translate,
+        hami_namespace_selector=selector,
+        limits=limits,
     )
     server.start()
-    log.warning("hami-dra webhook serving on :%d for driver %s", server.port, args.driver_name)
+    log.warning(
+        "hami-dra webhook serving on :%d for driver %s (at most %d connections, %gs per request, "
+        "bodies up to %d bytes, HAMi translation: %s)",
+        server.port,
+        args.driver_name,
+        limits.max_connections,
+        limits.connection_timeout,
+        limits.max_request_bytes,
+        args.hami_translate,
+    )
     from dra_driver.controller.kube import Kube
     from dra_driver.webhook.coexistence import warn_about_coexistence
 

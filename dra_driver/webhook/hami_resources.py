@@ -23,6 +23,8 @@ from typing import Any
 
 from dra_driver.config.model import API_VERSION, KIND
 from dra_driver.quantity import parse_quantity
+from dra_driver.webhook.optin import NAMESPACE_LABEL as NAMESPACE_LABEL
+from dra_driver.webhook.optin import NAMESPACE_LABEL_VALUE as NAMESPACE_LABEL_VALUE
 
 GPU = "nvidia.com/gpu"
 GPU_MEMORY = "nvidia.com/gpumem"
@@ -30,9 +32,6 @@ GPU_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 GPU_CORES = "nvidia.com/gpucores"
 HAMI_RESOURCES = (GPU, GPU_MEMORY, GPU_MEMORY_PERCENT, GPU_CORES)
 
-#: Namespace label that turns translation on (the webhook configuration's namespaceSelector).
-NAMESPACE_LABEL = "gpu.hami.io/hami-resources"
-NAMESPACE_LABEL_VALUE = "enabled"
 #: Pod annotation saying what was translated, container by container.
 TRANSLATED_ANNOTATION = "gpu.hami.io/hami-translated"
 #: Label on the templates this webhook creates.

@@ -1,9 +1,17 @@
 """AdmissionReview v1 over HTTPS: ``POST /mutate``, ``/mutate-hami``, ``/validate``, ``GET /healthz``.
 
-A small threaded ``http.server``: admission requests are tiny and the API server retries, so a
-framework would add weight without adding safety. A malformed review gets a 400 with a one-line
-reason, never a traceback; an internal error while deciding is logged and answered as a denied
-review whose message says so (the chart's failurePolicy decides what the API server does).
+A small ``http.server``: admission requests are tiny and the API server retries, so a framework
+would add weight without adding safety. A malformed review gets a 4xx with a one-line reason,
+never a traceback; an internal error while deciding is logged and answered as a denied review
+whose message says so (the chart's failurePolicy decides what the API server does).
+
+With ``failurePolicy: Fail`` a webhook that stops answering refuses every pod with claims, so no
+client may exhaust it (``ServerLimits``): at most ``max_connections`` connections, one thread each;
+a deadline for every request, TLS handshake, headers and body included, and for the keep-alive
+wait after it; bounded body bytes in flight (``connections.py``: when short, the client that has
+waited longest without completing its request gives way); bounded headers and bodies. TLS is
+negotiated on the connection's own thread with the certificate current at that moment (``tls.py``
+reloads renewed files).
 """
 
 from __future__ import annotations
@@ -13,8 +21,8 @@ import logging
 import ssl
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, cast
 
 from dra_driver.webhook.admission import (
     Verdict,
@@ -23,16 +31,24 @@ from dra_driver.webhook.admission import (
     translate_hami_pod,
     validate_object,
 )
+from dra_driver.webhook.connections import Connection, ConnectionTable
+from dra_driver.webhook.limits import HeaderReader, ServerLimits
 from dra_driver.webhook.lookup import Lookup, TemplateWriter
+from dra_driver.webhook.optin import TRANSLATE_MODES, NamespaceGate, NamespaceReader, namespace_gate
+from dra_driver.webhook.tls import ReloadingCertificate, tls_context
+
+__all__ = ["ReloadingCertificate", "ServerLimits", "WebhookServer", "tls_context"]
 
 log = logging.getLogger(__name__)
-MAX_BODY = 3 * 1024 * 1024
-#: Seconds a new connection may take to complete its TLS handshake.
-HANDSHAKE_TIMEOUT = 10.0
+
+Decide = Callable[[Mapping[str, Any]], Verdict]
 
 
 class WebhookServer:
-    """Owns the HTTP(S) server and the decision functions; ``start()`` serves in a thread."""
+    """Owns the HTTP(S) server and the decision functions; ``start()`` serves in a thread.
+
+    ``ssl_context`` serves one fixed certificate; ``certificate`` one reloaded when its files change.
+    """
 
     def __init__(
         self,
@@ -42,91 +58,36 @@ class WebhookServer:
         host: str = "0.0.0.0",
         port: int = 8443,
         ssl_context: ssl.SSLContext | None = None,
+        certificate: ReloadingCertificate | None = None,
         hami_device_class: str | None = None,
+        hami_translate: str = "namespaces",
+        hami_namespace_selector: Mapping[str, Any] | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
+        if hami_translate not in TRANSLATE_MODES:
+            raise ValueError(
+                f"hami_translate must be one of {', '.join(TRANSLATE_MODES)}, not {hami_translate!r}"
+            )
         self.lookup = lookup
         self.driver = driver
         self.reviews = 0
-        handlers: dict[str, Callable[[Mapping[str, Any]], Verdict]] = {
-            "/mutate": lambda request: mutate_pod(request, lookup),
-            "/validate": lambda request: validate_object(request, driver),
-        }
-        writer = lookup if isinstance(lookup, TemplateWriter) else None
-        if writer is not None:
-            device_class = hami_device_class or driver
-            handlers["/mutate-hami"] = lambda request: translate_hami_pod(
-                request, lookup, writer, device_class, driver
-            )
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            tls_failed = False
-
-            def setup(self) -> None:
-                # TLS is negotiated here, on this connection's own thread, not in the accept loop:
-                # a client that connects and stays silent must not stall every other review.
-                super().setup()
-                if isinstance(self.connection, ssl.SSLSocket):
-                    self.connection.settimeout(HANDSHAKE_TIMEOUT)
-                    try:
-                        self.connection.do_handshake()
-                    except OSError as err:  # ssl.SSLError and timeouts included
-                        log.debug("TLS handshake with %s failed: %s", self.client_address, err)
-                        self.tls_failed = True
-                    self.connection.settimeout(None)
-
-            def handle(self) -> None:
-                if not self.tls_failed:
-                    super().handle()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("%s " + format, self.address_string(), *args)
-
-            def _reply(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] in ("/healthz", "/readyz"):
-                    self._reply(200, b"ok", "text/plain")
-                else:
-                    self._reply(404, b"not found", "text/plain")
-
-            def do_POST(self) -> None:
-                handler = handlers.get(self.path.split("?")[0])
-                if handler is None:
-                    self._reply(404, b"not found", "text/plain")
-                    return
-                length = int(self.headers.get("Content-Length") or 0)
-                if length <= 0 or length > MAX_BODY:
-                    self._reply(400, b"request body missing or too large", "text/plain")
-                    return
-                try:
-                    review = json.loads(self.rfile.read(length))
-                    request = review["request"]
-                    if not isinstance(request, dict):
-                        raise TypeError("request is not an object")
-                except (ValueError, KeyError, TypeError) as err:
-                    self._reply(400, f"not an AdmissionReview: {err}".encode(), "text/plain")
-                    return
-                try:
-                    verdict = handler(request)
-                except Exception as err:  # a lookup failure must not kill the server
-                    log.exception("admission of %s failed", request.get("uid"))
-                    verdict = Verdict(allowed=False, message=f"hami-dra webhook could not decide: {err}")
-                server.reviews += 1
-                self._reply(200, json.dumps(review_response(request, verdict)).encode())
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        if ssl_context is not None:
-            self.httpd.socket = ssl_context.wrap_socket(
-                self.httpd.socket, server_side=True, do_handshake_on_connect=False
-            )
+        self.limits = limits or ServerLimits()
+        problems = self.limits.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.tls: Callable[[], ssl.SSLContext] | None = (
+            certificate.context if certificate is not None
+            else (lambda: ssl_context) if ssl_context is not None
+            else None
+        )  # fmt: skip
+        gate = None
+        if hami_translate != "off" and isinstance(lookup, NamespaceReader):
+            gate = namespace_gate(hami_translate, hami_namespace_selector or {}, lookup)
+        self.handlers = _handlers(lookup, driver, hami_device_class or driver, gate)
+        self.connections = ConnectionTable(
+            self.limits.max_connections, self.limits.connection_timeout, self.limits.max_inflight_bytes
+        )
+        self.httpd = _BoundedHTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
 
     @property
@@ -134,16 +95,191 @@ class WebhookServer:
         return int(self.httpd.server_address[1])
 
     def start(self) -> None:
+        self.connections.start()
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="webhook", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self.httpd.shutdown()
+        self.connections.stop()
         self.httpd.server_close()
 
+    def review(self, decide: Decide, body: bytes) -> tuple[int, bytes, str]:
+        """Status, body and content type of the answer to one AdmissionReview ``body``."""
+        try:
+            review = json.loads(body)
+            request = review["request"]
+            if not isinstance(request, dict):
+                raise TypeError("request is not an object")
+        except (ValueError, KeyError, TypeError, RecursionError) as err:
+            return 400, f"not an AdmissionReview: {err}".encode(), "text/plain"
+        try:
+            verdict = decide(request)
+        except Exception as err:  # a lookup failure must not kill the server
+            log.exception("admission of %s failed", request.get("uid"))
+            verdict = Verdict(allowed=False, message=f"hami-dra webhook could not decide: {err}")
+        self.reviews += 1
+        return 200, json.dumps(review_response(request, verdict)).encode(), "application/json"
 
-def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    return context
+
+def _handlers(
+    lookup: Lookup, driver: str, device_class: str, gate: NamespaceGate | None
+) -> dict[str, Decide]:
+    """Path -> decision. ``/mutate-hami`` only with a gate: templates are written only where allowed."""
+    handlers: dict[str, Decide] = {
+        "/mutate": lambda request: mutate_pod(request, lookup),
+        "/validate": lambda request: validate_object(request, driver),
+    }
+    if gate is not None and isinstance(lookup, TemplateWriter):
+        writer = lookup
+        handlers["/mutate-hami"] = lambda request: translate_hami_pod(
+            request, lookup, writer, device_class, driver, gate
+        )
+    return handlers
+
+
+class _BoundedHTTPServer(HTTPServer):
+    """One thread per admitted connection, never more than the connection table allows."""
+
+    # The kernel's queue of connections not accepted yet; accepting is quick, but a burst of
+    # connections from several API servers should not be dropped before it is looked at.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], webhook: WebhookServer) -> None:
+        self.webhook = webhook
+        super().__init__(address, _ReviewHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        connection = self.webhook.connections.admit(request, client_address)
+        if connection is None:
+            log.debug("refused a connection from %s: every connection is busy", client_address)
+            self.shutdown_request(request)
+            return
+        thread = threading.Thread(
+            target=self._serve, args=(connection, client_address), name="webhook-connection", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as err:  # no thread to be had: refuse, do not die
+            log.warning("cannot start a thread for a webhook connection: %s", err)
+            self._done(connection)
+
+    def _serve(self, connection: Connection, client_address: Any) -> None:
+        try:
+            self.finish_request(connection, client_address)  # type: ignore[arg-type]
+        except Exception as err:  # a client that misbehaves or goes away: its connection ends
+            log.debug("connection from %s ended: %s", client_address, err)
+        finally:
+            self._done(connection)
+
+    def _done(self, connection: Connection) -> None:
+        self.shutdown_request(connection.sock)
+        self.webhook.connections.release(connection)
+
+
+class _ReviewHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    tls_failed = False
+    # Set in setup(); ``request`` arrives as the connection's table entry.
+    record: Connection
+    rfile: Any
+
+    @property
+    def webhook(self) -> WebhookServer:
+        return cast(_BoundedHTTPServer, self.server).webhook
+
+    def setup(self) -> None:
+        # TLS is negotiated here, on this connection's own thread, not in the accept loop: a client
+        # that connects and stays silent must not stall every other review.
+        self.record = cast(Connection, self.request)
+        sock = self.record.sock
+        sock.settimeout(self.webhook.limits.connection_timeout)  # each recv; the table: the total
+        tls = self.webhook.tls
+        if tls is not None:
+            try:
+                sock = tls().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                self.webhook.connections.rebind(self.record, sock)
+                sock.do_handshake()
+            except OSError as err:  # ssl.SSLError, timeouts and closed connections included
+                log.debug("TLS handshake with %s failed: %s", self.client_address, err)
+                self.tls_failed = True
+        self.request = sock
+        super().setup()
+        self.rfile = HeaderReader(self.rfile)
+
+    def handle(self) -> None:
+        if not self.tls_failed:
+            super().handle()
+
+    def handle_one_request(self) -> None:
+        self.rfile.new_request()
+        super().handle_one_request()
+        if not self.close_connection:
+            self.webhook.connections.waiting(self.record)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _reply(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refuse(self, code: int, reason: str) -> None:
+        """Answer ``code`` and close: the body, if any, was not read, so the stream is unusable."""
+        self.close_connection = True
+        self._reply(code, reason.encode(), "text/plain")
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] in ("/healthz", "/readyz"):
+            self._reply(200, b"ok", "text/plain")
+        else:
+            self._reply(404, b"not found", "text/plain")
+
+    def do_POST(self) -> None:
+        decide = self.webhook.handlers.get(self.path.split("?")[0])
+        if decide is None:
+            self._refuse(404, "not found")
+            return
+        length = self._content_length()
+        if length is None:
+            return
+        connections = self.webhook.connections
+        if not connections.reserve_body(self.record, length):
+            self._refuse(503, "webhook busy: too many review bytes in flight, retry")
+            return
+        try:
+            body = self.rfile.read(length)
+            if len(body) != length:  # the client went away, or the connection was closed for it
+                self.close_connection = True
+                return
+            connections.working(self.record)
+            answer = self.webhook.review(decide, body)
+        finally:
+            connections.release_body(self.record)
+        self._reply(*answer)
+
+    def _content_length(self) -> int | None:
+        """The body's announced length, or None after refusing the request (and closing)."""
+        limit = self.webhook.limits.max_request_bytes
+        if self.headers.get("Transfer-Encoding"):
+            self._refuse(411, "send the review with a Content-Length, not chunked")
+            return None
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            self._refuse(411, "Content-Length required")
+            return None
+        if length <= 0:
+            self._refuse(400, "request body missing")
+            return None
+        if length > limit:
+            self._refuse(
+                413, f"request body of {length} bytes is above the limit of {limit} (--max-request-bytes)"
+            )
+            return None
+        return length

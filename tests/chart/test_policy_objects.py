@@ -162,6 +162,8 @@ def test_rbac_is_least_privilege(render: Render) -> None:
         (rs, r, "get") for r in ("resourceclaims", "resourceclaimtemplates", "deviceclasses")
     } | {
         (rs, "resourceclaimtemplates", "create"),  # HAMi translation: templates by request shape
+        (rs, "resourceclaimtemplates", "list"),  # ... at most so many per namespace
+        ("", "namespaces", "get"),  # ... only in namespaces that opted in
         ("", "nodes", "list"),  # start-up coexistence warning (device plugins)
         (rs, "deviceclasses", "list"),  # ... and extended-resource DeviceClasses
     }

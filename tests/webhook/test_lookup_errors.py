@@ -100,3 +100,24 @@ def test_slow_api_answers_within_the_admission_timeout(sandbox: SandboxServer) -
         client.close()
     assert verdict.allowed and verdict.patch is not None
     assert elapsed < 5.0, f"lookup took {elapsed:.1f}s"
+
+
+@pytest.mark.parametrize(
+    "name", ["../../../api/v1/namespaces/kube-system/secrets/x", "a/b", "UPPER", "x?watch=1"]
+)
+def test_a_name_that_is_no_object_name_never_reaches_a_request_path(lookup: KubeLookup, name: str) -> None:
+    """Mutating admission sees the pod before the API server validates its claim names."""
+    requested: list[str] = []
+    real = lookup._kube.request
+
+    def recording(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        requested.append(path)
+        return real(method, path, *args, **kwargs)
+
+    lookup._kube.request = recording  # type: ignore[method-assign]
+    assert lookup.claim_spec("default", name) is None
+    assert lookup.template_spec("default", name) is None
+    assert lookup.is_our_class(name) is None
+    assert requested == []
+    assert lookup.claim_spec("default", "nic") is not None  # a valid name is requested
+    assert requested == ["/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/nic"]
