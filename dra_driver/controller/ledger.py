@@ -136,6 +136,12 @@ class Ledger:
         self.generation += 1
         self.inventory_generation += 1
 
+    def device_name(self, node: str, index: int) -> str:
+        """The published name of the engine's card ``index`` on ``node`` (``gpu-<index>`` if unknown)."""
+        inventory = self.inventory.get(node)
+        device = inventory.by_index.get(index) if inventory is not None else None
+        return device.id.device if device is not None else f"gpu-{index}"
+
     def device(self, device: DeviceId) -> Device | None:
         return self._devices.get(device)
 

@@ -81,7 +81,7 @@ class ControllerMetrics:
         for name, node in ledger.state.nodes.items():
             for card in node.cards:
                 usage = node.usage[card.index]
-                labels = (name, card.name)
+                labels = (name, ledger.device_name(name, card.index))  # the slice's name
                 self.memory.labels(*labels).set(usage.used_memory)
                 self.cores.labels(*labels).set(usage.used_cores)
                 self.tenants.labels(*labels).set(usage.tenants)

@@ -109,17 +109,24 @@ def has_gate(pod: Mapping[str, Any]) -> bool:
     return any(gate.get("name") == GATE_NAME for gate in (pod.get("spec") or {}).get("schedulingGates") or ())
 
 
-def format_decision(subject: str, decision: Decision, config: str) -> str:
-    """HAMi's "computer score" log line: every card with its score, eligibility and the choice."""
+def format_decision(
+    subject: str, decision: Decision, config: str, device_name: Callable[[str, int], str] | None = None
+) -> str:
+    """HAMi's "computer score" log line: every card with its score, eligibility and the choice.
+
+    ``device_name(node, index)``: the card's name in its ResourceSlice (NVML nodes name GPUs by
+    minor number, which may differ from the engine's index); ``gpu-<index>`` without it.
+    """
+    name = device_name or (lambda _node, index: f"gpu-{index}")
     cards = []
     for card in decision.candidates:
         mark = "*" if card.chosen else ""
         state = "" if card.eligible else f"({card.reason.value if card.reason else 'ineligible'})"
-        cards.append(f"{card.node}/gpu-{card.index}={card.score:.6f}{mark}{state}")
+        cards.append(f"{card.node}/{name(card.node, card.index)}={card.score:.6f}{mark}{state}")
+    placement = decision.placement
     outcome = (
-        f"-> {decision.placement.node} "
-        + ",".join(f"gpu-{share.index}" for share in decision.placement.devices)
-        if decision.placement is not None
+        f"-> {placement.node} " + ",".join(name(placement.node, share.index) for share in placement.devices)
+        if placement is not None
         else f"-> pending: {decision.reason}"
     )
     return f"{subject}: {config} {outcome}; scores: {' '.join(cards) or '-'}"
@@ -549,7 +556,9 @@ class Reconciler:
 
     def _log_plan(self, pod: PodView, plan: PodPlan) -> None:
         for subject, decision, config in plan.decisions:
-            log.info("pod %s %s", pod.key, format_decision(subject, decision, config))
+            log.info(
+                "pod %s %s", pod.key, format_decision(subject, decision, config, self.ledger.device_name)
+            )
         for warning in plan.warnings:
             if warning not in self.warned.setdefault(pod.uid, set()):
                 self.warned[pod.uid].add(warning)

@@ -10,9 +10,14 @@ Public API::
     DeviceSource.discover() -> list[Gpu]          # sorted by index
     Gpu(index, uuid, product_name, memory_bytes, minor, brand, architecture,
         cuda_compute_capability, driver_version, cuda_driver_version, pci_bus_id, pcie_root,
-        numa_node, mig_enabled, nvlink_peers, healthy, cores, slots)
-        .name -> "gpu-<index>"   .pair_scores -> {peer index: 100 * NVLinks}
+        numa_node, mig_enabled, nvlink_peers, healthy, cores, slots, name_by_minor)
+        .name -> "gpu-<index>" (simulated) or "gpu-<minor>" (NVML)
+        .pair_scores -> {peer index: 100 * NVLinks}
     DeviceSourceError   # one actionable line for the user
+
+GPUs in MIG mode are never returned (:mod:`.mig`). NVML health events, for the kubelet plugin's
+health state, are :mod:`.nvml_events`; both NVML users hold their own initialisation
+(:mod:`.nvml_session`).
 """
 
 from dra_driver.devices.model import DeviceModelError, Gpu, normalize_pci_bus_id, semver

@@ -36,7 +36,10 @@ class DeviceModelError(ValueError):
 class Gpu:
     """One physical NVIDIA GPU on this node, as discovered.
 
-    ``index`` is the nvidia-smi / NVML enumeration index and gives the device name ``gpu-<index>``.
+    ``index`` is the nvidia-smi / NVML enumeration index. The device name is ``gpu-<index>``, or
+    ``gpu-<minor>`` (the ``/dev/nvidia<minor>`` number) when ``name_by_minor`` is set: NVML
+    discovery sets it because NVML's indexes shift when a GPU falls off the bus, and a name must
+    keep meaning the same physical card. ``index`` stays the engine's and the slice's ``index``.
     ``nvlink_peers`` holds ``(peer index, active NVLink count)`` pairs sorted by peer index; the
     engine's ``topology-aware`` filter uses :attr:`pair_scores` derived from it.
     ``cores`` and ``slots`` are HAMi's sharing limits (100 % of the SMs, split count), published as
@@ -61,6 +64,7 @@ class Gpu:
     healthy: bool = True
     cores: int = DEFAULT_CORES
     slots: int = DEFAULT_SLOTS
+    name_by_minor: bool = False
 
     def __post_init__(self) -> None:
         where = f"gpu-{self.index}"
@@ -79,6 +83,8 @@ class Gpu:
             raise DeviceModelError(f"{where}: slots must be at least 1, got {self.slots}")
         if self.minor is not None and self.minor < 0:
             raise DeviceModelError(f"{where}: minor number must not be negative, got {self.minor}")
+        if self.name_by_minor and self.minor is None:
+            raise DeviceModelError(f"{where}: named by minor number, but the minor number is unknown")
         if self.numa_node is not None and self.numa_node < 0:
             raise DeviceModelError(f"{where}: NUMA node must be >= 0 or unknown (None), got {self.numa_node}")
         if self.pci_bus_id is not None and normalize_pci_bus_id(self.pci_bus_id) != self.pci_bus_id:
@@ -93,8 +99,11 @@ class Gpu:
 
     @property
     def name(self) -> str:
-        """The device name in our ResourceSlices (``gpu-<index>``)."""
-        return f"gpu-{self.index}"
+        """The device name in our ResourceSlices: ``gpu-<minor>`` if ``name_by_minor``, else ``gpu-<index>``.
+
+        Only NVML discovery names by minor, so simulated nodes keep ``gpu-<index>``.
+        """
+        return f"gpu-{self.minor}" if self.name_by_minor else f"gpu-{self.index}"
 
     @property
     def pair_scores(self) -> Mapping[int, int]:

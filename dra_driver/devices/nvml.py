@@ -1,17 +1,27 @@
 """GPU discovery through NVML (``nvidia-ml-py``, imported as ``pynvml``).
 
-Only index, UUID, product name and total memory are essential: without them a GPU cannot be
-published, so it is skipped with an error log. Every other call may be missing from an older
-driver (``Function Not Found``) or unsupported on a board (``Not Supported``); then the attribute
-is omitted and the fact logged once per call, never a crash. An ``nvmlInit`` failure becomes one
-:class:`~dra_driver.devices.source.DeviceSourceError` line that says what to check.
+Only index, UUID, product name and memory are essential: without them a GPU cannot be published,
+so it is skipped with an error log. Every other call may be missing from an older driver
+(``Function Not Found``) or unsupported on a board (``Not Supported``); then the attribute is
+omitted and the fact logged once per call, never a crash. An ``nvmlInit`` failure becomes one
+:class:`~dra_driver.devices.source.DeviceSourceError` line that says what to check. Discovery holds
+its own NVML initialisation (:mod:`dra_driver.devices.nvml_session`) and gives it back when done.
 
-NUMA node: ``nvmlDeviceGetNumaNodeId`` where the driver has it, else sysfs
-``/sys/bus/pci/devices/<busid>/numa_node``; ``-1`` means unknown and the attribute is omitted.
-The PCIe root (``pci<domain>:<bus>``) comes from the sysfs path of the device, like upstream's
-``deviceattribute`` helper. NVLink peers: an active link whose remote end is another GPU of this
-node counts for that pair; links into an NVSwitch fabric make every GPU with switch links a peer
-of every other (with the smaller of the two link counts).
+* Names: ``gpu-<minor>`` (``nvmlDeviceGetMinorNumber``, the ``/dev/nvidia<minor>`` number), which
+  stays with the physical card when another GPU falls off the bus and NVML's indexes shift; the
+  index stays the ``index`` attribute. If any GPU's minor number is unknown or repeated, every GPU
+  is named ``gpu-<index>`` instead, with a warning.
+* Memory: ``total - reserved`` of ``nvmlDeviceGetMemoryInfo_v2``, because the driver's reserved
+  memory can never be handed to a tenant; drivers without the v2 call publish the v1 total.
+* NUMA node: sysfs ``<sysfs>/bus/pci/devices/<busid>/numa_node`` first (the CPU affinity;
+  ``-1`` means none and the attribute is omitted), ``nvmlDeviceGetNumaNodeId`` only when sysfs has
+  no answer (on Grace it reports the GPU memory's node, not the CPUs').
+* The PCIe root (``pci<domain>:<bus>``) comes from the sysfs path of the device, like upstream's
+  ``deviceattribute`` helper.
+* NVLink: every link is probed on its own, so one failing link costs only itself. An active link
+  whose remote end is another GPU of this node counts for that pair; links into an NVSwitch fabric
+  make every GPU with switch links a peer of every other (with the smaller of the two link counts).
+* MIG: a GPU in MIG mode is left out (:mod:`dra_driver.devices.mig`).
 
 Tests run this module unmodified against ``hack/mock-nvml`` through the real ``pynvml`` bindings.
 """
@@ -25,19 +35,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dra_driver.devices.mig import without_mig
 from dra_driver.devices.model import (
     DeviceModelError,
     Gpu,
     cuda_version_from_int,
     normalize_pci_bus_id,
 )
+from dra_driver.devices.nvml_session import NVML_NOT_FOUND_HINT as NVML_NOT_FOUND_HINT
+from dra_driver.devices.nvml_session import NvmlSession
 from dra_driver.devices.source import DeviceSourceError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-NVML_NOT_FOUND_HINT = "NVML not found: is the NVIDIA driver installed and /dev/nvidia* mounted?"
 
 #: nvmlBrandType_t -> name (nvml.h).
 BRANDS = {
@@ -97,29 +108,9 @@ class NvmlSource:
         self._logged: set[str] = set()
 
     def discover(self) -> list[Gpu]:
-        nvml = self._module()
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as err:
-            raise DeviceSourceError(f"{NVML_NOT_FOUND_HINT} (nvmlInit: {err})") from err
-        try:
+        with NvmlSession(self._nvml) as nvml:
+            self._nvml = nvml
             return self._discover(nvml)
-        finally:
-            try:
-                nvml.nvmlShutdown()
-            except nvml.NVMLError as err:  # pragma: no cover - nothing useful to do about it
-                log.debug("nvmlShutdown failed: %s", err)
-
-    def _module(self) -> Any:
-        if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError as err:  # pragma: no cover - a declared dependency
-                raise DeviceSourceError(
-                    "the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
-                ) from err
-            self._nvml = pynvml
-        return self._nvml
 
     def _discover(self, nvml: Any) -> list[Gpu]:
         driver_version = self._optional(
@@ -136,10 +127,11 @@ class NvmlSource:
             try:
                 item = self._device(nvml, index, driver_version, cuda_driver_version)
             except (nvml.NVMLError, DeviceModelError) as err:
-                log.error("gpu-%d skipped: NVML could not describe it: %s", index, err)
+                log.error("GPU index %d skipped: NVML could not describe it: %s", index, err)
                 continue
             found.append(item)
-        return _with_nvlink_peers(found)
+        # Peers first: a link to a MIG-mode GPU is a GPU link, not a switch link.
+        return without_mig(_named_by_minor(_with_nvlink_peers(found)))
 
     def _device(
         self, nvml: Any, index: int, driver_version: str | None, cuda_driver_version: str | None
@@ -147,7 +139,8 @@ class NvmlSource:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         name = _text(nvml.nvmlDeviceGetName(handle))
-        memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+        label = f"GPU index {index} ({uuid})"
+        memory = self._memory(nvml, handle, label)
 
         def call(label: str, fn: Callable[[], T]) -> T | None:
             return self._optional(nvml, label, fn)
@@ -164,8 +157,14 @@ class NvmlSource:
             try:
                 bus_id = normalize_pci_bus_id(bus_raw)
             except DeviceModelError as err:
-                self._note(f"bus:{index}", f"gpu-{index}: PCI bus id omitted: {err}")
+                self._note(f"bus:{index}", f"{label}: PCI bus id omitted: {err}")
         mig = call("nvmlDeviceGetMigMode", lambda: nvml.nvmlDeviceGetMigMode(handle))
+        if mig and not mig[0] and mig[1]:
+            log.warning(
+                "%s: MIG mode is pending and takes effect at the next GPU reset; the GPU will then no "
+                "longer be published",
+                label,
+            )
         gpu = Gpu(
             index=index,
             uuid=uuid,
@@ -179,32 +178,61 @@ class NvmlSource:
             cuda_driver_version=cuda_driver_version,
             pci_bus_id=bus_id,
             pcie_root=self._pcie_root(bus_id),
-            numa_node=self._numa_node(nvml, handle, index, bus_id),
+            numa_node=self._numa_node(nvml, handle, index, label, bus_id),
             mig_enabled=bool(mig[0]) if mig else None,
         )
         item = _Found(gpu)
-        self._nvlinks(nvml, handle, item)
+        self._nvlinks(nvml, handle, item, label)
         return item
 
-    def _numa_node(self, nvml: Any, handle: Any, index: int, bus_id: str | None) -> int | None:
+    def _memory(self, nvml: Any, handle: Any, label: str) -> int:
+        """Memory a tenant can get: v2's ``total - reserved``, else (older drivers) the v1 total."""
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                info = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except nvml.NVMLError as err:
+                self._note(
+                    "nvmlDeviceGetMemoryInfo_v2",
+                    f"nvmlDeviceGetMemoryInfo_v2 unavailable ({err}); published memory includes the "
+                    "driver's reserved memory",
+                )
+            else:
+                total, reserved = int(info.total), int(info.reserved)
+                if 0 <= reserved < total:
+                    return total - reserved
+                self._note(
+                    f"reserved:{label}",
+                    f"{label}: NVML reports {reserved} bytes reserved of {total}; publishing the total",
+                )
+                return total
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+
+    def _numa_node(self, nvml: Any, handle: Any, index: int, label: str, bus_id: str | None) -> int | None:
+        path = None
+        if bus_id is not None:
+            path = self.sysfs_root / "bus" / "pci" / "devices" / bus_id / "numa_node"
+            try:
+                value = int(path.read_text().strip())
+            except (OSError, ValueError):
+                pass
+            else:
+                if value >= 0:
+                    return value
+                self._note(
+                    f"numa:{index}",
+                    f"{label}: {path} says -1 (no NUMA affinity); attribute omitted",
+                    logging.INFO,
+                )
+                return None
         node = self._optional(
             nvml, "nvmlDeviceGetNumaNodeId", lambda: int(nvml.nvmlDeviceGetNumaNodeId(handle))
         )
         if node is not None and node >= 0:
             return node
-        if bus_id is None:
-            return None
-        path = self.sysfs_root / "bus" / "pci" / "devices" / bus_id / "numa_node"
-        try:
-            value = int(path.read_text().strip())
-        except (OSError, ValueError):
-            value = -1
-        if value < 0:
-            self._note(
-                f"numa:{index}", f"gpu-{index}: NUMA node unknown (neither NVML nor {path} knows); omitted"
-            )
-            return None
-        return value
+        where = f"neither {path} nor NVML knows" if path else "no PCI bus id, and NVML does not know"
+        self._note(f"numa:{index}", f"{label}: NUMA node unknown ({where}); attribute omitted")
+        return None
 
     def _pcie_root(self, bus_id: str | None) -> str | None:
         if bus_id is None:
@@ -215,7 +243,10 @@ class NvmlSource:
             return None
         return next((part for part in resolved.parts if _PCIE_ROOT.match(part)), None)
 
-    def _nvlinks(self, nvml: Any, handle: Any, item: _Found) -> None:
+    def _nvlinks(self, nvml: Any, handle: Any, item: _Found, label: str) -> None:
+        """Probe every link on its own: a link that fails is left out, the others still count."""
+        absent = {nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT}
+        failed: list[str] = []
         for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
             try:
                 if not nvml.nvmlDeviceGetNvLinkState(handle, link):
@@ -223,11 +254,22 @@ class NvmlSource:
                 remote = normalize_pci_bus_id(
                     _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
                 )
-            except nvml.NVMLError:
-                break  # no such link (or no NVLink at all, e.g. a T4): stop probing this GPU
-            except DeviceModelError:
+            except nvml.NVMLError as err:
+                if err.value == nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    break  # a driver without NVLink calls at all
+                if err.value not in absent:  # absent: no NVLink on this board, or no such link
+                    failed.append(f"{link} ({err})")
+                continue
+            except DeviceModelError as err:
+                failed.append(f"{link} ({err})")
                 continue
             item.gpu_links[remote] = item.gpu_links.get(remote, 0) + 1
+        if failed:
+            self._note(
+                f"nvlink:{item.gpu.index}",
+                f"{label}: NVLink link(s) {', '.join(failed)} could not be read; its peers are counted "
+                "without them",
+            )
 
     def _optional(self, nvml: Any, label: str, fn: Callable[[], T]) -> T | None:
         try:
@@ -243,6 +285,19 @@ class NvmlSource:
         if key not in self._logged:
             self._logged.add(key)
             log.log(level, "%s", message)
+
+
+def _named_by_minor(gpus: list[Gpu]) -> list[Gpu]:
+    """Name every GPU ``gpu-<minor>`` when all minor numbers are known and distinct, else none."""
+    minors = [gpu.minor for gpu in gpus]
+    if all(minor is not None for minor in minors) and len(set(minors)) == len(minors):
+        return [replace(gpu, name_by_minor=True) for gpu in gpus]
+    log.warning(
+        "device names fall back to gpu-<index>: the minor numbers %s are not all known and distinct; "
+        "such names follow NVML's index, which shifts when a GPU falls off the bus",
+        minors,
+    )
+    return gpus
 
 
 def _with_nvlink_peers(found: list[_Found]) -> list[Gpu]:

@@ -14,7 +14,8 @@ capability, NVLink fabric) so that slices and placements look like those of real
   ``numaNode``, ``uuid``, ``cores``, ``slots``, ``healthy``; ``allocations`` is ignored here) plus
   optional ``profile`` (fills in the rest from a profile), ``minor``, ``brand``, ``architecture``,
   ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, ``pciBusID``, ``pcieRoot``,
-  ``migEnabled`` and ``nvlinkPeers`` (``{peerIndex: links}``). See ``examples/devices/``.
+  ``migEnabled`` and ``nvlinkPeers`` (``{peerIndex: links}``). See ``examples/devices/``. A GPU
+  with ``migEnabled: true`` is left out with a warning, as on a real node.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.devices.mig import without_mig
 from dra_driver.devices.model import (
     DEFAULT_CORES,
     DEFAULT_SLOTS,
@@ -152,7 +154,8 @@ class DevicesFileSource:
         except (ValueError, yaml.YAMLError) as err:
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise DeviceSourceError(f"{self.path}: not valid YAML/JSON: {detail}") from err
-        return parse_devices(data, node_name=self.node_name, origin=str(self.path))
+        # Like NVML discovery: a card in MIG mode is not offered (dra_driver/devices/mig.py).
+        return without_mig(parse_devices(data, node_name=self.node_name, origin=str(self.path)))
 
 
 _GPU_KEYS = {

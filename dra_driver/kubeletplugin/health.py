@@ -1,5 +1,5 @@
-"""GPU health: sources (NVML XID events, or a health file in simulated mode), state, and the
-DRAResourceHealth stream kubelet reads.
+"""GPU health: sources (NVML events through ``dra_driver/devices/nvml_events.py``, or a health
+file in simulated mode), state, and the DRAResourceHealth stream kubelet reads.
 
 An unhealthy GPU is reported three ways: the ResourceSlice publisher taints it (so nothing new is
 scheduled on it), kubelet gets it over the health stream (and shows it in pod status), and the
@@ -20,12 +20,10 @@ from typing import Any
 import grpc
 import yaml
 
+from dra_driver.devices.nvml_events import NvmlEventWatcher
 from dra_driver.kubeletplugin.protos import HEALTH_V1ALPHA1_SERVICE, health_v1alpha1
 
 LOG = logging.getLogger(__name__)
-
-#: XIDs NVIDIA documents as needing a GPU reset / node drain (others are application errors).
-CRITICAL_XIDS = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
 
 
 @dataclass(frozen=True)
@@ -148,51 +146,43 @@ class HealthFileWatcher:
         self._stop.set()
 
 
-class NvmlHealthWatcher:  # pragma: no cover - needs a GPU (or the mock NVML of the devices tests)
-    """Real nodes: NVML XID and GPU-lost events mark a GPU unhealthy until the plugin restarts."""
+class NvmlHealthWatcher:
+    """Real nodes: NVML events mark a GPU unhealthy until the plugin restarts.
 
-    def __init__(self, uuids_by_name: dict[str, str], state: HealthState) -> None:
+    The NVML side (its own initialisation, per-GPU registration, which XIDs count, GPU lost) is
+    :class:`dra_driver.devices.nvml_events.NvmlEventWatcher`; this class only turns its reports
+    into :class:`HealthState` updates. ``start`` registers the GPUs before it returns.
+    """
+
+    def __init__(
+        self,
+        uuids_by_name: dict[str, str],
+        state: HealthState,
+        *,
+        nvml: Any = None,
+        wait_ms: int = 1000,
+        retry_s: float = 1.0,
+    ) -> None:
         self.uuids_by_name = uuids_by_name
         self.state = state
-        self._stop = threading.Event()
+        self.events = NvmlEventWatcher(
+            uuids_by_name, self._unhealthy, nvml=nvml, wait_ms=wait_ms, retry_s=retry_s
+        )
 
-    def run(self) -> None:
-        import pynvml
+    @property
+    def monitored(self) -> tuple[str, ...]:
+        """The device names whose events are watched (those whose registration succeeded)."""
+        return self.events.monitored
 
-        names_by_uuid = {uuid: name for name, uuid in self.uuids_by_name.items()}
-        try:
-            event_set = pynvml.nvmlEventSetCreate()
-            for uuid in names_by_uuid:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
-        except pynvml.NVMLError as err:
-            LOG.error("NVML health events unavailable (%s); GPU health is not monitored", err)
-            return
-        while not self._stop.is_set():
-            try:
-                event = pynvml.nvmlEventSetWait_v2(event_set, 1000)
-            except pynvml.NVMLError_Timeout:
-                continue
-            except pynvml.NVMLError as err:
-                LOG.error("NVML event wait failed: %s", err)
-                time.sleep(1)
-                continue
-            xid = int(event.eventData)
-            if xid not in CRITICAL_XIDS:
-                continue
-            uuid = pynvml.nvmlDeviceGetUUID(event.device)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            name = names_by_uuid.get(uuid)
-            if name:
-                self.state.set({name: DeviceHealth(False, f"XID {xid}", time.time())})
+    def _unhealthy(self, reasons: dict[str, str]) -> None:
+        now = time.time()
+        self.state.set({name: DeviceHealth(False, reason, now) for name, reason in reasons.items()})
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.run, name="nvml-health", daemon=True)
-        thread.start()
-        return thread
+    def start(self) -> threading.Thread | None:
+        return self.events.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.events.stop()
 
 
 class HealthService:

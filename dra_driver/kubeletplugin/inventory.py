@@ -1,9 +1,10 @@
 """The node's GPUs as the kubelet plugin needs them: by pool device name, with what CDI needs.
 
-The plugin prepares devices by the names it published (``gpu-<index>``). This module keeps the
-mapping from those names to the facts that preparation needs (minor number for the device node,
-PCI bus id for the CUDA ordinal, UUID for the NVIDIA CDI device, capacities for the last-line-of-
-defence check) and nothing else, so that prepare/CDI code never depends on how GPUs were discovered.
+The plugin prepares devices by the names it published (``Gpu.name``: ``gpu-<index>``, or
+``gpu-<minor>`` from NVML). This module keeps the mapping from those names to the facts that
+preparation needs (minor number for the device node, PCI bus id for the CUDA ordinal, UUID for the
+NVIDIA CDI device, capacities for the last-line-of- defence check) and nothing else, so that
+prepare/CDI code never depends on how GPUs were discovered.
 """
 
 from __future__ import annotations

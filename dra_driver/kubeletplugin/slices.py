@@ -8,12 +8,13 @@ Public API::
     policy_taint_key(driver_name) -> str      # "gpu.hami.io/policy-managed"
     unhealthy_taint_key(driver_name) -> str   # "gpu.hami.io/unhealthy"
 
-One pool per node (pool name = node name), device names ``gpu-<index>``. Each device carries the
-attributes and consumable capacity this driver publishes: ``memory`` (bytes, request policy
-min 1Mi / step 1Mi / default = the whole card, so a claim that does not ask for memory gets the
-card to itself), ``cores`` (100, 0..100 step 1, default 0) and ``slots`` (HAMi's split count,
-default 1 per allocation), with ``allowMultipleAllocations: true``. Version attributes are strict
-semver (``535.104.05`` -> ``535.104.5``) because Kubernetes rejects anything else at CEL time.
+One pool per node (pool name = node name), device names ``Gpu.name`` (``gpu-<index>`` for simulated
+GPUs, ``gpu-<minor>`` from NVML). Each device carries the attributes and consumable capacity this
+driver publishes: ``memory`` (bytes, request policy min 1Mi / step 1Mi / default = the whole card,
+so a claim that does not ask for memory gets the card to itself), ``cores`` (100, 0..100 step 1,
+default 0) and ``slots`` (HAMi's split count, default 1 per allocation), with
+``allowMultipleAllocations: true``. Version attributes are strict semver (``535.104.05`` ->
+``535.104.5``) because Kubernetes rejects anything else at CEL time.
 
 Attributes (unqualified names live in the driver's domain, e.g. ``device.attributes["gpu.hami.io"].index``):
 ``type`` ("gpu"), ``index``, ``minor``, ``uuid``, ``productName``, ``brand``, ``architecture``,
@@ -251,7 +252,7 @@ def _check_unique(gpus: Sequence[Gpu]) -> None:
     uuids: set[str] = set()
     for gpu in gpus:
         if gpu.index in seen:
-            raise SliceError(f"two GPUs have index {gpu.index}; device names gpu-<index> must be unique")
+            raise SliceError(f"two GPUs have index {gpu.index}; the engine places cards by index")
         if gpu.uuid in uuids:
             raise SliceError(f"two GPUs have UUID {gpu.uuid}")
         seen.add(gpu.index)

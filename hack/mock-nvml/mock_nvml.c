@@ -1,31 +1,55 @@
 /*
- * A mock libnvidia-ml.so.1 for tests: exports the NVML symbols that dra_driver/devices/nvml.py
- * reaches through the real pynvml bindings, answering from a JSON profile named by the
- * environment variable MOCK_NVML_PROFILE (read at nvmlInit).
+ * A mock libnvidia-ml.so.1 for tests: exports the NVML symbols that dra_driver/devices/nvml.py and
+ * dra_driver/devices/nvml_events.py reach through the real pynvml bindings, answering from a JSON
+ * profile named by the environment variable MOCK_NVML_PROFILE (read at the first nvmlInit).
  *
  * Build:  gcc -shared -fPIC -O1 -o DIR/libnvidia-ml.so.1 hack/mock-nvml/mock_nvml.c
  *         add -DMOCK_NVML_LEGACY to leave out calls that older drivers lack
- *         (nvmlDeviceGetNumaNodeId, nvmlDeviceGetArchitecture, nvmlDeviceGetMigMode), so dlsym
- *         really fails and pynvml raises NVMLError_FunctionNotFound.
+ *         (nvmlDeviceGetNumaNodeId, nvmlDeviceGetArchitecture, nvmlDeviceGetMigMode,
+ *         nvmlDeviceGetMemoryInfo_v2), so dlsym really fails and pynvml raises
+ *         NVMLError_FunctionNotFound.
  * Use:    LD_LIBRARY_PATH=DIR MOCK_NVML_PROFILE=profile.json python -m dra_driver.cli discover --source nvml
+ *
+ * Initialisation is reference-counted like the real library: every nvmlInit adds one, every
+ * nvmlShutdown takes one away, and once the count is back at zero every call (handles and event
+ * sets obtained before included) answers NVML_ERROR_UNINITIALIZED until the next nvmlInit.
  *
  * Profile (see hack/mock-nvml/profiles/):
  *   { "driverVersion": "550.54.15", "cudaDriverVersion": 12040,
  *     "initError": 0,                                  optional: nvmlInit fails with this code
  *     "errors": {"nvmlDeviceGetBrand": 3},             optional: call -> code, for every device
  *     "devices": [ { "uuid": "GPU-...", "name": "NVIDIA H100 80GB HBM3", "memoryTotal": 85520809984,
+ *                    "memoryReserved": 0,              optional: nvmlMemory_v2_t.reserved
  *                    "minor": 0, "brand": 14, "architecture": 9, "ccMajor": 9, "ccMinor": 0,
- *                    "busId": "00000000:18:00.0", "numaNode": 0, "migMode": 0,
- *                    "nvlinks": ["00000000:9A:00.0", ...],   remote bus id per active link
+ *                    "busId": "00000000:18:00.0", "numaNode": 0,
+ *                    "migMode": 0, "migPendingMode": 0, current and pending MIG mode (pending
+ *                                                      defaults to current)
+ *                    "supportedEvents": 11,            optional: event mask (default XID|DBE|SBE)
+ *                    "nvlinks": ["00000000:9A:00.0", null, 999, ...],  per link: remote bus id
+ *                                                      (active), null (inactive) or an error code
  *                    "errors": {"nvmlDeviceGetNumaNodeId": 3} } ] }
- * A missing "numaNode" answers NOT_SUPPORTED; a missing "nvlinks" answers NOT_SUPPORTED for link 0.
+ * A missing "numaNode" answers NOT_SUPPORTED; a missing "nvlinks" answers NOT_SUPPORTED for every
+ * link, links past the end of the array INVALID_ARGUMENT.
+ *
+ * Events: nvmlEventSetWait reads lines from the file named by MOCK_NVML_EVENTS (a test appends to
+ * it; a partial last line waits for its newline), one event per line, until timeoutms passes:
+ *   <device index> xid <code>     an XID critical error on that device
+ *   <device index> dbe            a double-bit ECC error
+ *   <device index> sbe            a single-bit ECC error
+ *   lost                          the wait fails with NVML_ERROR_GPU_IS_LOST
+ *   error <code>                  the wait fails with that code
+ * A device event is delivered only when the device registered that event type with the set being
+ * waited on (as with the real library); other lines, blank ones and "# comments" are skipped.
+ *
  * The JSON reader below handles the subset the profiles use (objects, arrays, strings without
  * unicode escapes, integers, true/false/null).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 enum {
@@ -34,9 +58,11 @@ enum {
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -49,6 +75,25 @@ typedef struct {
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+/* nvml.h's NVML_STRUCT_VERSION(Memory, 2): the struct size with the version in the top byte. */
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+#define EVENT_SINGLE_BIT_ECC 0x1ULL
+#define EVENT_DOUBLE_BIT_ECC 0x2ULL
+#define EVENT_XID_CRITICAL 0x8ULL
+#define DEFAULT_SUPPORTED_EVENTS (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL)
+
+typedef struct {
+    void *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
 
 /* ---------------------------------------------------------------- tiny JSON reader */
 typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
@@ -169,9 +214,14 @@ typedef struct {
     int index;
 } mock_device;
 
+typedef struct {
+    unsigned long long registered[256]; /* event types per device index */
+    FILE *events;                       /* MOCK_NVML_EVENTS, opened at the first wait */
+} mock_event_set;
+
 static jval *profile;
 static jval *devices;
-static int initialized;
+static int initialized; /* the init reference count */
 static mock_device handles[256];
 
 static nvmlReturn_t load_profile(void) {
@@ -279,8 +329,12 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
 }
@@ -319,6 +373,21 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {
     return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; devices && i < devices->n && i < 256; i++) {
+        const char *candidate = str_field(devices->items[i], "uuid");
+        if (candidate && strcmp(candidate, uuid) == 0) {
+            nvmlReturn_t e = injected(devices->items[i], "nvmlDeviceGetHandleByUUID");
+            if (e) return e;
+            *device = &handles[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
 nvmlReturn_t nvmlDeviceGetIndex(void *handle, unsigned int *index) {
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetIndex");
     *index = (unsigned int)((mock_device *)handle)->index;
@@ -339,9 +408,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetMemoryInfo");
     long long total;
     if (int_field(dev, "memoryTotal", &total)) return NVML_ERROR_NOT_SUPPORTED;
+    long long reserved = 0;
+    int_field(dev, "memoryReserved", &reserved);
     memory->total = (unsigned long long)total;
-    memory->used = 0;
-    memory->free = memory->total;
+    memory->used = (unsigned long long)reserved; /* v1 counts the driver's reservation as used */
+    memory->free = memory->total - memory->used;
     return NVML_SUCCESS;
 }
 
@@ -383,6 +454,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(void *handle, unsigned int link, int *acti
     jval *links = jget(dev, "nvlinks");
     if (!links || links->type != J_ARR) return NVML_ERROR_NOT_SUPPORTED;
     if (link >= (unsigned int)links->n) return NVML_ERROR_INVALID_ARGUMENT;
+    if (links->items[link]->type == J_NUM) return (nvmlReturn_t)links->items[link]->num;
     *active = links->items[link]->type == J_STR;
     return NVML_SUCCESS;
 }
@@ -418,7 +490,134 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *handle, unsigned int *current, unsigned 
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetMigMode");
     long long v;
     if (int_field(dev, "migMode", &v)) return NVML_ERROR_NOT_SUPPORTED;
-    *current = *pending = (unsigned int)v;
+    long long pending_mode = v;
+    int_field(dev, "migPendingMode", &pending_mode);
+    *current = (unsigned int)v;
+    *pending = (unsigned int)pending_mode;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *handle, nvmlMemory_v2_t *memory) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMemoryInfo_v2");
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != NVML_MEMORY_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    long long total, reserved = 0;
+    if (int_field(dev, "memoryTotal", &total)) return NVML_ERROR_NOT_SUPPORTED;
+    int_field(dev, "memoryReserved", &reserved);
+    memory->total = (unsigned long long)total;
+    memory->reserved = (unsigned long long)reserved;
+    memory->used = 0;
+    memory->free = memory->total - memory->reserved;
     return NVML_SUCCESS;
 }
 #endif
+
+/* ---------------------------------------------------------------- events */
+nvmlReturn_t nvmlEventSetCreate(mock_event_set **set) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t e = injected(NULL, "nvmlEventSetCreate");
+    if (e) return e;
+    *set = calloc(1, sizeof(mock_event_set));
+    return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlEventSetFree(mock_event_set *set) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    if (set->events) fclose(set->events);
+    free(set);
+    return NVML_SUCCESS;
+}
+
+static unsigned long long supported_events(const jval *dev) {
+    long long v;
+    return int_field(dev, "supportedEvents", &v) ? DEFAULT_SUPPORTED_EVENTS : (unsigned long long)v;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *handle, unsigned long long *types) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetSupportedEventTypes");
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = supported_events(dev);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(void *handle, unsigned long long types, mock_event_set *set) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceRegisterEvents");
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~supported_events(dev)) return NVML_ERROR_NOT_SUPPORTED;
+    set->registered[((mock_device *)handle)->index] |= types;
+    return NVML_SUCCESS;
+}
+
+/* The next complete line of the events file into line; 0 when there is none (yet). */
+static int next_event_line(mock_event_set *set, char *line, int size) {
+    if (!set->events) {
+        const char *path = getenv("MOCK_NVML_EVENTS");
+        if (!path || !(set->events = fopen(path, "r"))) return 0;
+    }
+    long start = ftell(set->events);
+    if (!fgets(line, size, set->events)) {
+        clearerr(set->events);
+        return 0;
+    }
+    size_t len = strlen(line);
+    if (len == 0 || line[len - 1] != '\n') { /* the writer is mid-line: read it whole later */
+        fseek(set->events, start, SEEK_SET);
+        clearerr(set->events);
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 and *ret when the line ends the wait (an event, or an error), 0 to skip it. */
+static int event_from_line(mock_event_set *set, const char *line, nvmlEventData_t *data, nvmlReturn_t *ret) {
+    long long code;
+    if (strncmp(line, "lost", 4) == 0) {
+        *ret = NVML_ERROR_GPU_IS_LOST;
+        return 1;
+    }
+    if (sscanf(line, "error %lld", &code) == 1) {
+        *ret = (nvmlReturn_t)code;
+        return 1;
+    }
+    int index;
+    char kind[16];
+    unsigned long long value = 0;
+    if (sscanf(line, "%d %15s %llu", &index, kind, &value) < 2) return 0;
+    if (index < 0 || index >= 256 || !devices || index >= devices->n) return 0;
+    unsigned long long type = strcmp(kind, "xid") == 0   ? EVENT_XID_CRITICAL
+                              : strcmp(kind, "dbe") == 0 ? EVENT_DOUBLE_BIT_ECC
+                              : strcmp(kind, "sbe") == 0 ? EVENT_SINGLE_BIT_ECC
+                                                         : 0;
+    if (!type || !(set->registered[index] & type)) return 0;
+    memset(data, 0, sizeof(*data));
+    data->device = &handles[index];
+    data->eventType = type;
+    data->eventData = type == EVENT_XID_CRITICAL ? value : 0;
+    data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu; /* the whole GPU, not a MIG slice */
+    *ret = NVML_SUCCESS;
+    return 1;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(mock_event_set *set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    double deadline = now_ms() + timeoutms;
+    for (;;) {
+        char line[256];
+        nvmlReturn_t ret;
+        while (next_event_line(set, line, sizeof line))
+            if (event_from_line(set, line, data, &ret)) return ret;
+        if (now_ms() >= deadline) return NVML_ERROR_TIMEOUT;
+        struct timespec pause = {0, 5 * 1000 * 1000}; /* poll the file every 5 ms */
+        nanosleep(&pause, NULL);
+        if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    }
+}

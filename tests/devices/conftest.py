@@ -104,3 +104,35 @@ def run_nvml(mock_nvml: dict[str, Path], tmp_path: Path) -> Callable[..., NvmlRu
         return NvmlRun(json.loads(proc.stdout), proc.stderr)
 
     return run
+
+
+@pytest.fixture
+def run_nvml_script(
+    mock_nvml: dict[str, Path], tmp_path: Path
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run_nvml_script(code, profile, *args, events=None, legacy=False)``: ``python -c code args``
+    against the mock answering ``profile``; ``events`` (lines, see hack/mock-nvml/mock_nvml.c) are
+    written to the file the mock's ``nvmlEventSetWait`` reads. Fails the test if the script fails.
+    """
+
+    def run(
+        code: str, profile: dict[str, Any], *args: str, events: str | None = None, legacy: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        profile_path = tmp_path / "script-profile.json"
+        profile_path.write_text(json.dumps(profile))
+        events_path = None
+        if events is not None:
+            events_path = tmp_path / "events"
+            events_path.write_text(events)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            env=nvml_env(mock_nvml["legacy" if legacy else "current"], profile_path, events_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    return run

@@ -91,11 +91,17 @@ def fake_sysfs(root: Path, gpus: Sequence[Gpu], numa: dict[int, str] | None = No
     return root
 
 
-def nvml_env(lib_dir: Path, profile_path: Path) -> dict[str, str]:
-    """Environment for a subprocess that loads the mock from ``lib_dir`` with ``profile_path``."""
+def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None) -> dict[str, str]:
+    """Environment for a subprocess that loads the mock from ``lib_dir`` with ``profile_path``.
+
+    ``events_path`` is the file the mock's ``nvmlEventSetWait`` reads injected events from.
+    """
     env = dict(os.environ)
     paths = [str(lib_dir), *filter(None, [env.get("LD_LIBRARY_PATH")])]
     env["LD_LIBRARY_PATH"] = ":".join(paths)
     env["MOCK_NVML_PROFILE"] = str(profile_path)
     env["PYTHONPATH"] = str(REPO)
+    env.pop("MOCK_NVML_EVENTS", None)
+    if events_path is not None:
+        env["MOCK_NVML_EVENTS"] = str(events_path)
     return env

@@ -159,6 +159,30 @@ def test_devices_file_shapes(tmp_path: Path) -> None:
     assert h100.numa_node == 1 and h100.minor == 2
 
 
+def test_devices_file_gpu_in_mig_mode_is_left_out_like_on_a_real_node(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "devices.yaml"
+    path.write_text(
+        "gpus:\n"
+        "- {index: 0, profile: a100-80gb, nvlinkPeers: {1: 12, 2: 12}}\n"
+        "- {index: 1, profile: a100-80gb, migEnabled: true, nvlinkPeers: {0: 12, 2: 12}}\n"
+        "- {index: 2, profile: a100-80gb, nvlinkPeers: {0: 12, 1: 12}}\n"
+    )
+    gpus = DevicesFileSource(path, node_name="n").discover()
+    assert [(gpu.name, gpu.nvlink_peers) for gpu in gpus] == [("gpu-0", ((2, 12),)), ("gpu-2", ((0, 12),))]
+    assert "index 1" in caplog.text and "is in MIG mode: not published" in caplog.text
+    assert "MIG instances are not allocated by this driver yet" in caplog.text
+
+
+def test_a_gpu_named_by_minor_needs_its_minor_number() -> None:
+    gpu = Gpu(index=1, uuid="GPU-1", product_name="T4", memory_bytes=16 * MIB, minor=3, name_by_minor=True)
+    assert gpu.name == "gpu-3"
+    assert Gpu(index=1, uuid="GPU-1", product_name="T4", memory_bytes=16 * MIB, minor=3).name == "gpu-1"
+    with pytest.raises(DeviceModelError, match="named by minor number, but the minor number is unknown"):
+        Gpu(index=1, uuid="GPU-1", product_name="T4", memory_bytes=16 * MIB, name_by_minor=True)
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

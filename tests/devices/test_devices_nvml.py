@@ -11,6 +11,7 @@ from pathlib import Path
 from kube_validate import assert_valid
 from mock_profiles import fake_sysfs, nvml_env, profile_from_gpus
 
+from dra_driver.devices.model import MIB, Gpu
 from dra_driver.devices.nvml import NVML_NOT_FOUND_HINT
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
@@ -20,11 +21,17 @@ def h100_node() -> list:
     return profile_gpus("h100-80gb", node_name="node-1", gpus=8)
 
 
+def named_by_minor(gpus: list[Gpu]) -> list[Gpu]:
+    """What NVML discovery returns for simulated ``gpus``: the same GPUs, named by minor number."""
+    return [dataclasses.replace(gpu, name_by_minor=True) for gpu in gpus]
+
+
 def test_eight_h100_on_two_numa_nodes_match_the_simulated_profile(run_nvml) -> None:
     gpus = h100_node()
     run = run_nvml(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040), sysfs=gpus)
     assert run.error is None
-    assert run.gpus == gpus
+    assert run.gpus == named_by_minor(gpus)
+    assert [gpu.name for gpu in run.gpus] == [gpu.name for gpu in gpus]  # minor == index here
     assert [gpu.numa_node for gpu in run.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert run.gpus[0].pair_scores == {peer: 1800 for peer in range(1, 8)}
     assert "WARNING" not in run.stderr
@@ -37,7 +44,7 @@ def test_t4_box_without_nvlink_and_nvidia_style_versions(run_nvml) -> None:
     run = run_nvml(
         profile_from_gpus(gpus, driver_version="535.104.05", cuda_driver_version=12020), sysfs=gpus
     )
-    assert run.gpus == gpus
+    assert run.gpus == named_by_minor(gpus)
     assert all(gpu.nvlink_peers == () for gpu in run.gpus)
     assert run.gpus[0].driver_version == "535.104.05"
     assert run.gpus[0].cuda_driver_version == "12.2"
@@ -51,19 +58,26 @@ def test_t4_box_without_nvlink_and_nvidia_style_versions(run_nvml) -> None:
     assert "nvlinkPeers" not in attributes
 
 
-def test_failing_numa_query_falls_back_to_sysfs_then_omits(run_nvml, tmp_path: Path) -> None:
+def test_numa_node_comes_from_sysfs_first_then_nvml(run_nvml, tmp_path: Path) -> None:
     gpus = profile_gpus("t4", node_name="n", gpus=4)
     profile = profile_from_gpus(gpus, driver_version="535.104.05", cuda_driver_version=12020)
-    profile["devices"][1]["errors"] = {"nvmlDeviceGetNumaNodeId": 3}  # NVML_ERROR_NOT_SUPPORTED
-    profile["devices"][3]["errors"] = {"nvmlDeviceGetNumaNodeId": 3}
-    sysfs = fake_sysfs(tmp_path / "sysfs", gpus, numa={1: "1", 3: "-1"})
+    for device, nvml_node in zip(profile["devices"], (5, 0, 1, 6), strict=True):
+        device["numaNode"] = nvml_node
+    profile["devices"][3]["errors"] = {"nvmlDeviceGetNumaNodeId": 3}  # NVML_ERROR_NOT_SUPPORTED
+    # gpu-0: sysfs 0 beats NVML's 5 (on Grace NVML names the GPU memory's node, not the CPUs');
+    # gpu-1: sysfs -1 means no affinity, NVML is not asked; gpu-2: no sysfs entry, NVML answers;
+    # gpu-3: neither knows.
+    sysfs = fake_sysfs(tmp_path / "sysfs", [gpus[0], gpus[1]], numa={0: "0", 1: "-1"})
     run = run_nvml(profile, sysfs=sysfs)
-    assert [gpu.numa_node for gpu in run.gpus] == [0, 1, 1, None]
-    assert "gpu-3: NUMA node unknown" in run.stderr
+    assert [gpu.numa_node for gpu in run.gpus] == [0, None, 1, None]
+    assert "WARNING GPU index 3" in run.stderr and "NUMA node unknown" in run.stderr
+    assert "GPU index 1" not in run.stderr  # no NUMA affinity is not a problem worth a warning
     (slice_,) = build_resource_slices(run.gpus, node_name="n")
     assert_valid(slice_)
     devices = slice_["spec"]["devices"]
-    assert devices[1]["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
+    assert devices[0]["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 0}
+    assert devices[2]["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
+    assert "resource.kubernetes.io/numaNode" not in devices[1]["attributes"]
     assert "resource.kubernetes.io/numaNode" not in devices[3]["attributes"]
 
 
@@ -74,9 +88,10 @@ def test_driver_lacking_newer_calls_omits_attributes_and_logs_once(run_nvml) -> 
     assert run.error is None
     assert len(run.gpus) == 8
     assert all(gpu.architecture is None and gpu.mig_enabled is None for gpu in run.gpus)
-    # NUMA still known: nvmlDeviceGetNumaNodeId is missing, sysfs answers.
+    # NUMA from sysfs, as on every driver; the v1 memory total is published.
     assert [gpu.numa_node for gpu in run.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
-    for call in ("nvmlDeviceGetNumaNodeId", "nvmlDeviceGetArchitecture", "nvmlDeviceGetMigMode"):
+    assert [gpu.memory_bytes for gpu in run.gpus] == [gpu.memory_bytes for gpu in gpus]
+    for call in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetArchitecture", "nvmlDeviceGetMigMode"):
         assert run.stderr.count(f"{call} unavailable (Function Not Found)") == 1, run.stderr
     (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
     assert_valid(slice_)
@@ -103,7 +118,96 @@ def test_gpu_whose_uuid_cannot_be_read_is_skipped_with_an_error(run_nvml) -> Non
     profile["devices"][1]["errors"] = {"nvmlDeviceGetUUID": 15}  # NVML_ERROR_GPU_IS_LOST
     run = run_nvml(profile, sysfs=gpus)
     assert [gpu.index for gpu in run.gpus] == [0, 2]
-    assert "gpu-1 skipped" in run.stderr and "GPU is lost" in run.stderr
+    assert "GPU index 1 skipped" in run.stderr and "GPU is lost" in run.stderr
+
+
+def test_legacy_driver_without_nvml_numa_call_omits_numa_when_sysfs_has_none(
+    run_nvml, tmp_path: Path
+) -> None:
+    gpus = profile_gpus("t4", node_name="n", gpus=2)
+    run = run_nvml(
+        profile_from_gpus(gpus, driver_version="470.57.02", cuda_driver_version=11040),
+        legacy=True,
+        sysfs=tmp_path / "empty-sys",
+    )
+    assert [gpu.numa_node for gpu in run.gpus] == [None, None]
+    assert run.stderr.count("nvmlDeviceGetNumaNodeId unavailable (Function Not Found)") == 1, run.stderr
+
+
+def test_published_memory_excludes_the_drivers_reserved_memory(run_nvml) -> None:
+    gpus = profile_gpus("h200", node_name="n", gpus=2)
+    profile = profile_from_gpus(gpus, driver_version="570.86.15", cuda_driver_version=12080)
+    profile["devices"][0]["memoryReserved"] = 566 * MIB
+    run = run_nvml(profile, sysfs=gpus)
+    assert run.gpus[0].memory_bytes == gpus[0].memory_bytes - 566 * MIB
+    assert run.gpus[1].memory_bytes == gpus[1].memory_bytes
+    slices = build_resource_slices(run.gpus, node_name="n")
+    memory = slices[0]["spec"]["devices"][0]["capacity"]["memory"]
+    assert memory["value"] == f"{gpus[0].memory_bytes // MIB - 566}Mi"
+    assert "WARNING" not in run.stderr
+
+
+def test_a_gpu_in_mig_mode_is_left_out_and_named_in_a_warning(run_nvml) -> None:
+    gpus = h100_node()[:4]
+    gpus = [dataclasses.replace(g, nvlink_peers=tuple(p for p in g.nvlink_peers if p[0] < 4)) for g in gpus]
+    profile = profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040)
+    profile["devices"][1]["migMode"] = 1
+    profile["devices"][2]["migPendingMode"] = 1  # enabled at the next reset: still whole today
+    run = run_nvml(profile, sysfs=gpus)
+    assert [gpu.index for gpu in run.gpus] == [0, 2, 3]
+    assert all(1 not in dict(gpu.nvlink_peers) for gpu in run.gpus)
+    assert dict(run.gpus[0].nvlink_peers) == {2: 18, 3: 18}
+    warning = next(line for line in run.stderr.splitlines() if "MIG mode: not published" in line)
+    assert gpus[1].uuid in warning and "index 1" in warning
+    assert "MIG instances are not allocated by this driver yet" in run.stderr
+    assert f"GPU index 2 ({gpus[2].uuid}): MIG mode is pending" in run.stderr
+    (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
+    assert_valid(slice_)
+    assert [device["name"] for device in slice_["spec"]["devices"]] == ["gpu-0", "gpu-2", "gpu-3"]
+
+
+def test_devices_are_named_by_minor_number_and_keep_their_index(run_nvml) -> None:
+    gpus = profile_gpus("a100-80gb", node_name="n", gpus=4)
+    # GPU index 1 fell off the bus: NVML renumbers the rest, the kernel's minor numbers stay.
+    survivors = [
+        dataclasses.replace(gpu, index=index, minor=gpu.index, nvlink_peers=())
+        for index, gpu in enumerate([gpus[0], gpus[2], gpus[3]])
+    ]
+    run = run_nvml(profile_from_gpus(survivors, driver_version="550.54.15", cuda_driver_version=12040))
+    assert [(gpu.index, gpu.name, gpu.uuid) for gpu in run.gpus] == [
+        (0, "gpu-0", gpus[0].uuid),
+        (1, "gpu-2", gpus[2].uuid),
+        (2, "gpu-3", gpus[3].uuid),
+    ]
+    (slice_,) = build_resource_slices(run.gpus, node_name="n")
+    assert_valid(slice_)
+    device = slice_["spec"]["devices"][1]
+    assert device["name"] == "gpu-2"
+    assert device["attributes"]["index"] == {"int": 1}
+    assert device["attributes"]["minor"] == {"int": 2}
+
+
+def test_without_every_minor_number_devices_are_named_by_index(run_nvml) -> None:
+    gpus = profile_gpus("t4", node_name="n", gpus=3)
+    profile = profile_from_gpus(gpus, driver_version="535.104.05", cuda_driver_version=12020)
+    profile["devices"][2]["errors"] = {"nvmlDeviceGetMinorNumber": 999}
+    run = run_nvml(profile, sysfs=gpus)
+    assert [gpu.name for gpu in run.gpus] == ["gpu-0", "gpu-1", "gpu-2"]
+    assert not any(gpu.name_by_minor for gpu in run.gpus)
+    assert "device names fall back to gpu-<index>" in run.stderr
+
+
+def test_an_nvlink_that_fails_does_not_stop_the_other_links(run_nvml) -> None:
+    base = profile_gpus("a100-80gb", node_name="n", gpus=2)
+    gpus = [dataclasses.replace(gpu, nvlink_peers=((1 - gpu.index, 4),)) for gpu in base]
+    profile = profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040, nvswitch=False)
+    links = profile["devices"][0]["nvlinks"]
+    # link 1 errors, link 2 is inactive: the two links after them still count.
+    profile["devices"][0]["nvlinks"] = [links[0], 999, None, links[1], links[2], *links[3:]]
+    run = run_nvml(profile, sysfs=gpus)
+    assert run.gpus[0].nvlink_peers == ((1, 4),)
+    assert run.gpus[1].nvlink_peers == ((0, 4),)
+    assert run.stderr.count("NVLink link(s) 1 (Unknown Error) could not be read") == 1, run.stderr
 
 
 def test_nvml_init_failure_is_one_clear_error(run_nvml) -> None:
