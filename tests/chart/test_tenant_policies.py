@@ -28,12 +28,14 @@ def policy(render: Render, name: str) -> dict[str, Any]:
 
 
 def request(user: str, resource: str = "pods", sub: str = "", operation: str = "UPDATE") -> dict[str, Any]:
-    return {
+    body: dict[str, Any] = {
         "operation": operation,
         "userInfo": {"username": user, "extra": {}},
         "resource": {"group": "", "version": "v1", "resource": resource},
-        "subResource": sub,
     }
+    if sub:  # the real API server leaves the key out for the main resource
+        body["subResource"] = sub
+    return body
 
 
 # --- pods ------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ class Tenancy:
         return self.cluster.kubectl("--as", TENANT, "-n", TENANT_NS, *args, stdin=stdin, check=check)
 
     def refused(self, *args: str, stdin: str | None = None, user: str = TENANT) -> str:
-        """kubectl as ``user`` that must fail; returns what it printed."""
+        """kubectl as ``user`` that must fail (refused, not a conflict); returns what it printed."""
         out = self.cluster.kubectl("--as", user, *args, stdin=stdin, check=False)
         assert "created" not in out and "configured" not in out and "patched" not in out, out
         assert "denied" in out or "forbidden" in out.lower(), out
@@ -65,14 +65,14 @@ class Tenancy:
 
     def running(self, namespace: str, *pods: str) -> None:
         for pod in pods:
-            self.cluster.kubectl(
-                "wait",
-                "--for=condition=Ready",
-                f"pod/{pod}",
-                "-n",
-                namespace,
-                f"--timeout={POD_TIMEOUT:.0f}s",
-            )
+            waited = self.cluster.kubectl(
+                "wait", "--for=condition=Ready", f"pod/{pod}", "-n", namespace,
+                f"--timeout={POD_TIMEOUT:.0f}s", check=False,
+            )  # fmt: skip
+            if "condition met" not in waited:
+                described = self.cluster.kubectl("describe", "pod", pod, "-n", namespace, check=False)
+                controller = self.cluster.driver_log("controller")[-4000:]
+                raise AssertionError(f"{namespace}/{pod} not running: {waited}\n{described}\n{controller}")
 
     def gated(self, namespace: str, pod: str) -> bool:
         gates = self.cluster.get("pod", pod, "-n", namespace)["spec"].get("schedulingGates") or ()
@@ -130,6 +130,12 @@ def pod(name: str, claim_name: str | None, annotations: dict[str, str] | None = 
         "metadata": {"name": name, "annotations": annotations or {}},
         "spec": spec,
     }
+
+
+def unconditional(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object to replace whatever its version now (the kubelet keeps changing a new pod)."""
+    obj["metadata"].pop("resourceVersion", None)
+    return obj
 
 
 def manifest(*objects: dict[str, Any]) -> str:
@@ -292,11 +298,11 @@ def test_poison_input_leaves_every_other_pod_placeable(tenancy: Tenancy) -> None
 def test_a_stolen_controller_token_cannot_rewrite_pods_or_foreign_claims(tenancy: Tenancy) -> None:
     cluster, controller = tenancy.cluster, tenancy.controller_user
     cluster.kubectl("apply", "-n", OTHER_NS, "-f", "-", stdin=manifest(pod("bystander", None)))
-    bystander = cluster.get("pod", "bystander", "-n", OTHER_NS)
+    bystander = unconditional(cluster.get("pod", "bystander", "-n", OTHER_NS))
     bystander["spec"]["containers"][0]["image"] = "registry.example.com/evil:1"
     out = tenancy.refused("-n", OTHER_NS, "replace", "-f", "-", stdin=json.dumps(bystander), user=controller)
     assert "the controller may not change a pod's containers, images" in out
-    labelled = cluster.get("pod", "bystander", "-n", OTHER_NS)
+    labelled = unconditional(cluster.get("pod", "bystander", "-n", OTHER_NS))
     labelled["metadata"].setdefault("labels", {})["owned"] = "yes"
     out = tenancy.refused("-n", OTHER_NS, "replace", "-f", "-", stdin=json.dumps(labelled), user=controller)
     assert "may change only the annotation" in out
@@ -306,7 +312,7 @@ def test_a_stolen_controller_token_cannot_rewrite_pods_or_foreign_claims(tenancy
     ).startswith("no")
     # The status of a claim it does not allocate (here: results of another driver).
     cluster.kubectl("apply", "-n", OTHER_NS, "-f", "-", stdin=manifest(claim("foreign", "1Gi")))
-    foreign = cluster.get("resourceclaim", "foreign", "-n", OTHER_NS)
+    foreign = unconditional(cluster.get("resourceclaim", "foreign", "-n", OTHER_NS))
     foreign["status"] = {
         "allocation": {
             "devices": {
