@@ -48,6 +48,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), help="simulated GPU model")
     parser.add_argument("--gpus", type=int, help="number of simulated GPUs (default: the profile's)")
     parser.add_argument("--devices-file", type=Path, help="YAML/JSON file describing simulated GPUs")
+    parser.add_argument(
+        "--nvidia-driver-root",
+        type=Path,
+        default=Path(os.environ["NVIDIA_DRIVER_ROOT"]) if os.environ.get("NVIDIA_DRIVER_ROOT") else None,
+        help="load libnvidia-ml.so.1 from below this driver root (nvml; env NVIDIA_DRIVER_ROOT)",
+    )
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="node name (env NODE_NAME)")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             profile=args.profile,
             gpus=args.gpus,
             devices_file=args.devices_file,
+            driver_root=args.nvidia_driver_root,
         )
         gpus = source.discover()
         slices = build_resource_slices(

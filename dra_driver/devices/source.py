@@ -37,18 +37,28 @@ def open_source(
     profile: str | None = None,
     gpus: int | None = None,
     devices_file: Path | None = None,
+    driver_root: Path | None = None,
 ) -> DeviceSource:
     """Build the source the command line asked for, checking that the options fit together.
 
     ``simulated`` needs exactly one of ``profile`` (with an optional ``gpus`` count) or
-    ``devices_file``; ``nvml`` takes neither. Errors are :class:`DeviceSourceError`.
+    ``devices_file``; ``nvml`` takes neither, and loads NVML from ``driver_root`` when given (the
+    host's driver root as mounted in the container; without it, from the loader's usual places).
+    Errors are :class:`DeviceSourceError`.
     """
     if kind == "nvml":
         if profile is not None or gpus is not None or devices_file is not None:
             raise DeviceSourceError("--profile, --gpus and --devices-file only apply to --source simulated")
         from dra_driver.devices.nvml import NvmlSource
 
+        if driver_root is not None:
+            from dra_driver.devices.nvml_library import use_driver_root
+            from dra_driver.devices.nvml_session import load_pynvml
+
+            use_driver_root(driver_root, load_pynvml())
         return NvmlSource()
+    if driver_root is not None:
+        raise DeviceSourceError("--nvidia-driver-root only applies to --source nvml")
     if kind == "simulated":
         from dra_driver.devices.simulated import DevicesFileSource, SimulatedSource
 

@@ -66,6 +66,13 @@ def register(subparsers: Any) -> None:
         default=_env("DEVICE_SOURCE"),
         help="GPU source (env DEVICE_SOURCE)",
     )
+    parser.add_argument(
+        "--nvidia-driver-root",
+        type=Path,
+        default=_env_path("NVIDIA_DRIVER_ROOT"),
+        help="the host's NVIDIA driver root as mounted in this container; libnvidia-ml.so.1 is loaded "
+        "from below it (nvml source; env NVIDIA_DRIVER_ROOT; default: the loader's usual places)",
+    )
     parser.add_argument("--profile", default=_env("GPU_PROFILE"), help="simulated GPU model")
     parser.add_argument("--gpus", type=int, default=_env_int("GPU_COUNT"), help="simulated GPU count")
     parser.add_argument(
@@ -138,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
             profile=args.profile,
             gpus=args.gpus,
             devices_file=args.devices_file,
+            driver_root=args.nvidia_driver_root,
         ).discover()
     except (DeviceSourceError, DeviceModelError) as err:
         raise UsageError(str(err)) from err

@@ -25,9 +25,18 @@ def test_host_paths_and_mounts(render: Render) -> None:
         "plugins-registry": "/var/lib/kubelet/plugins_registry",
         "cdi": "/var/run/cdi",
         "cdi-static": "/etc/cdi",
+        "driver-root": "/",
     }
     mounts = {m["name"]: m for m in container(ds)["volumeMounts"]}
+    driver_root = mounts.pop("driver-root")
+    volumes.pop("driver-root")
     assert {name: m["mountPath"] for name, m in mounts.items()} == volumes, "same paths inside and outside"
+    assert driver_root == {
+        "name": "driver-root",
+        "mountPath": "/driver-root",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
     assert mounts["cdi-static"]["readOnly"] is True, "only read, to find the NVIDIA toolkit's spec"
     assert "readOnly" not in mounts["cdi"] and "readOnly" not in mounts["plugins"]
 
@@ -111,3 +120,32 @@ def test_metrics_service_is_headless_and_selects_the_plugin(render: Render) -> N
         {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
     ]
     assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in container(ds)["ports"]
+
+
+def test_nvml_loads_the_driver_from_the_driver_root_and_runs_on_gpu_nodes_only(render: Render) -> None:
+    ds = _plugin(render())
+    env = {e["name"]: e.get("value") for e in container(ds)["env"]}
+    assert env["NVIDIA_DRIVER_ROOT"] == "/driver-root"
+    terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    labels = [
+        expression["key"] for term in terms["nodeSelectorTerms"] for expression in term["matchExpressions"]
+    ]
+    assert labels == ["feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.present"], "either label"
+    operator = _plugin(render(values={"kubeletPlugin": {"nvidiaDriverRoot": "/run/nvidia/driver"}}))
+    volume = next(v for v in operator["spec"]["template"]["spec"]["volumes"] if v["name"] == "driver-root")
+    assert volume["hostPath"] == {"path": "/run/nvidia/driver", "type": "Directory"}
+
+
+def test_simulated_nodes_and_an_admin_affinity_are_left_alone(render: Render) -> None:
+    simulated = _plugin(render(values=SIMULATED))["spec"]["template"]["spec"]
+    assert "affinity" not in simulated
+    assert not [v for v in simulated["volumes"] if v["name"] == "driver-root"]
+    everywhere = _plugin(render(values={"kubeletPlugin": {"gpuNodesOnly": False}}))["spec"]["template"][
+        "spec"
+    ]
+    assert "affinity" not in everywhere
+    own = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    mine = _plugin(render(values={"kubeletPlugin": {"affinity": own}}))["spec"]["template"]["spec"]
+    assert mine["affinity"] == own
