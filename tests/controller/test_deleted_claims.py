@@ -7,94 +7,49 @@ finalizer of an allocated claim; this is the controller's own defence where it i
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS
+from tests.controller.fake_cluster import FakeCluster
+from tests.controller.harness import claim, request
 
-from dra_driver.controller.controller import Controller
-from dra_driver.controller.kube import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, Obj
-from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
-from tests.controller.fake_kube import FakeKube
-from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
-
-NODE = "node-1"
+SIXTY_GIB = 60 * 1024**3
 
 
-class OneCard:
-    """The controller over the in-memory API with one H100 80GB; kube-scheduler's part by hand."""
+class OneCard(FakeCluster):
+    """One H100 80GB; claims of 60Gi, so two cannot share it."""
 
-    def __init__(self) -> None:
-        self.kube = FakeKube()
-        self.controller = Controller(self.kube, DRIVER, write_workers=0)
-        self.add("Node", NODES, {"metadata": {"name": NODE}, "status": {"allocatable": {}}})
-        self.controller.reconciler.refresh_inventory(
-            build_resource_slices(
-                profile_gpus("h100-80gb", node_name=NODE, gpus=1), node_name=NODE, driver_name=DRIVER
-            )
-        )
-        self.add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
-
-    def add(self, kind: str, resource: Any, body: Obj) -> Obj:
-        stored = self.kube.put(resource, body)
-        self.controller._on_change(kind, None, stored)
-        return stored
-
-    def pod(self, name: str, memory: str) -> None:
-        self.add("ResourceClaim", RESOURCE_CLAIMS, claim(name, request(memory=memory)))
-        self.add("Pod", PODS, pod(name, {"gpu": f"claim:{name}"}))
-        self.run()
-
-    def run(self) -> None:
-        for _ in range(3):
-            self.controller.run_once()
-
-    def gated(self, name: str) -> bool:
-        return bool(self.kube.stored(PODS, NS, name)["spec"].get("schedulingGates"))
-
-    def bind(self, name: str) -> None:
-        """What kube-scheduler does once the gate is gone."""
-        old = self.kube.stored(PODS, NS, name)
-        bound = copy.deepcopy(old)
-        bound["spec"]["nodeName"] = NODE
-        self.controller._on_change("Pod", old, self.kube.put(PODS, bound))
+    def place(self, name: str) -> None:
+        self.pod(name, claim(name, request(memory="60Gi")))
         self.run()
 
     def strip_and_delete_claim(self, name: str) -> None:
-        """The tenant's attack: the finalizer removed, the claim deleted (its allocation intact)."""
-        gone = self.kube.objects.pop((RESOURCE_CLAIMS.plural, NS, name))
-        gone["metadata"]["finalizers"] = []
-        self.controller._on_change("ResourceClaim", gone, None)
+        """The tenant's attack: with our finalizer stripped, the deletion goes through at once and
+        the informer delivers the claim's last state, allocation intact."""
+        self.remove(RESOURCE_CLAIMS, name)
         self.run()
-
-    def delete_pod(self, name: str) -> None:
-        gone = self.kube.objects.pop((PODS.plural, NS, name))
-        self.controller._on_change("Pod", gone, None)
-        self.run()
-
-    def booked_memory(self) -> int:
-        return sum(use.memory for uses in self.controller.reconciler.ledger.claims().values() for use in uses)
 
 
 def test_a_deleted_claim_of_a_running_pod_stays_booked_until_the_pod_ends() -> None:
     card = OneCard()
-    card.pod("runner", "60Gi")
+    card.place("runner")
     assert not card.gated("runner")
     card.bind("runner")
+    card.run()
     card.strip_and_delete_claim("runner")
-    assert card.booked_memory() == 60 * 1024**3
-    card.pod("second", "60Gi")
+    assert card.booked_memory() == SIXTY_GIB
+    card.place("second")
     assert card.gated("second"), "the card still holds the running pod's 60Gi"
-    card.delete_pod("runner")
-    assert card.booked_memory() == 60 * 1024**3  # now the second pod's
+    card.remove(PODS, "runner")
+    card.run()
+    assert card.booked_memory() == SIXTY_GIB  # now the second pod's
     assert not card.gated("second")
     assert card.controller.reconciler.orphans == {}
 
 
 def test_a_deleted_claim_of_a_pod_that_never_ran_is_not_kept() -> None:
     card = OneCard()
-    card.pod("runner", "60Gi")
+    card.place("runner")
     # The gate is lifted but kube-scheduler never bound it: no container can hold the card.
     card.strip_and_delete_claim("runner")
     assert card.booked_memory() == 0
-    card.pod("second", "60Gi")
+    card.place("second")
     assert not card.gated("second")

@@ -17,13 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.config import ANNOTATION_DEVICE_WEIGHTS, ANNOTATION_GPU_POLICY, ANNOTATION_NODE_POLICY
-from dra_driver.controller.controller import Controller
-from dra_driver.controller.kube import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, Obj
-from dra_driver.controller.reconciler import CONDITION_TYPE
-from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
-from tests.controller.fake_kube import FakeKube
-from tests.controller.harness import CFG, DRIVER, NS, claim, device_class, pod, request
+from dra_driver.controller.kube import Obj
+from tests.controller.fake_cluster import FakeCluster
+from tests.controller.harness import CFG, DRIVER, NS, claim, request
 
 GOOD_PODS = 5
 #: A selector the API server accepts (estimated cost ~4e4) whose evaluation exceeds cel-cpp's
@@ -32,52 +28,17 @@ COSTLY_LIST = "[" + ", ".join(str(index) for index in range(100)) + "]"
 COSTLY_SELECTOR = f"{COSTLY_LIST}.all(x, {COSTLY_LIST}.all(y, x + y >= 0))"
 
 
-class Queue:
-    """The controller over the in-memory API: objects go in as informer events, passes run by hand."""
+class Queue(FakeCluster):
+    """Four (or more) H100s on one node; five well-formed 1Gi pods queue behind the poison."""
 
     def __init__(self, gpus: int = 4) -> None:
-        self.kube = FakeKube()
-        self.controller = Controller(self.kube, DRIVER, write_workers=0)
-        self.add("Node", NODES, {"metadata": {"name": "node-1"}, "status": {"allocatable": {}}})
-        self.controller.reconciler.refresh_inventory(
-            build_resource_slices(
-                profile_gpus("h100-80gb", node_name="node-1", gpus=gpus),
-                node_name="node-1",
-                driver_name=DRIVER,
-            )
-        )
-        self.add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
-        self.stamp = 0
-
-    def add(self, kind: str, resource: Any, body: Obj) -> Obj:
-        stored = self.kube.put(resource, body)
-        self.controller._on_change(kind, None, stored)
-        return stored
-
-    def pod(self, name: str, claim_body: Obj, annotations: dict[str, str] | None = None) -> None:
-        claim_body["metadata"]["name"] = name
-        self.add("ResourceClaim", RESOURCE_CLAIMS, claim_body)
-        body = pod(name, {"gpu": f"claim:{name}"}, annotations=annotations)
-        self.stamp += 1
-        body["metadata"]["creationTimestamp"] = f"2026-12-01T00:{self.stamp // 60:02d}:{self.stamp % 60:02d}Z"
-        self.add("Pod", PODS, body)
+        super().__init__(gpus=gpus)
 
     def good_pods(self) -> list[str]:
         names = [f"good-{index}" for index in range(GOOD_PODS)]
         for name in names:
             self.pod(name, claim(name, request(memory="1Gi")))
         return names
-
-    def run(self, passes: int = 2) -> None:
-        for _ in range(passes):
-            self.controller.run_once()  # never raises, whatever the pods say
-
-    def gated(self, name: str) -> bool:
-        return bool(self.kube.stored(PODS, NS, name)["spec"].get("schedulingGates"))
-
-    def condition(self, name: str) -> dict[str, Any] | None:
-        conditions = (self.kube.stored(PODS, NS, name).get("status") or {}).get("conditions") or ()
-        return next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
 
     def unexpected(self) -> float:
         value = self.controller.metrics.registry.get_sample_value(
@@ -106,7 +67,7 @@ def test_a_poison_pod_queued_first_leaves_every_other_pod_placed(case: str) -> N
     claim_body, annotations = POISONS[case]
     queue.pod("poison", claim_body, annotations)  # the oldest: planned first in the pass
     good = queue.good_pods()
-    queue.run()
+    queue.run(2)
     assert [name for name in good if queue.gated(name)] == []
     if annotations is not None:
         # An out-of-range weight is ignored with a warning, like any invalid HAMi annotation.
@@ -137,7 +98,7 @@ def test_an_unexpected_error_fails_that_pod_alone_with_invalid_request(
         return real_plan(pod_view, *args)
 
     monkeypatch.setattr(planner, "plan", plan)
-    queue.run()
+    queue.run(2)
     assert [name for name in good if queue.gated(name)] == []
     condition = queue.condition("poison")
     assert queue.gated("poison") and condition is not None
@@ -149,7 +110,7 @@ def test_an_unexpected_error_fails_that_pod_alone_with_invalid_request(
     assert queue.controller.reconciler.assumed.in_flight == frozenset()
     # Still pending, not forgotten: the resync plans it again (and reports it once).
     queue.controller._last_resync = 0.0
-    queue.run()
+    queue.run(2)
     assert queue.unexpected() == 2.0 and queue.gated("poison")
 
 
@@ -157,7 +118,7 @@ def test_a_malformed_informer_event_does_not_drop_the_others() -> None:
     queue = Queue()
     queue.controller._on_change("Pod", None, {"metadata": {"name": "broken", "namespace": NS}, "spec": 7})
     good = queue.good_pods()
-    queue.run()
+    queue.run(2)
     assert [name for name in good if queue.gated(name)] == []
 
 
@@ -246,7 +207,7 @@ def test_arbitrary_tenant_input_never_keeps_well_formed_pods_from_being_placed(
     for index, (claim_body, pod_annotations) in enumerate(poisons):
         queue.pod(f"poison-{index}", claim_body, pod_annotations)
     good = queue.good_pods()
-    queue.run()
+    queue.run(2)
     assert [name for name in good if queue.gated(name)] == []
     for index in range(len(poisons)):
         name = f"poison-{index}"
