@@ -38,6 +38,18 @@ ANNOTATION_NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 ANNOTATION_USE_GPU_UUID = "nvidia.com/use-gpuuuid"
 ANNOTATION_NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
 ANNOTATION_NUMA_BIND = "nvidia.com/numa-bind"
+#: Every pod annotation ``resolve_config`` reads: pods that differ in any of them may be placed
+#: differently (the controller's pending-shape grouping keys on all of them).
+PLAN_ANNOTATIONS = (
+    ANNOTATION_GPU_POLICY,
+    ANNOTATION_NODE_POLICY,
+    ANNOTATION_DEVICE_WEIGHTS,
+    ANNOTATION_USE_GPU_TYPE,
+    ANNOTATION_NOUSE_GPU_TYPE,
+    ANNOTATION_USE_GPU_UUID,
+    ANNOTATION_NOUSE_GPU_UUID,
+    ANNOTATION_NUMA_BIND,
+)
 
 
 class ConfigSource(StrEnum):

@@ -3,17 +3,27 @@
 Informer threads only append changes to a queue; the worker applies them to its caches, the
 ledger and the indexes, works out which pods and claims need a look, and reconciles them while it
 leads (a replica that does not lead keeps its caches warm, so a failover takes effect at once).
-Pods that did not fit are retried whenever capacity may have appeared: a claim released or
-shrunk, a slice, node or DeviceClass changed. A periodic resync looks at everything again.
+
+Pods that did not fit are queued for another plan when a change may help them, and only then
+(issue 27: a tenant's thousand pending pods must not cost a minute of the single worker on every
+event, nor delay another tenant's pods): capacity released on a node, or a Node or its slices
+changed, retries the pods that fitted nowhere on that node alone; a quota changed, or GPUs released
+in its namespace, retries that namespace's pods pending for their quota; a DeviceClass changed
+retries the pods whose claims use it. A pod whose pending reason is unknown is retried on any
+change, and the periodic resync retries every pending pod everywhere. Each pass replans a bounded
+batch of the queue (``PendingRetries``), namespaces taken in turn; the rest waits for the next pass.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.controller.kube import (
@@ -41,6 +51,82 @@ from dra_driver.controller.reconciler import (
 from dra_driver.controller.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
+#: The pending reason of a pod refused by its namespace's quota (``Reconciler.reconcile_pod``).
+QUOTA_EXCEEDED = "GpuQuotaExceeded"
+#: Pending pods replanned per pass at most (pods skipped for their shape are not counted). At 5,000
+#: nodes a pending decision over every node costs about 85 ms: 16 of them keep a pass near 1.4 s,
+#: so new pods, claim releases and other tenants' retries wait that long at most, not a backlog.
+PENDING_RETRIES_PER_PASS = 16
+
+
+class PendingRetries:
+    """Pending pods queued for another plan, each with the nodes where it may fit now.
+
+    Kept across passes: each pass takes a bounded batch in ``order``: namespaces in turn (starting
+    after the one the last batch ended with), each namespace's pods in the order they were queued,
+    those queued by one change oldest first. A pod of another namespace therefore waits for at most
+    one queued pod per namespace, however many one tenant has queued; and a pod queued again, by a
+    later change, waits behind those still queued, so changes arriving every pass cannot keep the
+    same few pods at the front. Nothing is dropped: a pod leaves the queue when it is planned or
+    no longer pending.
+    """
+
+    def __init__(self) -> None:
+        self._scopes: dict[str, frozenset[str] | None] = {}  # pod key -> nodes (None: every node)
+        self._since: dict[str, int] = {}  # pod key -> the change that queued it
+        self._changes = 0
+        self._last = ""  # the namespace the last batch ended with
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._scopes
+
+    def add(self, pods: Iterable[tuple[str, frozenset[str] | None]]) -> None:
+        """Queue the pods one change may help, each for its nodes (None: everywhere), besides
+        whatever a pod is queued for already (it keeps its place then)."""
+        self._changes += 1
+        for key, nodes in pods:
+            if key in self._scopes:
+                queued = self._scopes[key]
+                nodes = None if queued is None or nodes is None else queued | nodes
+            else:
+                self._since[key] = self._changes
+            self._scopes[key] = nodes
+
+    def scope(self, key: str) -> frozenset[str] | None:
+        """The nodes ``key`` is queued for (None: every node)."""
+        return self._scopes[key]
+
+    def discard(self, key: str) -> None:
+        self._scopes.pop(key, None)
+        self._since.pop(key, None)
+
+    def order(self, created: Callable[[str], str]) -> list[str]:
+        """The queue, namespaces interleaved round-robin, each namespace's pods in the order they
+        were queued, those of one change oldest (``created``) first."""
+        by_namespace: dict[str, list[str]] = {}
+        for key in self._scopes:
+            by_namespace.setdefault(key.partition("/")[0], []).append(key)
+        names = sorted(by_namespace)
+        start = bisect.bisect_right(names, self._last)
+        columns = [
+            sorted(by_namespace[name], key=lambda key: (self._since[key], created(key), key))
+            for name in names[start:] + names[:start]
+        ]
+        return [key for row in itertools.zip_longest(*columns) for key in row if key is not None]
+
+    def ended_with(self, key: str) -> None:
+        """The batch ended with ``key``: the next one starts with the namespace after its own."""
+        self._last = key.partition("/")[0]
+
+
+class Retry(NamedTuple):
+    """A queued pending pod taken into this pass: the nodes to plan it on, and its shape."""
+
+    only_nodes: frozenset[str] | None
+    shape: str | None
 
 
 class Controller:
@@ -55,6 +141,7 @@ class Controller:
         resync_seconds: float = 30.0,
         metrics: ControllerMetrics | None = None,
         write_workers: int = 4,
+        pending_batch: int = PENDING_RETRIES_PER_PASS,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -76,11 +163,17 @@ class Controller:
         self._dirty_pods: set[str] = set()
         self._dirty_claims: set[str] = set()
         self.pending_pods: set[str] = set()
-        #: Pending pods are looked at again: everywhere (``_retry_pending``), or only on the nodes
-        #: where capacity was released since (``_released_on``, when that is all that changed).
-        self._retry_pending = False
-        self._released_on: set[str] = set()
+        #: Pending pods to plan again (and where), at most ``pending_batch`` plans per pass.
+        self.retries = PendingRetries()
+        self.pending_batch = max(1, pending_batch)
+        #: (shape, nodes) of retried pods that stayed pending (nodes None: all nodes), since the
+        #: last change that could help a pending pod: queued pods of that shape and nodes are
+        #: skipped, in this pass and the next ones, as they would stay pending too.
+        self._stuck: set[tuple[str, frozenset[str] | None]] = set()
         self._slices_changed = False
+        #: Where the slices changed since the last inventory refresh (None: somewhere unknown).
+        self._slice_nodes: set[str] | None = set()
+        self._slice_pools: set[str] = set()
         self._was_leader = False
         self._last_resync = 0.0
         self._metrics_generation = -1
@@ -136,7 +229,10 @@ class Controller:
     def _loop(self) -> None:
         while not self._stop.is_set():
             busy = self._dirty_pods or self._dirty_claims or self._in_flight
-            self._wake.wait(timeout=0.5 if busy else 2.0)
+            # Pending retries left over from the last batch are taken at once (after new events);
+            # a replica that does not lead plans nothing, so it waits as usual.
+            left = self.retries and self._was_leader
+            self._wake.wait(timeout=0.0 if left else 0.5 if busy else 2.0)
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -182,25 +278,22 @@ class Controller:
                 log.exception("claim %s: unexpected error; the other claims go on", key)
                 self.metrics.unexpected_errors.labels("ResourceClaim").inc()
         pods = self._dirty_pods
-        retried, scope = self._pending_retry()
         self._dirty_pods = set()
-        stuck_shapes: set[str] = set()  # shapes that stayed pending in this pass
-        for key in self._fifo(pods | retried):
+        batch = self._retry_batch(pods)
+        for key in self._fifo(pods | batch.keys()):
             if key in self._in_flight:
                 continue  # looked at again when its writes complete
             pod = self.reconciler.pods.get(key)
             if pod is None:
-                self.pending_pods.discard(key)
+                self._not_pending(key)
                 continue
-            only_nodes, shape = None, None
+            retry = batch.get(key) if key not in pods else None
+            only_nodes, shape = (None, None) if retry is None else retry
+            self.retries.discard(key)  # planned now: what it was queued for is looked at
             try:
-                if key in retried and key not in pods:
-                    if scope is not None and self.reconciler.pending_reason(pod.uid) == UNSCHEDULABLE:
-                        only_nodes = scope  # it fitted nowhere before; only these nodes gained room
-                    shape = self.reconciler.pending_shape(pod)
-                    if shape is not None and shape in stuck_shapes:
-                        self.metrics.pending_skipped.inc()
-                        continue  # an older pod of the same shape just stayed pending: so would this one
+                if retry is not None and self._stays_pending(retry):
+                    self.metrics.pending_skipped.inc()
+                    continue  # an older pod of the same shape just stayed pending: so would this one
                 outcome = self.reconciler.reconcile_pod(pod, only_nodes)
             except KubeError as err:
                 log.warning("pod %s: %s", key, err)
@@ -211,15 +304,15 @@ class Controller:
                 self.metrics.unexpected_errors.labels("Pod").inc()
                 outcome = self.reconciler.fail_pod(pod, err)
             if isinstance(outcome, CommitJob):
-                self.pending_pods.discard(key)
+                self._not_pending(key)
                 self._submit(key, outcome)
                 continue
             if outcome is Outcome.PENDING:
                 self.pending_pods.add(key)
                 if shape is not None:
-                    stuck_shapes.add(shape)
+                    self._stuck.add((shape, only_nodes))
             else:
-                self.pending_pods.discard(key)
+                self._not_pending(key)
                 if outcome is Outcome.RETRY:
                     self._dirty_pods.add(key)
         self.reconciler.quotas.sync(self.kube)
@@ -228,20 +321,104 @@ class Controller:
             self._metrics_generation, self._metrics_at = generation, time.monotonic()
             self.metrics.update_gpus(self.reconciler.ledger)
 
-    def _retry_on(self, nodes: set[str]) -> None:
-        """Capacity was released on ``nodes`` only: pending pods need to be tried there alone."""
-        if not self._retry_pending:
-            self._released_on |= nodes
+    def _not_pending(self, key: str) -> None:
+        self.pending_pods.discard(key)
+        self.retries.discard(key)
 
-    def _pending_retry(self) -> tuple[set[str], frozenset[str] | None]:
-        """The pending pods to look at in this pass, and the nodes to look at (None: all)."""
-        if self._retry_pending:
-            self._retry_pending, self._released_on = False, set()
-            return set(self.pending_pods), None
-        if self._released_on:
-            scope, self._released_on = frozenset(self._released_on), set()
-            return set(self.pending_pods), scope
-        return set(), None
+    # --- pending retries: which pods a change can help, and how many per pass -------------------
+    def _retry_batch(self, dirty: set[str]) -> dict[str, Retry]:
+        """The queued pending pods this pass replans (``dirty`` ones are planned in full anyway).
+
+        The queue's round-robin order, up to ``pending_batch`` plans: pods of one shape queued for
+        the same nodes count once, since all but the first are skipped when it stays pending.
+        """
+        batch: dict[str, Retry] = {}
+        groups: set[tuple[str, frozenset[str] | None]] = set()
+        for key in self.retries.order(self._created):
+            pod = self.reconciler.pods.get(key)
+            if pod is None or key not in self.pending_pods or key in self._in_flight:
+                self.retries.discard(key)  # not pending any more (a commit's failure makes it dirty)
+                continue
+            if key in dirty:
+                continue
+            retry = self._retry_of(pod)
+            if self._stays_pending(retry):
+                self.metrics.pending_skipped.inc()
+                self.retries.discard(key)
+                continue
+            group = (key if retry.shape is None else retry.shape, retry.only_nodes)
+            if group not in groups:
+                if len(groups) == self.pending_batch:
+                    break
+                groups.add(group)
+            batch[key] = retry
+            self.retries.ended_with(key)
+        return batch
+
+    def _retry_of(self, pod: PodView) -> Retry:
+        """Where to plan a queued pod: only its queued nodes if it fitted nowhere (a pod pending
+        for another reason, a quota say, is planned everywhere), and its shape (None: unsure)."""
+        nodes = self.retries.scope(pod.key)
+        if self.reconciler.pending_reason(pod.uid) != UNSCHEDULABLE:
+            nodes = None
+        try:
+            shape = self.reconciler.pending_shape(pod)
+        except Exception:  # its plan (in the pass, where errors are handled) will say what is wrong
+            shape = None
+        return Retry(nodes, shape)
+
+    def _stays_pending(self, retry: Retry) -> bool:
+        """Whether a pod of this shape stayed pending on these nodes (or on all) since the last
+        change that could help: capacity has only shrunk since, so this pod would stay pending."""
+        return retry.shape is not None and not self._stuck.isdisjoint(
+            {(retry.shape, None), (retry.shape, retry.only_nodes)}
+        )
+
+    def _requeue(self, helped: Callable[[PodView, str], bool], nodes: frozenset[str] | None = None) -> None:
+        """Queue the pending pods a change may help (``helped``: by the pod and its pending
+        reason) to be planned on ``nodes`` (None: every node). A pod whose pending reason is not
+        known is queued everywhere, whatever changed: when unsure, plan it again."""
+        self._stuck.clear()  # what stayed pending before this change may not any more
+        queued: list[tuple[str, frozenset[str] | None]] = []
+        for key in self.pending_pods:
+            pod = self.reconciler.pods.get(key)
+            if pod is None:
+                continue
+            reason = self.reconciler.pending_reason(pod.uid)
+            if reason is None:
+                queued.append((key, None))
+            elif helped(pod, reason):
+                queued.append((key, nodes))
+        self.retries.add(queued)
+
+    def _retry_all(self) -> None:
+        """Something changed that may help any pending pod anywhere (or we cannot tell)."""
+        self._requeue(lambda _pod, _reason: True)
+
+    def _retry_on(self, nodes: Iterable[str]) -> None:
+        """Room appeared on ``nodes`` (capacity released, the Node or its devices changed): the
+        pods that fitted on no node are planned there alone. Pods pending for another reason (a
+        quota, a missing class, an invalid request) would be refused again for that reason."""
+        scope = frozenset(nodes)
+        if scope:  # e.g. another driver's slices changed: no room anywhere
+            self._requeue(lambda _pod, reason: reason == UNSCHEDULABLE, scope)
+
+    def _retry_quota(self, namespaces: Iterable[str]) -> None:
+        """Quota may have room in ``namespaces`` (one changed, or GPUs were released there): the
+        pods they refused are planned again, everywhere (they fitted somewhere before)."""
+        wanted = frozenset(namespaces)
+        self._requeue(lambda pod, reason: reason == QUOTA_EXCEEDED and pod.namespace in wanted)
+
+    def _retry_class(self, name: str) -> None:
+        """DeviceClass ``name`` changed: the pods whose claims ask for it are planned everywhere."""
+
+        def uses_class(pod: PodView, _reason: str) -> bool:
+            return any(
+                claim is not None and name in claim.request_classes.values()
+                for _, claim in self.reconciler.pod_claims(pod)
+            )
+
+        self._requeue(uses_class)
 
     def _submit(self, key: str, job: CommitJob) -> None:
         if self._writers is None:
@@ -277,6 +454,7 @@ class Controller:
             self.reconciler.apply(result)
             if result.outcome is Outcome.RETRY:
                 self._dirty_pods.add(key)
+                self._stuck.clear()  # the capacity it had assumed is free again
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until no commit is in flight (tests and benchmarks)."""
@@ -285,22 +463,21 @@ class Controller:
             time.sleep(0.01)
         return not self._in_flight
 
-    def _fifo(self, keys: set[str]) -> list[str]:
-        def created(key: str) -> tuple[str, str]:
-            pod = self.reconciler.pods.get(key)
-            return (pod.created if pod is not None else "", key)
+    def _created(self, key: str) -> str:
+        pod = self.reconciler.pods.get(key)
+        return pod.created if pod is not None else ""
 
-        return sorted(keys, key=created)
+    def _fifo(self, keys: Iterable[str]) -> list[str]:
+        return sorted(keys, key=lambda key: (self._created(key), key))
 
     def _resync(self) -> None:
         reconciler = self.reconciler
+        # Every pending pod everywhere, but one pod per shape that stays pending: at 5,000 nodes
+        # one full pending decision costs about 85 ms, so re-planning 1,000 pending pods one by one
+        # would take over a minute of CPU every resync (hack/bench_storm.py); batched per pass.
+        self._retry_all()
         for key, pod in reconciler.pods.items():
-            if key in self.pending_pods:
-                # Everywhere, but one pod per shape that stays pending: at 5,000 nodes one full
-                # pending decision costs about 85 ms, so re-planning 1,000 pending pods one by one
-                # would take over a minute of CPU every resync (hack/bench_storm.py).
-                self._retry_pending = True
-            elif pod.gated:
+            if key not in self.pending_pods and pod.gated:
                 self._dirty_pods.add(key)
         for key, claim in reconciler.claims.items():
             if claim.ours:
@@ -319,8 +496,16 @@ class Controller:
                 self.metrics.unexpected_errors.labels(kind).inc()
         if self._slices_changed:
             self._slices_changed = False
-            reconciler.refresh_inventory(self.informers["ResourceSlice"].snapshot())
-            self._retry_pending = True
+            slices = self.informers["ResourceSlice"].snapshot()
+            reconciler.refresh_inventory(slices)
+            nodes = self._slice_nodes
+            self._slice_nodes, pools, self._slice_pools = set(), self._slice_pools, set()
+            if nodes is None:
+                self._retry_all()
+            else:
+                # Every node of a changed pool: a pool's newest complete generation is what counts.
+                nodes |= {node for pool, node in map(self._slice_place, slices) if pool in pools and node}
+                self._retry_on(nodes)
 
     def _apply_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         """One informer event into the caches (and what it makes dirty)."""
@@ -343,18 +528,55 @@ class Controller:
             )
         elif kind == "ResourceSlice":
             self._slices_changed = True
+            self._slice_changed(old, new)
         elif kind == "DeviceClass":
             reconciler.class_event(key, new)
-            self._retry_pending = True
+            self._retry_class(key)
         elif kind == "Node":
-            reconciler.node_event(key, None if new is None else NodeView.parse(new))
-            self._retry_pending = True
+            self._node_changed(key, None if new is None else NodeView.parse(new))
         elif kind == "GpuQuota":
             reconciler.quotas.set_gpu_quota(key, new)
-            self._retry_pending = True  # a quota raised or removed may let pending pods in
+            self._quota_changed(key, old, new)
         elif kind == "ResourceQuota":
             reconciler.quotas.set_resource_quota(key, new)
-            self._retry_pending = True
+            self._quota_changed(key, old, new)
+
+    def _node_changed(self, name: str, new: NodeView | None) -> None:
+        """A node added or changed may now take the pods that fitted nowhere, there alone; a node
+        gone, or one changed in nothing placement reads (a status heartbeat), helps no pod."""
+        before = self.reconciler.nodes.get(name)
+        self.reconciler.node_event(name, new)
+        if new is not None and new != before:
+            self._retry_on({name})
+
+    def _slice_place(self, obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """(pool, node) of a slice of our driver; (None, None) for another driver's (not ours to
+        place, left out of the inventory)."""
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
+            return None, None
+        pool = spec.get("pool")
+        name = str(pool.get("name", "")) if isinstance(pool, Mapping) else ""
+        return name, str(spec.get("nodeName") or "") or None
+
+    def _slice_changed(self, old: Obj | None, new: Obj | None) -> None:
+        """Note where a slice changed: its node and pool (all nodes when one has no node)."""
+        for obj in (old, new):
+            pool, node = (None, None) if obj is None else self._slice_place(obj)
+            if pool is None:
+                continue
+            self._slice_pools.add(pool)
+            if node is None:
+                self._slice_nodes = None  # not a node's devices: unsure where room appeared
+            elif self._slice_nodes is not None:
+                self._slice_nodes.add(node)
+
+    def _quota_changed(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        """A quota added, removed or with new limits (a quota is its namespace, name and spec; its
+        status is ours or kube-controller-manager's) may let its namespace's refused pods in."""
+        if old is not None and new is not None and old.get("spec") == new.get("spec"):
+            return
+        self._retry_quota({key.partition("/")[0]})
 
     def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> None:
         reconciler = self.reconciler
@@ -381,8 +603,9 @@ class Controller:
             devices = [reconciler.ledger.device(use.device) for use in gone]
             if all(device is not None for device in devices):
                 self._retry_on({device.node for device in devices if device is not None})
+                self._retry_quota({use.namespace for use in gone})  # their quota has room too
             else:
-                self._retry_pending = True
+                self._retry_all()
         self._dirty_claims.add(key)
         self._dirty_pods |= reconciler.consumers.get(key, set())
         changed = new if new is not None else old

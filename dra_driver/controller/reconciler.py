@@ -27,12 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.config import (
-    ANNOTATION_DEVICE_WEIGHTS,
-    ANNOTATION_GPU_POLICY,
-    ANNOTATION_NODE_POLICY,
-    ControllerDefaults,
-)
+from dra_driver.config import ControllerDefaults
+from dra_driver.config.resolve import PLAN_ANNOTATIONS
 from dra_driver.contract import FINALIZER, GATE_NAME, DeviceId, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.assumed import ClaimAssumptions
@@ -62,8 +58,6 @@ CONDITION_TYPE = "gpu.hami.io/Allocated"
 UNSCHEDULABLE = "Unschedulable"
 #: Pod fields that differ between pods of one workload without changing where they fit.
 _SHAPE_IGNORED_POD_FIELDS = frozenset({"resourceClaims", "schedulingGates", "hostname", "subdomain"})
-#: Pod annotations the planner reads.
-_PLAN_ANNOTATIONS = (ANNOTATION_GPU_POLICY, ANNOTATION_NODE_POLICY, ANNOTATION_DEVICE_WEIGHTS)
 _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
 #: Written to a claim to fence it (see ``Reconciler.fence_unallocated``); its value says who and when.
 FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
@@ -367,7 +361,7 @@ class Reconciler:
             for key, value in (pod.get("spec") or {}).items()
             if key not in _SHAPE_IGNORED_POD_FIELDS
         }
-        ours = {key: pod.annotations[key] for key in _PLAN_ANNOTATIONS if key in pod.annotations}
+        ours = {key: pod.annotations[key] for key in PLAN_ANNOTATIONS if key in pod.annotations}
         return json.dumps([pod.namespace, ours, spec, claims], sort_keys=True, default=str)
 
     def reconcile_pod(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> Outcome | CommitJob:

@@ -128,12 +128,20 @@ def test_pods_of_one_shape_are_skipped_once_the_oldest_of_them_stays_pending() -
     assert cluster.controller.pending_pods == {f"{NS}/{name}" for name, _, _ in pending}
 
 
-def test_a_change_other_than_a_release_plans_pending_pods_everywhere() -> None:
+def test_a_change_to_the_pods_class_plans_it_everywhere() -> None:
     cluster = full_cluster([("waiting", "90Gi", 1)])
-    bigger = device_class(DRIVER)
-    cluster.add("DeviceClass", DEVICE_CLASSES, {**bigger, "metadata": {"name": "another"}})
+    changed = device_class(DRIVER)
+    changed["metadata"]["labels"] = {"changed": "yes"}
+    cluster.add("DeviceClass", DEVICE_CLASSES, changed)
     cluster.settle()
     assert cluster.planned() == [("waiting", frozenset(cluster.nodes))]
+
+
+def test_a_class_no_pending_pod_uses_plans_nothing() -> None:
+    cluster = full_cluster([("waiting", "90Gi", 1)])
+    cluster.add("DeviceClass", DEVICE_CLASSES, {**device_class(DRIVER), "metadata": {"name": "another"}})
+    cluster.settle()
+    assert cluster.planned() == []
 
 
 def test_a_pod_pending_for_its_quota_is_planned_everywhere_after_a_release() -> None:
@@ -172,3 +180,23 @@ def test_the_periodic_resync_plans_one_pending_pod_per_shape_everywhere() -> Non
         ("pair-0", frozenset(cluster.nodes)),
     ]
     assert cluster.controller.pending_pods == {f"{NS}/{name}" for name, _, _ in pending}
+
+
+def test_every_annotation_the_planner_reads_makes_a_shape_of_its_own() -> None:
+    """A pod limited to A100s staying pending says nothing about an identical pod without the limit."""
+    from dra_driver.config.resolve import PLAN_ANNOTATIONS
+    from dra_driver.controller.objects import PodView
+    from tests.controller.fake_cluster import FakeCluster
+
+    cluster = FakeCluster()
+    reconciler = cluster.controller.reconciler
+    cluster.pod("plain", claim("plain", request(memory="1Gi")))
+    cluster.controller._drain()  # into the caches, not planned
+    shapes = {reconciler.pending_shape(PodView.parse(cluster.kube.stored(PODS, NS, "plain")))}
+    for index, annotation in enumerate(PLAN_ANNOTATIONS):
+        name = f"annotated-{index}"
+        body = claim(name, request(memory="1Gi"))
+        cluster.pod(name, body, annotations={annotation: "A100"})
+        cluster.controller._drain()
+        shapes.add(reconciler.pending_shape(PodView.parse(cluster.kube.stored(PODS, NS, name))))
+    assert len(shapes) == len(PLAN_ANNOTATIONS) + 1 and None not in shapes
