@@ -6,7 +6,8 @@ of every device from all allocated claims, whoever allocated them), ``requests``
 engine requests; CEL and taint eligibility), ``pods`` (where a pod may run), ``planner`` (one
 pod's claims through the engine, one node), ``allocation`` (a plan -> ``status.allocation``),
 ``reconciler`` (plan/commit/release state machine), ``controller`` (informers -> one worker thread
-+ a writer pool), ``leader`` (Lease election), ``metrics``, ``command`` (``hami-dra controller``).
++ a writer pool), ``retries`` (the bounded, namespace-fair queue of pending pods to plan again),
+``leader`` (Lease election), ``metrics``, ``command`` (``hami-dra controller``).
 """
 
 from dra_driver.contract import FINALIZER, GATE_NAME

@@ -16,14 +16,12 @@ batch of the queue (``PendingRetries``), namespaces taken in turn; the rest wait
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.controller.kube import (
@@ -48,85 +46,10 @@ from dra_driver.controller.reconciler import (
     Outcome,
     Reconciler,
 )
+from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, QUOTA_EXCEEDED, PendingRetries, Retry
 from dra_driver.controller.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
-#: The pending reason of a pod refused by its namespace's quota (``Reconciler.reconcile_pod``).
-QUOTA_EXCEEDED = "GpuQuotaExceeded"
-#: Pending pods replanned per pass at most (pods skipped for their shape are not counted). At 5,000
-#: nodes a pending decision over every node costs about 85 ms: 16 of them keep a pass near 1.4 s,
-#: so new pods, claim releases and other tenants' retries wait that long at most, not a backlog.
-PENDING_RETRIES_PER_PASS = 16
-
-
-class PendingRetries:
-    """Pending pods queued for another plan, each with the nodes where it may fit now.
-
-    Kept across passes: each pass takes a bounded batch in ``order``: namespaces in turn (starting
-    after the one the last batch ended with), each namespace's pods in the order they were queued,
-    those queued by one change oldest first. A pod of another namespace therefore waits for at most
-    one queued pod per namespace, however many one tenant has queued; and a pod queued again, by a
-    later change, waits behind those still queued, so changes arriving every pass cannot keep the
-    same few pods at the front. Nothing is dropped: a pod leaves the queue when it is planned or
-    no longer pending.
-    """
-
-    def __init__(self) -> None:
-        self._scopes: dict[str, frozenset[str] | None] = {}  # pod key -> nodes (None: every node)
-        self._since: dict[str, int] = {}  # pod key -> the change that queued it
-        self._changes = 0
-        self._last = ""  # the namespace the last batch ended with
-
-    def __len__(self) -> int:
-        return len(self._scopes)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._scopes
-
-    def add(self, pods: Iterable[tuple[str, frozenset[str] | None]]) -> None:
-        """Queue the pods one change may help, each for its nodes (None: everywhere), besides
-        whatever a pod is queued for already (it keeps its place then)."""
-        self._changes += 1
-        for key, nodes in pods:
-            if key in self._scopes:
-                queued = self._scopes[key]
-                nodes = None if queued is None or nodes is None else queued | nodes
-            else:
-                self._since[key] = self._changes
-            self._scopes[key] = nodes
-
-    def scope(self, key: str) -> frozenset[str] | None:
-        """The nodes ``key`` is queued for (None: every node)."""
-        return self._scopes[key]
-
-    def discard(self, key: str) -> None:
-        self._scopes.pop(key, None)
-        self._since.pop(key, None)
-
-    def order(self, created: Callable[[str], str]) -> list[str]:
-        """The queue, namespaces interleaved round-robin, each namespace's pods in the order they
-        were queued, those of one change oldest (``created``) first."""
-        by_namespace: dict[str, list[str]] = {}
-        for key in self._scopes:
-            by_namespace.setdefault(key.partition("/")[0], []).append(key)
-        names = sorted(by_namespace)
-        start = bisect.bisect_right(names, self._last)
-        columns = [
-            sorted(by_namespace[name], key=lambda key: (self._since[key], created(key), key))
-            for name in names[start:] + names[:start]
-        ]
-        return [key for row in itertools.zip_longest(*columns) for key in row if key is not None]
-
-    def ended_with(self, key: str) -> None:
-        """The batch ended with ``key``: the next one starts with the namespace after its own."""
-        self._last = key.partition("/")[0]
-
-
-class Retry(NamedTuple):
-    """A queued pending pod taken into this pass: the nodes to plan it on, and its shape."""
-
-    only_nodes: frozenset[str] | None
-    shape: str | None
 
 
 class Controller:

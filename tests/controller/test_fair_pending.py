@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dra_driver.controller.controller import Controller, PendingRetries
+from dra_driver.controller.controller import Controller
 from dra_driver.controller.kube import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -20,6 +20,7 @@ from dra_driver.controller.kube import (
     RESOURCE_SLICES,
     Obj,
 )
+from dra_driver.controller.retries import PendingRetries
 from dra_driver.controller.watch import object_key
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
