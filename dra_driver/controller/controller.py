@@ -46,7 +46,13 @@ from dra_driver.controller.reconciler import (
     Outcome,
     Reconciler,
 )
-from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, QUOTA_EXCEEDED, PendingRetries, Retry
+from dra_driver.controller.retries import (
+    PENDING_RETRIES_PER_PASS,
+    QUOTA_EXCEEDED,
+    CommitBackoff,
+    PendingRetries,
+    Retry,
+)
 from dra_driver.controller.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
@@ -65,6 +71,7 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         write_workers: int = 4,
         pending_batch: int = PENDING_RETRIES_PER_PASS,
+        backoff: CommitBackoff | None = None,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -89,6 +96,8 @@ class Controller:
         #: Pending pods to plan again (and where), at most ``pending_batch`` plans per pass.
         self.retries = PendingRetries()
         self.pending_batch = max(1, pending_batch)
+        #: Pods whose writes failed wait a little longer each time before the next attempt.
+        self.backoff = backoff or CommitBackoff()
         #: (shape, nodes) of retried pods that stayed pending (nodes None: all nodes), since the
         #: last change that could help a pending pod: queued pods of that shape and nodes are
         #: skipped, in this pass and the next ones, as they would stay pending too.
@@ -208,7 +217,11 @@ class Controller:
                 continue  # looked at again when its writes complete
             pod = self.reconciler.pods.get(key)
             if pod is None:
+                self.backoff.forget(key)
                 self._not_pending(key)
+                continue
+            if self.backoff.waiting(key):
+                self._dirty_pods.add(key)  # its last writes failed: planned again once its pause ends
                 continue
             retry = batch.get(key) if key not in pods else None
             only_nodes, shape = (None, None) if retry is None else retry
@@ -377,6 +390,11 @@ class Controller:
             self.reconciler.apply(result)
             if result.outcome is Outcome.RETRY:
                 self._dirty_pods.add(key)
+                log.info(
+                    "pod %s: writes not completed; planned again in %.1f s", key, self.backoff.failed(key)
+                )
+            else:
+                self.backoff.forget(key)
                 self._stuck.clear()  # the capacity it had assumed is free again
 
     def wait_idle(self, timeout: float = 10.0) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -89,3 +90,36 @@ class Retry(NamedTuple):
 
     only_nodes: frozenset[str] | None
     shape: str | None
+
+
+class CommitBackoff:
+    """Pods whose writes failed wait before they are planned and written again.
+
+    A write the API server refuses (an admission policy, a quota, RBAC) fails the same way on the
+    next pass: without a pause the worker re-planned and re-wrote such a pod every few
+    milliseconds (seen on the real cluster). The pause starts at ``initial`` and doubles per
+    consecutive failure up to ``maximum`` (kube-scheduler backs off pods 1-10 s); a pod whose
+    writes succeed, or that goes away, starts from nothing again.
+    """
+
+    def __init__(
+        self, initial: float = 0.2, maximum: float = 10.0, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.initial, self.maximum = initial, maximum
+        self._clock = clock or time.monotonic
+        self._failures: dict[str, tuple[int, float]] = {}  # pod key -> (consecutive failures, until)
+
+    def failed(self, key: str) -> float:
+        """Record a failed commit of ``key``; returns how long it now waits."""
+        count = self._failures.get(key, (0, 0.0))[0] + 1
+        delay: float = min(self.maximum, self.initial * 2.0 ** (count - 1))
+        self._failures[key] = (count, self._clock() + delay)
+        return delay
+
+    def waiting(self, key: str) -> bool:
+        entry = self._failures.get(key)
+        return entry is not None and entry[1] > self._clock()
+
+    def forget(self, key: str) -> None:
+        """Written, or gone: the next failure starts from ``initial`` again."""
+        self._failures.pop(key, None)

@@ -14,6 +14,7 @@ from typing import Any
 from dra_driver.controller.controller import Controller
 from dra_driver.controller.kube import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, Obj, Resource
 from dra_driver.controller.reconciler import CONDITION_TYPE
+from dra_driver.controller.retries import CommitBackoff
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from tests.controller.fake_kube import FakeKube
@@ -23,9 +24,15 @@ _KINDS = {PODS.plural: "Pod", RESOURCE_CLAIMS.plural: "ResourceClaim"}
 
 
 class FakeCluster:
-    def __init__(self, nodes: Sequence[str] = ("node-1",), gpus: int = 1, profile: str = "h100-80gb") -> None:
+    def __init__(
+        self,
+        nodes: Sequence[str] = ("node-1",),
+        gpus: int = 1,
+        profile: str = "h100-80gb",
+        backoff: CommitBackoff | None = None,
+    ) -> None:
         self.kube = FakeKube()
-        self.controller = Controller(self.kube, DRIVER, write_workers=0)
+        self.controller = Controller(self.kube, DRIVER, write_workers=0, backoff=backoff)
         slices = []
         for node in nodes:
             self.add(NODES, {"metadata": {"name": node}, "status": {"allocatable": {}}}, kind="Node")
