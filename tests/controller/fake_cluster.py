@@ -23,6 +23,21 @@ from tests.controller.harness import DRIVER, NS, device_class, pod
 _KINDS = {PODS.plural: "Pod", RESOURCE_CLAIMS.plural: "ResourceClaim"}
 
 
+class RecordingPlanner:
+    """The controller's planner, recording (pod name, candidate nodes) of every plan."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.plans: list[tuple[str, frozenset[str]]] = []
+
+    def plan(self, pod: Obj, inputs: Any, allowed: frozenset[str], pinned: str | None) -> Any:
+        self.plans.append((str(pod["metadata"]["name"]), allowed))
+        return self.inner.plan(pod, inputs, allowed, pinned)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class FakeCluster:
     def __init__(
         self,

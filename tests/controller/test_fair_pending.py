@@ -24,27 +24,13 @@ from dra_driver.controller.retries import PendingRetries
 from dra_driver.controller.watch import object_key
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
+from tests.controller.fake_cluster import RecordingPlanner
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 
 CARD = "81559Mi"  # an H100 80GB's whole memory, as the simulated profile publishes it
 WEIGHTS = "hami.io/device-scoring-weights"  # read by the planner: pods differing in it differ in shape
 QUOTA_API = "gpu.hami.io/v1alpha1"
-
-
-class RecordingPlanner:
-    """The controller's planner, recording (pod name, candidate nodes) of every plan."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.plans: list[tuple[str, frozenset[str]]] = []
-
-    def plan(self, pod: Obj, inputs: Any, allowed: frozenset[str], pinned: str | None) -> Any:
-        self.plans.append((str(pod["metadata"]["name"]), allowed))
-        return self.inner.plan(pod, inputs, allowed, pinned)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class Cluster:

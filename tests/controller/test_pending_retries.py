@@ -13,25 +13,11 @@ from dra_driver.controller.controller import Controller
 from dra_driver.controller.kube import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, RESOURCE_CLAIMS, Obj
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
+from tests.controller.fake_cluster import RecordingPlanner
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 
 CARD = "81559Mi"  # an H100 80GB's whole memory, as the simulated profile publishes it
-
-
-class RecordingPlanner:
-    """The controller's planner, recording (pod name, candidate nodes) of every plan."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.plans: list[tuple[str, frozenset[str]]] = []
-
-    def plan(self, pod: Obj, inputs: Any, allowed: frozenset[str], pinned: str | None) -> Any:
-        self.plans.append((str(pod["metadata"]["name"]), allowed))
-        return self.inner.plan(pod, inputs, allowed, pinned)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class Cluster:
