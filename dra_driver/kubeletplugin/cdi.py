@@ -134,20 +134,3 @@ def remove_spec(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def find_nvidia_spec(kind: str, dirs: list[Path]) -> Path | None:
-    """The NVIDIA Container Toolkit spec for ``kind`` (e.g. nvidia.com/gpu) in ``dirs``, if any."""
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for candidate in sorted(directory.iterdir()):
-            if candidate.suffix not in (".json", ".yaml", ".yml"):
-                continue
-            try:
-                head = candidate.read_text(errors="replace")[:4096]
-            except OSError:
-                continue
-            if kind in head:
-                return candidate
-    return None

@@ -106,8 +106,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--nvidia-cdi-kind",
         default=_env("NVIDIA_CDI_KIND", "nvidia.com/gpu"),
-        help="CDI kind of the NVIDIA Container Toolkit spec returned next to ours on NVML nodes ('' = none)",
+        help="CDI kind of the NVIDIA Container Toolkit's spec whose libraries, hooks and device nodes our "
+        "claim specs carry (nvml source; tried before the GPU Operator's management.nvidia.com/gpu; "
+        "'' = device nodes only; env NVIDIA_CDI_KIND)",
     )
+    parser.add_argument(
+        "--host-root",
+        default=_env("HOST_ROOT", "/"),
+        help="where the host's / is seen, to check the host paths the toolkit's spec names ('' = do not "
+        "check; env HOST_ROOT)",
+    )
+    parser.add_argument(
+        "--allow-device-plugin",
+        action="store_true",
+        default=os.environ.get("ALLOW_DEVICE_PLUGIN", "").lower() in ("1", "true"),
+        help="publish GPUs although NVIDIA's device plugin advertises nvidia.com/gpu on this node (only when "
+        "the two use different GPUs; env ALLOW_DEVICE_PLUGIN)",
+    )
+    parser.add_argument("--recheck-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--metrics-port", type=int, default=_env_int("METRICS_PORT"), help="serve /metrics (env METRICS_PORT)"
     )
@@ -159,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
         simulated=args.source == "simulated",
         hami_core_lib=args.hami_core_lib,
         nvidia_cdi_kind=args.nvidia_cdi_kind or None,
+        host_root=Path(args.host_root) if args.host_root else None,
+        allow_device_plugin=args.allow_device_plugin,
+        recheck_seconds=args.recheck_seconds,
         policy_taint=not args.no_policy_taint,
         health_file=args.health_file,
         boot_id_file=args.boot_id_file,

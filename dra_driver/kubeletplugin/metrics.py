@@ -53,6 +53,12 @@ class PluginMetrics:
             ["device"],
             registry=self.registry,
         )
+        self.withheld = Gauge(
+            "hami_dra_kubelet_plugin_withheld_gpus",
+            "GPUs of this node not published, by reason (no CDI spec defines them, a device plugin)",
+            ["reason"],
+            registry=self.registry,
+        )
         self.healthy = Gauge(
             "hami_dra_gpu_healthy", "1 when the GPU is healthy", ["device"], registry=self.registry
         )

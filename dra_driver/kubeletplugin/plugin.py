@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.devices.model import Gpu
-from dra_driver.kubeletplugin import cdi
 from dra_driver.kubeletplugin.checkpoint import DEFAULT_BOOT_ID_FILE, Checkpoint, read_boot_id
 from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
 from dra_driver.kubeletplugin.dra_service import dra_handlers
@@ -21,9 +20,17 @@ from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
 from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
+from dra_driver.kubeletplugin.node_events import NodeEvents
 from dra_driver.kubeletplugin.prepare import Preparer, PreparerConfig
 from dra_driver.kubeletplugin.registration import RegistrationService
 from dra_driver.kubeletplugin.server import PluginServers
+from dra_driver.kubeletplugin.toolkit import REGISTRY_DIRS, TOOLKIT_KINDS, ToolkitRegistry
+from dra_driver.kubeletplugin.withheld import (
+    Withheld,
+    cdi_withheld,
+    device_plugin_gpus,
+    device_plugin_withheld,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -37,7 +44,17 @@ class PluginOptions:
     cdi_dir: Path
     simulated: bool
     hami_core_lib: Path | None = None
+    #: The toolkit's CDI kind to compose real GPUs' specs with (``toolkit.py``), tried before the GPU
+    #: Operator's ``management.nvidia.com/gpu``; None: device nodes only, no driver libraries.
     nvidia_cdi_kind: str | None = "nvidia.com/gpu"
+    #: The CDI registry the container runtime reads, where the toolkit's spec lives.
+    cdi_registry_dirs: tuple[Path, ...] = REGISTRY_DIRS
+    #: Where the host's ``/`` is seen, to find host paths a stale toolkit spec names; None: unchecked.
+    host_root: Path | None = Path("/")
+    #: Publish GPUs although NVIDIA's device plugin advertises nvidia.com/gpu on the node.
+    allow_device_plugin: bool = False
+    #: How often the toolkit spec and the Node are checked again for withheld GPUs.
+    recheck_seconds: float = 10.0
     policy_taint: bool = True
     health_file: Path | None = None
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE
@@ -59,6 +76,9 @@ class KubeletPlugin:
         self.inventory = Inventory(node_gpu(g) for g in gpus)
         self.health = HealthState([g.name for g in gpus])
         self.health.add_listener(self._on_health)
+        self.toolkit = self._toolkit_registry(options)
+        self.withheld: dict[str, Withheld] = {}
+        self.events = NodeEvents(api_client, options.node_name, options.driver_name) if api_client else None
         self.preparer = Preparer(
             PreparerConfig(
                 driver=options.driver_name,
@@ -67,12 +87,12 @@ class KubeletPlugin:
                 hami=HamiCoreConfig(options.plugin_dir / "hami-core", options.hami_core_lib),
                 simulated=options.simulated,
                 boot_id=read_boot_id(options.boot_id_file),
-                nvidia_cdi_kind=options.nvidia_cdi_kind,
             ),
             self.inventory,
             claims if claims is not None else ApiClaimSource(api_client),
             Checkpoint(options.plugin_dir / "checkpoint.json"),
             self.metrics,
+            toolkit=self.toolkit,
         )
         self.registration = RegistrationService(options.driver_name, str(options.plugin_dir / "dra.sock"))
         self.servers = PluginServers(
@@ -89,9 +109,19 @@ class KubeletPlugin:
         self._watchers: list[Any] = []
         self._stop = threading.Event()
 
+    @staticmethod
+    def _toolkit_registry(options: PluginOptions) -> ToolkitRegistry | None:
+        if options.simulated or not options.nvidia_cdi_kind:
+            return None
+        kinds = (options.nvidia_cdi_kind, *(k for k in TOOLKIT_KINDS if k != options.nvidia_cdi_kind))
+        # Our own transient specs share the CDI dir; they are never the toolkit's.
+        ours = f"k8s.{options.driver_name}-"
+        return ToolkitRegistry(options.cdi_registry_dirs, kinds, options.host_root, ignore_prefix=ours)
+
     def _current_gpus(self) -> list[Gpu]:
         unhealthy = self.health.unhealthy()
-        return [replace(g, healthy=g.name not in unhealthy) for g in self.gpus]
+        withheld = self.withheld
+        return [replace(g, healthy=g.name not in unhealthy) for g in self.gpus if g.name not in withheld]
 
     def _on_health(self, snapshot: dict[str, Any]) -> None:
         for name, value in snapshot.items():
@@ -99,25 +129,70 @@ class KubeletPlugin:
         if self.publisher is not None:
             self.publisher.trigger()
 
-    def check_nvidia_cdi(self) -> None:
-        """On real GPUs our CDI IDs rely on the NVIDIA Container Toolkit's spec for device nodes."""
-        kind = self.options.nvidia_cdi_kind
-        if self.options.simulated or not kind:
-            return
-        if cdi.find_nvidia_spec(kind, [Path("/etc/cdi"), Path("/var/run/cdi")]) is None:
-            LOG.warning(
-                "no CDI spec for %s in /etc/cdi or /var/run/cdi: containers will lack GPU device nodes and "
-                "driver libraries; generate it on the node with "
-                "'nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml'",
-                kind,
-            )
+    def check_withheld(self) -> bool:
+        """Recompute which GPUs must not be published (``withheld.py``); True if that changed."""
+        gpus = self.inventory.all()
+        withheld: dict[str, Withheld] = {}
+        if self.toolkit is not None:
+            edits, errors = self.toolkit.current()
+            withheld.update(cdi_withheld(gpus, edits, errors))
+        node_uid = None
+        options = self.options
+        if not options.simulated and not options.allow_device_plugin and self.api_client is not None:
+            node = self._read_node()
+            node_uid = (node.get("metadata") or {}).get("uid")
+            advertised = device_plugin_gpus((node.get("status") or {}).get("allocatable"))
+            withheld.update(device_plugin_withheld(gpus, advertised))
+        if withheld == self.withheld:
+            return False
+        self._report_withheld(withheld, node_uid)
+        self.withheld = withheld
+        return True
+
+    def _read_node(self) -> dict[str, Any]:
+        import json
+
+        from kubernetes import client
+
+        try:
+            api: Any = client.CoreV1Api(self.api_client)
+            response = api.read_node(self.options.node_name, _preload_content=False)
+            node: dict[str, Any] = json.loads(response.data)
+            return node
+        except Exception as err:  # an unreadable Node must not stop publishing
+            LOG.warning("could not read node %s (device plugin check): %s", self.options.node_name, err)
+            return {}
+
+    def _report_withheld(self, withheld: dict[str, Withheld], node_uid: str | None) -> None:
+        by_reason: dict[str, list[str]] = {}
+        for name, item in sorted(withheld.items()):
+            by_reason.setdefault(item.reason, []).append(name)
+        for reason in {item.reason for item in self.withheld.values()} - set(by_reason):
+            LOG.warning("%s cleared: publishing the GPUs it withheld", reason)
+            self.metrics.withheld.labels(reason).set(0)
+            if self.events is not None:
+                self.events.clear(reason)
+        for reason, names in by_reason.items():
+            message = f"{len(names)} GPU(s) not published ({', '.join(names)}): {withheld[names[0]].message}"
+            LOG.error("%s: %s", reason, message)
+            self.metrics.withheld.labels(reason).set(len(names))
+            if self.events is not None:
+                self.events.warn(reason, message, node_uid)
+
+    def _recheck_loop(self) -> None:
+        while not self._stop.wait(self.options.recheck_seconds):
+            try:
+                if self.check_withheld() and self.publisher is not None:
+                    self.publisher.trigger()
+            except Exception:
+                LOG.exception("checking the node for withheld GPUs failed")
 
     def start(self) -> None:
         if self.options.hami_core_lib is not None:
             HamiCoreConfig(
                 self.options.plugin_dir / "hami-core", self.options.hami_core_lib
             ).ensure_preload_file()
-        self.check_nvidia_cdi()
+        self.check_withheld()
         for gpu in self.gpus:
             self.metrics.healthy.labels(gpu.name).set(1)
         self.preparer.start()
@@ -145,6 +220,7 @@ class KubeletPlugin:
             self.metrics.serve(self.options.metrics_port)
         self.servers.start()
         threading.Thread(target=self._deleted_claims_loop, name="deleted-claims", daemon=True).start()
+        threading.Thread(target=self._recheck_loop, name="withheld-gpus", daemon=True).start()
 
     def _deleted_claims_loop(self) -> None:
         """Report prepared claims deleted from the API: at start-up, then every ``cleanup_seconds``.

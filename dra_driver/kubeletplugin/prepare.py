@@ -52,6 +52,7 @@ from dra_driver.kubeletplugin.defence import CapacityError, GpuUsage, check_fits
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
 from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
+from dra_driver.kubeletplugin.toolkit import GENERATE_HINT, ToolkitRegistry, merge_edits
 
 LOG = logging.getLogger(__name__)
 
@@ -100,7 +101,6 @@ class PreparerConfig:
     hami: HamiCoreConfig
     simulated: bool
     boot_id: str
-    nvidia_cdi_kind: str | None = "nvidia.com/gpu"
 
 
 class Preparer:
@@ -114,8 +114,11 @@ class Preparer:
         checkpoint: Checkpoint,
         metrics: PluginMetrics | None = None,
         records: ClaimRecords | None = None,
+        toolkit: ToolkitRegistry | None = None,
     ) -> None:
         self.config = config
+        #: Where real GPUs' edits come from (``toolkit.py``); None: device nodes only, no libraries.
+        self.toolkit = toolkit
         self.inventory = inventory
         self.claims = claims
         self.checkpoint = checkpoint
@@ -301,27 +304,55 @@ class Preparer:
     def _build_spec(
         self, claim_uid: str, resolved: list[tuple[AllocatedDevice, NodeGpu]]
     ) -> tuple[dict[str, Any], list[list[str]]]:
+        """The claim's complete spec and, per result, the CDI IDs kubelet gets (ours only).
+
+        Every ID names a device of this spec, so it resolves wherever the spec was written; what a
+        real GPU needs besides (libraries, hooks, control nodes) is composed in from the toolkit's
+        spec (``toolkit.py``) rather than referenced by a name that spec may not define.
+        """
+        common, gpu_edits = self._gpu_edits(resolved)
         cdi_devices: list[dict[str, Any]] = []
         cdi_ids: list[list[str]] = []
         for device, gpu in resolved:
             name = self.names.device_name(claim_uid, device.device, device.share_id)
-            edits: dict[str, Any] = {"env": [f"HAMI_DRA_GPU_{gpu.index}_UUID={gpu.uuid}"]}
-            if self.config.simulated:
-                # No GPU here: the host's /dev/null stands in, so a real runtime can start the container.
-                edits["deviceNodes"] = [{"path": f"/dev/nvidia{gpu.minor}", "hostPath": "/dev/null"}]
+            edits = merge_edits(gpu_edits[gpu.name], {"env": [f"HAMI_DRA_GPU_{gpu.index}_UUID={gpu.uuid}"]})
             if all(d["name"] != name for d in cdi_devices):
                 cdi_devices.append({"name": name, "containerEdits": edits})
-            ids = [self.names.qualified(name)]
-            if not self.config.simulated and self.config.nvidia_cdi_kind:
-                ids.append(f"{self.config.nvidia_cdi_kind}={gpu.uuid}")
-            cdi_ids.append(ids)
-        common = claim_edits(claim_uid, resolved, self.config.hami)
-        if self.config.simulated:
-            common["deviceNodes"] = [
-                {"path": "/dev/nvidiactl", "hostPath": "/dev/null"},
-                {"path": "/dev/nvidia-uvm", "hostPath": "/dev/null"},
-            ]
+            cdi_ids.append([self.names.qualified(name)])
+        common = merge_edits(common, claim_edits(claim_uid, resolved, self.config.hami))
         return cdi.make_spec(self.names.kind, cdi_devices, common), cdi_ids
+
+    def _gpu_edits(
+        self, resolved: list[tuple[AllocatedDevice, NodeGpu]]
+    ) -> tuple[dict[str, list[Any]], dict[str, dict[str, list[Any]]]]:
+        """Spec-level edits every GPU container needs, and each GPU's own edits by name."""
+        gpus = {gpu.name: gpu for _, gpu in resolved}
+        if self.config.simulated:
+            # No GPU here: the host's /dev/null stands in, so a real runtime can start the container.
+            stand_in = {
+                name: {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}", "hostPath": "/dev/null"}]}
+                for name, gpu in gpus.items()
+            }
+            control = [{"path": p, "hostPath": "/dev/null"} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm")]
+            return {"deviceNodes": control}, stand_in
+        if self.toolkit is None:
+            # Composition turned off by the admin: the device nodes alone, as the host names them.
+            nodes: dict[str, dict[str, list[Any]]] = {
+                name: {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]} for name, gpu in gpus.items()
+            }
+            control = [{"path": p} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")]
+            return {"deviceNodes": control}, nodes
+        toolkit, errors = self.toolkit.current()
+        if toolkit is None:
+            read = f" ({'; '.join(errors)})" if errors else ""
+            raise ClaimError(f"no NVIDIA Container Toolkit CDI spec on this node{read}: {GENERATE_HINT}")
+        edits: dict[str, dict[str, list[Any]]] = {}
+        for name, gpu in gpus.items():
+            found = toolkit.for_minor(gpu.minor)
+            if found is None:
+                raise ClaimError(f"GPU {name} cannot be given to a container: {toolkit.problem(gpu.minor)}")
+            edits[name] = found
+        return dict(toolkit.common), edits
 
     def _write_side_effects(self, claim_uid: str, spec: dict[str, Any]) -> None:
         if spec.get("containerEdits", {}).get("mounts"):

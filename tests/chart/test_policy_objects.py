@@ -140,6 +140,7 @@ def test_rbac_is_least_privilege(render: Render) -> None:
         *((rs, "resourceslices", v) for v in ("get", "list", "watch", "create", "update", "delete")),
         (rs, "resourceclaims", "get"),
         ("", "nodes", "get"),
+        ("", "events", "create"),
     }
     controller = _rules(objects, "controller")
     assert {

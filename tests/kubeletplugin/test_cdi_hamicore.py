@@ -137,12 +137,6 @@ def test_names_and_atomic_write(tmp_path: Path) -> None:
     assert cdi.remove_spec(path) and not cdi.remove_spec(path)
 
 
-def test_find_nvidia_spec(tmp_path: Path) -> None:
-    assert cdi.find_nvidia_spec("nvidia.com/gpu", [tmp_path, tmp_path / "missing"]) is None
-    (tmp_path / "nvidia.yaml").write_text('cdiVersion: 0.5.0\nkind: "nvidia.com/gpu"\n')
-    assert cdi.find_nvidia_spec("nvidia.com/gpu", [tmp_path]) == tmp_path / "nvidia.yaml"
-
-
 def test_written_specs_match_the_upstream_cdi_schema(tmp_path: Path) -> None:
     """The one check that needs ../shared: our specs against the CDI project's own JSON schema."""
     from tests.kubeletplugin.helpers import validate_cdi_schema

@@ -245,35 +245,45 @@ def test_stale_socket_replaced(dirs: Dirs, api_client: Any) -> None:
     assert not Path(stale).exists()
 
 
-def test_nvml_mode_returns_nvidia_cdi_ids_and_checks_their_spec(
-    dirs: Dirs, api_client: Any, protocol: Any, caplog: Any
+def test_nvml_mode_composes_the_toolkit_spec_into_the_claims_own(
+    dirs: Dirs, api_client: Any, protocol: Any, tmp_path: Path
 ) -> None:
-    """On real GPUs device nodes and libraries come from the NVIDIA toolkit's spec, not ours."""
-    import logging
+    """On real GPUs the claim's spec carries the toolkit's edits; kubelet gets our CDI IDs only."""
     import socket
 
     from dra_driver.devices.simulated import profile_gpus
     from tests.kubeletplugin.conftest import plugin_options
+    from tests.kubeletplugin.toolkit_specs import host_root_with_libraries, toolkit_spec, write_toolkit_spec
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     gpus = profile_gpus("a100-80gb", node_name="node-1", gpus=2)
-    with caplog.at_level(logging.WARNING):
-        running = KubeletPlugin(plugin_options(dirs, simulated=False, metrics_port=port), gpus, api_client)
-        running.start()
+    registry = tmp_path / "registry"
+    write_toolkit_spec(registry, "index-only", [g.uuid for g in gpus], [0, 1])
+    options = plugin_options(
+        dirs,
+        simulated=False,
+        metrics_port=port,
+        cdi_registry_dirs=(registry,),
+        host_root=host_root_with_libraries(tmp_path / "host"),
+    )
+    running = KubeletPlugin(options, gpus, api_client)
+    running.start()
     try:
-        assert "nvidia-ctk cdi generate" in caplog.text
+        assert running.withheld == {}
         kubelet = PluginClient(protocol, running.servers.registration_socket)
         kubelet.register()
         c = create_claim(api_client, claim("c1", [result("gpu-1", share=False)]))
         (device,) = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]].devices
-        assert list(device.cdi_device_ids) == [
-            f"k8s.gpu.hami.io/gpu={c['metadata']['uid']}-gpu-1",
-            f"nvidia.com/gpu={gpus[1].uuid}",
-        ]
+        assert list(device.cdi_device_ids) == [f"k8s.gpu.hami.io/gpu={c['metadata']['uid']}-gpu-1"]
         spec = read_spec(dirs.cdi / f"k8s.gpu.hami.io-gpu_{c['metadata']['uid']}.json")
-        assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
+        toolkit = toolkit_spec("index-only", [g.uuid for g in gpus], [0, 1])
+        assert spec["containerEdits"] == toolkit["containerEdits"]
+        assert spec["devices"][0]["containerEdits"] == {
+            "deviceNodes": [{"path": "/dev/nvidia1"}],
+            "env": [f"HAMI_DRA_GPU_1_UUID={gpus[1].uuid}"],
+        }
         # the lowest version that accepts the spec: 0.5.0 only because of a device name starting with a digit
         assert spec["cdiVersion"] == ("0.5.0" if c["metadata"]["uid"][0].isdigit() else "0.3.0")
         kubelet.close()
@@ -282,6 +292,47 @@ def test_nvml_mode_returns_nvidia_cdi_ids_and_checks_their_spec(
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             body = response.read().decode()
         assert 'hami_dra_kubelet_plugin_requests_total{operation="prepare"} 1.0' in body
+    finally:
+        running.stop()
+
+
+def test_nvml_mode_without_a_toolkit_spec_publishes_nothing_until_one_appears(
+    dirs: Dirs, api_client: Any, protocol: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """A pod placed there could not start: the GPUs are withheld, prepare says why, and they come back."""
+    import logging
+
+    from dra_driver.devices.simulated import profile_gpus
+    from tests.kubeletplugin.conftest import plugin_options
+    from tests.kubeletplugin.toolkit_specs import host_root_with_libraries, write_toolkit_spec
+    from tests.waiting import wait_for
+
+    gpus = profile_gpus("a100-80gb", node_name="node-1", gpus=2)
+    registry = tmp_path / "registry"
+    options = plugin_options(
+        dirs,
+        simulated=False,
+        cdi_registry_dirs=(registry,),
+        host_root=host_root_with_libraries(tmp_path / "host"),
+        recheck_seconds=0.05,
+    )
+    with caplog.at_level(logging.ERROR):
+        running = KubeletPlugin(options, gpus, api_client)
+        running.start()
+    try:
+        assert sorted(running.withheld) == ["gpu-0", "gpu-1"]
+        assert running._current_gpus() == []
+        assert "NvidiaCdiSpecMissing: 2 GPU(s) not published" in caplog.text
+        assert "nvidia-ctk cdi generate" in caplog.text
+        kubelet = PluginClient(protocol, running.servers.registration_socket)
+        kubelet.register()
+        c = create_claim(api_client, claim("c1", [result("gpu-0", share=False)]))
+        answer = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]]
+        assert not answer.devices and "no NVIDIA Container Toolkit CDI spec on this node" in answer.error
+        kubelet.close()
+        write_toolkit_spec(registry, "operator", [g.uuid for g in gpus], [0, 1])
+        wait_for(lambda: not running.withheld, 10, "the GPUs published once the spec exists")
+        assert [g.name for g in running._current_gpus()] == ["gpu-0", "gpu-1"]
     finally:
         running.stop()
 

@@ -32,8 +32,16 @@ from dra_driver.kubeletplugin.claims import ClaimError, ClaimNotFound, ClaimRef,
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.inventory import Inventory
 from dra_driver.kubeletplugin.metrics import PluginMetrics
-from dra_driver.kubeletplugin.prepare import CAPACITY_HINT, Preparer, PreparerConfig
-from tests.kubeletplugin.helpers import DRIVER, claim, gpu, result
+from dra_driver.kubeletplugin.prepare import CAPACITY_HINT, Preparer, PreparerConfig, PrepareResult
+from dra_driver.kubeletplugin.toolkit import ToolkitRegistry
+from tests.kubeletplugin.helpers import DRIVER, claim, gpu, result, validate_cdi
+from tests.kubeletplugin.toolkit_specs import (
+    DRIVER_VERSION,
+    LIB_DIR,
+    common_edits,
+    host_root_with_libraries,
+    write_toolkit_spec,
+)
 
 POOL = "node-1"
 BOOT = "boot-2"
@@ -85,6 +93,7 @@ def make(
     simulated: bool = True,
     library: bool = False,
     metrics: PluginMetrics | None = None,
+    toolkit: ToolkitRegistry | None = None,
 ) -> Preparer:
     lib = tmp_path / "libvgpu.so"
     lib.write_text("")
@@ -98,7 +107,8 @@ def make(
     )
     (tmp_path / "cdi").mkdir(exist_ok=True)
     inventory = Inventory([gpu(0), gpu(1)])
-    return Preparer(config, inventory, claims, Checkpoint(tmp_path / "checkpoint.json"), metrics)
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json")
+    return Preparer(config, inventory, claims, checkpoint, metrics, toolkit=toolkit)
 
 
 def entry_for(obj: dict[str, Any], *, boot: str = BOOT, state: str = PREPARE_COMPLETED) -> ClaimEntry:
@@ -328,15 +338,63 @@ def test_the_simulated_spec_has_exactly_the_stand_in_device_nodes(tmp_path: Path
     assert answer.devices[0].cdi_ids == [preparer.names.qualified(device["name"])]
 
 
-def test_a_real_node_names_the_nvidia_toolkit_device_too(tmp_path: Path) -> None:
+def prepared_spec(preparer: Preparer, obj: dict[str, Any]) -> tuple[PrepareResult, dict[str, Any]]:
+    (answer,) = preparer.prepare([ref_of(obj)]).values()
+    path = preparer.config.cdi_dir / preparer.names.spec_file_name(obj["metadata"]["uid"])
+    return answer, json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_a_real_node_without_composition_gets_device_nodes_only_and_our_ids(tmp_path: Path) -> None:
     obj = claim("real", [result("gpu-0")])
     preparer = make(tmp_path, FakeClaims(obj), simulated=False)
     preparer.start()
-    (answer,) = preparer.prepare([ref_of(obj)]).values()
-    spec = json.loads((tmp_path / "cdi" / preparer.names.spec_file_name(obj["metadata"]["uid"])).read_text())
-    assert "deviceNodes" not in spec.get("containerEdits", {})
-    assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
-    assert answer.devices[0].cdi_ids[1] == "nvidia.com/gpu=GPU-00000000"
+    answer, spec = prepared_spec(preparer, obj)
+    assert spec["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidiactl"},
+        {"path": "/dev/nvidia-uvm"},
+        {"path": "/dev/nvidia-uvm-tools"},
+    ]
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
+    assert answer.devices[0].cdi_ids == [preparer.names.qualified(spec["devices"][0]["name"])]
+
+
+@pytest.mark.parametrize("layout", ["host", "index-only", "operator"])
+def test_every_toolkit_layout_gives_the_gpu_its_node_and_common_edits(tmp_path: Path, layout: str) -> None:
+    """Whatever names the toolkit's spec uses, the claim's spec gets the same edits, ours the only ID."""
+    write_toolkit_spec(tmp_path / "registry", layout, ["GPU-00000000", "GPU-00000001"], [0, 1])
+    toolkit = ToolkitRegistry((tmp_path / "registry",), host_root=host_root_with_libraries(tmp_path / "host"))
+    obj = claim("real", [result("gpu-1", share=False)])
+    preparer = make(tmp_path, FakeClaims(obj), simulated=False, toolkit=toolkit)
+    preparer.start()
+    answer, spec = prepared_spec(preparer, obj)
+    assert not answer.error
+    common = common_edits()
+    if layout == "operator":  # the control nodes come from the "all" device there
+        del common["deviceNodes"]
+    assert spec["containerEdits"] == common
+    nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+    assert nodes[0] == {"path": "/dev/nvidia1"} and {"path": "/dev/nvidia0"} not in nodes
+    if layout == "operator":
+        assert nodes[1:] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
+    assert answer.devices[0].cdi_ids == [preparer.names.qualified(spec["devices"][0]["name"])]
+    validate_cdi(spec)
+
+
+def test_a_gpu_the_toolkit_spec_lacks_or_a_stale_spec_is_refused_with_the_reason(tmp_path: Path) -> None:
+    write_toolkit_spec(tmp_path / "registry", "host", ["GPU-00000000"], [0])
+    host = host_root_with_libraries(tmp_path / "host")
+    toolkit = ToolkitRegistry((tmp_path / "registry",), host_root=host)
+    lacking = claim("lacking", [result("gpu-1")])
+    preparer = make(tmp_path, FakeClaims(lacking), simulated=False, toolkit=toolkit)
+    preparer.start()
+    answer, spec = prepared_spec(preparer, lacking)
+    assert spec == {} and "defines no device with /dev/nvidia1" in answer.error
+    (host / LIB_DIR.lstrip("/") / f"libcuda.so.{DRIVER_VERSION}").unlink()  # the driver was upgraded
+    (tmp_path / "registry" / "nvidia.yaml").touch()
+    stale = claim("stale", [result("gpu-0")])
+    preparer.claims = FakeClaims(stale)
+    answer, spec = prepared_spec(preparer, stale)
+    assert spec == {} and f"names {LIB_DIR}/libcuda.so.{DRIVER_VERSION}, which does not exist" in answer.error
 
 
 def test_the_hami_core_directory_is_shared_by_every_uid(tmp_path: Path) -> None:

@@ -1,0 +1,292 @@
+"""What a GPU container needs on this node, read from the NVIDIA Container Toolkit's CDI specs.
+
+Design (issue 24): every CDI ID that NodePrepareResources returns names a device of the claim's
+own transient spec (``cdi.py``), never a device of another spec. That spec is complete: the
+toolkit's *common* edits (driver libraries, ``nvidia-smi``, control device nodes, its hooks, its
+``NVIDIA_VISIBLE_DEVICES=void``) at spec level and, per GPU, the toolkit's edits for that GPU
+(``/dev/nvidia<minor>`` and its DRI nodes). We read them instead of discovering libraries
+ourselves because the toolkit already knows each distribution's layout, its hooks
+(``update-ldcache``, ``create-symlinks``) and their host paths, and it regenerates the spec on
+driver upgrades; we compose instead of returning ``nvidia.com/gpu=<UUID>`` because the names the
+toolkit defines differ by layout:
+
+- a host toolkit >= 1.18 (``nvidia-cdi-refresh``): kind ``nvidia.com/gpu``, names by index and UUID;
+- toolkits older than 1.15 or ``--device-name-strategy=index``: index names only;
+- the GPU Operator: only ``management.nvidia.com/gpu`` with one device ``all`` holding every GPU.
+
+A GPU's edits are found by its device node, which all three layouts carry: the one device whose
+nodes include ``/dev/nvidia<minor>`` and no other GPU's (taken whole), else a device holding
+several GPUs (``all``), from which only the node ``/dev/nvidia<minor>`` is taken. Where no spec
+defines a GPU, the plugin does not publish it (``plugin.py``) and says why; a stale spec (a host
+path that is gone, as after a driver upgrade without a new spec) is refused the same way, so
+that no pod is scheduled onto a node where its container could not start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+LOG = logging.getLogger(__name__)
+
+#: The standard CDI registry directories, lowest priority first (a later one overrides).
+REGISTRY_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+#: The toolkit's kinds we compose with, preferred first; the GPU Operator defines only the second.
+TOOLKIT_KINDS = ("nvidia.com/gpu", "management.nvidia.com/gpu")
+#: Told to the admin wherever no usable spec was found.
+GENERATE_HINT = (
+    "generate the NVIDIA Container Toolkit's spec on the node (host install: "
+    "'nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml', or enable nvidia-cdi-refresh; "
+    "GPU Operator: enable CDI, cdi.enabled=true)"
+)
+
+_GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_EDIT_LISTS = ("env", "deviceNodes", "mounts", "hooks")
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class ToolkitSpecError(ValueError):
+    """A toolkit spec that cannot be used; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class ToolkitSpec:
+    """One toolkit spec file, parsed: its common edits and each device's edits by name."""
+
+    path: Path
+    kind: str
+    common: dict[str, list[Any]]
+    devices: dict[str, dict[str, list[Any]]]
+
+    def gpu_minors(self, device: str) -> set[int]:
+        return {
+            int(match.group(1))
+            for node in self.devices[device].get("deviceNodes", [])
+            if (match := _GPU_NODE.match(str(node.get("path", ""))))
+        }
+
+
+@dataclass(frozen=True)
+class ToolkitEdits:
+    """What the toolkit says a container needs: ``common`` for any GPU, ``by_minor`` per GPU."""
+
+    source: Path
+    kind: str
+    common: dict[str, list[Any]]
+    by_minor: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+    #: Why a GPU of the spec is unusable (a host path that does not exist), by minor number.
+    stale: dict[int, str] = field(default_factory=dict)
+
+    def for_minor(self, minor: int) -> dict[str, list[Any]] | None:
+        """The GPU's own edits, or None when the spec does not define it (or is stale for it)."""
+        if minor in self.stale:
+            return None
+        return self.by_minor.get(minor)
+
+    def problem(self, minor: int) -> str | None:
+        """Why the GPU with ``minor`` cannot be injected through this spec, or None."""
+        if minor in self.stale:
+            return self.stale[minor]
+        if minor not in self.by_minor:
+            return f"{self.source} ({self.kind}) defines no device with /dev/nvidia{minor}"
+        return None
+
+
+def _edits(raw: Any, where: str) -> dict[str, list[Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ToolkitSpecError(f"{where}: containerEdits is not a mapping")
+    edits: dict[str, list[Any]] = {}
+    for key, value in raw.items():
+        if value in (None, []):
+            continue
+        if key not in _EDIT_LISTS:
+            # An edit we do not know how to carry over (e.g. intelRdt) would be silently lost.
+            raise ToolkitSpecError(f"{where}: unsupported containerEdits field {key!r}")
+        if not isinstance(value, list):
+            raise ToolkitSpecError(f"{where}: containerEdits.{key} is not a list")
+        edits[key] = list(value)
+    return edits
+
+
+def parse_spec(path: Path, text: str) -> ToolkitSpec:
+    """Parse one spec file (JSON or YAML, as the CDI registry reads both)."""
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_LOADER)
+    except (ValueError, yaml.YAMLError) as err:
+        raise ToolkitSpecError(f"{path}: not valid {path.suffix[1:].upper()}: {err}") from err
+    if not isinstance(data, dict):
+        raise ToolkitSpecError(f"{path}: not a CDI spec (no mapping at the top)")
+    devices: dict[str, dict[str, list[Any]]] = {}
+    for entry in data.get("devices") or []:
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise ToolkitSpecError(f"{path}: a device without a name")
+        name = str(entry["name"])
+        devices[name] = _edits(entry.get("containerEdits"), f"{path} device {name}")
+    common = _edits(data.get("containerEdits"), str(path))
+    return ToolkitSpec(path, str(data.get("kind", "")), common, devices)
+
+
+def _host_paths(edits: dict[str, list[Any]]) -> Iterable[str]:
+    """Files a driver upgrade replaces: mounted libraries and binaries, hook programs.
+
+    Device nodes are not among them: they live in the host's ``/dev``, which the plugin sees
+    directly, and a missing one is a lost GPU (health), not a stale spec.
+    """
+    for mount in edits.get("mounts", []):
+        yield str(mount.get("hostPath", ""))
+    for hook in edits.get("hooks", []):
+        yield str(hook.get("path", ""))
+
+
+def _missing(edits: dict[str, list[Any]], host_root: Path | None) -> str | None:
+    """The first host path ``edits`` name that does not exist (seen from ``host_root``; None: unseen)."""
+    if host_root is None:
+        return None
+    for path in _host_paths(edits):
+        if path and not (host_root / path.lstrip("/")).exists():
+            return path
+    return None
+
+
+def _is_dri(node: dict[str, Any]) -> bool:
+    return str(node.get("path", "")).startswith("/dev/dri/")
+
+
+def gpu_edits(spec: ToolkitSpec) -> dict[int, dict[str, list[Any]]]:
+    """Each GPU's own edits in ``spec``, by minor number (see the module docstring for the rule)."""
+    whole: dict[int, dict[str, list[Any]]] = {}
+    shared: dict[int, dict[str, list[Any]]] = {}
+    for name in spec.devices:
+        minors = spec.gpu_minors(name)
+        if len(minors) == 1:
+            whole.setdefault(minors.pop(), spec.devices[name])
+            continue
+        nodes = spec.devices[name].get("deviceNodes", [])
+        # Nodes of no one GPU (nvidiactl, nvidia-uvm, nvidia-caps) come along; DRI nodes belong to
+        # GPUs we cannot tell apart here, and other GPUs' nodes would give the container their cards.
+        control = [n for n in nodes if not _GPU_NODE.match(str(n.get("path", ""))) and not _is_dri(n)]
+        for minor in minors:
+            own = [n for n in nodes if n.get("path") == f"/dev/nvidia{minor}"]
+            shared.setdefault(minor, {"deviceNodes": own + control})
+    return {**shared, **whole}
+
+
+def select(specs: list[ToolkitSpec], kinds: tuple[str, ...] = TOOLKIT_KINDS) -> ToolkitSpec | None:
+    """The spec to compose with: of the most preferred kind present, the last file in registry order."""
+    for kind in kinds:
+        found = [spec for spec in specs if spec.kind == kind]
+        if found:
+            return found[-1]
+    return None
+
+
+def toolkit_edits(spec: ToolkitSpec, host_root: Path | None = Path("/")) -> ToolkitEdits:
+    """Index ``spec`` by GPU minor and mark every GPU whose edits name a missing host path."""
+    by_minor = gpu_edits(spec)
+    stale: dict[int, str] = {}
+    common_missing = _missing(spec.common, host_root)
+    for minor, edits in by_minor.items():
+        missing = common_missing or _missing(edits, host_root)
+        if missing:
+            stale[minor] = (
+                f"{spec.path} names {missing}, which does not exist on the node (a stale spec, e.g. "
+                "after a driver upgrade)"
+            )
+    return ToolkitEdits(spec.path, spec.kind, spec.common, by_minor, stale)
+
+
+class ToolkitRegistry:
+    """The toolkit's specs in the CDI registry dirs, re-read only when a file changed."""
+
+    def __init__(
+        self,
+        dirs: tuple[Path, ...] = REGISTRY_DIRS,
+        kinds: tuple[str, ...] = TOOLKIT_KINDS,
+        host_root: Path | None = Path("/"),
+        ignore_prefix: str = "",
+    ) -> None:
+        self.dirs = dirs
+        self.kinds = kinds
+        self.host_root = host_root
+        #: Our own transient specs share the dirs; their file names start with this and are skipped.
+        self.ignore_prefix = ignore_prefix
+        self._stamp: tuple[tuple[str, int, int], ...] | None = None
+        self._edits: ToolkitEdits | None = None
+        self._errors: list[str] = []
+
+    def _files(self) -> list[Path]:
+        files: list[Path] = []
+        for directory in self.dirs:
+            try:
+                entries = sorted(directory.iterdir())
+            except OSError:
+                continue
+            files += [
+                path
+                for path in entries
+                if path.suffix in (".json", ".yaml", ".yml")
+                and not (self.ignore_prefix and path.name.startswith(self.ignore_prefix))
+            ]
+        return files
+
+    def current(self) -> tuple[ToolkitEdits | None, list[str]]:
+        """The edits to compose with (None: no usable spec) and the problems met reading specs."""
+        files = self._files()
+        stamp = []
+        for path in files:
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            stamp.append((str(path), info.st_mtime_ns, info.st_size))
+        if tuple(stamp) != self._stamp:
+            self._stamp = tuple(stamp)
+            self._edits, self._errors = self._load(files)
+        return self._edits, list(self._errors)
+
+    def _load(self, files: list[Path]) -> tuple[ToolkitEdits | None, list[str]]:
+        specs: list[ToolkitSpec] = []
+        errors: list[str] = []
+        for path in files:
+            try:
+                text = path.read_text()
+            except OSError as err:
+                errors.append(f"{path}: {err.strerror}")
+                continue
+            if not any(kind in text for kind in self.kinds):
+                continue  # another vendor's spec: not parsed, not our business
+            try:
+                specs.append(parse_spec(path, text))
+            except ToolkitSpecError as err:
+                errors.append(str(err))
+        chosen = select(specs, self.kinds)
+        if chosen is None:
+            return None, errors
+        edits = toolkit_edits(chosen, self.host_root)
+        LOG.info(
+            "composing CDI specs with %s (kind %s): %d GPUs defined, %d stale",
+            chosen.path,
+            chosen.kind,
+            len(edits.by_minor),
+            len(edits.stale),
+        )
+        return edits, errors
+
+
+def merge_edits(*parts: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Concatenate container edits field by field (the runtime applies them in this order)."""
+    merged: dict[str, list[Any]] = {}
+    for part in parts:
+        for key, value in part.items():
+            if value:
+                merged.setdefault(key, []).extend(value)
+    return merged

@@ -1,0 +1,116 @@
+"""The toolkit's CDI specs read as what a GPU container needs (``dra_driver/kubeletplugin/toolkit.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dra_driver.kubeletplugin.toolkit import (
+    ToolkitRegistry,
+    ToolkitSpecError,
+    gpu_edits,
+    merge_edits,
+    parse_spec,
+    select,
+)
+from tests.kubeletplugin.toolkit_specs import host_root_with_libraries, toolkit_spec, write_toolkit_spec
+
+UUIDS = ["GPU-a", "GPU-b"]
+
+
+def spec_of(layout: str, minors: list[int] | None = None, path: str = "/etc/cdi/nvidia.yaml") -> object:
+    return parse_spec(Path(path), yaml.safe_dump(toolkit_spec(layout, UUIDS, minors or [0, 1])))
+
+
+def test_json_and_yaml_specs_parse_to_the_same_edits() -> None:
+    raw = toolkit_spec("host", UUIDS, [0, 1])
+    from_json = parse_spec(Path("nvidia.json"), json.dumps(raw))
+    from_yaml = parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw))
+    assert from_json.devices == from_yaml.devices and from_json.common == from_yaml.common
+    assert set(from_json.devices) == {"0", "1", "GPU-a", "GPU-b", "all"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kind: [unclosed", "not valid YAML"),
+        ("- a list", "no mapping at the top"),
+        ("kind: nvidia.com/gpu\ndevices: [{containerEdits: {}}]", "a device without a name"),
+        (
+            "kind: nvidia.com/gpu\ncontainerEdits: {intelRdt: {closID: x}}",
+            "unsupported containerEdits field 'intelRdt'",
+        ),
+        ("kind: nvidia.com/gpu\ncontainerEdits: {env: FOO=1}", "containerEdits.env is not a list"),
+    ],
+)
+def test_an_unusable_spec_is_refused_naming_the_file_and_why(text: str, message: str) -> None:
+    with pytest.raises(ToolkitSpecError, match=message) as caught:
+        parse_spec(Path("/var/run/cdi/nvidia.yaml"), text)
+    assert "/var/run/cdi/nvidia.yaml" in str(caught.value)
+
+
+def test_per_gpu_entries_win_over_the_all_device() -> None:
+    edits = gpu_edits(spec_of("host", [3, 7]))  # type: ignore[arg-type]
+    assert edits == {
+        3: {"deviceNodes": [{"path": "/dev/nvidia3"}]},
+        7: {"deviceNodes": [{"path": "/dev/nvidia7"}]},
+    }
+
+
+def test_from_the_all_device_a_gpu_gets_its_node_and_the_control_nodes_never_another_card() -> None:
+    raw = toolkit_spec("operator", UUIDS, [0, 1])
+    raw["devices"][0]["containerEdits"]["deviceNodes"].append({"path": "/dev/dri/card1"})
+    edits = gpu_edits(parse_spec(Path("m.yaml"), yaml.safe_dump(raw)))
+    assert edits[1] == {
+        "deviceNodes": [{"path": "/dev/nvidia1"}, {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
+    }
+    assert {"path": "/dev/nvidia0"} not in edits[1]["deviceNodes"]
+
+
+def test_the_preferred_kind_wins_and_a_later_registry_dir_overrides_an_earlier_one() -> None:
+    operator = spec_of("operator", path="/var/run/cdi/management.yaml")
+    etc = spec_of("index-only", path="/etc/cdi/nvidia.yaml")
+    run = spec_of("host", path="/var/run/cdi/nvidia.yaml")
+    assert select([operator, etc, run]) is run  # type: ignore[list-item]
+    assert select([operator]) is operator  # type: ignore[list-item]
+    assert select([]) is None
+
+
+def test_the_registry_skips_our_own_and_other_vendors_specs_and_rereads_a_changed_file(
+    tmp_path: Path,
+) -> None:
+    registry = tmp_path / "cdi"
+    registry.mkdir()
+    (registry / "k8s.gpu.hami.io-gpu_claim.json").write_text(
+        json.dumps({"kind": "nvidia.com/gpu", "devices": "x"})
+    )
+    (registry / "vendor.yaml").write_text("kind: example.com/fpga\ndevices: [{name: a}]\n")
+    (registry / "README").write_text("not a spec")
+    toolkit = ToolkitRegistry((registry,), host_root=None, ignore_prefix="k8s.gpu.hami.io-")
+    assert toolkit.current() == (None, [])
+    write_toolkit_spec(registry, "index-only", UUIDS, [0])
+    edits, errors = toolkit.current()
+    assert edits is not None and errors == [] and set(edits.by_minor) == {0}
+    (registry / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices: [{")
+    edits, errors = toolkit.current()
+    assert edits is None and len(errors) == 1 and "nvidia.yaml: not valid YAML" in errors[0]
+
+
+def test_a_spec_naming_a_missing_library_marks_its_gpus_stale(tmp_path: Path) -> None:
+    write_toolkit_spec(tmp_path / "cdi", "host", UUIDS, [0, 1])
+    edits, _ = ToolkitRegistry((tmp_path / "cdi",), host_root=tmp_path / "empty-host").current()
+    assert edits is not None and edits.for_minor(0) is None
+    assert "libcuda.so.550.54.15, which does not exist" in str(edits.problem(0))
+    edits, _ = ToolkitRegistry(
+        (tmp_path / "cdi",), host_root=host_root_with_libraries(tmp_path / "h")
+    ).current()
+    assert edits is not None and edits.for_minor(0) == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
+    assert edits.problem(2) is not None and "no device with /dev/nvidia2" in str(edits.problem(2))
+
+
+def test_merged_edits_keep_field_order_and_drop_empty_fields() -> None:
+    merged = merge_edits({"env": ["A=1"], "mounts": []}, {"env": ["B=2"], "hooks": [{"path": "/h"}]})
+    assert merged == {"env": ["A=1", "B=2"], "hooks": [{"path": "/h"}]}
