@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster clean
+.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster gpu-check clean
 
 venv: $(STAMP)
 
@@ -26,12 +26,19 @@ lint: $(STAMP)
 	$(PY) -m ruff check dra_driver tests hack
 	$(PY) -m ruff format --check dra_driver tests hack
 	$(PY) -m mypy dra_driver
+	$(PY) -m mypy --strict hack/gpu_check.py
 
 tools:
 	bash hack/install-test-tools.sh
 
-# The upstream Kubernetes components, etcd, containerd, CNI plugins and crictl, built from their Go
-# modules into ~/.cache/hami-dra/<component>/v<version>/ (once; a warm run takes a second).
+# On a machine with real NVIDIA GPUs (no network needed, no venv required): NVML discovery, the
+# slices, nvidia-smi cross-check, health watcher, claim CDI specs, HAMi-core limit if present.
+gpu-check:
+	bash hack/gpu-check.sh
+
+# The upstream Kubernetes components, etcd, containerd, CNI plugins, crictl and the NVIDIA Container
+# Toolkit (nvidia-ctk, for the CDI spec tests), built from their Go modules into
+# ~/.cache/hami-dra/<component>/v<version>/ (once; a warm run takes a second).
 cluster-build: $(STAMP)
 	$(VENV)/bin/hami-dra cluster build
 

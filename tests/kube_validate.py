@@ -19,6 +19,9 @@ Two layers, because neither alone is enough:
    rules from ``pkg/apis/resource/validation`` (device count, name formats, qualified attribute
    names, exactly-one attribute value, semver, 64-character strings, 32 attributes+capacities,
    capacity request policies, taint effects) are re-implemented in :func:`resource_slice_problems`.
+
+``kubernetes_validate`` is imported only by the functions of layer 1, so that layer 2 also runs
+where that package is not installed (``hack/gpu_check.py`` on a bare GPU machine).
 """
 
 from __future__ import annotations
@@ -27,9 +30,6 @@ import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
-
-import kubernetes_validate
-from kubernetes_validate.utils import all_versions
 
 #: The Kubernetes versions this project supports at both ends.
 KUBERNETES_VERSIONS: tuple[str, ...] = ("1.34", "1.37")
@@ -52,6 +52,9 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 
 def schema_version(version: str) -> str:
     """The installed schema version for ``major.minor``; fails if the package lacks it."""
+    import kubernetes_validate
+    from kubernetes_validate.utils import all_versions
+
     available = [v for v in all_versions() if v.rsplit(".", 1)[0] == version or v == version]
     if not available:
         raise AssertionError(
@@ -63,6 +66,8 @@ def schema_version(version: str) -> str:
 
 def validate_strict(obj: Mapping[str, Any], versions: Iterable[str] = KUBERNETES_VERSIONS) -> None:
     """Strict schema validation for every version; raises AssertionError naming version and path."""
+    import kubernetes_validate
+
     for version in versions:
         exact = schema_version(version)
         try:

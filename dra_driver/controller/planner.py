@@ -187,9 +187,15 @@ class Planner:
             )
             nodes = allowed & eligible.nodes
             if not nodes:
+                tainted = [
+                    f"{device} ({', '.join(keys)})"
+                    for device, keys in sorted(eligible.tainted.items())
+                    if device.partition("/")[0] in allowed
+                ]
                 reasons.append(
                     f"no device of class {spec.class_name} matches the selectors (and tolerates the taints) "
                     "on a node the pod can run on"
+                    + (f"; tainted: {', '.join(tainted[:8])}" if tainted else "")
                 )
                 continue
             class_configs = driver_configs(

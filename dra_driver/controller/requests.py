@@ -150,6 +150,9 @@ class Eligible:
     devices: frozenset[tuple[str, int]] | None
     nodes: frozenset[str]
     per_node: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
+    #: Devices the selectors chose but a taint the request does not tolerate kept out, as
+    #: ``node/device`` -> taint keys: what a pending pod's reason names (an unhealthy GPU, say).
+    tainted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Matcher:
@@ -186,27 +189,39 @@ class Matcher:
         if len(self._cache) >= MAX_CACHED_SELECTIONS:
             self._cache.clear()  # per-claim selectors could otherwise grow it without bound
         devices, nodes, per_node, total = set(), set(), {}, 0
+        tainted: dict[str, tuple[str, ...]] = {}
         for node, node_inventory in inventory.items():
             matched = []
             for device in sorted(node_inventory.devices.values(), key=lambda item: item.card.index):
                 total += 1
-                if self._matches(spec, class_exprs, claim_subject, device):
-                    matched.append(device)
-                    devices.add((node, device.card.index))
+                if not self._selected(spec, class_exprs, claim_subject, device):
+                    continue
+                keeping_out = self._untolerated(spec, device)
+                if keeping_out:
+                    tainted[f"{node}/{device.name}"] = keeping_out
+                    continue
+                matched.append(device)
+                devices.add((node, device.card.index))
             if matched:
                 nodes.add(node)
                 per_node[node] = tuple(matched)
-        eligible = Eligible(None if len(devices) == total else frozenset(devices), frozenset(nodes), per_node)
+        eligible = Eligible(
+            None if len(devices) == total else frozenset(devices), frozenset(nodes), per_node, tainted
+        )
         self._cache[key] = eligible
         return eligible
 
-    def _matches(self, spec: RequestSpec, class_exprs: Sequence[str], subject: str, device: Device) -> bool:
+    def _selected(self, spec: RequestSpec, class_exprs: Sequence[str], subject: str, device: Device) -> bool:
         try:
             if not selectors_match(f"class {spec.class_name}", class_exprs, device.cel):
                 return False
-            if spec.selectors and not selectors_match(subject, spec.selectors, device.cel):
-                return False
+            return not spec.selectors or selectors_match(subject, spec.selectors, device.cel)
         except SelectorError as err:
             raise RequestError(str(err)) from None
-        taints = [taint for taint in device.taints if taint.get("key") != self.policy_taint]
-        return taints_tolerated(taints, spec.tolerations, ("NoSchedule", "NoExecute"))
+
+    def _untolerated(self, spec: RequestSpec, device: Device) -> tuple[str, ...]:
+        """The keys of the device's taints that keep ``spec`` off it (ours, policy-managed, never)."""
+        effects = ("NoSchedule", "NoExecute")
+        others = [taint for taint in device.taints if taint.get("key") != self.policy_taint]
+        kept_out = [taint for taint in others if not taints_tolerated([taint], spec.tolerations, effects)]
+        return tuple(str(taint.get("key")) for taint in kept_out)

@@ -152,7 +152,7 @@ def _missing(edits: dict[str, list[Any]], host_root: Path | None) -> str | None:
     if host_root is None:
         return None
     for path in _host_paths(edits):
-        if path and not (host_root / path.lstrip("/")).exists():
+        if path and not path.startswith("/dev/") and not (host_root / path.lstrip("/")).exists():
             return path
     return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -312,3 +313,22 @@ def test_a_trial_is_seen_while_it_lasts_and_undone_after_it_even_on_error() -> N
         trial.allocate(Placement("n1", (share, DeviceShare(1, 1024, 10, 1))))
         raise RuntimeError("the planner failed half-way")
     assert usage() == recorded  # the claim recorded before the trial is still counted, nothing else
+
+
+def test_a_pending_reason_names_the_tainted_devices_the_selectors_chose() -> None:
+    """An unhealthy GPU is tainted by its node's plugin: a pod that only that GPU would fit says so."""
+    gpus = profile_gpus("t4", node_name="n1", gpus=2)
+    gpus[1] = dataclasses.replace(gpus[1], healthy=False)
+    slices = build_resource_slices(
+        gpus, node_name="n1", driver_name=DRIVER, policy_taint=True, taint_unhealthy=True
+    )
+    ledger = Ledger()
+    ledger.set_inventory(build_inventory(slices, DRIVER))
+    p = Planner(
+        ledger, Matcher(DRIVER, f"{DRIVER}/policy-managed"), DRIVER, ControllerDefaults(), CLASSES.get
+    )
+    uuid = gpus[1].uuid
+    selector = [{"cel": {"expression": f'device.attributes["{DRIVER}"].uuid == "{uuid}"'}}]
+    plan = plan_one(claim(exact("a", selectors=selector)), p)
+    assert plan.reason is not None and f"tainted: n1/gpu-1 ({DRIVER}/unhealthy)" in plan.reason
+    assert plan_one(claim(exact("a")), p).claims[0].results[0].device.device == "gpu-0"
