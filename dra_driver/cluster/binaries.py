@@ -33,6 +33,12 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The NVIDIA Container Toolkit's programs (build.sh's ``nvidia-container-toolkit`` component): the
+#: tests generate CDI specs with them as a GPU node's toolkit would. No cluster runs them, so they
+#: are not in :data:`REQUIRED`.
+NVIDIA_TOOLKIT_PROGRAMS: tuple[str, ...] = ("nvidia-ctk", "nvidia-cdi-hook")
+
+
 class MissingBinaries(RuntimeError):
     """Some upstream program is not built; the message names the command that builds it."""
 
@@ -118,6 +124,13 @@ def expected_toolchain(kubernetes_version: str | None = None) -> Toolchain:
     }
     root = cache_dir()
     return Toolchain(version, {c: root / c / f"v{v}" / "bin" for c, v in versions.items()})
+
+
+def nvidia_toolkit_bin() -> Path:
+    """Where build.sh puts ``nvidia-ctk`` and ``nvidia-cdi-hook`` (built or not): the cache layout
+    for the version pinned in versions.env, so a new pin never finds an old build."""
+    version = pinned_versions()["NVIDIA_CONTAINER_TOOLKIT_VERSION"]
+    return cache_dir() / "nvidia-container-toolkit" / f"v{version}" / "bin"
 
 
 def build_command(kubernetes_version: str | None = None) -> str:

@@ -87,7 +87,7 @@ def _running_pid(state_dir: Path) -> int | None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from dra_driver.cluster.binaries import MissingBinaries, build
+    from dra_driver.cluster.binaries import MissingBinaries, build, nvidia_toolkit_bin
 
     try:
         toolchain = build(args.kubernetes_version)
@@ -95,6 +95,7 @@ def run_build(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     for component, directory in toolchain.dirs.items():
         print(f"{component}: {directory}")
+    print(f"nvidia-container-toolkit: {nvidia_toolkit_bin()}")
     return 0
 
 

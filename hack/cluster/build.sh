@@ -4,6 +4,7 @@
 #   ${HAMI_DRA_CACHE:-~/.cache/hami-dra}/kubernetes/v<version>/bin/{kube-apiserver,...,kube-proxy,kubectl}
 #   .../etcd/v<version>/bin/etcd   .../containerd/v<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
 #   .../cni-plugins/v<version>/bin/{bridge,loopback,host-local,portmap}   .../crictl/v<version>/bin/crictl
+#   .../nvidia-container-toolkit/v<version>/bin/{nvidia-ctk,nvidia-cdi-hook}
 # The modules that pin them are hack/cluster/go/*/go.mod (+ go.sum, checked by `go build`).
 # A component whose directory is complete is skipped, so a warm run does nothing and takes a second.
 # KUBERNETES_VERSION selects the Kubernetes module (default in hack/cluster/versions.env).
@@ -75,6 +76,26 @@ want cni-plugins && build cni-plugins "$CNI_PLUGINS_VERSION" cni-plugins "" \
   github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
 want crictl && build crictl "$CRICTL_VERSION" crictl "-X sigs.k8s.io/cri-tools/pkg/version.Version=v$CRICTL_VERSION" \
   sigs.k8s.io/cri-tools/cmd/crictl
+# NVIDIA's CDI spec generator (`nvidia-ctk cdi generate`) and the hook its specs name, which the tests
+# run against the mock NVML library (tests/nvidia_layouts.py). The only cgo build here: go-nvml
+# dlopens libnvidia-ml.so.1 and its cgo stubs name NVML's symbols, which stay unresolved until that
+# dlopen (hence the linker flags NVIDIA's own Makefile uses); gcc is needed, as for the mock itself.
+# NVML's header marks some of the functions go-nvml wraps deprecated: those warnings are silenced.
+# Without gcc (and nothing built yet), `all` leaves it out with a warning, since the cluster itself
+# needs no cgo; asked for alone, it fails.
+ctk="github.com/NVIDIA/nvidia-container-toolkit"
+ctk_ldflags="-extldflags=-Wl,--export-dynamic,--unresolved-symbols=ignore-in-object-files,-z,lazy"
+ctk_ldflags+=" -X $ctk/internal/info.version=$NVIDIA_CONTAINER_TOOLKIT_VERSION"
+if want nvidia-container-toolkit; then
+  if command -v gcc >/dev/null || [ -f "$cache/nvidia-container-toolkit/v$NVIDIA_CONTAINER_TOOLKIT_VERSION/.complete" ]; then
+    CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
+      build nvidia-container-toolkit "$NVIDIA_CONTAINER_TOOLKIT_VERSION" nvidia-container-toolkit "$ctk_ldflags" \
+      "$ctk/cmd/nvidia-ctk" "$ctk/cmd/nvidia-cdi-hook"
+  else
+    echo "build.sh: nvidia-container-toolkit needs gcc (cgo) and none is on PATH: bash hack/install.d/gcc.sh" >&2
+    [ "$only" = all ] || exit 1
+  fi
+fi
 # The peer kubelet plugin the prepare benchmark compares with (`make bench-cluster` only, so it is not
 # part of `all`: `make test` never waits for it).
 [ "$only" = dra-example-driver ] && build dra-example-driver "$DRA_EXAMPLE_DRIVER_VERSION" dra-example-driver "" \

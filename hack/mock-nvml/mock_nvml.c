@@ -1,13 +1,16 @@
 /*
  * A mock libnvidia-ml.so.1 for tests: exports the NVML symbols that dra_driver/devices/nvml.py and
- * dra_driver/devices/nvml_events.py reach through the real pynvml bindings, answering from a JSON
- * profile named by the environment variable MOCK_NVML_PROFILE (read at the first nvmlInit).
+ * dra_driver/devices/nvml_events.py reach through the real pynvml bindings, and those that the NVIDIA
+ * Container Toolkit's `nvidia-ctk cdi generate` reaches through go-nvml (tests/nvidia_layouts.py),
+ * answering from a JSON profile named by the environment variable MOCK_NVML_PROFILE (read at the
+ * first nvmlInit).
  *
  * Build:  gcc -shared -fPIC -O1 -o DIR/libnvidia-ml.so.1 hack/mock-nvml/mock_nvml.c
  *         add -DMOCK_NVML_LEGACY to leave out calls that older drivers lack
  *         (nvmlDeviceGetNumaNodeId, nvmlDeviceGetArchitecture, nvmlDeviceGetMigMode,
+ *         nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
  *         nvmlDeviceGetMemoryInfo_v2), so dlsym really fails and pynvml raises
- *         NVMLError_FunctionNotFound.
+ *         NVMLError_FunctionNotFound (go-nvlib then treats every GPU as not MIG-capable).
  * Use:    LD_LIBRARY_PATH=DIR MOCK_NVML_PROFILE=profile.json python -m dra_driver.cli discover --source nvml
  *
  * Initialisation is reference-counted like the real library: every nvmlInit adds one, every
@@ -23,7 +26,10 @@
  *                    "minor": 0, "brand": 14, "architecture": 9, "ccMajor": 9, "ccMinor": 0,
  *                    "busId": "00000000:18:00.0", "numaNode": 0,
  *                    "migMode": 0, "migPendingMode": 0, current and pending MIG mode (pending
- *                                                      defaults to current)
+ *                                                      defaults to current); a device without
+ *                                                      migMode is not MIG-capable
+ *                    "maxMigDevices": 7,               optional: MIG slots of a MIG-capable device
+ *                                                      (default 7), all empty (NOT_FOUND)
  *                    "supportedEvents": 11,            optional: event mask (default XID|DBE|SBE)
  *                    "nvlinks": ["00000000:9A:00.0", null, 999, ...],  per link: remote bus id
  *                                                      (active), null (inactive) or an error code
@@ -495,6 +501,30 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *handle, unsigned int *current, unsigned 
     *current = (unsigned int)v;
     *pending = (unsigned int)pending_mode;
     return NVML_SUCCESS;
+}
+
+/* MIG-capable devices (those with a "migMode") report "maxMigDevices" slots (default 7, as on an
+ * A100 or H100) and no MIG device in any of them: the mock has no GPU instances, so every slot
+ * answers NOT_FOUND, as the real library does for an unused slot. nvidia-ctk and go-nvlib walk the
+ * slots of every MIG-capable GPU, MIG enabled or not. */
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void *handle, unsigned int *count) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMaxMigDeviceCount");
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    long long mode, max = 7;
+    if (int_field(dev, "migMode", &mode)) return NVML_ERROR_NOT_SUPPORTED;
+    int_field(dev, "maxMigDevices", &max);
+    *count = (unsigned int)max;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void *handle, unsigned int index, void **mig) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMigDeviceHandleByIndex");
+    if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
+    long long mode, max = 7;
+    if (int_field(dev, "migMode", &mode)) return NVML_ERROR_NOT_SUPPORTED;
+    int_field(dev, "maxMigDevices", &max);
+    if (index >= (unsigned long long)max) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *handle, nvmlMemory_v2_t *memory) {

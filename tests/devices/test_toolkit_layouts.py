@@ -1,0 +1,301 @@
+"""The NVIDIA Container Toolkit's real CDI specs for our mock GPU nodes, and a real runtime using one.
+
+Issue 24: the kubelet plugin has to compose with whatever spec NVIDIA's toolkit left on the node.
+These tests pin down what those specs are (kinds, device names, per-device and common edits) by
+running the real ``nvidia-ctk cdi generate`` (hack/cluster/build.sh, ``make cluster-build``)
+against the mock NVML library and a mock driver root (tests/nvidia_layouts.py), for each layout,
+on a plain GPU box (T4) and a MIG-capable one (H100, MIG off); then podman applies the host
+layout's spec to a container, hooks included. Skips where the toolkit is not built; the mock
+driver root needs gcc (a failure, as in tests/devices/conftest.py) and root (device nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.nvidia_layouts import (
+    KINDS,
+    LIB_DIR,
+    NVIDIA_MAJOR,
+    NVIDIA_UVM_MAJOR,
+    NVIDIACTL_MINOR,
+    PROFILES,
+    SPEC_FILES,
+    DriverRoot,
+    Layout,
+    build_driver_root,
+    generate_spec,
+    toolkit_bin,
+)
+
+SPEC_LAYOUTS: tuple[Layout, ...] = ("host", "operator", "index-only")
+CONTAINER_LIB_DIR = "/" + str(LIB_DIR)
+
+
+@pytest.fixture(scope="module")
+def toolkit() -> Path:
+    bin_dir = toolkit_bin()
+    if bin_dir is None:
+        pytest.skip(
+            "the NVIDIA Container Toolkit is not built: run `make cluster-build` "
+            "(or `bash hack/cluster/build.sh nvidia-container-toolkit`)"
+        )
+    return bin_dir
+
+
+@pytest.fixture(scope="module", params=["t4-4x-node-1", "h100-8x-node-1"])
+def driver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DriverRoot:
+    """A mock driver root per profile, placed where the GPU Operator keeps its driver."""
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to build hack/mock-nvml; run `bash hack/install.d/gcc.sh`")
+    if os.geteuid() != 0:
+        pytest.skip("the mock driver root's device nodes need root (mknod)")
+    base = tmp_path_factory.mktemp(request.param)
+    if os.statvfs(base).f_flag & os.ST_NODEV:
+        pytest.skip(f"{base} is on a filesystem mounted nodev: no usable device nodes there")
+    return build_driver_root(base / "run" / "nvidia" / "driver", PROFILES / f"{request.param}.json")
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    spec = yaml.safe_load(path.read_text())
+    assert isinstance(spec, dict), path
+    return spec
+
+
+def devices_by_name(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {device["name"]: device["containerEdits"] for device in spec["devices"]}
+
+
+def node_numbers(node: dict[str, Any]) -> tuple[int, int]:
+    """(major, minor) of a spec's device node; the toolkit leaves zero values out."""
+    return node.get("major", 0), node.get("minor", 0)
+
+
+def all_hooks(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    hooks = list(spec["containerEdits"].get("hooks", []))
+    for device in spec["devices"]:
+        hooks += device["containerEdits"].get("hooks", [])
+    return hooks
+
+
+@pytest.mark.parametrize("layout", SPEC_LAYOUTS)
+def test_layout_spec_names_the_profiles_gpus_from_the_mock_root(
+    layout: Layout, driver: DriverRoot, toolkit: Path, tmp_path: Path
+) -> None:
+    cdi_dir = tmp_path / "cdi"
+    path = generate_spec(layout, driver, cdi_dir)
+    assert path == cdi_dir / SPEC_FILES[layout]
+    assert sorted(cdi_dir.iterdir()) == [path]
+    spec = load_spec(path)
+    assert spec["kind"] == KINDS[layout]
+    assert isinstance(spec["cdiVersion"], str)
+    devices = devices_by_name(spec)
+    dev_root = driver.dev_root  # holds dev/: a node's hostPath is dev_root + its path
+
+    indexes = {str(gpu.index) for gpu in driver.gpus}
+    uuids = {gpu.uuid for gpu in driver.gpus}
+    expected = {"host": indexes | uuids | {"all"}, "operator": {"all"}, "index-only": indexes | {"all"}}
+    assert set(devices) == expected[layout]
+    assert len(spec["devices"]) == len(devices)  # no name twice
+
+    if layout == "operator":
+        # Management mode: every NVIDIA node in the one device, nothing per GPU, no NVML needed.
+        nodes = {n["path"]: n for n in devices["all"]["deviceNodes"]}
+        wanted = {gpu.device_node: (NVIDIA_MAJOR, gpu.minor) for gpu in driver.gpus}
+        wanted |= {
+            "/dev/nvidiactl": (NVIDIA_MAJOR, NVIDIACTL_MINOR),
+            "/dev/nvidia-uvm": (NVIDIA_UVM_MAJOR, 0),
+            "/dev/nvidia-uvm-tools": (NVIDIA_UVM_MAJOR, 1),
+        }
+        assert {p: node_numbers(n) for p, n in nodes.items()} == wanted
+        assert all(n["hostPath"] == f"{dev_root}{p}" for p, n in nodes.items())
+    else:
+        for gpu in driver.gpus:
+            names = [str(gpu.index)] + ([gpu.uuid] if layout == "host" else [])
+            for name in names:
+                (node,) = devices[name]["deviceNodes"]
+                assert node["path"] == gpu.device_node
+                assert node["hostPath"] == f"{dev_root}{gpu.device_node}"
+                assert node_numbers(node) == (NVIDIA_MAJOR, gpu.minor)
+        common_nodes = {n["path"]: n["hostPath"] for n in spec["containerEdits"]["deviceNodes"]}
+        assert common_nodes == {
+            p: f"{dev_root}{p}" for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+        }
+        all_nodes = {n["path"] for n in devices["all"]["deviceNodes"]}
+        assert all_nodes == {gpu.device_node for gpu in driver.gpus}
+
+    common = spec["containerEdits"]
+    mounts = {m["containerPath"]: m["hostPath"] for m in common["mounts"]}
+    assert mounts[f"{CONTAINER_LIB_DIR}/{driver.libcuda.name}"] == str(driver.libcuda)
+    assert mounts[f"{CONTAINER_LIB_DIR}/{driver.nvml_library.name}"] == str(driver.nvml_library)
+    assert mounts["/usr/bin/nvidia-smi"] == str(driver.root / "usr" / "bin" / "nvidia-smi")
+    assert "NVIDIA_VISIBLE_DEVICES=void" in common["env"]
+
+    hooks = all_hooks(spec)
+    assert hooks and all(h["path"] == str(toolkit / "nvidia-cdi-hook") for h in hooks)
+    assert all(h["args"][0] == "nvidia-cdi-hook" for h in hooks)
+    by_command = {h["args"][1]: h["args"][2:] for h in common["hooks"]}
+    assert by_command["update-ldcache"] == ["--folder", CONTAINER_LIB_DIR]
+    links = by_command["create-symlinks"]
+    assert f"{driver.libcuda.name}::{CONTAINER_LIB_DIR}/libcuda.so.1" in links
+    assert f"{driver.nvml_library.name}::{CONTAINER_LIB_DIR}/libnvidia-ml.so.1" in links
+
+
+def test_none_layout_writes_nothing(driver: DriverRoot, toolkit: Path, tmp_path: Path) -> None:
+    assert generate_spec("none", driver, tmp_path / "cdi") is None
+    assert not (tmp_path / "cdi").exists()
+
+
+_MIG_SLOTS = """
+import json, pynvml
+def answer(call, *args):
+    try:
+        result = call(*args)
+    except pynvml.NVMLError as err:
+        return str(err)
+    return result if isinstance(result, int) else "a MIG device"
+pynvml.nvmlInit()
+out = []
+for index in range(pynvml.nvmlDeviceGetCount()):
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    out.append([answer(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)]
+               + [answer(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot) for slot in (0, 6, 7)])
+print(json.dumps(out))
+"""
+
+
+def test_the_mock_answers_the_mig_walk_like_a_gpu_without_mig_devices(run_nvml_script: Any) -> None:
+    """go-nvlib walks the MIG slots of every MIG-capable GPU (MIG on or off) when nvidia-ctk
+    generates a spec: a capable GPU has 7 slots (or the profile's maxMigDevices), none in use."""
+    gpu: dict[str, Any] = {"uuid": "GPU-a", "minor": 0}
+    profile = {
+        "driverVersion": "550.54.15",
+        "devices": [{**gpu, "migMode": 0}, {**gpu, "uuid": "GPU-b", "migMode": 1, "maxMigDevices": 4}, gpu],
+    }
+    proc = run_nvml_script(_MIG_SLOTS, profile)
+    assert json.loads(proc.stdout) == [
+        [7, "Not Found", "Not Found", "Invalid Argument"],
+        [4, "Not Found", "Invalid Argument", "Invalid Argument"],
+        ["Not Supported"] * 4,
+    ]
+
+
+# ---------------------------------------------------------------- a real runtime applies the spec
+PODMAN_CDI_DIR = Path("/var/run/cdi")  # podman 4.3 reads only /etc/cdi and /var/run/cdi
+IMAGE = "localhost/hami-dra-toolkit-busybox:test"
+CONTAINERS_CONF = (
+    "[containers]\n"
+    'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
+    "[engine]\n"
+    'runtime = "runc"\n'
+    'cgroup_manager = "cgroupfs"\n'
+    'events_logger = "file"\n'
+)
+
+
+class Podman:
+    """podman with its own storage under ``root`` (vfs, runc, cgroupfs: what these machines run)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        conf = root / "containers.conf"
+        conf.write_text(CONTAINERS_CONF)
+        self.env = dict(os.environ, CONTAINERS_CONF=str(conf))
+
+    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            "podman",
+            "--root", str(self.root / "root"),
+            "--runroot", str(self.root / "runroot"),
+            "--tmpdir", str(self.root / "tmp"),
+            "--storage-driver", "vfs",
+            *args,
+        ]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Podman:
+    """A busybox image: no ldconfig and no libc in it, which the toolkit's hooks must cope with
+    (update-ldcache runs the host's ldconfig in the container's root)."""
+    if os.geteuid() != 0:
+        pytest.skip("podman test needs root (CDI specs are read from /var/run/cdi)")
+    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    if missing or not Path(busybox).is_file():
+        pytest.skip(f"missing {missing or ['busybox-static']}: run hack/install.d/podman.sh")
+    root = tmp_path_factory.mktemp("podman")  # runroot paths must stay under 50 characters
+    engine = Podman(root)
+    rootfs = root / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    shutil.copy2(busybox, rootfs / "bin" / "busybox")
+    subprocess.run(["chroot", str(rootfs), "/bin/busybox", "--install", "-s", "/bin"], check=True)
+    for directory in ("dev", "proc", "sys", "etc", "tmp"):
+        (rootfs / directory).mkdir(exist_ok=True)
+    tarball = root / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(rootfs, arcname=".")
+    imported = engine("import", str(tarball), IMAGE)
+    assert imported.returncode == 0, imported.stderr
+    return engine
+
+
+@pytest.fixture
+def host_spec_in_podman(driver: DriverRoot, toolkit: Path, tmp_path: Path) -> Iterator[Path]:
+    """The host layout's spec, under a name of its own in podman's CDI dir for the test's length
+    (never the node's own nvidia.yaml, which a GPU machine may have)."""
+    spec = generate_spec("host", driver, tmp_path / "cdi")
+    assert spec is not None
+    PODMAN_CDI_DIR.mkdir(parents=True, exist_ok=True)
+    installed = PODMAN_CDI_DIR / f"hami-dra-test-toolkit-{os.getpid()}.yaml"
+    shutil.copyfile(spec, installed)
+    try:
+        yield installed
+    finally:
+        installed.unlink(missing_ok=True)
+
+
+def test_podman_applies_the_host_spec_and_its_hooks(
+    podman: Podman, driver: DriverRoot, host_spec_in_podman: Path
+) -> None:
+    gpu = driver.gpus[-1]
+    others = [g.device_node for g in driver.gpus if g != gpu]
+    script = (
+        "ls -l /dev/; ls -l /usr/lib/x86_64-linux-gnu/; "
+        "grep -q libcuda.so.1 /etc/ld.so.cache && echo LDCACHE-HAS-LIBCUDA; "
+        "cat /etc/ld.so.conf.d/00-nvcr-*.conf; nvidia-smi -L"
+    )
+    run = podman(
+        "run", "--rm", "--network=none", f"--device=nvidia.com/gpu={gpu.uuid}", IMAGE, "sh", "-c", script
+    )
+    # runc fails the container when any hook (createRuntime, createContainer) exits non-zero.
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+
+    def char_device(name: str, major: int, minor: int) -> bool:
+        return any(
+            line.startswith("crw-rw-rw-") and line.split()[-1] == name and f"{major}, {minor:>3}" in line
+            for line in lines
+        )
+
+    assert char_device(f"nvidia{gpu.minor}", NVIDIA_MAJOR, gpu.minor), run.stdout
+    assert char_device("nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)
+    assert char_device("nvidia-uvm", NVIDIA_UVM_MAJOR, 0)
+    assert not any(line.split()[-1] == Path(node).name for line in lines if line for node in others)
+    # The mount, then create-symlinks' links, then update-ldcache's drop-in and cache.
+    assert any(line.startswith("-") and line.endswith(f" {driver.libcuda.name}") for line in lines)
+    assert any(line.endswith(f" libcuda.so.1 -> {driver.libcuda.name}") for line in lines)
+    assert any(line.endswith(f" libnvidia-ml.so.1 -> {driver.nvml_library.name}") for line in lines)
+    assert "LDCACHE-HAS-LIBCUDA" in lines
+    assert CONTAINER_LIB_DIR in lines
+    assert f"GPU {gpu.index}: " in run.stdout and gpu.uuid in run.stdout  # the mounted nvidia-smi

@@ -1,0 +1,296 @@
+"""NVIDIA's own CDI specs for a mock GPU node: the layouts our kubelet plugin has to compose with.
+
+A GPU node that runs our plugin usually has the NVIDIA Container Toolkit too, and its spec is one
+of four shapes (issue 24), which :func:`generate_spec` reproduces with the real ``nvidia-ctk``
+(built by ``hack/cluster/build.sh`` into the version-keyed cache, see
+:func:`dra_driver.cluster.binaries.nvidia_toolkit_bin`) run against our mock NVML library:
+
+``host``
+    a host install of toolkit >= 1.18: kind ``nvidia.com/gpu``, every GPU named by index and by
+    UUID (plus ``all``), in ``<cdi dir>/nvidia.yaml``;
+``operator``
+    the GPU Operator: the driver lives in a container root (``/run/nvidia/driver``) and only a
+    management spec is written, kind ``management.nvidia.com/gpu`` with the single device ``all``,
+    in ``<cdi dir>/management.nvidia.com-gpu.yaml``;
+``index-only``
+    kind ``nvidia.com/gpu`` with index names only (older installs, or an explicit strategy);
+``none``
+    no spec at all.
+
+The mock driver root (:func:`build_driver_root`) is what ``nvidia-ctk`` inspects on a real node,
+scaled down: the mock ``libnvidia-ml.so.<driver version>`` (hack/mock-nvml, built with gcc) that
+go-nvml loads, a stub ``libcuda.so.<driver version>``, an ``nvidia-smi`` stand-in, GSP firmware
+stubs and real character device nodes, so that the spec is the one a real node of that profile
+gets and a real container runtime can apply it. Nothing here downloads; the gcc builds take well
+under a second. Device nodes need root (``mknod``) and a filesystem not mounted ``nodev``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dra_driver.cluster import binaries
+
+REPO = Path(__file__).resolve().parents[1]
+MOCK_NVML_SOURCE = REPO / "hack" / "mock-nvml" / "mock_nvml.c"
+PROFILES = REPO / "hack" / "mock-nvml" / "profiles"
+
+Layout = Literal["host", "operator", "index-only", "none"]
+#: Every layout, in the order issue 24 lists them.
+LAYOUTS: tuple[Layout, ...] = ("host", "operator", "index-only", "none")
+#: The layouts that write a spec, with the file name and kind their installer gives it.
+SPEC_FILES: dict[Layout, str] = {
+    "host": "nvidia.yaml",
+    "operator": "management.nvidia.com-gpu.yaml",
+    "index-only": "nvidia.yaml",
+}
+KINDS: dict[Layout, str] = {
+    "host": "nvidia.com/gpu",
+    "operator": "management.nvidia.com/gpu",
+    "index-only": "nvidia.com/gpu",
+}
+
+#: Where the driver's libraries are on Debian/Ubuntu, relative to the driver root.
+LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
+#: The profile's copy inside the root: a container that mounts the root sets MOCK_NVML_PROFILE to
+#: ``<mount point>/`` this.
+PROFILE_IN_ROOT = Path("etc/mock-nvml/profile.json")
+#: The NVIDIA driver's fixed character major: nvidia<minor> (minor 0-254) and nvidiactl (255).
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+#: nvidia-uvm's major is dynamic on a real node; the kernel hands out 511 first (it allocates
+#: dynamic majors downwards), which is what most real nodes show. nvidia-uvm-tools is minor 1.
+NVIDIA_UVM_MAJOR = 511
+
+
+class LayoutError(RuntimeError):
+    """A mock driver root or spec could not be made; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class MockGpu:
+    """One GPU of the profile as nvidia-ctk names it: NVML index, UUID and device minor."""
+
+    index: int
+    uuid: str
+    minor: int
+
+    @property
+    def device_node(self) -> str:
+        """The GPU's node inside a container (and under the mock dev root)."""
+        return f"/dev/nvidia{self.minor}"
+
+
+@dataclass(frozen=True)
+class DriverRoot:
+    """A built mock driver root; paths are absolute on this machine."""
+
+    root: Path
+    driver_version: str
+    gpus: tuple[MockGpu, ...]
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root / LIB_DIR
+
+    @property
+    def profile(self) -> Path:
+        """The profile copy the mock reads (MOCK_NVML_PROFILE)."""
+        return self.root / PROFILE_IN_ROOT
+
+    @property
+    def nvml_library(self) -> Path:
+        """``libnvidia-ml.so.<driver version>``: the mock, SONAME libnvidia-ml.so.1."""
+        return self.lib_dir / f"libnvidia-ml.so.{self.driver_version}"
+
+    @property
+    def libcuda(self) -> Path:
+        """``libcuda.so.<driver version>``: an empty stub, SONAME libcuda.so.1."""
+        return self.lib_dir / f"libcuda.so.{self.driver_version}"
+
+    @property
+    def dev_root(self) -> Path:
+        """What ``--dev-root`` names: the directory holding ``dev/`` (here, the driver root)."""
+        return self.root
+
+    def nvml_env(self) -> dict[str, str]:
+        """Variables under which go-nvml (or pynvml) loads the mock and the mock finds its profile."""
+        return {"MOCK_NVML_PROFILE": str(self.profile), "LD_LIBRARY_PATH": str(self.lib_dir)}
+
+
+def toolkit_bin() -> Path | None:
+    """The built toolkit's bin dir (``nvidia-ctk``, ``nvidia-cdi-hook``), or None if not built.
+
+    Built by ``make cluster-build`` (``hami-dra cluster build``, part of ``make test``) or just
+    ``bash hack/cluster/build.sh nvidia-container-toolkit``.
+    """
+    bin_dir = binaries.nvidia_toolkit_bin()
+    if all(os.access(bin_dir / program, os.X_OK) for program in binaries.NVIDIA_TOOLKIT_PROGRAMS):
+        return bin_dir
+    return None
+
+
+def gpus_of(profile: Mapping[str, Any]) -> tuple[MockGpu, ...]:
+    """The profile's GPUs in NVML index order (the order of ``devices``)."""
+    gpus = []
+    for index, device in enumerate(profile.get("devices", [])):
+        if "minor" not in device:
+            raise LayoutError(f"profile device {index} has no 'minor': nvidia-ctk names /dev/nvidia<minor>")
+        gpus.append(MockGpu(index, str(device["uuid"]), int(device["minor"])))
+    return tuple(gpus)
+
+
+def _gcc() -> str:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise LayoutError("gcc is needed to build hack/mock-nvml; run `bash hack/install.d/gcc.sh`")
+    return gcc
+
+
+def _shared_object(gcc: str, soname: str, out: Path, source: Path | None) -> None:
+    """Build a shared object with ``soname``; ``source`` None gives an empty one (a stub that a
+    loader and ldconfig accept as the library, which is all a spec test needs of libcuda)."""
+    inputs = [str(source)] if source else ["-x", "c", "/dev/null"]
+    flags = ["-shared", "-fPIC", "-O1", "-Wall", "-Werror", f"-Wl,-soname,{soname}"]
+    subprocess.run([gcc, *flags, "-o", str(out), *inputs], check=True)
+
+
+def _symlink(link: Path, target: str) -> None:
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+
+
+def _char_device(path: Path, major: int, minor: int) -> None:
+    if not (path.is_char_device() and path.stat().st_rdev == os.makedev(major, minor)):
+        path.unlink(missing_ok=True)
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        except PermissionError as err:
+            raise LayoutError(f"cannot create the device node {path} (mknod needs root): {err}") from err
+    # crw-rw-rw- as the driver makes them (mknod's mode went through the umask); the spec copies
+    # the mode into fileMode, and the runtime gives the container's node that mode.
+    path.chmod(0o666)
+
+
+def _nvidia_smi(profile: Mapping[str, Any], gpus: tuple[MockGpu, ...]) -> str:
+    """An ``nvidia-smi`` stand-in: nvidia-ctk mounts the driver's binaries, and a container that
+    runs it sees the profile's GPUs in ``nvidia-smi -L`` form whatever the arguments."""
+    names = [str(device.get("name", "NVIDIA GPU")) for device in profile.get("devices", [])]
+    lines = [f"GPU {gpu.index}: {name} (UUID: {gpu.uuid})" for gpu, name in zip(gpus, names, strict=True)]
+    body = "".join(f"echo '{line}'\n" for line in lines)
+    version = profile.get("driverVersion")
+    return f"#!/bin/sh\n# mock nvidia-smi, driver {version} (tests/nvidia_layouts.py)\n{body}"
+
+
+def build_driver_root(root: Path, profile: Path | Mapping[str, Any]) -> DriverRoot:
+    """Lay out a mock NVIDIA driver root in ``root`` (created if missing; rebuilt files replace
+    old ones) for ``profile`` (a hack/mock-nvml JSON file or the parsed dict):
+
+    * ``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driverVersion>`` (the mock) and
+      ``libcuda.so.<driverVersion>`` (empty stub), each with its ``.so.1`` symlink, as the driver
+      installer leaves them: nvidia-ctk finds the driver's libraries by that version suffix;
+    * ``usr/bin/nvidia-smi`` (a shell stand-in) and ``lib/firmware/nvidia/<driverVersion>/gsp_*.bin``
+      (empty), which nvidia-ctk mounts like the real ones;
+    * ``dev/nvidia<minor>`` per GPU and ``dev/nvidiactl`` (major 195), ``dev/nvidia-uvm`` and
+      ``dev/nvidia-uvm-tools``: real character nodes, because nvidia-ctk skips anything else and a
+      runtime recreates them in the container from their numbers;
+    * the profile at ``etc/mock-nvml/profile.json``.
+    """
+    data: dict[str, Any] = json.loads(profile.read_text()) if isinstance(profile, Path) else dict(profile)
+    version = str(data.get("driverVersion") or "")
+    if not version:
+        raise LayoutError("the profile has no driverVersion: nvidia-ctk finds the driver's files by it")
+    gpus = gpus_of(data)
+    gcc = _gcc()
+    root.mkdir(parents=True, exist_ok=True)
+    if os.statvfs(root).f_flag & os.ST_NODEV:
+        raise LayoutError(f"{root} is on a filesystem mounted nodev: its device nodes could not be used")
+    driver = DriverRoot(root.resolve(), version, gpus)
+
+    driver.lib_dir.mkdir(parents=True, exist_ok=True)
+    _shared_object(gcc, "libnvidia-ml.so.1", driver.nvml_library, MOCK_NVML_SOURCE)
+    _symlink(driver.lib_dir / "libnvidia-ml.so.1", driver.nvml_library.name)
+    _shared_object(gcc, "libcuda.so.1", driver.libcuda, None)
+    _symlink(driver.lib_dir / "libcuda.so.1", driver.libcuda.name)
+
+    smi = driver.root / "usr" / "bin" / "nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text(_nvidia_smi(data, gpus))
+    smi.chmod(0o755)
+    firmware = driver.root / "lib" / "firmware" / "nvidia" / version
+    firmware.mkdir(parents=True, exist_ok=True)
+    for blob in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        (firmware / blob).write_bytes(b"")
+
+    dev = driver.root / "dev"
+    dev.mkdir(exist_ok=True)
+    for gpu in gpus:
+        _char_device(dev / f"nvidia{gpu.minor}", NVIDIA_MAJOR, gpu.minor)
+    _char_device(dev / "nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)
+    _char_device(dev / "nvidia-uvm", NVIDIA_UVM_MAJOR, 0)
+    _char_device(dev / "nvidia-uvm-tools", NVIDIA_UVM_MAJOR, 1)
+
+    driver.profile.parent.mkdir(parents=True, exist_ok=True)
+    driver.profile.write_text(json.dumps(data, indent=1) + "\n")
+    return driver
+
+
+def spec_command(layout: Layout, driver: DriverRoot, cdi_dir: Path, bin_dir: Path) -> list[str] | None:
+    """The ``nvidia-ctk cdi generate`` command line that writes ``layout``'s spec (None: "none").
+
+    Each is what that installer runs, with the paths pointed at the mock root and our build:
+    ``--driver-root``/``--dev-root`` at the mock root, ``--nvidia-cdi-hook-path`` at the built
+    hook (the runtime executes it from the spec), the mode explicit (auto detects ``nvml`` here).
+    """
+    if layout == "none":
+        return None
+    common = [
+        str(bin_dir / "nvidia-ctk"),
+        "cdi",
+        "generate",
+        f"--driver-root={driver.root}",
+        f"--dev-root={driver.dev_root}",
+        f"--nvidia-cdi-hook-path={bin_dir / 'nvidia-cdi-hook'}",
+        "--format=yaml",
+        f"--output={cdi_dir / SPEC_FILES[layout]}",
+    ]
+    if layout == "host":
+        return [*common, "--mode=nvml", "--device-name-strategy=index", "--device-name-strategy=uuid"]
+    if layout == "operator":
+        return [*common, "--mode=management", "--vendor=management.nvidia.com", "--class=gpu"]
+    return [*common, "--mode=nvml", "--device-name-strategy=index"]
+
+
+def generate_spec(
+    layout: Layout, driver: DriverRoot, cdi_dir: Path, bin_dir: Path | None = None
+) -> Path | None:
+    """Write ``layout``'s spec into ``cdi_dir`` with the built ``nvidia-ctk`` and return its path
+    (None for "none", which writes nothing). ``bin_dir`` defaults to the built toolkit.
+
+    The toolkit runs with the mock on ``LD_LIBRARY_PATH`` and ``MOCK_NVML_PROFILE`` set, and
+    without any inherited ``NVIDIA_CTK_*`` variable (each one overrides a flag).
+    """
+    bin_dir = bin_dir or toolkit_bin()
+    if bin_dir is None:
+        raise LayoutError(
+            "nvidia-ctk is not built; run `make cluster-build` (or "
+            "`bash hack/cluster/build.sh nvidia-container-toolkit`)"
+        )
+    command = spec_command(layout, driver, cdi_dir, bin_dir)
+    if command is None:
+        return None
+    cdi_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_CTK_")}
+    env.update(driver.nvml_env())
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise LayoutError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr}")
+    return cdi_dir / SPEC_FILES[layout]
