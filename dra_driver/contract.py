@@ -22,6 +22,22 @@ MEMORY = "memory"  # bytes, in steps of 1Mi
 CORES = "cores"  # percent of one GPU's compute
 SLOTS = "slots"  # tenants
 CAPACITY_NAMES = (MEMORY, CORES, SLOTS)
+#: Capacity requests that make a claim's GPUs shares whose limits HAMi-core enforces per container.
+LIMITED_CAPACITIES = (MEMORY, CORES)
+
+#: Slice attribute saying whether a share's memory/cores limits are enforced on the GPU's node,
+#: written by the kubelet plugin (is HAMi-core installed there?), read by the controller, which
+#: by default gives GPUs of ``none`` only whole (``allowUnenforcedShares`` in a DeviceClass opts in).
+ISOLATION_ATTRIBUTE = "isolation"
+ISOLATION_HAMI_CORE = "hami-core"
+ISOLATION_NONE = "none"
+#: Simulated GPUs: no process runs on them, so there is nothing to enforce; shares are handed out.
+ISOLATION_SIMULATED = "simulated"
+ISOLATION_VALUES = (ISOLATION_HAMI_CORE, ISOLATION_NONE, ISOLATION_SIMULATED)
+#: The isolation values under which a DeviceClass hands out shares without opting in.
+SHARES_ENFORCED = frozenset({ISOLATION_HAMI_CORE, ISOLATION_SIMULATED})
+#: Slice attribute: the HAMi-core version enforcing shares on the node (a semantic version).
+HAMI_CORE_VERSION_ATTRIBUTE = "hamiCoreVersion"
 
 
 class DeviceId(NamedTuple):

@@ -87,6 +87,14 @@ class GpuConfig(BaseModel):
     numaBind: bool | None = Field(
         default=None, description="a multi-GPU request must take all its GPUs from one NUMA node"
     )
+    allowUnenforcedShares: bool | None = Field(
+        default=None,
+        description=(
+            "DeviceClass only (ignored in a claim): hand out shares (memory or cores below the whole "
+            "card) also on GPUs whose node cannot enforce them (slice attribute isolation=none), as "
+            "NVIDIA's driver does; off by default, so such GPUs are only given whole"
+        ),
+    )
     memoryPercent: int | None = Field(
         default=None,
         ge=1,

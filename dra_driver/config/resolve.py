@@ -128,6 +128,8 @@ class ResolvedConfig:
     ignored_annotations: tuple[str, ...] = ()
     memory_percent: int | None = None
     card_filter: CardFilter = field(default_factory=lambda: CardFilter())
+    #: The class lets shares onto GPUs that cannot enforce them (never a claim's or pod's choice).
+    unenforced_shares: bool = False
 
     @property
     def unknown_policies(self) -> tuple[str, ...]:
@@ -251,4 +253,6 @@ def resolve_config(
         ignored_annotations=tuple(ignored),
         memory_percent=memory_percent,
         card_filter=CardFilter.from_annotations(annotations),
+        # Only an admin's DeviceClass may accept unenforced shares: a tenant's claim cannot.
+        unenforced_shares=any(config.allowUnenforcedShares for config in class_configs),
     )

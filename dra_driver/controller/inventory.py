@@ -20,7 +20,7 @@ from typing import Any
 
 from dra_driver.cel import DeviceInput, device_input
 from dra_driver.cel.values import ValueParseError, parse_quantity
-from dra_driver.contract import DeviceId
+from dra_driver.contract import ISOLATION_ATTRIBUTE, SHARES_ENFORCED, DeviceId
 from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
 
@@ -131,6 +131,7 @@ def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any
     slots = _capacity(capacity, "slots") or 10
     numa = _attribute(attributes, *NUMA_ATTRIBUTES)
     healthy = _attribute(attributes, "healthy")
+    isolation = _attribute(attributes, ISOLATION_ATTRIBUTE)
     uuid = _attribute(attributes, "uuid")
     links: dict[int, int] = {}
     peers = _attribute(attributes, "nvlinkPeers")
@@ -149,6 +150,8 @@ def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any
         cores=cores,
         slots=slots,
         healthy=healthy is not False,
+        # Unknown (a plugin older than the attribute) counts as not enforced: shares need proof.
+        shares_enforced=isolation in SHARES_ENFORCED,
         links=links,
     )
     qualified = {

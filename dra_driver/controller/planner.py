@@ -271,6 +271,7 @@ class Planner:
                 exclude_uuids=resolved.card_filter.exclude_uuids,
                 allowed_devices=eligible.devices,
                 allowed_nodes=allowed,
+                unenforced_shares=resolved.unenforced_shares,
             )
 
         if not spec.all_devices:

@@ -32,6 +32,7 @@ from dra_driver.config.resolve import PLAN_ANNOTATIONS
 from dra_driver.contract import FINALIZER, GATE_NAME, DeviceId, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.assumed import ClaimAssumptions
+from dra_driver.controller.containers import GPU_LIMITS_CONFLICT, claim_facts, limits_conflict
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
@@ -420,6 +421,10 @@ class Reconciler:
             return self._pending(
                 pod, f"claims are allocated on different nodes: {sorted(pinned)}", "NodeConflict"
             )
+        facts = [claim_facts(name, c.raw, pod.uid, self.is_ours) for name, c in claims if c is not None]
+        conflict = limits_conflict(pod.raw, facts)
+        if conflict is not None:
+            return self._pending(pod, conflict, GPU_LIMITS_CONFLICT)
         if not inputs:
             return CommitJob(pod, [], self._clear_pending(pod))
         started = time.perf_counter()

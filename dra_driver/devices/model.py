@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES
 from dra_driver.devices.nvlink import pair_scores
 from dra_driver.quantity import MIB as MIB  # re-exported: the unit of every memory amount here
 
@@ -65,6 +66,9 @@ class Gpu:
     cores: int = DEFAULT_CORES
     slots: int = DEFAULT_SLOTS
     name_by_minor: bool = False
+    #: How shares of this GPU are enforced (``dra_driver/contract.py``: hami-core, none, simulated).
+    isolation: str = ISOLATION_NONE
+    hami_core_version: str | None = None
 
     def __post_init__(self) -> None:
         where = f"gpu-{self.index}"
@@ -74,6 +78,10 @@ class Gpu:
             raise DeviceModelError(f"{where}: uuid must not be empty")
         if not self.product_name:
             raise DeviceModelError(f"{where}: product name must not be empty")
+        if self.isolation not in ISOLATION_VALUES:
+            raise DeviceModelError(
+                f"{where}: isolation must be one of {', '.join(ISOLATION_VALUES)}, got {self.isolation!r}"
+            )
         # Two MiB is the smallest memory whose capacity request policy (min 1Mi, step 1Mi) validates.
         if self.memory_bytes < 2 * MIB:
             raise DeviceModelError(f"{where}: memory must be at least 2Mi, got {self.memory_bytes} bytes")

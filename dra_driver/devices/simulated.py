@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.contract import ISOLATION_SIMULATED
 from dra_driver.devices.mig import without_mig
 from dra_driver.devices.model import (
     DEFAULT_CORES,
@@ -120,6 +121,7 @@ def profile_gpus(profile_name: str, *, node_name: str, gpus: int | None = None) 
                 numa_node=numa,
                 mig_enabled=False if profile.architecture in ("Ampere", "Hopper") else None,
                 nvlink_peers=peers if profile.nvswitch_links else (),
+                isolation=ISOLATION_SIMULATED,
             )
         )
     return result
@@ -278,6 +280,7 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
             mig_enabled=_bool(entry, "migEnabled", where, base.mig_enabled if base else None),
             nvlink_peers=_nvlink_peers(entry.get("nvlinkPeers"), index, f"{where}.nvlinkPeers"),
             healthy=bool(_bool(entry, "healthy", where, True)),
+            isolation=_str(entry, "isolation", where, ISOLATION_SIMULATED) or ISOLATION_SIMULATED,
             cores=_int(entry, "cores", where, default=DEFAULT_CORES, minimum=1) or DEFAULT_CORES,
             slots=_int(entry, "slots", where, default=DEFAULT_SLOTS, minimum=1) or DEFAULT_SLOTS,
         )

@@ -33,6 +33,8 @@ def check_card(card: GpuCard, usage: CardUsage, request: PlacementRequest) -> Re
     """Return why ``card`` cannot take one GPU of ``request`` right now, or ``None`` if it can."""
     if not card.healthy:
         return Reason.CARD_NOT_HEALTH
+    if not card.shares_enforced and not request.unenforced_shares and request.shares_card(card):
+        return Reason.CARD_SHARES_NOT_ENFORCED
     if request.allowed_devices is not None and (card.node, card.index) not in request.allowed_devices:
         return Reason.DEVICE_SELECTOR_MISMATCH
     if (request.include_products or request.exclude_products) and not product_matches(card, request):

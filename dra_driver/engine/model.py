@@ -35,6 +35,8 @@ class GpuCard:
     cores: int = FULL_CORES
     slots: int = DEFAULT_SLOTS
     healthy: bool = True
+    #: Whether a share's memory/cores limits are enforced on this card (HAMi-core on its node).
+    shares_enforced: bool = True
     #: NVLink/topology pair scores to other cards of the node, by their index (``topology-aware``).
     links: Mapping[int, int] = field(default_factory=lambda: _EMPTY_LINKS, compare=False, hash=False)
 
@@ -111,6 +113,8 @@ class PlacementRequest:
     #: Cards the request may use as ``(node, index)``, e.g. those matching DRA CEL selectors and
     #: tolerated taints; ``None`` = every card. Others fail with ``DeviceSelectorMismatch``.
     allowed_devices: frozenset[tuple[str, int]] | None = None
+    #: Shares may go to cards that cannot enforce them (a DeviceClass opted in).
+    unenforced_shares: bool = False
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -123,6 +127,10 @@ class PlacementRequest:
             raise ValueError(f"{self.name}: memoryPercent must be within 1..100, got {self.memory_percent}")
         if not 0 <= self.cores <= FULL_CORES:
             raise ValueError(f"{self.name}: cores must be within 0..100, got {self.cores}")
+
+    def shares_card(self, card: GpuCard) -> bool:
+        """Whether this takes less than the whole ``card``: a share, whose limits need enforcing."""
+        return self.memory_on(card) < card.memory or self.cores < card.cores
 
     def memory_on(self, card: GpuCard) -> int:
         """Bytes this request takes on ``card``."""

@@ -15,6 +15,9 @@ class Reason(StrEnum):
     """Why a card cannot take a request; a card is counted under the first check it fails."""
 
     CARD_NOT_HEALTH = "CardNotHealth"
+    #: Not HAMi's: a share (below the whole card) on a card whose node cannot enforce its limits
+    #: (no HAMi-core), for a DeviceClass that did not opt in with ``allowUnenforcedShares``.
+    CARD_SHARES_NOT_ENFORCED = "CardSharesNotEnforced"
     #: Not HAMi's: the card is outside the request's eligible set (DRA CEL selectors, device taints).
     DEVICE_SELECTOR_MISMATCH = "DeviceSelectorMismatch"
     CARD_TYPE_MISMATCH = "CardTypeMismatch"

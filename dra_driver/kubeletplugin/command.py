@@ -104,6 +104,13 @@ def register(subparsers: Any) -> None:
         help="host path of libvgpu.so to preload in containers with shared GPUs (env HAMI_CORE_LIB)",
     )
     parser.add_argument(
+        "--core-utilization-policy",
+        choices=("default", "force", "disable"),
+        default=_env("CORE_UTILIZATION_POLICY", "default"),
+        help="HAMi-core's throttling of a cores limit: default (HAMi-core's own: throttle even on an idle "
+        "GPU), force, or disable (cores only for placement); env CORE_UTILIZATION_POLICY",
+    )
+    parser.add_argument(
         "--nvidia-cdi-kind",
         default=_env("NVIDIA_CDI_KIND", "nvidia.com/gpu"),
         help="CDI kind of the NVIDIA Container Toolkit's spec whose libraries, hooks and device nodes our "
@@ -174,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         cdi_dir=args.cdi_dir,
         simulated=args.source == "simulated",
         hami_core_lib=args.hami_core_lib,
+        core_utilization_policy=args.core_utilization_policy,
         nvidia_cdi_kind=args.nvidia_cdi_kind or None,
         host_root=Path(args.host_root) if args.host_root else None,
         allow_device_plugin=args.allow_device_plugin,
@@ -185,8 +193,6 @@ def run(args: argparse.Namespace) -> int:
         cleanup_seconds=args.cleanup_seconds,
         metrics_port=args.metrics_port,
     )
-    if args.hami_core_lib is not None and not args.hami_core_lib.is_file():
-        raise UsageError(f"--hami-core-lib {args.hami_core_lib} is not a file")
     plugin = KubeletPlugin(options, gpus, api_client)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -7,9 +7,16 @@ Rules (how HAMi-core reads its limits inside the container):
 - cores only when 0 < cores < 100 (0 and >= 100 mean "unlimited" to HAMi-core);
 - one cache file per claim, at a deterministic path so re-preparing gives the same spec;
 - never ``CUDA_VISIBLE_DEVICES`` (it breaks HAMi-core's index mapping);
-- a claim of whole GPUs only gets no HAMi-core edits at all; in a claim that mixes shares and
-  whole GPUs the whole GPUs get their full memory as the limit, because a preloaded libvgpu with
-  no limit reports 0 bytes of memory.
+- a claim of whole GPUs only gets no HAMi-core edits at all, also where every result carries a
+  shareID (our devices allow multiple allocations): a result that consumes all of a GPU's memory
+  and cores is a whole GPU; in a claim that mixes shares and whole GPUs the whole GPUs get their
+  full memory as the limit, because a preloaded libvgpu with no limit reports 0 bytes of memory;
+- ``/tmp/vgpulock`` of the host is mounted with the library, as HAMi does: libvgpu up to v2.8.0
+  serialises host-PID detection on a lock file there (without it v2.5.0 and older hang in cuInit);
+- ``GPU_CORE_UTILIZATION_POLICY``: HAMi-core throttles a cores limit even on an idle GPU unless
+  HAMi's node monitor switches it off; we run no monitor, so the default leaves HAMi-core's own
+  behaviour (always throttle), ``force`` says so explicitly and ``disable`` turns throttling off
+  (cores become a scheduling figure only).
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from dra_driver.kubeletplugin.inventory import NodeGpu
 from dra_driver.quantity import MIB
 
 CONTAINER_VGPU_DIR = "/usr/local/vgpu"
+#: The node-wide lock directory of libvgpu up to v2.8.0, shared by every container on the node.
+VGPU_LOCK_DIR = "/tmp/vgpulock"
+#: ``--core-utilization-policy`` -> HAMi-core's GPU_CORE_UTILIZATION_POLICY (None: not set).
+UTILIZATION_POLICIES: dict[str, str | None] = {"default": None, "force": "FORCE", "disable": "DISABLE"}
 CONTAINER_LIB = f"{CONTAINER_VGPU_DIR}/libvgpu.so"
 PRELOAD_CONTENT = CONTAINER_LIB + "\n"
 
@@ -34,6 +45,16 @@ class HamiCoreConfig:
 
     state_dir: Path
     library: Path | None = None
+    utilization_policy: str = "default"
+    #: The host's lock directory (the chart mounts it at the same path, created by kubelet).
+    lock_dir: Path = Path(VGPU_LOCK_DIR)
+
+    def __post_init__(self) -> None:
+        if self.utilization_policy not in UTILIZATION_POLICIES:
+            raise ValueError(
+                f"core utilization policy must be one of {', '.join(UTILIZATION_POLICIES)}, "
+                f"got {self.utilization_policy!r}"
+            )
 
     @property
     def preload_file(self) -> Path:
@@ -48,7 +69,11 @@ class HamiCoreConfig:
         return self.state_dir / "claims" / claim_uid
 
     def ensure_preload_file(self) -> None:
-        """Write the ld.so.preload that names libvgpu's container path (idempotent)."""
+        """Write the ld.so.preload that names libvgpu's container path, and make sure the lock
+        directory that every share's spec mounts exists (idempotent): a missing host path would
+        keep the runtime from starting the container."""
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        self.lock_dir.chmod(0o777)  # processes of any UID in any container take the lock
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if not self.preload_file.exists() or self.preload_file.read_text() != PRELOAD_CONTENT:
             tmp = self.preload_file.with_suffix(".tmp")
@@ -75,11 +100,12 @@ def shares_by_gpu(devices: list[tuple[AllocatedDevice, NodeGpu]]) -> list[GpuSha
     shares = []
     for items in grouped.values():
         gpu = items[0][1]
-        if any(a.exclusive for a, _ in items):
-            shares.append(GpuShare(gpu, gpu.memory_bytes, 100, shared=False))
-            continue
         memory = sum(a.consumed.get(MEMORY, gpu.memory_bytes) for a, _ in items)
         cores = sum(a.consumed.get(CORES, 0) for a, _ in items)
+        whole = any(a.exclusive for a, _ in items) or (memory >= gpu.memory_bytes and cores >= gpu.cores)
+        if whole:
+            shares.append(GpuShare(gpu, gpu.memory_bytes, 100, shared=False))
+            continue
         shares.append(GpuShare(gpu, min(memory, gpu.memory_bytes), min(cores, 100), shared=True))
     return sorted(shares, key=lambda share: share.gpu.sort_key)
 
@@ -101,6 +127,9 @@ def claim_edits(
         env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}={memory_limit(share.memory_bytes)}")
         if share.shared and 0 < share.cores < 100:
             env.append(f"CUDA_DEVICE_SM_LIMIT_{ordinal}={share.cores}")
+    policy = UTILIZATION_POLICIES[config.utilization_policy]
+    if policy is not None and any(share.shared and 0 < share.cores < 100 for share in shares):
+        env.append(f"GPU_CORE_UTILIZATION_POLICY={policy}")
     cache_dir = f"{CONTAINER_VGPU_DIR}/claims/{claim_uid}"
     env.append(f"CUDA_DEVICE_MEMORY_SHARED_CACHE={cache_dir}/cudevshr.cache")
     mounts: list[dict[str, Any]] = [
@@ -121,6 +150,11 @@ def claim_edits(
                 "hostPath": str(config.preload_file),
                 "containerPath": "/etc/ld.so.preload",
                 "options": ["ro", "nosuid", "nodev", "bind"],
+            },
+            {
+                "hostPath": str(config.lock_dir),
+                "containerPath": VGPU_LOCK_DIR,
+                "options": ["rw", "nosuid", "nodev", "bind"],
             },
         ]
     return {"env": env, "mounts": mounts}

@@ -53,6 +53,11 @@ class PluginMetrics:
             ["device"],
             registry=self.registry,
         )
+        self.unenforced = Gauge(
+            "hami_dra_kubelet_plugin_unenforced_gpus",
+            "GPUs of this node whose shares nothing enforces (isolation=none: no usable HAMi-core)",
+            registry=self.registry,
+        )
         self.withheld = Gauge(
             "hami_dra_kubelet_plugin_withheld_gpus",
             "GPUs of this node not published, by reason (no CDI spec defines them, a device plugin)",

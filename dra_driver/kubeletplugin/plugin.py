@@ -12,11 +12,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dra_driver.contract import ISOLATION_NONE
 from dra_driver.devices.model import Gpu
 from dra_driver.kubeletplugin.checkpoint import DEFAULT_BOOT_ID_FILE, Checkpoint, read_boot_id
 from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
 from dra_driver.kubeletplugin.dra_service import dra_handlers
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
+from dra_driver.kubeletplugin.hamicore_library import inspect_library
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
 from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
@@ -34,6 +36,9 @@ from dra_driver.kubeletplugin.withheld import (
 
 LOG = logging.getLogger(__name__)
 
+#: Node event reason when shares are advertised on GPUs nothing enforces them on.
+SHARES_NOT_ENFORCED = "SharesNotEnforced"
+
 
 @dataclass(frozen=True)
 class PluginOptions:
@@ -44,6 +49,8 @@ class PluginOptions:
     cdi_dir: Path
     simulated: bool
     hami_core_lib: Path | None = None
+    #: HAMi-core's GPU_CORE_UTILIZATION_POLICY for shares with a cores limit (``hamicore.py``).
+    core_utilization_policy: str = "default"
     #: The toolkit's CDI kind to compose real GPUs' specs with (``toolkit.py``), tried before the GPU
     #: Operator's ``management.nvidia.com/gpu``; None: device nodes only, no driver libraries.
     nvidia_cdi_kind: str | None = "nvidia.com/gpu"
@@ -70,7 +77,8 @@ class KubeletPlugin:
         self, options: PluginOptions, gpus: list[Gpu], api_client: Any, claims: ClaimSource | None = None
     ) -> None:
         self.options = options
-        self.gpus = gpus
+        self.hami_core = inspect_library(options.hami_core_lib, simulated=options.simulated)
+        self.gpus = [self._with_isolation(gpu) for gpu in gpus]
         self.api_client = api_client
         self.metrics = PluginMetrics()
         self.inventory = Inventory(node_gpu(g) for g in gpus)
@@ -84,7 +92,11 @@ class KubeletPlugin:
                 driver=options.driver_name,
                 pool=options.node_name,
                 cdi_dir=options.cdi_dir,
-                hami=HamiCoreConfig(options.plugin_dir / "hami-core", options.hami_core_lib),
+                hami=HamiCoreConfig(
+                    options.plugin_dir / "hami-core",
+                    self.hami_core.library,
+                    utilization_policy=options.core_utilization_policy,
+                ),
                 simulated=options.simulated,
                 boot_id=read_boot_id(options.boot_id_file),
             ),
@@ -108,6 +120,35 @@ class KubeletPlugin:
         self.publisher: Any = None
         self._watchers: list[Any] = []
         self._stop = threading.Event()
+
+    def _with_isolation(self, gpu: Gpu) -> Gpu:
+        """The GPU as published: enforced by HAMi-core when usable, else as the source says."""
+        status = self.hami_core
+        if status.library is not None:
+            return replace(gpu, isolation=status.isolation, hami_core_version=status.version)
+        if self.options.simulated:
+            return gpu  # simulated (or what its devices file says)
+        return replace(gpu, isolation=status.isolation)
+
+    def report_isolation(self) -> None:
+        """Say once, loudly, when shares of this node's GPUs would not be enforced."""
+        unenforced = [g.name for g in self.gpus if g.isolation == ISOLATION_NONE]
+        self.metrics.unenforced.set(len(unenforced))
+        problem = self.hami_core.problem
+        if not unenforced:
+            if problem:
+                LOG.warning("%s", problem)
+            elif self.hami_core.library is not None:
+                LOG.info("HAMi-core %s at %s enforces shares", self.hami_core.version, self.hami_core.library)
+            return
+        message = (
+            f"shares of {len(unenforced)} GPU(s) ({', '.join(unenforced)}) are not enforced: {problem}; "
+            "they are published with isolation=none and our DeviceClasses give them out whole only, "
+            "unless a class sets allowUnenforcedShares (install HAMi-core: kubeletPlugin.hamiCore)"
+        )
+        LOG.warning("SharesNotEnforced: %s", message)
+        if self.events is not None:
+            self.events.warn(SHARES_NOT_ENFORCED, message, None)
 
     @staticmethod
     def _toolkit_registry(options: PluginOptions) -> ToolkitRegistry | None:
@@ -188,10 +229,9 @@ class KubeletPlugin:
                 LOG.exception("checking the node for withheld GPUs failed")
 
     def start(self) -> None:
-        if self.options.hami_core_lib is not None:
-            HamiCoreConfig(
-                self.options.plugin_dir / "hami-core", self.options.hami_core_lib
-            ).ensure_preload_file()
+        if self.hami_core.library is not None:
+            self.preparer.config.hami.ensure_preload_file()
+        self.report_isolation()
         self.check_withheld()
         for gpu in self.gpus:
             self.metrics.healthy.labels(gpu.name).set(1)

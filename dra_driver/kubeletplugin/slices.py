@@ -46,7 +46,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.contract import policy_taint_key, unhealthy_taint_key
+from dra_driver.contract import (
+    HAMI_CORE_VERSION_ATTRIBUTE,
+    ISOLATION_ATTRIBUTE,
+    policy_taint_key,
+    unhealthy_taint_key,
+)
 from dra_driver.devices.model import Gpu, semver
 from dra_driver.devices.nvlink import nvlink_peers_attribute
 from dra_driver.quantity import MIB, format_bytes
@@ -196,6 +201,7 @@ def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
         "uuid": _string(gpu.uuid, gpu, "uuid"),
         "productName": _string(gpu.product_name, gpu, "productName"),
         "healthy": {"bool": gpu.healthy},
+        ISOLATION_ATTRIBUTE: {"string": gpu.isolation},
     }
     if gpu.minor is not None:
         attributes["minor"] = {"int": gpu.minor}
@@ -206,6 +212,7 @@ def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
         ("cudaComputeCapability", gpu.cuda_compute_capability),
         ("driverVersion", gpu.driver_version),
         ("cudaDriverVersion", gpu.cuda_driver_version),
+        (HAMI_CORE_VERSION_ATTRIBUTE, gpu.hami_core_version),
     ):
         if raw:
             version = semver(raw)

@@ -32,6 +32,7 @@ from dra_driver.config import (
     ConfigError,
     parse_gpu_config,
 )
+from dra_driver.contract import LIMITED_CAPACITIES
 from dra_driver.controller.kube import KubeError
 from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scoring_weights
 from dra_driver.webhook import GATE_NAME
@@ -39,7 +40,6 @@ from dra_driver.webhook.hami_resources import TranslationError, apply_patch, tra
 from dra_driver.webhook.lookup import Lookup, TemplateWriter
 from dra_driver.webhook.optin import NamespaceGate
 
-LIMITED_CAPACITIES = ("memory", "cores")
 log = logging.getLogger(__name__)
 
 

@@ -185,3 +185,11 @@ def test_schema_agrees_with_model_on_examples() -> None:
         assert list(validator.iter_errors(bad)), bad
         with pytest.raises(ConfigError):
             parse_gpu_config(bad)
+
+
+def test_only_a_device_class_can_accept_unenforced_shares() -> None:
+    """A tenant's claim config must not opt its own shares onto GPUs that cannot enforce them."""
+    opt_in = parse_gpu_config({**HEAD, "allowUnenforcedShares": True})
+    assert resolve_config(class_configs=[opt_in]).unenforced_shares
+    assert not resolve_config(claim_configs=[opt_in]).unenforced_shares
+    assert not resolve_config().unenforced_shares

@@ -94,3 +94,19 @@ def test_the_same_device_names_in_each_nodes_own_pool_are_distinct_devices() -> 
 )
 def test_pool_owner(pool: str, nodes: list[str], owner: str) -> None:
     assert pool_owner(pool, nodes) == owner
+
+
+@pytest.mark.parametrize(
+    ("isolation", "enforced"), [("hami-core", True), ("simulated", True), ("none", False), (None, False)]
+)
+def test_shares_count_as_enforced_only_where_the_slice_says_so(isolation: str | None, enforced: bool) -> None:
+    """An unknown isolation (a plugin older than the attribute) is not enforced: shares need proof."""
+    (slice_,) = build_resource_slices(
+        profile_gpus("t4", node_name="n1", gpus=1), node_name="n1", driver_name=DRIVER
+    )
+    attributes = slice_["spec"]["devices"][0]["attributes"]
+    attributes.pop("isolation")
+    if isolation is not None:
+        attributes["isolation"] = {"string": isolation}
+    (card,) = [device.card for device in build_inventory([slice_], DRIVER)["n1"].devices.values()]
+    assert card.shares_enforced is enforced

@@ -49,7 +49,8 @@ def test_claim_shared_by_two_gated_pods_is_planned_once(harness: Harness) -> Non
     Otherwise B's plan replaces A's assumed use in the ledger, A's write wins, and the card A
     took looks free to the next pod: two exclusive claims on one card.
     """
-    harness.create_claim(claim("shared", request(klass="gpu-mutex", memory="1Gi")))
+    # A whole card: a claim with memory/cores limits may serve only one pod (GpuLimitsConflict).
+    harness.create_claim(claim("shared", request(klass="gpu-mutex")))
     harness.create_pod(pod("a-pod", {"gpu": "claim:shared"}))
     harness.create_pod(pod("b-pod", {"gpu": "claim:shared"}))
     for i in range(3):

@@ -22,8 +22,9 @@ def h100_node() -> list:
 
 
 def named_by_minor(gpus: list[Gpu]) -> list[Gpu]:
-    """What NVML discovery returns for simulated ``gpus``: the same GPUs, named by minor number."""
-    return [dataclasses.replace(gpu, name_by_minor=True) for gpu in gpus]
+    """What NVML discovery returns for simulated ``gpus``: the same GPUs, named by minor number,
+    isolation not known yet (the kubelet plugin decides it from its HAMi-core library)."""
+    return [dataclasses.replace(gpu, name_by_minor=True, isolation="none") for gpu in gpus]
 
 
 def test_eight_h100_on_two_numa_nodes_match_the_simulated_profile(run_nvml) -> None:
@@ -275,5 +276,10 @@ def test_cli_nvml_prints_the_same_devices_as_simulated(mock_nvml, tmp_path: Path
     # The PCIe root comes from the sysfs of the machine running the test, which has no such GPUs.
     for device in from_nvml["spec"]["devices"] + from_profile["spec"]["devices"]:
         device["attributes"].pop("resource.kubernetes.io/pcieRoot", None)
+    # Only the isolation differs: discovery alone cannot know of HAMi-core, simulated GPUs need none.
+    assert {d["attributes"].pop("isolation")["string"] for d in from_nvml["spec"]["devices"]} == {"none"}
+    assert {d["attributes"].pop("isolation")["string"] for d in from_profile["spec"]["devices"]} == {
+        "simulated"
+    }
     assert from_nvml == from_profile
     assert len(from_nvml["spec"]["devices"]) == 8

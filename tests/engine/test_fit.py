@@ -111,3 +111,11 @@ def test_allowed_devices_filter_has_its_own_reason() -> None:
     assert reasons == {0: Reason.DEVICE_SELECTOR_MISMATCH, 1: None, 2: Reason.DEVICE_SELECTOR_MISMATCH}
     decision = place(state, request(allowed_devices=frozenset()))
     assert decision.reason == "3/3 DeviceSelectorMismatch"
+
+
+def test_a_card_that_cannot_enforce_shares_takes_only_whole_requests_unless_the_class_opts_in() -> None:
+    state = ClusterState([t4(0, shares_enforced=False), t4(1)])
+    assert _reasons(state, memory_mib=1000) == {0: Reason.CARD_SHARES_NOT_ENFORCED, 1: None}
+    assert _reasons(state, memory_mib=None, cores=50) == {0: Reason.CARD_SHARES_NOT_ENFORCED, 1: None}
+    assert _reasons(state, memory_mib=None, cores=100) == {0: None, 1: None}  # a whole card
+    assert _reasons(state, memory_mib=1000, unenforced_shares=True) == {0: None, 1: None}

@@ -128,3 +128,16 @@ def validate_cdi_schema(spec: dict[str, Any]) -> None:
 def read_spec(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def stand_in_library(path: Path, version: str | None = "v2.9.0") -> Path:
+    """A file the plugin accepts as libvgpu.so (a 64-bit ELF shared-object header for this CPU)
+    plus its ``.version`` file; never loaded by these tests, so nothing more is needed."""
+    import platform
+
+    machine = {"x86_64": 62, "aarch64": 183}.get(platform.machine(), 62)
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + (3).to_bytes(2, "little") + machine.to_bytes(2, "little")
+    path.write_bytes(header + bytes(44))
+    if version is not None:
+        path.with_name(path.name + ".version").write_text(version + "\n")
+    return path

@@ -82,13 +82,35 @@ def test_library_and_preload_mounts_only_with_hami_core_lib(tmp_path: Path) -> N
     devices = [(share("gpu-0", GIB, 20), gpu(0))]
     without = claim_edits(UID, devices, HamiCoreConfig(tmp_path))
     assert [m["containerPath"] for m in without["mounts"]] == [f"/usr/local/vgpu/claims/{UID}"]
-    config = HamiCoreConfig(tmp_path, Path("/opt/hami/libvgpu.so"))
+    config = HamiCoreConfig(tmp_path, Path("/opt/hami/libvgpu.so"), lock_dir=tmp_path / "vgpulock")
     config.ensure_preload_file()
     assert config.preload_file.read_text() == "/usr/local/vgpu/libvgpu.so\n"
+    assert oct((tmp_path / "vgpulock").stat().st_mode & 0o777) == "0o777"  # any container UID locks
     mounts = {m["containerPath"]: m for m in claim_edits(UID, devices, config)["mounts"]}
     assert mounts["/usr/local/vgpu/libvgpu.so"]["hostPath"] == "/opt/hami/libvgpu.so"
     assert mounts["/etc/ld.so.preload"]["hostPath"] == str(config.preload_file)
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
+    assert mounts["/tmp/vgpulock"]["hostPath"] == str(tmp_path / "vgpulock")  # libvgpu <= v2.8.0's lock
+
+
+def test_a_result_consuming_the_whole_card_is_whole_although_it_has_a_share_id(tmp_path: Path) -> None:
+    """Every result of ours carries a shareID; one that takes all memory and cores is a whole card."""
+    full = AllocatedDevice("gpu", "node-1", "gpu-0", str(uuid.uuid4()), {"memory": 15 * GIB, "cores": 100})
+    assert claim_edits(UID, [(full, gpu(0))], HamiCoreConfig(tmp_path, Path("/lib/libvgpu.so"))) == {}
+
+
+@pytest.mark.parametrize(("policy", "value"), [("default", None), ("force", "FORCE"), ("disable", "DISABLE")])
+def test_the_core_utilization_policy_is_set_only_with_a_cores_limit(
+    tmp_path: Path, policy: str, value: str | None
+) -> None:
+    config = HamiCoreConfig(tmp_path, utilization_policy=policy)
+    limited = env_of(claim_edits(UID, [(share("gpu-0", GIB, 30), gpu(0))], config))
+    assert limited.get("GPU_CORE_UTILIZATION_POLICY") == value
+    assert "GPU_CORE_UTILIZATION_POLICY" not in env_of(
+        claim_edits(UID, [(share("gpu-0", GIB), gpu(0))], config)
+    )
+    with pytest.raises(ValueError, match="core utilization policy must be one of"):
+        HamiCoreConfig(tmp_path, utilization_policy="sometimes")
 
 
 def test_minimum_cdi_version() -> None:

@@ -29,7 +29,7 @@ from tests.kubeletplugin.conftest import (
     registered_kubelet,
     running_plugin,
 )
-from tests.kubeletplugin.helpers import claim, result
+from tests.kubeletplugin.helpers import claim, result, stand_in_library
 from tests.waiting import wait_for
 
 HOSTILE = [
@@ -47,8 +47,7 @@ HOSTILE = [
 @pytest.fixture
 def hami_plugin(dirs: Dirs, api_client: Any, tmp_path: Path) -> Iterator[KubeletPlugin]:
     """The plugin with HAMi-core enabled, so prepared claims own a directory under hami-core/claims."""
-    library = tmp_path / "libvgpu.so"
-    library.write_bytes(b"\x7fELF stand-in")
+    library = stand_in_library(tmp_path / "libvgpu.so")
     with running_plugin(dirs, api_client, hami_core_lib=library) as running:
         yield running
 

@@ -21,7 +21,7 @@ from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
-from tests.kubeletplugin.helpers import claim, result
+from tests.kubeletplugin.helpers import claim, result, stand_in_library
 
 CDI_DIR = Path("/var/run/cdi")
 IMAGE = "localhost/hami-dra-busybox:test"
@@ -79,8 +79,7 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
 
 @pytest.fixture
 def cdi_plugin(dirs: Dirs, api_client: Any, tmp_path: Path) -> Iterator[KubeletPlugin]:
-    library = tmp_path / "libvgpu.so"
-    library.write_bytes(b"not really a library")
+    library = stand_in_library(tmp_path / "libvgpu.so")
     options = plugin_options(dirs, cdi_dir=CDI_DIR, hami_core_lib=library)
     running = KubeletPlugin(options, profile_gpus("t4", node_name=NODE, gpus=4), api_client)
     running.start()
