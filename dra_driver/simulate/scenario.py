@@ -7,13 +7,13 @@ remain portable. Every error names the file, the path inside it and what is wron
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.contract import DeviceId
+from dra_driver.contract import SHARES_ENFORCED, DeviceId
 from dra_driver.engine import (
     KNOWN_POLICY_NAMES,
     ClusterState,
@@ -75,6 +75,9 @@ class GpuSpec(_Strict):
     cores: int = Field(default=100, gt=0)
     slots: int = Field(default=10, gt=0)
     healthy: bool = True
+    #: As the slice attribute says (``dra_driver/contract.py``): on ``none`` shares are refused
+    #: (CardSharesNotEnforced) unless the request's class opts in.
+    isolation: Literal["hami-core", "none", "simulated"] = "hami-core"
     #: NVLink pair scores to other GPUs of the node by index, for ``topology-aware``.
     links: dict[int, int] = Field(default_factory=dict)
     allocations: list[AllocationSpec] = Field(default_factory=list)
@@ -238,6 +241,7 @@ class Scenario(_Strict):
                 cores=gpu.cores,
                 slots=gpu.slots,
                 healthy=gpu.healthy,
+                shares_enforced=gpu.isolation in SHARES_ENFORCED,
                 links=dict(gpu.links),
             )
             for node in self.nodes

@@ -99,3 +99,17 @@ def test_pending_claim_lists_best_nodes_cards(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert out.count('"index"') == 3
     assert "5/5 ExclusiveDeviceAllocateConflict" in out
+
+
+def test_a_share_is_refused_on_a_gpu_whose_node_cannot_enforce_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "nodes:\n  - name: n1\n    gpus:\n      - {index: 0, memory: 16Gi, isolation: none}\n"
+        "      - {index: 1, memory: 16Gi}\n"
+        "claims:\n  - {name: share, memory: 1Gi}\n  - {name: whole, count: 1}\n"
+    )
+    assert main(["simulate", str(path), "-o", "json"]) == 0
+    out = capsys.readouterr().out
+    assert "CardSharesNotEnforced" in out
