@@ -1,0 +1,239 @@
+"""The chart on an NVIDIA GPU node as the real toolkit leaves it, on the real cluster.
+
+The node is this machine, given a mock driver root (``tests/nvidia_layouts.py``: the mock NVML as
+``libnvidia-ml.so.<version>``, a stub ``libcuda``, ``nvidia-smi``, real ``/dev/nvidia*`` character
+nodes) and the spec the real ``nvidia-ctk`` (built from its Go module) writes for each toolkit
+layout into the CDI dir containerd reads. The chart runs the plugin with ``source=nvml`` and
+``nvidiaDriverRoot`` at that root, on a node labelled ``nvidia.com/gpu.present`` (its default
+node affinity). In every layout a pod with a claim either starts, containerd having resolved our
+CDI IDs and applied the toolkit's edits and hooks, or never reaches the node, with the reason in
+``kubectl describe``; an XID 79 injected through the mock's event file taints that one GPU.
+
+The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.cluster.layout import CDI_DIR, NODE_NAME
+from tests.cluster.conftest import RealCluster
+from tests.cluster.drivers import DRIVER, ChartDriver, DriverUnderTest, reset_workloads
+from tests.cluster.test_e2e import POD_TIMEOUT
+from tests.cluster.test_gpu_tenants import manifest
+from tests.nvidia_layouts import (
+    PROFILES,
+    SPEC_FILES,
+    DriverRoot,
+    Layout,
+    build_driver_root,
+    generate_spec,
+    toolkit_bin,
+)
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("driver", ["chart"], indirect=True)]
+
+PROFILE = PROFILES / "t4-4x-node-1.json"
+GPU_LABEL = "nvidia.com/gpu.present"
+CLASS = f"binpack.{DRIVER}"
+#: Where the plugin pod sees the driver root (the chart's mount) and the mock's files in it.
+IN_POD = Path("/driver-root")
+EVENTS = "mock-nvml-events"
+
+
+@dataclass
+class GpuNode:
+    cluster: RealCluster
+    chart: ChartDriver
+    driver: DriverRoot
+
+    @property
+    def events(self) -> Path:
+        return self.driver.root / EVENTS
+
+    def use_layout(self, layout: Layout) -> None:
+        """Leave exactly ``layout``'s toolkit spec in the CDI dir containerd and the plugin read."""
+        for name in set(SPEC_FILES.values()):
+            (CDI_DIR / name).unlink(missing_ok=True)
+        generate_spec(layout, self.driver, CDI_DIR)
+
+    def devices(self) -> list[dict[str, Any]]:
+        slices = self.cluster.get("resourceslices", "--field-selector", f"spec.driver={DRIVER}")["items"]
+        return [
+            d
+            for s in slices
+            if s["spec"].get("nodeName") == NODE_NAME
+            for d in s["spec"].get("devices") or []
+        ]
+
+    def wait_devices(self, count: int) -> list[dict[str, Any]]:
+        wait_for(lambda: len(self.devices()) == count, 90, f"{count} devices in the node's ResourceSlice")
+        return self.devices()
+
+    def run(self, name: str, selectors: list[dict[str, Any]] | None = None) -> None:
+        exactly: dict[str, Any] = {"deviceClassName": CLASS, "capacity": {"requests": {"memory": "1Gi"}}}
+        if selectors:
+            exactly["selectors"] = selectors
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        }
+        container = {
+            "name": "app",
+            "image": "busybox:1.36",
+            "command": ["sleep", "86400"],
+            "resources": {"claims": [{"name": "gpu"}]},
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [container],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            },
+        }
+        self.cluster.kubectl("apply", "-f", "-", stdin=manifest(claim, pod))
+
+    def exec(self, pod: str, script: str) -> str:
+        return self.cluster.kubectl("exec", "-n", "default", pod, "--", "sh", "-c", script)
+
+    def wait_running(self, pod: str) -> None:
+        waited = self.cluster.kubectl(
+            "wait", "--for=condition=Ready", f"pod/{pod}", f"--timeout={POD_TIMEOUT:.0f}s", check=False
+        )
+        if "condition met" not in waited:
+            described = self.cluster.kubectl("describe", "pod", pod, check=False)
+            raise AssertionError(
+                f"{pod} not running: {waited}\n{described}\n{self.chart.log('kubelet-plugin')[-4000:]}"
+            )
+
+    def allocated_device(self, claim: str) -> str:
+        allocation = self.cluster.get("resourceclaim", claim)["status"]["allocation"]
+        device: str = allocation["devices"]["results"][0]["device"]
+        return device
+
+    def described(self, kind: str, name: str, text: str) -> str:
+        def found() -> str | None:
+            out = self.cluster.kubectl("describe", kind, name)
+            return out if text in out else None
+
+        result: str = wait_for(found, 90, f"{text!r} in kubectl describe {kind} {name}")
+        return result
+
+
+@pytest.fixture(scope="module")
+def gpu_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[GpuNode]:
+    assert isinstance(driver, ChartDriver)
+    if toolkit_bin() is None:
+        pytest.fail("nvidia-ctk is not built: `make cluster-build` builds it (bash hack/cluster/build.sh)")
+    cluster = real_cluster
+    reset_workloads(cluster)
+    root = build_driver_root(real_cluster.state_dir / "nvidia-driver-root", PROFILE)
+    # The chart mounts the driver root HostToContainer, which needs a shared mount there, as / is on
+    # a systemd host; this machine's / is private, so the root becomes a shared mount of its own.
+    subprocess.run(["mount", "--bind", str(root.root), str(root.root)], check=True)
+    subprocess.run(["mount", "--make-shared", str(root.root)], check=True)
+    node = GpuNode(cluster, driver, root)
+    node.events.write_text("")
+    node.use_layout("none")
+    cluster.kubectl("label", "node", NODE_NAME, f"{GPU_LABEL}=true", "--overwrite")
+    try:
+        driver.upgrade(
+            "kubeletPlugin.source=nvml",
+            # No HAMi-core here (its install is tests/cluster/test_hami_core.py): GPUs are isolation=none.
+            "kubeletPlugin.hamiCore.install=none",
+            # ... so the recipe classes hand out shares there only because they opt in (NVIDIA's model).
+            "recipeClasses.allowUnenforcedShares=true",
+            f"kubeletPlugin.nvidiaDriverRoot={root.root}",
+            "kubeletPlugin.extraEnv[0].name=MOCK_NVML_PROFILE",
+            f"kubeletPlugin.extraEnv[0].value={IN_POD / root.profile.relative_to(root.root)}",
+            "kubeletPlugin.extraEnv[1].name=MOCK_NVML_EVENTS",
+            f"kubeletPlugin.extraEnv[1].value={IN_POD / EVENTS}",
+        )
+        yield node
+    finally:
+        # The tests' claims are their own (not from templates), so they go with their pods here.
+        cluster.kubectl(
+            "delete", "pods,resourceclaims", "--all", "-n", "default", "--wait=true", "--timeout=90s"
+        )
+        reset_workloads(cluster)
+        for name in set(SPEC_FILES.values()):
+            (CDI_DIR / name).unlink(missing_ok=True)
+        driver.upgrade()  # back to values-local.yaml: the simulated lab the other modules use
+        cluster.kubectl("label", "node", NODE_NAME, f"{GPU_LABEL}-")
+        subprocess.run(["umount", str(root.root)], check=False)
+
+
+def test_without_a_toolkit_spec_no_gpu_is_published_and_describe_says_why(gpu_node: GpuNode) -> None:
+    gpu_node.use_layout("none")
+    gpu_node.wait_devices(0)
+    described = gpu_node.described("node", NODE_NAME, "NvidiaCdiSpecMissing")
+    assert "nvidia-ctk cdi generate" in described
+    gpu_node.run("no-spec")
+    pending = gpu_node.described("pod", "no-spec", f"no device of class {CLASS}")
+    assert "Pending" in pending
+    gpu_node.cluster.kubectl("delete", "pod", "no-spec", "--wait=true")
+    gpu_node.cluster.kubectl("delete", "resourceclaim", "no-spec", "--wait=true")
+
+
+@pytest.mark.parametrize("layout", ["host", "operator", "index-only"])
+def test_a_pod_starts_on_every_toolkit_layout_with_its_gpu_and_the_driver_files(
+    gpu_node: GpuNode, layout: Layout
+) -> None:
+    gpu_node.use_layout(layout)
+    devices = gpu_node.wait_devices(len(gpu_node.driver.gpus))
+    assert sorted(d["name"] for d in devices) == sorted(f"gpu-{g.minor}" for g in gpu_node.driver.gpus)
+    name = f"on-{layout}"
+    gpu_node.run(name)
+    gpu_node.wait_running(name)
+    device = gpu_node.allocated_device(name)
+    minor = int(device.removeprefix("gpu-"))
+    nodes = gpu_node.exec(name, "ls /dev | grep -E '^nvidia[0-9]+$' || true").split()
+    assert nodes == [f"nvidia{minor}"], f"the container sees exactly its own GPU, got {nodes}"
+    libcuda = f"/usr/lib/x86_64-linux-gnu/libcuda.so.{gpu_node.driver.driver_version}"
+    listing = gpu_node.exec(name, f"ls {libcuda} /usr/lib/x86_64-linux-gnu/libcuda.so.1 /dev/nvidiactl")
+    assert libcuda in listing and "libcuda.so.1" in listing, (
+        "the toolkit's mounts and its create-symlinks hook"
+    )
+    gpu_node.cluster.kubectl("delete", "pod", name, "--wait=true")
+    gpu_node.cluster.kubectl("delete", "resourceclaim", name, "--wait=true")
+
+
+def test_an_xid_79_taints_that_gpu_and_a_pod_that_needs_it_says_why(gpu_node: GpuNode) -> None:
+    gpu_node.use_layout("host")
+    gpu_node.wait_devices(len(gpu_node.driver.gpus))
+    sick = gpu_node.driver.gpus[1]
+    with gpu_node.events.open("a") as events:
+        events.write(f"{sick.index} xid 79\n")
+
+    def sick_device() -> dict[str, Any] | None:
+        for device in gpu_node.devices():
+            if device["name"] == f"gpu-{sick.minor}" and device["attributes"]["healthy"]["bool"] is False:
+                return device
+        return None
+
+    device = wait_for(sick_device, 60, f"gpu-{sick.minor} published unhealthy after XID 79")
+    taints = [t["key"] for t in device.get("taints") or []]
+    selector = [{"cel": {"expression": f'device.attributes["{DRIVER}"].uuid == "{sick.uuid}"'}}]
+    gpu_node.run("needs-sick", selectors=selector)
+    if f"{DRIVER}/unhealthy" in taints:  # device taints on (1.35+ by default): the reason names it
+        described = gpu_node.described("pod", "needs-sick", f"gpu-{sick.minor} ({DRIVER}/unhealthy)")
+    else:  # the API server dropped device taints: the engine's own health check
+        described = gpu_node.described("pod", "needs-sick", "CardNotHealth")
+    assert "Pending" in described
+    gpu_node.run("elsewhere")
+    gpu_node.wait_running("elsewhere")
+    assert gpu_node.allocated_device("elsewhere") != f"gpu-{sick.minor}"
+    print(json.dumps({"taints": taints, "reason": described.splitlines()[-3:]}))
