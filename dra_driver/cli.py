@@ -19,6 +19,7 @@ from dra_driver import __version__
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.simulate.command",
+    "dra_driver.explain.command",
     "dra_driver.devices.command",
     "dra_driver.kubeletplugin.command",
     "dra_driver.controller.command",

@@ -33,6 +33,12 @@ from dra_driver.contract import FINALIZER, GATE_NAME, DeviceId, policy_taint_key
 from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3339_now
 from dra_driver.controller.assumed import ClaimAssumptions
 from dra_driver.controller.containers import GPU_LIMITS_CONFLICT, claim_facts, limits_conflict
+from dra_driver.controller.decision_record import (
+    DECISION_ANNOTATION,
+    encode,
+    placement_summary,
+    request_record,
+)
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
@@ -455,6 +461,8 @@ class Reconciler:
             for claim_plan, _ in planned
         ]
         annotations = self._hami_annotations(pod, claims, writes, plan.node)
+        records = [request_record(s, d, c, self.ledger.device_name) for s, d, c in plan.decisions]
+        annotations[DECISION_ANNOTATION] = encode(records, rfc3339_now())
         for claim_plan, uses in planned:
             # Assume the allocation now, so the next pod is planned with it even while it is written
             # (the same uses the written allocation will give when its informer event arrives).
@@ -659,6 +667,8 @@ class Reconciler:
             current = (
                 self._set_condition(current, "True", "Allocated", "all GPU claims are allocated") or current
             )
+        if annotations and DECISION_ANNOTATION in annotations:
+            self._event(pod, "Normal", "Allocated", placement_summary(annotations[DECISION_ANNOTATION]))
         return PodView.parse(current), Outcome.DONE
 
     def fence_unallocated(self, pod: PodView) -> None:

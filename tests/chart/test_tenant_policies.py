@@ -100,16 +100,17 @@ def test_only_the_controller_lifts_our_gate(
 def lift_with_annotation(pod: dict[str, Any]) -> None:
     without_our_gate(pod)
     pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = "GPU-1,NVIDIA,1000,0:;"
+    pod["metadata"]["annotations"]["gpu.hami.io/decision"] = '{"version":1}'
 
 
 CONTROLLER_POD_CASES = [
-    ("gate and HAMi annotation", "", lift_with_annotation, None),
+    ("gate, HAMi annotation and decision record", "", lift_with_annotation, None),
     ("an image", "", lambda p: p["spec"]["containers"][0].update(image="evil"), "containers, images"),
     ("a toleration", "", lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), "tolerations"),
-    ("a label", "", lambda p: p["metadata"]["labels"].update(app="y"), "only the annotation"),
-    ("another annotation", "", lambda p: p["metadata"]["annotations"].update(b="2"), "only the annotation"),
-    ("an annotation removed", "", lambda p: p["metadata"].pop("annotations"), "only the annotation"),
-    ("a finalizer", "", lambda p: p["metadata"].update(finalizers=["x"]), "only the annotation"),
+    ("a label", "", lambda p: p["metadata"]["labels"].update(app="y"), "only the annotations"),
+    ("another annotation", "", lambda p: p["metadata"]["annotations"].update(b="2"), "only the annotations"),
+    ("an annotation removed", "", lambda p: p["metadata"].pop("annotations"), "only the annotations"),
+    ("a finalizer", "", lambda p: p["metadata"].update(finalizers=["x"]), "only the annotations"),
     (
         "another gate",
         "",

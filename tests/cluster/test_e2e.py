@@ -135,6 +135,21 @@ def decision_scores(cluster: RealCluster, pod: str) -> dict[str, str]:
     return dict(re.findall(rf"{NODE_NAME}/(gpu-\d+)=(\d+\.\d+)", scores))
 
 
+def explained(cluster: RealCluster, pod: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``hami-dra explain pod/NAME -o json`` against the real cluster, as a user runs it."""
+    from dra_driver.cli import main
+
+    capsys.readouterr()
+    assert (
+        main(
+            ["explain", f"pod/{pod}", "-n", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig), "-o", "json"]
+        )
+        == 0
+    )
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
 def test_resourceslice_lists_the_four_gpus(real_cluster: RealCluster, driver: DriverUnderTest) -> None:
     table = real_cluster.kubectl("get", "resourceslices")
     assert NODE_NAME in table and DRIVER in table
@@ -148,20 +163,27 @@ def test_resourceslice_lists_the_four_gpus(real_cluster: RealCluster, driver: Dr
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
 
 
-def test_seed_lab_places_mutex_binpack_on_gpu_2_and_runs_it(lab: RealCluster) -> None:
+def test_seed_lab_places_mutex_binpack_on_gpu_2_and_runs_it(
+    lab: RealCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     for tenant in manifests.TENANTS:
         place(lab, tenant)
     latency = place(lab, manifests.LATENCY)
     scores = decision_scores(lab, manifests.LATENCY.name)
     expected = dict(zip(("gpu-0", "gpu-1", "gpu-2", "gpu-3"), manifests.EXPECTED_SCORES, strict=True))
     assert {card: float(value) for card, value in scores.items()} == expected
+    # The same four scores, recorded on the pod when it was placed, through `hami-dra explain`.
+    (request,) = explained(lab, manifests.LATENCY.name, capsys)["requests"]
+    assert request["devices"] == ["gpu-2"] and request["config"].startswith("policy=mutex,binpack")
+    recorded = {card["device"].split("/")[-1]: card["score"] for card in request["cards"]}
+    assert recorded == expected
     logs = lab.kubectl("logs", manifests.LATENCY.name)
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=1000m" in logs.splitlines()
     assert cdi_spec(latency["metadata"]["uid"]).is_file()
     assert_no_overcommit(lab)
 
 
-def test_mutex_pod_waits_for_an_idle_card(lab: RealCluster) -> None:
+def test_mutex_pod_waits_for_an_idle_card(lab: RealCluster, capsys: pytest.CaptureFixture[str]) -> None:
     for tenant in (*manifests.TENANTS, manifests.LATENCY, manifests.FILLER):
         place(lab, tenant)
     apply(lab, manifests.pod(manifests.EXCLUSIVE))
@@ -171,6 +193,9 @@ def test_mutex_pod_waits_for_an_idle_card(lab: RealCluster) -> None:
         return text if "4/4 ExclusiveDeviceAllocateConflict" in text else None
 
     wait_for(described, 60, "the mutex pod's ExclusiveDeviceAllocateConflict")
+    why = explained(lab, manifests.EXCLUSIVE.name, capsys)
+    assert why["state"] == "pending" and why["pending"]["message"]
+    assert [(r["reason"], r["cards"]) for r in why["reasonsNow"]] == [("ExclusiveDeviceAllocateConflict", 4)]
     pod = lab.get("pod", manifests.EXCLUSIVE.name)
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
     lab.kubectl("delete", "pod", manifests.FILLER.name, "--wait=true", "--timeout=60s")

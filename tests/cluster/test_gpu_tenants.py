@@ -305,7 +305,7 @@ def test_a_stolen_controller_token_cannot_rewrite_pods_or_foreign_claims(tenancy
     labelled = unconditional(cluster.get("pod", "bystander", "-n", OTHER_NS))
     labelled["metadata"].setdefault("labels", {})["owned"] = "yes"
     out = tenancy.refused("-n", OTHER_NS, "replace", "-f", "-", stdin=json.dumps(labelled), user=controller)
-    assert "may change only the annotation" in out
+    assert "may change only the annotations" in out
     # RBAC: the controller never patches, so it may not.
     assert cluster.kubectl(
         "auth", "can-i", "patch", "pods", "-n", "kube-system", "--as", controller, check=False

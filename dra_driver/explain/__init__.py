@@ -1,0 +1,1 @@
+"""``hami-dra explain pod/NAME``: why the controller put a pod's GPUs where it did, or why not yet."""

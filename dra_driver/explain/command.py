@@ -1,0 +1,117 @@
+"""``hami-dra explain pod/NAME [-n NS]`` (also ``kubectl hami-dra explain``): read the pod, its claims,
+the slices, classes and allocations from the cluster, and print :mod:`dra_driver.explain.report`.
+
+Read-only. A tenant whose Role covers only its namespace still gets the decision record and its
+claims; listing slices and other namespaces' claims (needed to evaluate a pending pod now) may be
+forbidden, which the output then says instead of failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cli import UsageError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "explain",
+        help="why a pod's GPUs were placed where they are, or why it is still pending",
+        description="Explain the controller's decision for a pod: the policy chain and where it came from, "
+        "every candidate card's score and reason as the controller computed them, or for a pending pod "
+        "the per-card reasons now and what would make it fit.",
+    )
+    parser.add_argument("target", help="pod/NAME or NAME")
+    parser.add_argument(
+        "-n", "--namespace", help="the pod's namespace (default: the context's, else default)"
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    parser.set_defaults(handler=run)
+
+
+def _client(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
+    from kubernetes import client, config
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
+        chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+        namespace = str((chosen or {}).get("context", {}).get("namespace") or "default")
+        api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call,unused-ignore]
+        return api, namespace
+    except (config.ConfigException, OSError, TypeError):
+        try:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call,unused-ignore]
+            return client.ApiClient(configuration), "default"
+        except config.ConfigException as err:
+            raise UsageError(f"no Kubernetes config found (pass --kubeconfig): {err}") from None
+
+
+def _pod_name(target: str) -> str:
+    kind, sep, name = target.partition("/")
+    if not sep:
+        return target
+    if kind not in ("pod", "pods", "po"):
+        raise UsageError(f"explain takes pod/NAME, not {target!r}")
+    return name
+
+
+def run(args: argparse.Namespace) -> int:
+    from kubernetes import client
+
+    from dra_driver.controller.pods import pod_claim_names
+    from dra_driver.explain.render import render
+    from dra_driver.explain.report import explain
+
+    api_client, default_namespace = _client(args.kubeconfig, args.context)
+    namespace = args.namespace or default_namespace
+    core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
+    name = _pod_name(args.target)
+
+    def read(call: Any, *call_args: Any, **kwargs: Any) -> Any:
+        return json.loads(call(*call_args, _preload_content=False, **kwargs).data)
+
+    try:
+        pod = read(core.read_namespaced_pod, name, namespace)
+    except client.exceptions.ApiException as err:
+        raise UsageError(f"pod {namespace}/{name}: {err.status} {err.reason}") from None
+    claims = {}
+    for _, claim_name in pod_claim_names(pod):
+        if claim_name:
+            try:
+                claims[claim_name] = read(resource.read_namespaced_resource_claim, claim_name, namespace)
+            except client.exceptions.ApiException as err:
+                if err.status != 404:
+                    raise UsageError(f"claim {namespace}/{claim_name}: {err.status} {err.reason}") from None
+    missing: list[str] = []
+
+    def listed(what: str, call: Any, *call_args: Any) -> list[Any]:
+        try:
+            items: list[Any] = read(call, *call_args).get("items") or []
+            return items
+        except client.exceptions.ApiException as err:
+            missing.append(f"{what} ({err.status} {err.reason})")
+            return []
+
+    slices = listed("ResourceSlices", resource.list_resource_slice)
+    classes = listed("DeviceClasses", resource.list_device_class)
+    everyone = listed("claims of all namespaces", resource.list_resource_claim_for_all_namespaces)
+    if missing:
+        everyone = everyone or listed(
+            "claims of the namespace", resource.list_namespaced_resource_claim, namespace
+        )
+    explanation = explain(
+        pod, claims=claims, all_claims=everyone, slices=slices, classes=classes, driver=args.driver_name
+    )
+    if missing and explanation.state == "pending":
+        explanation.note = (explanation.note + "; " if explanation.note else "") + (
+            f"could not list {', '.join(missing)}: the evaluation now may miss cards or tenants"
+        )
+    print(json.dumps(explanation.to_json(), indent=2) if args.output == "json" else render(explanation))
+    return 0

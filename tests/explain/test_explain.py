@@ -1,0 +1,68 @@
+"""``hami-dra explain``: the recorded decision of a placed pod, the reasons of a pending one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dra_driver.controller.decision_record import DECISION_ANNOTATION, decode
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.explain.render import render
+from dra_driver.explain.report import explain
+from dra_driver.kubeletplugin.slices import build_resource_slices
+from tests.controller.fake_cluster import PODS, RESOURCE_CLAIMS, FakeCluster
+from tests.controller.harness import DRIVER, NS, claim, request
+
+
+def objects(cluster: FakeCluster, plural: str) -> list[dict[str, Any]]:
+    return [body for (kind, _, _), body in cluster.kube.objects.items() if kind == plural]
+
+
+def explained(cluster: FakeCluster, name: str, gpus: int) -> Any:
+    pod = cluster.kube.stored(PODS, NS, name)
+    claims = {c["metadata"]["name"]: c for c in objects(cluster, RESOURCE_CLAIMS.plural)}
+    slices = build_resource_slices(
+        profile_gpus("h100-80gb", node_name="node-1", gpus=gpus), node_name="node-1", driver_name=DRIVER
+    )
+    classes = [body for (kind, _, _), body in cluster.kube.objects.items() if kind == "deviceclasses"]
+    return explain(
+        pod, claims=claims, all_claims=list(claims.values()), slices=slices, classes=classes, driver=DRIVER
+    )
+
+
+def test_a_placed_pod_is_explained_by_the_decision_recorded_when_it_was_placed() -> None:
+    cluster = FakeCluster(gpus=2)
+    cluster.pod("first", claim("x", request(memory="10Gi")))
+    cluster.run()
+    pod = cluster.kube.stored(PODS, NS, "first")
+    decided_at, records = decode(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decided_at and len(records) == 1 and records[0].node == "node-1"
+    (record,) = records
+    assert [card.chosen for card in record.cards].count(True) == 1 and len(record.cards) == 2
+    assert record.config.startswith("policy=")
+    # Later tenants change the scores; the explanation keeps those the controller saw.
+    cluster.pod("second", claim("y", request(memory="10Gi")))
+    cluster.run()
+    explanation = explained(cluster, "first", 2)
+    assert explanation.state == "allocated" and explanation.requests == records
+    text = render(explanation)
+    assert f"decided at {decided_at}" in text and "chosen" in text
+    assert json.loads(json.dumps(explanation.to_json()))["state"] == "allocated"
+    events = [e for (kind, _, _), e in cluster.kube.objects.items() if kind == "events"]
+    allocated = [
+        e for e in events if e.get("reason") == "Allocated" and e["involvedObject"]["name"] == "first"
+    ]
+    assert allocated and allocated[0]["type"] == "Normal" and "node-1/gpu-" in allocated[0]["message"]
+
+
+def test_a_pending_pod_gets_the_reasons_now_and_what_would_make_it_fit() -> None:
+    cluster = FakeCluster(gpus=1)
+    cluster.pod("big", claim("x", request(memory="70Gi")))
+    cluster.pod("more", claim("y", request(memory="70Gi")))
+    cluster.run()
+    explanation = explained(cluster, "more", 1)
+    assert explanation.state == "pending" and explanation.pending is not None
+    assert explanation.reasons == {"CardInsufficientMemory": 1}
+    text = render(explanation)
+    assert "1 card(s) CardInsufficientMemory: less memory requested" in text
+    assert "evaluated now" in text
