@@ -138,8 +138,11 @@ def hami_core_problems(pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> list
         refs = (container.get("resources") or {}).get("claims") or ()
         limited: dict[str, set[str]] = {}
         whole: set[str] = set()
+        unlimited: set[str] = set()
         for ref in refs:
             use = by_name.get(str(ref.get("name", "")))
+            if use is not None and use.ours and not use.limited:
+                unlimited.add(use.pod_claim)
             if use is None or not use.ours or not use.limited:
                 continue
             if ref.get("request"):
@@ -148,6 +151,14 @@ def hami_core_problems(pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> list
                 whole.add(use.pod_claim)
                 limited.setdefault(use.pod_claim, set())
         cname = container.get("name", "?")
+        if limited and unlimited:
+            shares, wholes = ", ".join(sorted(limited)), ", ".join(sorted(unlimited))
+            problems.append(
+                f"container {cname} consumes a GPU claim with memory/cores limits ({shares}) and a whole-GPU "
+                f"claim ({wholes}); HAMi-core's limits are per container and would land on the wrong card: "
+                "put all its GPUs in one claim"
+            )
+            continue
         if len(limited) > 1:
             claims = ", ".join(sorted(limited))
             problems.append(

@@ -149,6 +149,15 @@ def test_partial_consumption_of_limited_claim_rejected(lookup: FakeLookup) -> No
     assert mutate_pod(review(pod(claims, both)), lookup).allowed
 
 
+def test_a_limited_claim_and_a_whole_gpu_claim_in_one_container_are_refused(lookup: FakeLookup) -> None:
+    """The controller would keep such a pod pending (GpuLimitsConflict); the webhook says so first."""
+    lookup.claims[("ns", "limited")] = claim_spec(req("gpu", memory="1000Mi"))
+    claims = [{"name": "a", "resourceClaimName": "limited"}, {"name": "b", "resourceClaimName": "shared"}]
+    containers = [{"name": "main", "image": "x", "resources": {"claims": [{"name": "a"}, {"name": "b"}]}}]
+    verdict = mutate_pod(review(pod(claims, containers)), lookup)
+    assert not verdict.allowed and "and a whole-GPU claim (b)" in verdict.message
+
+
 def test_unlimited_claims_may_be_combined(lookup: FakeLookup) -> None:
     lookup.claims[("ns", "whole")] = claim_spec(req("gpu"))
     claims = [{"name": "a", "resourceClaimName": "shared"}, {"name": "b", "resourceClaimName": "whole"}]
