@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.simulate.command",
     "dra_driver.explain.command",
     "dra_driver.devices.command",
+    "dra_driver.top.command",
     "dra_driver.kubeletplugin.command",
     "dra_driver.controller.command",
     "dra_driver.webhook.command",

@@ -27,8 +27,8 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger, claim_uses
 from dra_driver.controller.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.controller.planner import PlanInput, Planner
-from dra_driver.controller.reconciler import CONDITION_TYPE
 from dra_driver.controller.pods import pod_claim_names
+from dra_driver.controller.reconciler import CONDITION_TYPE
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.engine import Reason
 

@@ -1,0 +1,256 @@
+"""Print a :class:`TopReport`: kubectl-style tables or a stable JSON document.
+
+Tables are plain aligned columns (as ``kubectl top`` prints them) so they survive pipes, ``grep``
+and narrow terminals; usage is a ten-character bar and ``used/total`` (``[#####.....] 7.5Gi/15Gi``),
+a bar of ``!`` meaning more is allocated than the card has. ``gpus`` prints one line per card
+(further tenants of a card on continuation lines), ``nodes`` one line per node; both end with the
+pods our controller holds pending, by reason. ``wide`` adds the UUID and each pending pod's message.
+
+JSON (``-o json``; the same document for both views; keys are stable, new keys may be added;
+memory in bytes, cores in percent of one GPU, slots in tenants)::
+
+    {"driver": str,
+     "namespace": str | null,           # the namespace read; null with -A (all namespaces)
+     "nodes": [{"name": str, "gpus": int, "healthyGpus": int,
+                "memory": {"used": int, "total": int}, "cores": {...}, "slots": {...},
+                "tenants": int,         # distinct claims allocated on the node
+                "starting": int,        # of those, claims whose pod has not started running yet
+                "devices": [{"pool": str, "device": str, "index": int | null, "uuid": str,
+                             "productName": str,
+                             "isolation": "hami-core" | "none" | "simulated" | "unknown",
+                             "health": "healthy" | "unhealthy" | "unknown",
+                             "healthyAttribute": bool | null, "unhealthyTaint": bool,
+                             "taints": [{"key": str, "value": str, "effect": str}],
+                             "memory": {...}, "cores": {...}, "slots": {...},
+                             "tenants": [TENANT]}]}],
+     "pending": [{"reason": str, "count": int,
+                  "pods": [{"namespace": str, "name": str, "gated": bool, "message": str}]}],
+     "unpublished": [{"pool": str, "device": str, "tenant": TENANT}]}
+
+    TENANT = {"namespace": str, "claim": str, "pods": [str], "request": str,
+              "shareID": str | null, "wholeCard": bool, "adminAccess": bool,
+              "memory": int, "cores": int, "slots": int, "starting": bool}
+
+A whole-card tenant reports the card's full capacities; an ``adminAccess`` tenant reports what
+its result lists (nothing) and is not counted in ``used``. Pending reasons are the controller's
+(``Unschedulable``, ``GpuQuotaExceeded``, ``GpuLimitsConflict``, ``InvalidRequest``, ...), or
+``AwaitingController`` for a gated pod it has not answered yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from dra_driver.quantity import GIB, MIB
+from dra_driver.top import GPUS, NODES
+from dra_driver.top.report import Card, NodeSummary, PendingGroup, Tenant, TopReport, Usage
+
+BAR_WIDTH = 10
+_UNITS = (("Ti", 1024 * GIB), ("Gi", GIB), ("Mi", MIB), ("Ki", 1024))
+
+
+def short_bytes(value: int) -> str:
+    """``7.5Gi``, ``15Gi``, ``512Mi``: one decimal at most, for a column (JSON keeps bytes)."""
+    for suffix, unit in _UNITS:
+        if value >= unit:
+            return f"{value / unit:.1f}".removesuffix(".0") + suffix
+    return str(value)
+
+
+def bar(usage: Usage, width: int = BAR_WIDTH) -> str:
+    """``[###.......]``: the used share of ``total``, at least one mark when anything is used."""
+    if usage.used > usage.total:
+        return "[" + "!" * width + "]"
+    filled = 0 if usage.total <= 0 else round(width * usage.used / usage.total)
+    if usage.used > 0 and filled == 0:
+        filled = 1
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def memory_cell(usage: Usage) -> str:
+    return f"{bar(usage)} {short_bytes(usage.used)}/{short_bytes(usage.total)}"
+
+
+def count_cell(usage: Usage, with_bar: bool = True) -> str:
+    text = f"{usage.used}/{usage.total}"
+    return f"{bar(usage)} {text}" if with_bar else text
+
+
+def tenant_cell(tenant: Tenant) -> str:
+    if tenant.admin_access:
+        share = "admin access"
+    elif tenant.whole_card:
+        share = "whole card"
+    else:
+        share = f"{short_bytes(tenant.memory)} {tenant.cores}%"
+    return f"{tenant.label} ({share})"
+
+
+def health_cell(card: Card) -> str:
+    return f"{card.health} (tainted)" if card.unhealthy_taint else card.health
+
+
+def columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns three spaces apart, as kubectl prints them."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def gpu_rows(report: TopReport, wide: bool) -> list[list[str]]:
+    header = ["NODE", "DEVICE", *(["UUID"] if wide else []), "PRODUCT", "ISOLATION", "HEALTH"]
+    header += ["MEMORY", "CORES", "SLOTS", "TENANTS"]
+    rows = [header]
+    for card in report.cards:
+        tenants = [tenant_cell(t) for t in card.tenants] or ["-"]
+        rows.append(
+            [
+                card.node or "-",
+                card.device,
+                *([card.uuid or "-"] if wide else []),
+                card.product_name or "-",
+                card.isolation,
+                health_cell(card),
+                memory_cell(card.memory),
+                count_cell(card.cores),
+                count_cell(card.slots, with_bar=False),
+                tenants[0],
+            ]
+        )
+        rows.extend([""] * (len(header) - 1) + [more] for more in tenants[1:])
+    return rows
+
+
+def node_rows(report: TopReport) -> list[list[str]]:
+    rows = [["NODE", "GPUS", "HEALTHY", "MEMORY", "CORES", "SLOTS", "TENANTS", "STARTING"]]
+    for node in report.nodes:
+        rows.append(
+            [
+                node.name or "-",
+                str(len(node.cards)),
+                f"{node.healthy_cards}/{len(node.cards)}",
+                memory_cell(node.memory),
+                count_cell(node.cores),
+                count_cell(node.slots, with_bar=False),
+                str(node.tenants),
+                str(node.starting),
+            ]
+        )
+    return rows
+
+
+def pending_rows(pending: Sequence[PendingGroup], wide: bool) -> list[list[str]]:
+    if wide:
+        rows = [["REASON", "POD", "MESSAGE"]]
+        for group in pending:
+            rows.extend([group.reason, f"{p.namespace}/{p.name}", p.message or "-"] for p in group.pods)
+        return rows
+    rows = [["REASON", "PENDING", "PODS"]]
+    for group in pending:
+        names = ", ".join(f"{pod.namespace}/{pod.name}" for pod in group.pods)
+        rows.append([group.reason, str(len(group.pods)), names])
+    return rows
+
+
+def render_table(report: TopReport, view: str = GPUS, wide: bool = False) -> str:
+    lines: list[str] = []
+    if not report.nodes:
+        lines.append(f"No GPUs: no ResourceSlice of driver {report.driver} is published.")
+    else:
+        lines += columns(node_rows(report) if view == NODES else gpu_rows(report, wide))
+    if report.pending:
+        lines += ["", *columns(pending_rows(report.pending, wide))]
+    notes = []
+    if report.namespace is not None:
+        notes.append(f"Usage and tenants of namespace {report.namespace} only; -A for all namespaces.")
+    for use in report.unpublished:
+        notes.append(
+            f"{tenant_cell(use.tenant)} is allocated {use.pool}/{use.device}, which no slice publishes."
+        )
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {"used": usage.used, "total": usage.total}
+
+
+def tenant_json(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "namespace": tenant.namespace,
+        "claim": tenant.claim,
+        "pods": list(tenant.pods),
+        "request": tenant.request,
+        "shareID": tenant.share_id,
+        "wholeCard": tenant.whole_card,
+        "adminAccess": tenant.admin_access,
+        "memory": tenant.memory,
+        "cores": tenant.cores,
+        "slots": tenant.slots,
+        "starting": tenant.starting,
+    }
+
+
+def card_json(card: Card) -> dict[str, Any]:
+    return {
+        "pool": card.pool,
+        "device": card.device,
+        "index": card.index,
+        "uuid": card.uuid,
+        "productName": card.product_name,
+        "isolation": card.isolation,
+        "health": card.health,
+        "healthyAttribute": card.healthy,
+        "unhealthyTaint": card.unhealthy_taint,
+        "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in card.taints],
+        "memory": _usage(card.memory),
+        "cores": _usage(card.cores),
+        "slots": _usage(card.slots),
+        "tenants": [tenant_json(t) for t in card.tenants],
+    }
+
+
+def node_json(node: NodeSummary) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "gpus": len(node.cards),
+        "healthyGpus": node.healthy_cards,
+        "memory": _usage(node.memory),
+        "cores": _usage(node.cores),
+        "slots": _usage(node.slots),
+        "tenants": node.tenants,
+        "starting": node.starting,
+        "devices": [card_json(card) for card in node.cards],
+    }
+
+
+def report_json(report: TopReport) -> dict[str, Any]:
+    return {
+        "driver": report.driver,
+        "namespace": report.namespace,
+        "nodes": [node_json(node) for node in report.nodes],
+        "pending": [
+            {
+                "reason": group.reason,
+                "count": len(group.pods),
+                "pods": [
+                    {"namespace": p.namespace, "name": p.name, "gated": p.gated, "message": p.message}
+                    for p in group.pods
+                ],
+            }
+            for group in report.pending
+        ],
+        "unpublished": [
+            {"pool": use.pool, "device": use.device, "tenant": tenant_json(use.tenant)}
+            for use in report.unpublished
+        ],
+    }
+
+
+def render_json(report: TopReport) -> str:
+    return json.dumps(report_json(report), indent=2) + "\n"

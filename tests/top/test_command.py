@@ -1,0 +1,153 @@
+"""``hami-dra top`` end to end through the real ``kubernetes`` client against the sandbox API server:
+the lab of ``builders.py`` is created as API objects, then the CLI reads it back as a user would
+(kubeconfig, current context's namespace, ``-A``, ``-o json``), also as ``kubectl hami-dra``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver.cli import main
+from dra_driver.sandbox import SandboxServer
+from tests.sandbox_fixtures import kubectl_binary
+from tests.top.builders import lab_claims, lab_pods, lab_slices
+
+Obj = dict[str, Any]
+
+
+def _create_lab(api_client: Any) -> None:
+    core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
+    for namespace in ("team-a", "team-b"):
+        core.create_namespace({"metadata": {"name": namespace}})
+    for item in lab_slices():
+        resource.create_resource_slice(item)
+    uids: dict[tuple[str, str], str] = {}
+    for raw in lab_pods():
+        meta, status = raw["metadata"], raw.pop("status")
+        created = json.loads(core.create_namespaced_pod(meta["namespace"], raw, _preload_content=False).data)
+        uids[meta["namespace"], meta["name"]] = created["metadata"]["uid"]
+        core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+    for raw in lab_claims():
+        meta, status = raw["metadata"], raw.pop("status")
+        namespace = meta["namespace"]
+        for owner in meta.get("ownerReferences") or ():
+            owner["uid"] = uids[namespace, owner["name"]]
+        created = json.loads(
+            resource.create_namespaced_resource_claim(namespace, raw, _preload_content=False).data
+        )
+        for entry in status.get("reservedFor") or ():
+            entry["uid"] = uids[namespace, entry["name"]]
+        created["status"] = status
+        resource.replace_namespaced_resource_claim_status(meta["name"], namespace, created)
+
+
+@pytest.fixture
+def lab(sandbox: SandboxServer, sandbox_client: Any) -> SandboxServer:
+    _create_lab(sandbox_client)
+    return sandbox
+
+
+def top(capsys: pytest.CaptureFixture[str], server: SandboxServer, *args: str) -> tuple[int, str, str]:
+    status = main(["top", "--kubeconfig", str(server.kubeconfig_path), *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_top_reads_the_live_cluster(lab: SandboxServer, capsys: pytest.CaptureFixture[str]) -> None:
+    status, table, _ = top(capsys, lab, "-A")
+    assert status == 0
+    lines = table.splitlines()
+    assert lines[0].split()[:2] == ["NODE", "DEVICE"]
+    assert "[#####.....] 7.5Gi/15Gi" in lines[1] and "team-a/train-0/train (5Gi 30%)" in lines[1]
+    assert lines[2].strip() == "team-b/infer-0/infer (2.5Gi 10%)"
+    assert "team-a/whole-0/whole (whole card)" in lines[3]
+    assert "unhealthy (tainted)" in lines[4] and " none " in lines[5] and " unknown " in lines[6]
+    assert "Unschedulable        2         team-a/big-0, team-a/big-1" in lines
+
+    status, nodes, _ = top(capsys, lab, "nodes", "-A")
+    assert status == 0
+    assert nodes.splitlines()[1].split()[:5] == ["node-1", "4", "3/4", "[####......]", "22.5Gi/60Gi"]
+
+    status, text, _ = top(capsys, lab, "-A", "-o", "json")
+    document = json.loads(text)
+    assert document["namespace"] is None
+    assert [n["name"] for n in document["nodes"]] == ["node-1", "node-2"]
+    shared = document["nodes"][0]["devices"][0]
+    assert [(t["namespace"], t["pods"], t["claim"]) for t in shared["tenants"]] == [
+        ("team-a", ["train-0"], "train"),
+        ("team-b", ["infer-0"], "infer"),
+    ]
+    assert [(g["reason"], g["count"]) for g in document["pending"]] == [
+        ("Unschedulable", 2), ("AwaitingController", 1), ("GpuQuotaExceeded", 1),
+    ]  # fmt: skip
+
+
+def test_namespace_defaults_to_the_context_and_n_picks_one(
+    lab: SandboxServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The sandbox's context names namespace "default": no tenants, no pending pods there.
+    status, text, _ = top(capsys, lab, "-o", "json")
+    document = json.loads(text)
+    assert status == 0 and document["namespace"] == "default" and document["pending"] == []
+    assert all(not d["tenants"] for n in document["nodes"] for d in n["devices"])
+    status, table, _ = top(capsys, lab, "-n", "team-b")
+    assert "team-b/infer-0/infer" in table and "team-a/" not in table
+    assert "GpuQuotaExceeded" in table and "namespace team-b only" in table
+
+
+def test_errors_are_one_line_with_exit_status_2(
+    sandbox: SandboxServer,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    sandbox.faults.inject(r"/resourceclaims", status=403, count=1)
+    status, out, err = top(capsys, sandbox, "-A")
+    assert status == 2 and out == ""
+    assert err.startswith("hami-dra top: error: forbidden: cannot list resourceclaims in all namespaces (")
+    assert err.endswith("; -n NAMESPACE reads one namespace\n")
+    assert err.count("\n") == 1
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    unreachable = tmp_path / "kubeconfig"
+    unreachable.write_text(sandbox.kubeconfig_path.read_text().replace(f":{sandbox.port}", f":{port}"))
+    assert main(["top", "--kubeconfig", str(unreachable)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"hami-dra top: error: cannot reach the API server at https://127.0.0.1:{port}: "
+        "Failed to establish a new connection: [Errno 111] Connection refused\n"
+    )
+    assert not caplog.records  # no retry warnings before the line
+
+    assert main(["top", "--kubeconfig", str(sandbox.kubeconfig_path), "--context", "nope"]) == 2
+    assert "context 'nope' not in" in capsys.readouterr().err
+    assert main(["top", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.endswith("missing does not exist (pass --kubeconfig or set KUBECONFIG)\n")
+
+
+def test_runs_as_a_kubectl_plugin(lab: SandboxServer, tmp_path: Path) -> None:
+    binary = kubectl_binary()
+    entry = Path(sys.executable).parent / "hami-dra"
+    if binary is None or not entry.exists():
+        pytest.skip("kubectl or the hami-dra entry point is not installed")
+    plugins = tmp_path / "bin"
+    plugins.mkdir()
+    (plugins / "kubectl-hami_dra").symlink_to(entry)
+    env = {**os.environ, "PATH": f"{plugins}:{os.environ['PATH']}", "KUBECONFIG": str(lab.kubeconfig_path)}
+    done = subprocess.run(
+        [shutil.which("kubectl") or binary, "hami-dra", "top", "nodes", "-A"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].split()[0] == "node-1"
