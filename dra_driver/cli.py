@@ -9,12 +9,14 @@ importing gRPC or the Kubernetes client.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
 from dra_driver import __version__
+from dra_driver.flags import warn_deprecations
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -57,7 +59,45 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers.required = True
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    _add_verbose_to_subcommands(parser)
     return parser
+
+
+#: ``-v`` given after a subcommand counts into ``<prefix><depth>`` (a subcommand parses into a fresh
+#: namespace and copies it over its parent's, so one shared name would lose the counts before it).
+SUB_VERBOSE_PREFIX = "verbose_after_"
+
+
+def _add_verbose_to_subcommands(parser: argparse.ArgumentParser, depth: int = 1) -> None:
+    """Accept ``-v``/``--verbose`` after every (nested) subcommand too, as Kubernetes tools do."""
+    seen: set[int] = set()
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in action.choices.values():
+            if id(sub) in seen:  # an alias names the same parser again
+                continue
+            seen.add(id(sub))
+            with contextlib.suppress(argparse.ArgumentError):  # unless the subcommand has its own -v
+                sub.add_argument(
+                    "-v",
+                    "--verbose",
+                    dest=f"{SUB_VERBOSE_PREFIX}{depth}",
+                    action="count",
+                    default=argparse.SUPPRESS,
+                    help="more logging (-v info, -vv debug); also before the subcommand",
+                )
+            _add_verbose_to_subcommands(sub, depth + 1)
+
+
+def _verbosity(args: argparse.Namespace) -> int:
+    """All ``-v`` counts, wherever they were given; the total is left in ``args.verbose``."""
+    total: int = args.verbose
+    for name in [name for name in vars(args) if name.startswith(SUB_VERBOSE_PREFIX)]:
+        total += getattr(args, name)
+        delattr(args, name)
+    args.verbose = total
+    return total
 
 
 def configure_logging(verbosity: int) -> None:
@@ -68,7 +108,8 @@ def configure_logging(verbosity: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.verbose)
+    configure_logging(_verbosity(args))
+    warn_deprecations(args)
     try:
         result: int = args.handler(args)
     except UsageError as err:

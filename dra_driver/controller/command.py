@@ -13,6 +13,7 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
+from dra_driver.flags import add_metrics_bind_address, metrics_port
 from dra_driver.kubeconfig import load_api_client
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.add_argument("--leader-elect", action="store_true", help="elect a leader with a Lease")
     parser.add_argument("--leader-elect-namespace", default="kube-system", help="namespace of the Lease")
-    parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0: off)")
+    add_metrics_bind_address(parser, default=":8080", what="Prometheus /metrics")
     parser.add_argument("--default-policy", default=DEFAULT_CARD_POLICY, help="card policy chain default")
     parser.add_argument(
         "--default-node-policy", default=DEFAULT_NODE_POLICY.value, help="node policy default"
@@ -43,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
         defaults = ControllerDefaults(policy=args.default_policy, node_policy=args.default_node_policy)
     except ConfigError as err:
         raise UsageError(str(err)) from None
-    if not 0 <= args.metrics_port < 65536:
-        raise UsageError(f"--metrics-port must be within 0..65535, got {args.metrics_port}")
+    try:
+        port = metrics_port(args)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     from dra_driver.controller.controller import Controller
     from dra_driver.controller.kube import Kube, KubeError
     from dra_driver.controller.leader import LeaderElector
@@ -65,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         identity=identity,
         metrics=metrics,
     )
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
+    if port:
+        metrics.serve(port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

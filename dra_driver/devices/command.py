@@ -3,7 +3,7 @@
 Usage::
 
     # real GPUs (needs the NVIDIA driver; in a container mount /dev/nvidia* and libnvidia-ml.so.1)
-    hami-dra discover --source nvml --node-name "$(hostname)"
+    hami-dra discover --source nvml
 
     # simulated: a named profile and a GPU count, or a devices file
     hami-dra discover --source simulated --profile h100-80gb --gpus 8 --node-name node-1
@@ -12,9 +12,10 @@ Usage::
 Options: ``--source nvml|simulated`` (default: ``simulated`` when ``--profile`` or
 ``--devices-file`` is given, else ``nvml``; never a silent fallback), ``--profile
 t4|a100-80gb|h100-80gb|h200``, ``--gpus N``, ``--devices-file F`` (YAML/JSON), ``--node-name``
-(default ``$NODE_NAME``), ``--driver-name`` (default ``gpu.hami.io``), ``--output yaml|json``
-(YAML: one document per slice; JSON: the slice, or a ``v1 List`` when the pool needs several),
-``--policy-taint`` / ``--taint-unhealthy`` to preview the device taints the kubelet plugin adds on
+(default ``$NODE_NAME``, else for ``nvml`` this host's name, lower-cased, as kubelet names its
+node), ``--driver-name`` (default ``gpu.hami.io``), ``--output yaml|json`` (YAML: one document per
+slice; JSON: the slice, or a ``v1 List`` when the pool needs several), ``--policy-taint`` /
+``--taint-unhealthy`` (``[=true|false]``) to preview the device taints the kubelet plugin adds on
 clusters that keep them (1.36+). Exit status 2 with one line on stderr for bad input or when NVML
 cannot be loaded.
 """
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,11 @@ from dra_driver.cli import UsageError
 from dra_driver.devices.model import DeviceModelError
 from dra_driver.devices.simulated import PROFILES
 from dra_driver.devices.source import SOURCE_KINDS, DeviceSourceError, open_source
+from dra_driver.flags import add_bool, env_default
 from dra_driver.kubeletplugin.slices import SliceError, build_resource_slices
+
+#: A Kubernetes object name that is a DNS subdomain (RFC 1123), as node names are.
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def register(subparsers: Any) -> None:
@@ -51,25 +57,32 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--nvidia-driver-root",
         type=Path,
-        default=Path(os.environ["NVIDIA_DRIVER_ROOT"]) if os.environ.get("NVIDIA_DRIVER_ROOT") else None,
+        default=env_default(parser, "--nvidia-driver-root"),
         help="load libnvidia-ml.so.1 from below this driver root (nvml; env NVIDIA_DRIVER_ROOT)",
     )
-    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="node name (env NODE_NAME)")
+    parser.add_argument(
+        "--node-name",
+        default=env_default(parser, "--node-name"),
+        help="node name (env NODE_NAME; with --source nvml default: this host's name)",
+    )
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    parser.add_argument("--policy-taint", action="store_true", help="add the policy-managed NoSchedule taint")
-    parser.add_argument("--taint-unhealthy", action="store_true", help="taint unhealthy GPUs NoSchedule")
+    add_bool(
+        parser, "--policy-taint", default=False, env=False, help="add the policy-managed NoSchedule taint"
+    )
+    add_bool(parser, "--taint-unhealthy", default=False, env=False, help="taint unhealthy GPUs NoSchedule")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.node_name:
-        raise UsageError("--node-name is required (or set NODE_NAME)")
     kind = args.source or ("simulated" if args.profile or args.devices_file else "nvml")
+    node_name = args.node_name or (host_node_name() if kind == "nvml" else None)
+    if not node_name:
+        raise UsageError("--node-name is required (or set NODE_NAME)")
     try:
         source = open_source(
             kind,
-            node_name=args.node_name,
+            node_name=node_name,
             profile=args.profile,
             gpus=args.gpus,
             devices_file=args.devices_file,
@@ -79,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         slices = build_resource_slices(
             gpus,
             driver_name=args.driver_name,
-            node_name=args.node_name,
+            node_name=node_name,
             policy_taint=args.policy_taint,
             taint_unhealthy=args.taint_unhealthy,
         )
@@ -87,6 +100,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from err
     sys.stdout.write(render(slices, args.output))
     return 0
+
+
+def host_node_name() -> str:
+    """This host's name as kubelet names its node by default: lower-cased; it must be a DNS subdomain."""
+    name = socket.gethostname().lower()
+    if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+        raise UsageError(
+            f"the host name {name!r} is not a valid node name: pass --node-name (or set NODE_NAME)"
+        )
+    return name
 
 
 def render(slices: list[dict[str, Any]], output: str) -> str:

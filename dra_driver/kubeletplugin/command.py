@@ -6,46 +6,32 @@ Usage::
     hami-dra kubelet-plugin --node-name node-1 --source simulated --profile t4 --gpus 4 \\
         --kubeconfig ~/.kube/config --plugin-dir /tmp/p --registry-dir /tmp/r --cdi-dir /var/run/cdi
 
-Every flag has an environment equivalent for the Helm chart (``NODE_NAME``, ``DRIVER_NAME``,
-``DEVICE_SOURCE``, ``GPU_PROFILE``, ``GPU_COUNT``, ``DEVICES_FILE``, ``KUBECONFIG``, ``PLUGIN_DIR``,
-``REGISTRY_DIR``, ``CDI_ROOT``, ``HAMI_CORE_LIB``, ``NVIDIA_CDI_KIND``, ``METRICS_PORT``,
-``HEALTH_FILE``). Runs until SIGTERM/SIGINT, then deregisters and removes its sockets.
+Every documented flag has an environment variable named after it for the Helm chart
+(``--node-name`` reads ``NODE_NAME``, ``--cdi-dir`` reads ``CDI_DIR``, ...; ``--help`` lists them).
+Booleans are ``--x[=true|false]`` and metrics listen on ``--metrics-bind-address HOST:PORT``; the
+old spellings (``--no-policy-taint``, ``--no-publish``, ``--metrics-port``; env ``DEVICE_SOURCE``,
+``GPU_PROFILE``, ``GPU_COUNT``, ``CDI_ROOT``, ``METRICS_PORT``) still work and log a deprecation
+warning. Runs until SIGTERM/SIGINT, then deregisters and removes its sockets.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
+from dra_driver.flags import add_bool, add_metrics_bind_address, env_default, metrics_port, parse_int
 from dra_driver.kubeconfig import load_api_client
 
+if TYPE_CHECKING:
+    from dra_driver.kubeletplugin.plugin import PluginOptions
+
 LOG = logging.getLogger(__name__)
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(name) or default
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"environment variable {name} must be an integer, got {value!r}") from None
-
-
-def _env_path(name: str, default: str | None = None) -> Path | None:
-    value = _env(name, default)
-    return Path(value) if value else None
 
 
 def register(subparsers: Any) -> None:
@@ -54,94 +40,116 @@ def register(subparsers: Any) -> None:
         help="run the node plugin (registration, DRA gRPC, ResourceSlices, CDI)",
         description="Serve kubelet's DRA API for this node's GPUs and publish their ResourceSlice.",
     )
-    parser.add_argument("--node-name", default=_env("NODE_NAME"), help="this node (env NODE_NAME)")
+    parser.add_argument(
+        "--node-name", default=env_default(parser, "--node-name"), help="this node (env NODE_NAME)"
+    )
     parser.add_argument(
         "--driver-name",
-        default=_env("DRIVER_NAME", DEFAULT_DRIVER_NAME),
+        default=env_default(parser, "--driver-name", DEFAULT_DRIVER_NAME),
         help="DRA driver name (env DRIVER_NAME)",
     )
     parser.add_argument(
         "--source",
         choices=("nvml", "simulated"),
-        default=_env("DEVICE_SOURCE"),
-        help="GPU source (env DEVICE_SOURCE)",
+        default=env_default(parser, "--source", old="DEVICE_SOURCE"),
+        help="GPU source (env SOURCE)",
     )
     parser.add_argument(
         "--nvidia-driver-root",
         type=Path,
-        default=_env_path("NVIDIA_DRIVER_ROOT"),
+        default=env_default(parser, "--nvidia-driver-root"),
         help="the host's NVIDIA driver root as mounted in this container; libnvidia-ml.so.1 is loaded "
         "from below it (nvml source; env NVIDIA_DRIVER_ROOT; default: the loader's usual places)",
     )
-    parser.add_argument("--profile", default=_env("GPU_PROFILE"), help="simulated GPU model")
-    parser.add_argument("--gpus", type=int, default=_env_int("GPU_COUNT"), help="simulated GPU count")
     parser.add_argument(
-        "--devices-file", type=Path, default=_env_path("DEVICES_FILE"), help="simulated GPUs from YAML/JSON"
+        "--profile",
+        default=env_default(parser, "--profile", old="GPU_PROFILE"),
+        help="simulated GPU model (env PROFILE)",
     )
-    parser.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="default: in-cluster config")
+    parser.add_argument(
+        "--gpus",
+        type=parse_int,
+        default=env_default(parser, "--gpus", old="GPU_COUNT", typed=True),
+        help="simulated GPU count (env GPUS)",
+    )
+    parser.add_argument(
+        "--devices-file",
+        type=Path,
+        default=env_default(parser, "--devices-file"),
+        help="simulated GPUs from YAML/JSON (env DEVICES_FILE)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=env_default(parser, "--kubeconfig"),
+        help="default: in-cluster config (env KUBECONFIG)",
+    )
     parser.add_argument(
         "--plugin-dir",
         type=Path,
-        default=_env_path("PLUGIN_DIR", f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}"),
+        default=env_default(parser, "--plugin-dir", f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}"),
         help="DRA socket, checkpoint and HAMi-core state (env PLUGIN_DIR)",
     )
     parser.add_argument(
         "--registry-dir",
         type=Path,
-        default=_env_path("REGISTRY_DIR", "/var/lib/kubelet/plugins_registry"),
+        default=env_default(parser, "--registry-dir", "/var/lib/kubelet/plugins_registry"),
         help="kubelet's plugin registration dir (env REGISTRY_DIR)",
     )
     parser.add_argument(
         "--cdi-dir",
         type=Path,
-        default=_env_path("CDI_ROOT", "/var/run/cdi"),
-        help="transient CDI specs (env CDI_ROOT)",
+        default=env_default(parser, "--cdi-dir", "/var/run/cdi", old="CDI_ROOT"),
+        help="transient CDI specs (env CDI_DIR)",
     )
     parser.add_argument(
         "--hami-core-lib",
         type=Path,
-        default=_env_path("HAMI_CORE_LIB"),
+        default=env_default(parser, "--hami-core-lib"),
         help="host path of libvgpu.so to preload in containers with shared GPUs (env HAMI_CORE_LIB)",
     )
     parser.add_argument(
         "--core-utilization-policy",
         choices=("default", "force", "disable"),
-        default=_env("CORE_UTILIZATION_POLICY", "default"),
+        default=env_default(parser, "--core-utilization-policy", "default"),
         help="HAMi-core's throttling of a cores limit: default (HAMi-core's own: throttle even on an idle "
         "GPU), force, or disable (cores only for placement); env CORE_UTILIZATION_POLICY",
     )
     parser.add_argument(
         "--nvidia-cdi-kind",
-        default=_env("NVIDIA_CDI_KIND", "nvidia.com/gpu"),
+        default=env_default(parser, "--nvidia-cdi-kind", "nvidia.com/gpu"),
         help="CDI kind of the NVIDIA Container Toolkit's spec whose libraries, hooks and device nodes our "
         "claim specs carry (nvml source; tried before the GPU Operator's management.nvidia.com/gpu; "
         "'' = device nodes only; env NVIDIA_CDI_KIND)",
     )
     parser.add_argument(
         "--host-root",
-        default=_env("HOST_ROOT", "/"),
+        default=env_default(parser, "--host-root", "/"),
         help="where the host's / is seen, to check the host paths the toolkit's spec names ('' = do not "
         "check; env HOST_ROOT)",
     )
-    parser.add_argument(
+    add_bool(
+        parser,
         "--allow-device-plugin",
-        action="store_true",
-        default=os.environ.get("ALLOW_DEVICE_PLUGIN", "").lower() in ("1", "true"),
+        default=False,
         help="publish GPUs although NVIDIA's device plugin advertises nvidia.com/gpu on this node (only when "
-        "the two use different GPUs; env ALLOW_DEVICE_PLUGIN)",
+        "the two use different GPUs)",
     )
     parser.add_argument("--recheck-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--metrics-port", type=int, default=_env_int("METRICS_PORT"), help="serve /metrics (env METRICS_PORT)"
+    add_metrics_bind_address(parser, default="0", old_env="METRICS_PORT")
+    add_bool(
+        parser,
+        "--policy-taint",
+        default=True,
+        negation_alias=True,
+        help="taint GPUs policy-managed (NoSchedule for the scheduler; our controller places them)",
     )
-    parser.add_argument("--no-policy-taint", action="store_true", help="do not taint GPUs policy-managed")
     parser.add_argument(
         "--health-file",
         type=Path,
-        default=_env_path("HEALTH_FILE"),
+        default=env_default(parser, "--health-file"),
         help="YAML/JSON {gpu-N: unhealthy|healthy} polled for GPU health (simulated nodes; env HEALTH_FILE)",
     )
-    parser.add_argument("--no-publish", action="store_true", help="do not publish ResourceSlices")
+    add_bool(parser, "--publish", default=True, negation_alias=True, help="publish ResourceSlices")
     parser.add_argument(
         "--boot-id-file", type=Path, default=Path("/proc/sys/kernel/random/boot_id"), help=argparse.SUPPRESS
     )
@@ -149,31 +157,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from dra_driver.devices.model import DeviceModelError
-    from dra_driver.devices.source import DeviceSourceError, open_source
-    from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
-    from dra_driver.kubeletplugin.server import SocketError
+def plugin_options(args: argparse.Namespace) -> PluginOptions:
+    """The plugin's options from the parsed command line."""
+    from dra_driver.kubeletplugin.plugin import PluginOptions
 
-    if not args.node_name:
-        raise UsageError("--node-name (or env NODE_NAME) is required")
-    if not args.source:
-        raise UsageError(
-            "--source nvml|simulated is required (never guessed: fake GPUs would attract real pods)"
-        )
     try:
-        gpus = open_source(
-            args.source,
-            node_name=args.node_name,
-            profile=args.profile,
-            gpus=args.gpus,
-            devices_file=args.devices_file,
-            driver_root=args.nvidia_driver_root,
-        ).discover()
-    except (DeviceSourceError, DeviceModelError) as err:
-        raise UsageError(str(err)) from err
-    api_client = load_api_client(args.kubeconfig)
-    options = PluginOptions(
+        port = metrics_port(args)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return PluginOptions(
         node_name=args.node_name,
         driver_name=args.driver_name,
         plugin_dir=args.plugin_dir,
@@ -186,13 +178,40 @@ def run(args: argparse.Namespace) -> int:
         host_root=Path(args.host_root) if args.host_root else None,
         allow_device_plugin=args.allow_device_plugin,
         recheck_seconds=args.recheck_seconds,
-        policy_taint=not args.no_policy_taint,
+        policy_taint=args.policy_taint,
         health_file=args.health_file,
         boot_id_file=args.boot_id_file,
-        publish=not args.no_publish,
+        publish=args.publish,
         cleanup_seconds=args.cleanup_seconds,
-        metrics_port=args.metrics_port,
+        metrics_port=port,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.devices.model import DeviceModelError
+    from dra_driver.devices.source import DeviceSourceError, open_source
+    from dra_driver.kubeletplugin.plugin import KubeletPlugin
+    from dra_driver.kubeletplugin.server import SocketError
+
+    if not args.node_name:
+        raise UsageError("--node-name (or env NODE_NAME) is required")
+    if not args.source:
+        raise UsageError(
+            "--source nvml|simulated is required (never guessed: fake GPUs would attract real pods)"
+        )
+    options = plugin_options(args)
+    try:
+        gpus = open_source(
+            args.source,
+            node_name=args.node_name,
+            profile=args.profile,
+            gpus=args.gpus,
+            devices_file=args.devices_file,
+            driver_root=args.nvidia_driver_root,
+        ).discover()
+    except (DeviceSourceError, DeviceModelError) as err:
+        raise UsageError(str(err)) from err
+    api_client = load_api_client(args.kubeconfig)
     plugin = KubeletPlugin(options, gpus, api_client)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

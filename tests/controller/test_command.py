@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -9,7 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from dra_driver import cli, flags
 from dra_driver.cli import main as cli_main
+from dra_driver.flags import BindAddress
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,
@@ -38,8 +41,7 @@ def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> 
         "controller",
         "--kubeconfig",
         str(harness.server.kubeconfig_path),
-        "--metrics-port",
-        "0",
+        "--metrics-bind-address=0",
         "--leader-elect",
         "--leader-elect-namespace",
         "default",
@@ -67,7 +69,7 @@ def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> 
     [
         (["--default-policy", "nonsense"], "default policy 'nonsense'"),
         (["--default-node-policy", "packed"], "default node policy"),
-        (["--metrics-port", "70000"], "--metrics-port must be within"),
+        (["--metrics-bind-address", "127.0.0.1:9090"], "only :9090 or 0.0.0.0:9090 is supported"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes config from"),
     ],
 )
@@ -77,3 +79,55 @@ def test_bad_flags_are_one_line_errors(
     assert cli_main(["controller", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--metrics-port", "70000"], "argument --metrics-port: a port must be within 0..65535, got 70000"),
+        (["--metrics-bind-address", "8080"], "argument --metrics-bind-address: expected HOST:PORT"),
+    ],
+)
+def test_bad_metrics_flags_are_argument_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["controller", *args])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "address"),
+    [
+        ([], {}, BindAddress("", 8080)),
+        (["--metrics-bind-address", ":9090"], {}, BindAddress("", 9090)),
+        (["--metrics-bind-address=0.0.0.0:9090"], {}, BindAddress("0.0.0.0", 9090)),
+        (["--metrics-bind-address=0"], {}, BindAddress("", 0)),
+        (["--metrics-port", "9090"], {}, BindAddress("", 9090)),
+        (["--metrics-port=0"], {}, BindAddress("", 0)),
+        ([], {"METRICS_BIND_ADDRESS": ":9191"}, BindAddress("", 9191)),
+        (["--metrics-bind-address=:9090"], {"METRICS_BIND_ADDRESS": ":9191"}, BindAddress("", 9090)),
+    ],
+)
+def test_metrics_bind_address_and_its_deprecated_alias(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], address: BindAddress
+) -> None:
+    monkeypatch.delenv("METRICS_BIND_ADDRESS", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parsed = cli.build_parser().parse_args(["controller", *args])
+    assert parsed.metrics_bind_address == address
+    assert flags.metrics_port(parsed) == (address.port or None)
+
+
+def test_metrics_port_warns_naming_the_new_flag(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(flags, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="dra_driver.cli"):
+        assert cli_main(["controller", "--metrics-port", "0", "--default-policy", "nonsense"]) == 2
+    capsys.readouterr()
+    assert [r.getMessage() for r in caplog.records] == [
+        "--metrics-port is deprecated: use --metrics-bind-address=0"
+    ]

@@ -96,3 +96,84 @@ def test_user_errors_are_one_line_with_exit_status_2(
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("hami-dra discover: error: ")
     assert message in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "keys"),
+    [
+        ([], []),
+        (["--policy-taint"], ["gpu.hami.io/policy-managed"]),
+        (["--policy-taint=true"], ["gpu.hami.io/policy-managed"]),
+        (["--policy-taint=false"], []),
+        (["--policy-taint", "--policy-taint=0"], []),
+        (["--policy-taint=false", "--taint-unhealthy=true"], []),
+    ],
+)
+def test_taint_previews_take_true_or_false(
+    capsys: pytest.CaptureFixture[str], flags: list[str], keys: list[str]
+) -> None:
+    code, out, _ = discover(
+        capsys, "--profile", "t4", "--gpus", "1", "--node-name", "n1", "-o", "json", *flags
+    )
+    assert code == 0
+    (device,) = json.loads(out)["spec"]["devices"]
+    assert [t["key"] for t in device.get("taints", [])] == keys
+
+
+def test_a_taint_preview_that_is_not_a_boolean_is_an_argument_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        discover(capsys, "--profile", "t4", "--node-name", "n1", "--taint-unhealthy=maybe")
+    assert "argument --taint-unhealthy: expected true or false, got 'maybe'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def nvml_as_t4(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``--source nvml`` answered by a simulated T4 (no NVML here); records the node names asked for."""
+    from dra_driver.devices import command
+    from dra_driver.devices.source import open_source
+
+    asked: list[str] = []
+
+    def fake_open_source(kind: str, *, node_name: str, **_: object) -> object:
+        assert kind == "nvml"
+        asked.append(node_name)
+        return open_source("simulated", node_name=node_name, profile="t4", gpus=1)
+
+    monkeypatch.setattr(command, "open_source", fake_open_source)
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    return asked
+
+
+def test_nvml_node_name_defaults_to_the_host_name_lower_cased(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nvml_as_t4: list[str]
+) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "GPU-Node-7.Example.com")
+    code, out, _ = discover(capsys, "--source", "nvml", "-o", "json")
+    assert code == 0
+    assert json.loads(out)["spec"]["nodeName"] == "gpu-node-7.example.com"
+    code, out, _ = discover(capsys, "-o", "json")  # nvml is the default source
+    assert code == 0 and nvml_as_t4 == ["gpu-node-7.example.com"] * 2
+
+
+def test_nvml_node_name_prefers_the_flag_then_node_name(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nvml_as_t4: list[str]
+) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "host-1")
+    assert discover(capsys, "--source", "nvml", "--node-name", "flag-node")[0] == 0
+    monkeypatch.setenv("NODE_NAME", "env-node")
+    assert discover(capsys, "--source", "nvml")[0] == 0
+    assert nvml_as_t4 == ["flag-node", "env-node"]
+
+
+def test_a_host_name_that_is_no_node_name_asks_for_the_flag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nvml_as_t4: list[str]
+) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "my_host")
+    code, out, err = discover(capsys, "--source", "nvml")
+    assert code == 2 and out == "" and nvml_as_t4 == []
+    assert err == (
+        "hami-dra discover: error: the host name 'my_host' is not a valid node name: "
+        "pass --node-name (or set NODE_NAME)\n"
+    )

@@ -29,7 +29,7 @@ def test_the_plugin_refuses_to_start_in_one_line(
         "kubelet-plugin", "--node-name", "n1", "--source", "simulated", "--profile", "t4", "--gpus", "1",
         "--kubeconfig", str(sandbox.kubeconfig_path), "--plugin-dir", str(plugin_dir),
         "--registry-dir", str(tmp_path / "registry"), "--cdi-dir", str(tmp_path / "cdi"),
-        "--boot-id-file", str(tmp_path / "boot_id"), "--no-publish",
+        "--boot-id-file", str(tmp_path / "boot_id"), "--publish=false",
     ])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2

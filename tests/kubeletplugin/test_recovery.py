@@ -36,7 +36,7 @@ class PluginProcess:
         cmd = [
             *HAMI_DRA, "kubelet-plugin",
             "--node-name", NODE, "--source", "simulated", "--profile", "t4", "--gpus", "4",
-            "--kubeconfig", str(sandbox.kubeconfig_path), "--no-publish",
+            "--kubeconfig", str(sandbox.kubeconfig_path), "--publish=false",
             "--plugin-dir", str(dirs.plugin), "--registry-dir", str(dirs.registry),
             "--cdi-dir", str(dirs.cdi),
             "--boot-id-file", str(dirs.boot_id),
