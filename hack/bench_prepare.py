@@ -103,7 +103,7 @@ def main() -> int:
             [*CLI, "kubelet-plugin", "--node-name", NODE, "--source", "simulated", "--profile", "h200",
              "--gpus", "8", "--kubeconfig", kubeconfig, "--plugin-dir", str(work / "plugin"),
              "--registry-dir", str(work / "registry"), "--cdi-dir", str(work / "cdi"),
-             "--boot-id-file", str(boot), "--no-publish"],
+             "--boot-id-file", str(boot), "--publish=false"],
             cwd=REPO, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         procs.append(plugin)

@@ -163,7 +163,7 @@ def compare(api: Any, kubeconfig: Path, work: Path, claims: int = 200) -> dict[s
              "--gpus", str(DEVICES), "--kubeconfig", str(kubeconfig),
              "--plugin-dir", str(work / "ours/plugin"),
              "--registry-dir", str(work / "ours/registry"), "--cdi-dir", str(work / "ours/cdi"),
-             "--boot-id-file", str(work / "boot_id"), "--no-publish", "--metrics-port", "0"],
+             "--boot-id-file", str(work / "boot_id"), "--publish=false", "--metrics-bind-address", "0"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logs,
         )  # fmt: skip
         processes.append(ours)

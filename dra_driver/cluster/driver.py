@@ -145,7 +145,7 @@ def start_driver(
     controller = _hami(
         "controller", layout, "controller", "--kubeconfig", options.controller_kubeconfig or kubeconfig,
         "--driver-name", driver,
-        "--metrics-port", "0",
+        "--metrics-bind-address", "0",
         ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
     )  # fmt: skip
     started.append(controller)
@@ -154,7 +154,7 @@ def start_driver(
             "kubelet-plugin", layout, "kubelet-plugin", "--node-name", NODE_NAME, "--driver-name", driver,
             "--source", "simulated", "--profile", options.profile, "--gpus", str(options.gpus),
             "--kubeconfig", kubeconfig, "--plugin-dir", str(layout.plugin_dir(driver)),
-            "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR), "--metrics-port", "0",
+            "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR), "--metrics-bind-address", "0",
             ready=lambda: _slice_published(api_client, driver),
         )  # fmt: skip
         started.append(plugin)

@@ -99,7 +99,7 @@ def start_kubelet_plugins(cluster: SandboxCluster, options: DriverOptions) -> No
             str(ctx.registry_dir),
             "--cdi-dir",
             str(ctx.cdi_dir),
-            "--metrics-port",
+            "--metrics-bind-address",
             "0",
             "--health-file",
             str(ctx.root / "plugin-healthy"),
@@ -139,7 +139,7 @@ def start_controller(cluster: SandboxCluster, options: DriverOptions) -> None:
         str(cluster.server.kubeconfig_path),
         "--driver-name",
         options.driver_name,
-        "--metrics-port",
+        "--metrics-bind-address",
         "0",
     ]
     cluster.add_component(ChildProcess("controller", args, cluster.server.state_dir / "logs"))

@@ -119,7 +119,7 @@ def test_components_start_against_an_api_server(
     port = _free_port()
     starts = {
         "controller": (
-            ["controller", "--kubeconfig", kubeconfig, "--metrics-port", "0"],
+            ["controller", "--kubeconfig", kubeconfig, "--metrics-bind-address", "0"],
             "running for driver",
         ),
         "kubelet-plugin": (
@@ -141,7 +141,7 @@ def test_components_start_against_an_api_server(
                 str(registry),
                 "--cdi-dir",
                 str(tmp_path / "cdi"),
-                "--metrics-port",
+                "--metrics-bind-address",
                 "0",
                 "--boot-id-file",
                 str(tmp_path / "boot_id"),
