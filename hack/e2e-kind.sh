@@ -101,7 +101,6 @@ kubeletPlugin:
   source: simulated
   simulated: {profile: t4, gpus: 4}
   nodeSelector: {kubernetes.io/hostname: "${WORKER}"}
-recipeClasses: {enabled: false}   # api/examples brings the same classes
 EOF
 "$HELM" --kube-context "$CONTEXT" upgrade --install "$RELEASE" charts/hami-dra \
   --namespace "$NS" --create-namespace -f "$values" --wait --timeout 5m

@@ -154,7 +154,8 @@ def start_driver(
             "kubelet-plugin", layout, "kubelet-plugin", "--node-name", NODE_NAME, "--driver-name", driver,
             "--source", "simulated", "--profile", options.profile, "--gpus", str(options.gpus),
             "--kubeconfig", kubeconfig, "--plugin-dir", str(layout.plugin_dir(driver)),
-            "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR), "--metrics-bind-address", "0",
+            "--registry-dir", str(layout.plugins_registry), "--cdi-dir", str(CDI_DIR),
+            "--metrics-bind-address", "0",
             ready=lambda: _slice_published(api_client, driver),
         )  # fmt: skip
         started.append(plugin)

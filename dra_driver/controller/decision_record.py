@@ -2,7 +2,7 @@
 
 A decision is only explainable from what the engine saw when it decided: recomputing it later
 from the cluster's new state would show other scores. So the controller writes, in the same patch
-that lifts the gate, the annotation :data:`DECISION_ANNOTATION` holding per request the policy
+that lifts the gate, the annotation :func:`decision_annotation` holding per request the policy
 chain with where each setting came from, the chosen node and devices, and each candidate card's
 score and reason (the best :data:`MAX_CARDS` by score, chosen ones first, and how many were left
 out). It is informational: a tenant may edit its own pod's annotations, so nothing reads it back
@@ -18,7 +18,13 @@ from typing import Any
 
 from dra_driver.engine import Decision
 
-DECISION_ANNOTATION = "gpu.hami.io/decision"
+
+def decision_annotation(driver: str) -> str:
+    """``<driver>/decision``: follows the driver name like every key of ours (the chart's
+    controller-pods policy admits exactly this key)."""
+    return f"{driver}/decision"
+
+
 #: Cards kept per request (the annotation must stay small on clusters of thousands of GPUs).
 MAX_CARDS = 16
 RECORD_VERSION = 1
@@ -85,7 +91,7 @@ class RequestRecord:
 def request_record(
     subject: str, decision: Decision, config: str, device_name: Callable[[str, int], str]
 ) -> RequestRecord:
-    """What :data:`DECISION_ANNOTATION` keeps of one engine decision."""
+    """What the decision annotation keeps of one engine decision."""
     ranked = sorted(
         decision.candidates, key=lambda card: (not card.chosen, -card.score, card.node, card.index)
     )

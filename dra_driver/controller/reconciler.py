@@ -34,7 +34,7 @@ from dra_driver.controller.allocation import build_allocation, pinned_node, rfc3
 from dra_driver.controller.assumed import ClaimAssumptions
 from dra_driver.controller.containers import GPU_LIMITS_CONFLICT, claim_facts, limits_conflict
 from dra_driver.controller.decision_record import (
-    DECISION_ANNOTATION,
+    decision_annotation,
     encode,
     placement_summary,
     request_record,
@@ -462,7 +462,7 @@ class Reconciler:
         ]
         annotations = self._hami_annotations(pod, claims, writes, plan.node)
         records = [request_record(s, d, c, self.ledger.device_name) for s, d, c in plan.decisions]
-        annotations[DECISION_ANNOTATION] = encode(records, rfc3339_now())
+        annotations[decision_annotation(self.driver)] = encode(records, rfc3339_now())
         for claim_plan, uses in planned:
             # Assume the allocation now, so the next pod is planned with it even while it is written
             # (the same uses the written allocation will give when its informer event arrives).
@@ -667,8 +667,9 @@ class Reconciler:
             current = (
                 self._set_condition(current, "True", "Allocated", "all GPU claims are allocated") or current
             )
-        if annotations and DECISION_ANNOTATION in annotations:
-            self._event(pod, "Normal", "Allocated", placement_summary(annotations[DECISION_ANNOTATION]))
+        record = (annotations or {}).get(decision_annotation(self.driver))
+        if record is not None:
+            self._event(pod, "Normal", "Allocated", placement_summary(record))
         return PodView.parse(current), Outcome.DONE
 
     def fence_unallocated(self, pod: PodView) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 from dra_driver.config import ControllerDefaults
 from dra_driver.contract import GATE_NAME, policy_taint_key
 from dra_driver.controller.decision_record import (
-    DECISION_ANNOTATION,
     RequestRecord,
+    decision_annotation,
     decode,
     request_record,
 )
@@ -121,12 +121,13 @@ def explain(
     for pod_claim, name in pod_claim_names(dict(pod)):
         claim = claims.get(name) if name else None
         result.claims.append(ClaimLine(pod_claim, name, _devices(claim, driver) if claim else ()))
-    annotation = (meta.get("annotations") or {}).get(DECISION_ANNOTATION)
+    key = decision_annotation(driver)
+    annotation = (meta.get("annotations") or {}).get(key)
     if annotation:
         try:
             result.decided_at, result.requests = decode(annotation)
         except ValueError as err:
-            result.note = f"the pod's {DECISION_ANNOTATION} annotation is unreadable: {err}"
+            result.note = f"the pod's {key} annotation is unreadable: {err}"
     condition = _condition(pod)
     gated = any(g.get("name") == GATE_NAME for g in (pod.get("spec") or {}).get("schedulingGates") or ())
     if condition is not None and condition.get("status") == "False":

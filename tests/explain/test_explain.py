@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dra_driver.controller.decision_record import DECISION_ANNOTATION, decode
+from dra_driver.controller.decision_record import decision_annotation, decode
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.explain.render import render
 from dra_driver.explain.report import explain
@@ -35,7 +35,7 @@ def test_a_placed_pod_is_explained_by_the_decision_recorded_when_it_was_placed()
     cluster.pod("first", claim("x", request(memory="10Gi")))
     cluster.run()
     pod = cluster.kube.stored(PODS, NS, "first")
-    decided_at, records = decode(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+    decided_at, records = decode(pod["metadata"]["annotations"][decision_annotation(DRIVER)])
     assert decided_at and len(records) == 1 and records[0].node == "node-1"
     (record,) = records
     assert [card.chosen for card in record.cards].count(True) == 1 and len(record.cards) == 2
