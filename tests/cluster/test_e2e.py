@@ -177,6 +177,15 @@ def test_seed_lab_places_mutex_binpack_on_gpu_2_and_runs_it(
     assert request["devices"] == ["gpu-2"] and request["config"].startswith("policy=mutex,binpack")
     recorded = {card["device"].split("/")[-1]: card["score"] for card in request["cards"]}
     assert recorded == expected
+    # `hami-dra top` names the latency pod among gpu-2's tenants.
+    from dra_driver.cli import main
+
+    capsys.readouterr()
+    assert main(["top", "-A", "--kubeconfig", str(lab.kubeconfig), "-o", "json"]) == 0
+    top = json.loads(capsys.readouterr().out)
+    (node,) = [n for n in top["nodes"] if n["name"] == NODE_NAME]
+    gpu2 = next(d for d in node["devices"] if d["device"] == "gpu-2")
+    assert any(manifests.LATENCY.name in tenant["pods"] for tenant in gpu2["tenants"]), gpu2
     logs = lab.kubectl("logs", manifests.LATENCY.name)
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=1000m" in logs.splitlines()
     assert cdi_spec(latency["metadata"]["uid"]).is_file()
