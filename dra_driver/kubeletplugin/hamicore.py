@@ -21,6 +21,7 @@ Rules (how HAMi-core reads its limits inside the container):
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from dra_driver.contract import CORES, MEMORY
 from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
 from dra_driver.kubeletplugin.inventory import NodeGpu
 from dra_driver.quantity import MIB
+
+log = logging.getLogger(__name__)
 
 CONTAINER_VGPU_DIR = "/usr/local/vgpu"
 #: The node-wide lock directory of libvgpu up to v2.8.0, shared by every container on the node.
@@ -72,8 +75,12 @@ class HamiCoreConfig:
         """Write the ld.so.preload that names libvgpu's container path, and make sure the lock
         directory that every share's spec mounts exists (idempotent): a missing host path would
         keep the runtime from starting the container."""
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
-        self.lock_dir.chmod(0o777)  # processes of any UID in any container take the lock
+        try:
+            self.lock_dir.mkdir(parents=True, exist_ok=True)
+            self.lock_dir.chmod(0o777)  # processes of any UID in any container take the lock
+        except OSError as err:
+            # Only libvgpu up to v2.8.0 needs it, and those are refused anyway: say so, go on.
+            log.warning("HAMi-core lock directory %s not prepared: %s", self.lock_dir, err)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if not self.preload_file.exists() or self.preload_file.read_text() != PRELOAD_CONTENT:
             tmp = self.preload_file.with_suffix(".tmp")

@@ -38,6 +38,14 @@ CUSTOM_DRIVER: dict[str, Any] = {
     ],
 }
 
+#: HAMi-core from the image on simulated GPUs (the setup of tests/cluster/test_hami_core.py).
+SIMULATED_HAMI_CORE_IMAGE: dict[str, Any] = {
+    "kubeletPlugin": {**SIMULATED["kubeletPlugin"], "hamiCore": {"install": "image"}}
+}
+#: A library the admin placed at the default host directory.
+HAMI_CORE_HOST_PATH: dict[str, Any] = {"kubeletPlugin": {"hamiCore": {"install": "hostPath"}}}
+HAMI_CORE_NONE: dict[str, Any] = {"kubeletPlugin": {"hamiCore": {"install": "none"}}}
+
 #: name -> (values, use values-all-on.yaml)
 COMBOS: dict[str, tuple[dict[str, Any] | None, bool]] = {
     "defaults": (None, False),
@@ -49,4 +57,7 @@ COMBOS: dict[str, tuple[dict[str, Any] | None, bool]] = {
     "ha": (HA, False),
     "plugin-only": (PLUGIN_ONLY, False),
     "custom-driver": (CUSTOM_DRIVER, False),
+    "hami-core-image-simulated": (SIMULATED_HAMI_CORE_IMAGE, False),
+    "hami-core-host-path": (HAMI_CORE_HOST_PATH, False),
+    "hami-core-none": (HAMI_CORE_NONE, False),
 }

@@ -217,7 +217,33 @@ def test_hami_translation_is_opt_in_per_namespace_or_cluster_wide(render: Render
     assert hooks({"webhook": {"hamiResources": {"translate": "off"}}}) == ["pods.gpu.hami.io"]
     everywhere = find(render(values={"webhook": {"hamiResources": {"translate": "all"}}}),
                       "MutatingWebhookConfiguration")["webhooks"][0]  # fmt: skip
-    assert everywhere["namespaceSelector"] == {}
+    # Every namespace, but never kube-system, the release's, or one an admin switched off.
+    assert everywhere["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", "hami-system"],
+            },
+            {"key": "gpu.hami.io/admission", "operator": "NotIn", "values": ["disabled"]},
+        ]
+    }
+
+
+def test_the_pod_gate_never_covers_system_namespaces_and_keeps_the_admins_selector(render: Render) -> None:
+    values = {
+        "webhook": {"namespaceSelector": {"matchLabels": {"team": "gpu"}}, "excludeNamespaces": ["ops"]}
+    }
+    hooks = find(render(values=values), "MutatingWebhookConfiguration")["webhooks"]
+    gate = next(h for h in hooks if h["name"] == "pods.gpu.hami.io")
+    assert gate["namespaceSelector"]["matchLabels"] == {"team": "gpu"}
+    names = gate["namespaceSelector"]["matchExpressions"][0]
+    assert names == {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kube-system", "hami-system", "ops"],
+    }
+    assert "objectSelector" not in gate, "a pod label a tenant sets must never take a pod past the gate"
     args = container(find(render(), "Deployment", "t-hami-dra-webhook"))["args"]
     assert "--hami-device-class=gpu.hami.io" in args, "the first DeviceClass by default"
 
@@ -238,9 +264,13 @@ def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> 
         return covered
 
     def mutating_order(hooks: list[dict]) -> list[tuple[str, Any]]:
-        """Mutating hooks in call order, with the namespaces each serves."""
+        """Mutating hooks in call order, with the namespaces each serves (the chart's exclusion of
+        kube-system and its own namespace aside: the sandbox has neither)."""
         return [
-            (hook["name"], hook.get("namespaceSelector") or {})
+            (
+                hook["name"],
+                {k: v for k, v in (hook.get("namespaceSelector") or {}).items() if k != "matchExpressions"},
+            )
             for hook in hooks
             if hook["name"].startswith(("pods.", "hami-resources."))
         ]

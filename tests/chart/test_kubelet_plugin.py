@@ -25,6 +25,8 @@ def test_host_paths_and_mounts(render: Render) -> None:
         "plugins-registry": "/var/lib/kubelet/plugins_registry",
         "cdi": "/var/run/cdi",
         "cdi-static": "/etc/cdi",
+        "hami-core": "/usr/local/vgpu",
+        "vgpulock": "/tmp/vgpulock",
         "driver-root": "/",
     }
     mounts = {m["name"]: m for m in container(ds)["volumeMounts"]}
@@ -41,12 +43,12 @@ def test_host_paths_and_mounts(render: Render) -> None:
     assert "readOnly" not in mounts["cdi"] and "readOnly" not in mounts["plugins"]
 
 
-def test_hami_core_library_is_mounted_at_its_host_path(render: Render) -> None:
+def test_hami_core_library_directory_is_mounted_at_its_host_path(render: Render) -> None:
     ds = _plugin(render(values_file=ALL_ON))
     volumes = {v["name"]: v["hostPath"] for v in ds["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["hami-core-lib"] == {"path": "/usr/local/vgpu/libvgpu.so", "type": "File"}
-    mount = next(m for m in container(ds)["volumeMounts"] if m["name"] == "hami-core-lib")
-    assert mount == {"name": "hami-core-lib", "mountPath": "/usr/local/vgpu/libvgpu.so", "readOnly": True}
+    assert volumes["hami-core"] == {"path": "/usr/local/vgpu", "type": "DirectoryOrCreate"}
+    mount = next(m for m in container(ds)["volumeMounts"] if m["name"] == "hami-core")
+    assert mount == {"name": "hami-core", "mountPath": "/usr/local/vgpu", "readOnly": True}
     assert "cdi-static" not in volumes, "cdiDir is /etc/cdi already"
 
 
@@ -75,7 +77,7 @@ def test_simulated_source(render: Render) -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     mounts = {m["name"]: m for m in container(ds)["volumeMounts"]}
     assert not any(m["mountPath"] == "/dev" for m in mounts.values()), "the runtime's /dev stays"
-    assert "cdi-static" not in mounts and "hami-core-lib" not in mounts
+    assert "cdi-static" not in mounts and "hami-core" not in mounts
 
 
 def test_privileged_only_for_nvml(render: Render) -> None:

@@ -121,6 +121,9 @@ scoringWeights:
 {{- if hasKey . "numaBind" }}
 numaBind: {{ .numaBind }}
 {{- end }}
+{{- if .allowUnenforcedShares }}
+allowUnenforcedShares: true
+{{- end }}
 {{- end }}
 
 {{/* The seed's "Common Recipes": DeviceClass name prefix -> policy chain. */}}
@@ -153,4 +156,19 @@ JSON list: the tenant admission policies (tenant-policies.yaml) guard claims of 
 
 {{- define "hami-dra.controllerUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "hami-dra.controllerServiceAccount" . }}
+{{- end }}
+
+{{/*
+A webhook's namespaceSelector: ``base`` plus the namespaces our pod webhooks never serve (kube-system,
+the release's, webhook.excludeNamespaces, and any an admin labels <driver>/admission=disabled):
+system pods must start whatever the webhook's state, and tenants can neither create pods there nor
+label namespaces, so nothing escapes the gate this way. Call with (dict "root" $ "base" selector).
+*/}}
+{{- define "hami-dra.podWebhookNamespaceSelector" -}}
+{{- $root := .root }}
+{{- $excluded := uniq (concat (list "kube-system" $root.Release.Namespace) $root.Values.webhook.excludeNamespaces) }}
+{{- $exclusions := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) (dict "key" (printf "%s/admission" $root.Values.driverName) "operator" "NotIn" "values" (list "disabled")) }}
+{{- $selector := deepCopy .base }}
+{{- $_ := set $selector "matchExpressions" (concat (default (list) $selector.matchExpressions) $exclusions) }}
+{{- toYaml $selector }}
 {{- end }}
