@@ -71,6 +71,7 @@ demo-cluster: $(STAMP) tools cluster-build
 # sandbox API latencies.
 bench: $(STAMP) tools
 	$(PY) hack/bench_engine.py
+	$(PY) hack/bench_simulate.py
 	$(PY) hack/bench_prepare.py --callers 1
 	$(PY) hack/bench_prepare.py --callers 8
 	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy binpack

@@ -1,29 +1,104 @@
-"""``hami-dra simulate SCENARIO.yaml [--output table|json] [--max-candidates N]``."""
+"""``hami-dra simulate``: place claims offline with the policy engine, from a file or the live cluster.
+
+How it is used::
+
+    hami-dra simulate SCENARIO.yaml                          # a hand-written or saved scenario
+    hami-dra simulate --from-cluster --claims what-if.yaml   # what-ifs on the cluster as it is now
+    hami-dra simulate --from-cluster --save snap.yaml        # save the cluster, edit it, then
+    hami-dra simulate snap.yaml [--claims what-if.yaml]      # run it offline, as often as needed
+
+``--from-cluster`` snapshots our driver's GPUs, every allocated claim's use of them and the GPU
+quotas, exactly as the controller sees them (``snapshot.py``), then places ``--claims``' claims in
+order as the controller would: one command answers "where would this pod go now, and why?".
+``--save`` writes the snapshot as a scenario file (with the ``--claims`` claims, if given) to
+edit by hand: remove a tenant, drain a node, add cards, change a quota, and run ``simulate FILE``
+on it as often as needed without touching the cluster. A ``.json`` name writes JSON, which loads
+about ten times faster than YAML for a cluster of thousands of nodes.
+
+The claims file is a list of claims, or a mapping with ``claims`` and optionally ``defaults``
+(which then replace the scenario's); claims are as in a scenario file (README, "Scenario files").
+Existing tenants and new claims are checked against the quotas; the claims are placed in order,
+each seeing the ones before it.
+
+``-o json`` prints stable JSON (``render.py``); ``-o table`` a table per claim (``-o`` is the
+output format, so the snapshot file is ``--save``). Exit code 2, with one line per problem, for a
+bad file or an unreachable cluster.
+"""
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES
-from dra_driver.simulate.render import print_tables, result_to_json
-from dra_driver.simulate.run import run_scenario
-from dra_driver.simulate.scenario import ScenarioError, load_scenario
+
+DESCRIPTION = """\
+Places claims in order (each placement updates usage) and prints, per claim, the chosen node and
+GPUs or the pending reason, with every candidate card's score.
+
+The cluster is a scenario file, or a snapshot of the live cluster (--from-cluster): our driver's
+ResourceSlices, the allocated claims' shares and the GPU quotas, exactly as the controller sees
+them. Place what-if claims on it at once (--claims), or save it (--save), edit it (remove
+tenants, add nodes, change quotas) and run 'simulate FILE' on it offline.
+"""
+
+EPILOG = """\
+examples:
+  hami-dra simulate examples/worked-example.yaml
+  hami-dra simulate --from-cluster --claims what-if.yaml -o json
+  hami-dra simulate --from-cluster --context prod --save snapshot.yaml
+  hami-dra simulate snapshot.yaml --claims what-if.yaml
+
+claims file (--claims):
+  claims:
+    - {name: train, namespace: team-a, count: 2, memory: 20Gi, policy: "binpack,numa"}
+    - {name: notebook, memory: 4Gi, cores: 20}
+"""
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "simulate",
-        help="place a scenario's claims offline with the policy engine and explain each decision",
-        description="Places the scenario's claims in order (each placement updates usage) and prints, per "
-        "claim, the chosen node and GPUs or the pending reason, with every candidate card's score.",
+        help="place claims offline with the policy engine (on a scenario file or the live cluster) "
+        "and explain each decision",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("scenario", type=Path, help="scenario YAML file (see README, 'Scenario files')")
+    parser.add_argument(
+        "scenario", type=Path, nargs="?", help="scenario file, YAML or JSON (see README, 'Scenario files')"
+    )
+    parser.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="start from a snapshot of the live cluster instead of a scenario file",
+    )
+    parser.add_argument(
+        "--claims",
+        type=Path,
+        metavar="FILE",
+        help="claims to place after the scenario's own (a list, or a mapping with 'claims' and 'defaults')",
+    )
+    parser.add_argument(
+        "--save",
+        metavar="FILE",
+        help="with --from-cluster: write the snapshot (and --claims' claims) as a scenario file; "
+        "JSON if FILE ends in .json, else YAML; '-' for stdout",
+    )
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )
+    parser.add_argument("--context", help="kubeconfig context to use (default: the current one)")
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name of our slices")
     parser.add_argument("--output", "-o", choices=("table", "json"), default="table")
     parser.add_argument(
         "--max-candidates",
@@ -34,13 +109,74 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _check(args: argparse.Namespace) -> None:
     if args.max_candidates < 1:
         raise UsageError("--max-candidates must be at least 1")
+    if args.from_cluster == (args.scenario is not None):
+        raise UsageError("give a scenario file or --from-cluster (one of them)")
+    if not args.from_cluster:
+        for flag, value in (
+            ("--save", args.save),
+            ("--kubeconfig", args.kubeconfig),
+            ("--context", args.context),
+        ):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --from-cluster")
+    elif args.claims is None and args.save is None:
+        raise UsageError(
+            "nothing to place: give --claims FILE to place claims against the cluster, "
+            "or --save FILE to write the snapshot (then edit it and run 'simulate FILE')"
+        )
+    if args.save == "-" and args.claims is not None:
+        raise UsageError("--save - writes the snapshot to stdout, where the results would go: save to a file")
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Run without the cycle collector: a snapshot of thousands of nodes is millions of objects
+    that stay alive to the end, and collecting over them cost a third of the run (no cycles are
+    made that would leak: this is a short-lived command)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        scenario = load_scenario(args.scenario)
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    with _no_gc():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dra_driver.simulate.scenario import (
+        ScenarioError,
+        add_claims,
+        parse_scenario,
+        read_claims,
+        read_document,
+    )
+
+    try:
+        if args.from_cluster:
+            data, source = _snapshot(args), "the cluster snapshot"
+        else:
+            data, source = read_document(args.scenario), str(args.scenario)
+        if args.claims is not None:
+            data = add_claims(data, read_claims(args.claims), source, str(args.claims))
+        if args.save is not None:
+            _save(data, args.save)
+            if args.claims is None:
+                return 0
+        scenario = parse_scenario(data, source)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
+    from dra_driver.simulate.render import print_tables, result_to_json
+    from dra_driver.simulate.run import run_scenario
+
     result = run_scenario(scenario, max_candidates=args.max_candidates)
     if args.output == "json":
         sys.stdout.write(result_to_json(result) + "\n")
@@ -48,3 +184,56 @@ def run(args: argparse.Namespace) -> int:
         console = Console(width=None if sys.stdout.isatty() else 140)
         print_tables(result, console)
     return 0
+
+
+def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
+    from dra_driver.controller.kube import Kube, KubeError
+    from dra_driver.simulate.snapshot import cluster_client, fetch, take_snapshot
+
+    api_client, source = cluster_client(args.kubeconfig, args.context)
+    try:
+        objects = fetch(Kube(api_client))
+    except KubeError as err:
+        raise UsageError(f"cannot read the cluster ({source.server}): {err}") from None
+    finally:
+        api_client.close()
+    snapshot = take_snapshot(objects, args.driver_name, source)
+    for warning in snapshot.warnings:
+        print(f"hami-dra simulate: warning: {warning}", file=sys.stderr)
+    if not snapshot.data["nodes"]:
+        raise UsageError(
+            f"no node publishes a complete ResourceSlice pool of driver {args.driver_name} "
+            f"in {source.context or source.server}: nothing to simulate on"
+        )
+    return snapshot.data
+
+
+SAVED_COMMENT = """\
+A snapshot of {context} taken {taken} by `hami-dra simulate --from-cluster`.
+Allocations are what the cluster holds (as the controller counts them, even past a card's
+capacity); each names its claim. Edit freely (remove tenants, add nodes or cards, change quotas
+or defaults), add claims here or in a claims file, then: hami-dra simulate FILE [--claims FILE]
+"""
+
+
+def _save(data: dict[str, Any], target: str) -> None:
+    from dra_driver.simulate.documents import dump_document
+
+    json_format = target.endswith(".json")
+    info = data.get("snapshot") or {}
+    comment = SAVED_COMMENT.format(
+        context=info.get("context") or info.get("server") or "the cluster", taken=info.get("taken", "")
+    )
+    if target == "-":
+        dump_document(data, sys.stdout, json_format=json_format, comment=comment)
+        return
+    try:
+        with open(target, "w", encoding="utf-8") as out:
+            dump_document(data, out, json_format=json_format, comment=comment)
+    except OSError as err:
+        raise UsageError(f"cannot write {target}: {err.strerror or err}") from None
+    print(
+        f"hami-dra simulate: wrote {target}: {len(data['nodes'])} nodes, "
+        f"{sum(len(node['gpus']) for node in data['nodes'])} GPUs",
+        file=sys.stderr,
+    )

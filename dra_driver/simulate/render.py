@@ -13,7 +13,6 @@ Scores are the usage scores before the claim was placed, rounded to 6 decimals; 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from dra_driver.engine import Decision
 from dra_driver.quantity import MIB, format_bytes
+from dra_driver.simulate.documents import json_text
 from dra_driver.simulate.run import SimulationResult
 
 
@@ -64,8 +64,9 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
 
 
 def result_to_json(result: SimulationResult) -> str:
+    """Indented down to each result's fields; each device and candidate card on one line."""
     results = [decision_to_json(d, result.blocked_by(i)) for i, d in enumerate(result.decisions)]
-    return json.dumps({"results": results}, indent=2)
+    return json_text({"results": results}, depth=4)
 
 
 def _mib(value: int) -> str:

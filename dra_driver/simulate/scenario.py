@@ -2,15 +2,36 @@
 
 The keys are documented in the README ("Scenario files") and must stay stable so scenario files
 remain portable. Every error names the file, the path inside it and what is wrong.
+
+A scenario may be a snapshot of a live cluster (``simulate --from-cluster``,
+``dra_driver/simulate/snapshot.py``): it then has a ``snapshot`` key saying where and when it
+was taken, and its allocations are what the cluster holds, recorded even where they overcommit a
+card (as the controller records them); in a hand-written scenario allocations must fit their card.
+
+Loading is built for snapshots of thousands of nodes: the document is read by
+``documents.load_document`` (JSON or libyaml, not PyYAML's pure-Python parser), quantities are
+parsed once per distinct text, duplicate checks are linear, and the engine state is built one
+node at a time.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Collection, Iterable
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.contract import SHARES_ENFORCED, DeviceId
@@ -29,6 +50,7 @@ from dra_driver.engine import (
 )
 from dra_driver.quantity import QuantityError, parse_bytes
 from dra_driver.quota import Charge, Limits, Quota
+from dra_driver.simulate.documents import load_document
 
 
 def simulated_device(node: str, index: int) -> DeviceId:
@@ -41,6 +63,18 @@ class ScenarioError(Exception):
 
 
 def _memory(value: Any) -> int:
+    if isinstance(value, str):
+        return _memory_text(value)
+    return _bytes(value)
+
+
+@lru_cache(maxsize=4096)
+def _memory_text(value: str) -> int:
+    """A memory quantity written as text, parsed once: a snapshot repeats the same few thousands of times."""
+    return _bytes(value)
+
+
+def _bytes(value: Any) -> int:
     try:
         memory = parse_bytes(value)
     except QuantityError as err:
@@ -48,6 +82,11 @@ def _memory(value: Any) -> int:
     if memory and memory < 1024 * 1024:
         raise ValueError(f"{value!r} is less than 1Mi; memory is in bytes (did you mean {value}Mi?)")
     return memory
+
+
+def _duplicates(names: Iterable[Any]) -> list[Any]:
+    """The names listed more than once, sorted (linear: a snapshot lists thousands of nodes)."""
+    return sorted(name for name, count in Counter(names).items() if count > 1)
 
 
 Memory = Annotated[int, BeforeValidator(_memory)]
@@ -61,9 +100,15 @@ class AllocationSpec(_Strict):
     """An existing tenant on a card (a pod HAMi or our controller already placed there)."""
 
     memory: Memory = 0
-    cores: int = Field(default=0, ge=0, le=100)
+    cores: int = Field(default=0, ge=0)
+    #: Tenant slots it takes: 1 for a share; a whole-card allocation takes all the card's.
+    slots: int = Field(default=1, ge=1)
     #: The tenant's namespace: what it counts against that namespace's quotas.
     namespace: str = "default"
+    #: The DeviceClass it was allocated from: quotas with ``deviceClassNames`` count only theirs.
+    device_class: str = Field(default="", alias="deviceClass")
+    #: Whose it is (``namespace/name`` of the ResourceClaim in a snapshot); informational only.
+    claim: str = ""
 
 
 class GpuSpec(_Strict):
@@ -83,18 +128,27 @@ class GpuSpec(_Strict):
     allocations: list[AllocationSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _fits(self) -> GpuSpec:
+    def _fits(self, info: ValidationInfo) -> GpuSpec:
+        if not self.allocations or (info.context or {}).get(_OBSERVED):
+            return self
         used_memory = sum(allocation.memory for allocation in self.allocations)
         used_cores = sum(allocation.cores for allocation in self.allocations)
+        used_slots = sum(allocation.slots for allocation in self.allocations)
         if used_memory > self.memory:
             raise ValueError(
                 f"allocations use {used_memory} bytes of memory, over the card's ({self.memory})"
             )
         if used_cores > self.cores:
             raise ValueError(f"allocations use {used_cores} cores, more than the card's {self.cores}")
-        if len(self.allocations) > self.slots:
-            raise ValueError(f"{len(self.allocations)} allocations exceed the card's {self.slots} slots")
+        if used_slots > self.slots:
+            raise ValueError(f"allocations take {used_slots} slots, more than the card's {self.slots}")
         return self
+
+    def shares(self) -> list[DeviceShare]:
+        return [
+            DeviceShare(index=self.index, memory=a.memory, cores=a.cores, tenants=a.slots)
+            for a in self.allocations
+        ]
 
 
 class NodeSpec(_Strict):
@@ -103,8 +157,7 @@ class NodeSpec(_Strict):
 
     @model_validator(mode="after")
     def _unique_indexes(self) -> NodeSpec:
-        indexes = [gpu.index for gpu in self.gpus]
-        duplicates = sorted({index for index in indexes if indexes.count(index) > 1})
+        duplicates = _duplicates(gpu.index for gpu in self.gpus)
         if duplicates:
             raise ValueError(f"GPU index listed twice: {duplicates}")
         return self
@@ -177,10 +230,12 @@ class QuotaSpec(_Strict):
     name: str = Field(min_length=1)
     namespace: str = "default"
     hard: QuotaLimitsSpec
+    #: Only allocations and claims of these DeviceClasses count (empty: all), as in a GpuQuota.
+    device_class_names: list[str] = Field(default_factory=list, alias="deviceClassNames")
 
     def quota(self) -> Quota:
         limits = Limits(memory=self.hard.memory, cores=self.hard.cores, devices=self.hard.devices)
-        return Quota(self.namespace, self.name, limits)
+        return Quota(self.namespace, self.name, limits, frozenset(self.device_class_names))
 
 
 class ClaimSpec(_Strict):
@@ -190,6 +245,8 @@ class ClaimSpec(_Strict):
 
     name: str = Field(min_length=1)
     namespace: str = "default"
+    #: What quotas with ``deviceClassNames`` see it as (empty: only quotas without them count it).
+    device_class: str = Field(default="", alias="deviceClass")
     policy: PolicyText | None = None
     node_policy: NodePolicyText | None = Field(default=None, alias="nodePolicy")
     weights: Weights | None = None
@@ -210,7 +267,22 @@ class ClaimSpec(_Strict):
         return self
 
 
+#: Validation context key: the allocations are observed facts (a snapshot), not a plan to check.
+_OBSERVED = "observed"
+
+
+class SnapshotInfo(_Strict):
+    """Where and when ``simulate --from-cluster`` took the scenario (informational)."""
+
+    context: str = ""
+    server: str = ""
+    driver: str = DEFAULT_DRIVER_NAME
+    taken: str = ""
+
+
 class Scenario(_Strict):
+    #: Present in snapshots of a live cluster: their allocations may overcommit a card.
+    snapshot: SnapshotInfo | None = None
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: list[NodeSpec] = Field(min_length=1)
     claims: list[ClaimSpec] = Field(default_factory=list)
@@ -223,13 +295,18 @@ class Scenario(_Strict):
             ("claim", [c.name for c in self.claims]),
             ("quota", [f"{q.namespace}/{q.name}" for q in self.quotas]),
         ):
-            duplicates = sorted({name for name in names if names.count(name) > 1})
+            duplicates = _duplicates(names)
             if duplicates:
                 raise ValueError(f"{kind} name listed twice: {duplicates}")
         return self
 
     def cluster_state(self) -> ClusterState:
-        """The cluster with every GPU's existing allocations recorded."""
+        """The cluster with every GPU's existing allocations recorded.
+
+        One placement per node (recording is per node: a node is re-scored and re-ranked once,
+        not once per tenant). Recorded as observed, like the controller's ledger does: a
+        hand-written scenario's allocations were already checked to fit, a snapshot's are facts.
+        """
         state = ClusterState(
             GpuCard(
                 node=node.name,
@@ -248,24 +325,26 @@ class Scenario(_Strict):
             for gpu in node.gpus
         )
         for node in self.nodes:
-            for gpu in node.gpus:
-                for allocation in gpu.allocations:
-                    share = DeviceShare(index=gpu.index, memory=allocation.memory, cores=allocation.cores)
-                    state.allocate(Placement(node=node.name, devices=(share,)))
+            shares = [share for gpu in node.gpus for share in gpu.shares()]
+            if shares:
+                state.allocate(Placement(node=node.name, devices=tuple(shares)), strict=False)
         return state
 
     def requests(self) -> list[PlacementRequest]:
         return [self._request(claim) for claim in self.claims]
 
-    def existing_charges(self) -> dict[str, list[Charge]]:
-        """What the listed allocations already charge each namespace's quotas."""
+    def existing_charges(self, namespaces: Collection[str] | None = None) -> dict[str, list[Charge]]:
+        """What the listed allocations already charge each namespace's quotas (only ``namespaces``'
+        when given: a snapshot has tens of thousands of tenants, most in namespaces without quotas)."""
         charges: dict[str, list[Charge]] = {}
         for node in self.nodes:
             for gpu in node.gpus:
+                device = None
                 for allocation in gpu.allocations:
-                    charge = Charge(
-                        "", simulated_device(node.name, gpu.index), allocation.memory, allocation.cores
-                    )
+                    if namespaces is not None and allocation.namespace not in namespaces:
+                        continue
+                    device = device or simulated_device(node.name, gpu.index)
+                    charge = Charge(allocation.device_class, device, allocation.memory, allocation.cores)
                     charges.setdefault(allocation.namespace, []).append(charge)
         return charges
 
@@ -309,26 +388,91 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise ScenarioError(f"{source}: expected a mapping with 'nodes' and 'claims', got {kind}")
+    observed = isinstance(data.get("snapshot"), dict)
     try:
-        return Scenario.model_validate(data)
+        return Scenario.model_validate(data, context={_OBSERVED: observed})
     except ValidationError as err:
-        lines = []
-        for error in err.errors():
-            message = error["msg"].removeprefix("Value error, ")
-            lines.append(f"{source}: {_location(data, tuple(error['loc']))}: {message}")
-        raise ScenarioError("\n".join(lines)) from None
+        raise ScenarioError(_messages(err, data, source)) from None
 
 
-def load_scenario(path: Path) -> Scenario:
+def _messages(err: ValidationError, data: Any, source: str) -> str:
+    lines = []
+    for error in err.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{source}: {_location(data, tuple(error['loc']))}: {message}")
+    return "\n".join(lines)
+
+
+def read_document(path: Path) -> Any:
+    """The parsed document of a scenario or claims file; ``ScenarioError`` naming the file if unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ScenarioError(f"{path}: cannot read scenario file: {err.strerror or err}") from None
     try:
-        data = yaml.safe_load(text)
+        return load_document(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err)
         raise ScenarioError(f"{path}: not valid YAML{where}: {problem}") from None
-    return parse_scenario(data, str(path))
+
+
+def load_scenario(path: Path) -> Scenario:
+    return parse_scenario(read_document(path), str(path))
+
+
+class ClaimsFile(_Strict):
+    """``simulate --claims FILE``: claims to place on a scenario or a cluster snapshot."""
+
+    defaults: Defaults | None = None
+    claims: list[ClaimSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ClaimsFile:
+        duplicates = _duplicates(claim.name for claim in self.claims)
+        if duplicates:
+            raise ValueError(f"claim name listed twice: {duplicates}")
+        return self
+
+
+def read_claims(path: Path) -> dict[str, Any]:
+    """A claims file, checked, as a mapping with ``claims`` (and ``defaults`` when it has them).
+
+    A bare list of claims is accepted too. Errors name the claims file and the path inside it.
+    """
+    data = read_document(path)
+    if isinstance(data, list):
+        data = {"claims": data}
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ScenarioError(f"{path}: expected a list of claims or a mapping with 'claims', got {kind}")
+    try:
+        ClaimsFile.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(_messages(err, data, str(path))) from None
+    return data
+
+
+def add_claims(data: Any, claims: dict[str, Any], source: str, claims_source: str) -> dict[str, Any]:
+    """Scenario document ``data`` with the claims of a claims file after its own.
+
+    The claims file's ``defaults`` replace the scenario's: they are what its claims were written for.
+    """
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ScenarioError(f"{source}: expected a mapping with 'nodes' and 'claims', got {kind}")
+    own = data.get("claims") or []
+    if not isinstance(own, list):
+        raise ScenarioError(f"{source}: claims: expected a list")
+    names = {claim.get("name") for claim in own if isinstance(claim, dict)}
+    for position, claim in enumerate(claims["claims"]):
+        if claim["name"] in names:
+            raise ScenarioError(
+                f"{claims_source}: claims[{position}]({claim['name']}): {source} has a claim of that name"
+            )
+    merged = dict(data)
+    merged["claims"] = [*own, *claims["claims"]]
+    if claims.get("defaults") is not None:
+        merged["defaults"] = claims["defaults"]
+    return merged

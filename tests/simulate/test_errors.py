@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,39 @@ def test_a_share_is_refused_on_a_gpu_whose_node_cannot_enforce_it(
     assert main(["simulate", str(path), "-o", "json"]) == 0
     out = capsys.readouterr().out
     assert "CardSharesNotEnforced" in out
+
+
+@pytest.mark.parametrize(
+    ("claims", "expected"),
+    [
+        ("- {name: c, policy: fastest}\n", "CLAIMS: claims[0](c).policy: unknown policy name(s) 'fastest'"),
+        ("claims: []\n", "CLAIMS: claims: List should have at least 1 item"),
+        ("- {name: c}\n- {name: c}\n", "CLAIMS: (top level): claim name listed twice: ['c']"),
+        ("- {name: mine}\n", "CLAIMS: claims[0](mine): FILE has a claim of that name"),
+        ("just text\n", "CLAIMS: expected a list of claims or a mapping with 'claims', got str"),
+        ("claims: [\n", "CLAIMS: not valid YAML at line"),
+    ],
+)
+def test_bad_claims_files_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], claims: str, expected: str
+) -> None:
+    scenario, what_if = tmp_path / "scenario.yaml", tmp_path / "what-if.yaml"
+    scenario.write_text(GOOD_NODE + "claims:\n  - {name: mine}\n")
+    what_if.write_text(claims)
+    assert main(["simulate", str(scenario), "--claims", str(what_if)]) == 2
+    err = capsys.readouterr().err.replace(str(what_if), "CLAIMS").replace(str(scenario), "FILE")
+    assert expected in err and "Traceback" not in err
+
+
+def test_claims_files_defaults_replace_the_scenarios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario, what_if = tmp_path / "scenario.yaml", tmp_path / "what-if.yaml"
+    scenario.write_text(
+        "defaults: {policy: spread}\nnodes:\n  - name: n1\n    gpus:\n"
+        "      - {index: 0, memory: 16Gi, allocations: [{memory: 1Gi}]}\n      - {index: 1, memory: 16Gi}\n"
+    )
+    what_if.write_text("defaults: {policy: binpack}\nclaims: [{name: packed, memory: 1Gi}]\n")
+    assert main(["simulate", str(scenario), "--claims", str(what_if), "-o", "json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["policy"] == "binpack" and result["devices"][0]["index"] == 0

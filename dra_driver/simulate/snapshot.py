@@ -1,0 +1,236 @@
+"""``simulate --from-cluster``: the live cluster as a scenario, seen exactly as the controller sees it.
+
+The GPUs come from our driver's ResourceSlices through the controller's own parser
+(``controller/inventory.py``: each pool's newest generation, only when complete; capacities,
+``isolation``, ``healthy``, NUMA node, NVLink peers), and the tenants from every allocated
+ResourceClaim's results through the controller's ledger (``controller/ledger.py``:
+``consumedCapacity`` for a share, the whole card for a result without a ``shareID``, nothing for
+``adminAccess``), whoever allocated them. Quotas are the ``GpuQuota`` objects and the
+ResourceQuotas with HAMi's names that the controller enforces. So a claim placed against the
+snapshot lands where the controller would put it now, with the same scores and reasons.
+
+What a scenario cannot hold is left out, and said so on stderr: a result naming a device that is
+not published (or whose pool is incomplete), a quota the controller would ignore too. A
+ResourceQuota with HAMi's names becomes a quota named ``resourcequota/<name>`` (it may share its
+name with a GpuQuota of the namespace). Device taints are not in a scenario: an unhealthy GPU is
+``healthy: false`` (the attribute the plugin publishes beside the taint). The controller's
+``--default-policy``/``--default-node-policy`` are its flags, not cluster state: the snapshot
+writes the scenario defaults (``spread``/``binpack``, the controller's own defaults), for the
+user to edit if the controller runs with others.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dra_driver.cli import UsageError
+from dra_driver.contract import ISOLATION_ATTRIBUTE, ISOLATION_NONE, ISOLATION_VALUES, DeviceId
+from dra_driver.controller.inventory import Device, build_inventory
+from dra_driver.controller.kube import (
+    GPU_QUOTAS,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    KubeApi,
+    KubeError,
+)
+from dra_driver.controller.ledger import claim_uses
+from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
+from dra_driver.quantity import format_bytes
+from dra_driver.quota import Quota, QuotaError, quota_from_gpu_quota, quota_from_resource_quota
+
+Obj = Mapping[str, Any]
+
+
+@dataclass
+class ClusterObjects:
+    """What a snapshot is made of, as the API server returned it."""
+
+    slices: list[Obj] = field(default_factory=list)
+    claims: list[Obj] = field(default_factory=list)
+    gpu_quotas: list[Obj] = field(default_factory=list)
+    resource_quotas: list[Obj] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the objects came from, recorded in the snapshot's ``snapshot`` key."""
+
+    context: str = ""
+    server: str = ""
+
+
+@dataclass
+class Snapshot:
+    """A scenario document (``nodes``, ``quotas``, ``defaults``, ``snapshot``) and what was left out."""
+
+    data: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def fetch(kube: KubeApi) -> ClusterObjects:
+    """List the objects a snapshot needs; a cluster without the GpuQuota CRD simply has no quotas."""
+    objects = ClusterObjects(
+        slices=list(kube.list(RESOURCE_SLICES).get("items") or ()),
+        claims=list(kube.list(RESOURCE_CLAIMS).get("items") or ()),
+        resource_quotas=list(kube.list(RESOURCE_QUOTAS).get("items") or ()),
+    )
+    try:
+        objects.gpu_quotas = list(kube.list(GPU_QUOTAS).get("items") or ())
+    except KubeError as err:
+        if not err.not_found:
+            raise
+    return objects
+
+
+def take_snapshot(objects: ClusterObjects, driver: str, source: Source = Source()) -> Snapshot:
+    """The cluster's GPUs, tenants and quotas as a scenario document (no claims to place yet)."""
+    warnings: list[str] = []
+    inventory = build_inventory(objects.slices, driver)
+    devices: dict[DeviceId, Device] = {
+        key: device for node in inventory.values() for key, device in node.devices.items()
+    }
+    tenants: dict[DeviceId, list[dict[str, Any]]] = {}
+    for claim in sorted(objects.claims, key=_claim_ref):
+        for use in claim_uses(claim, driver):
+            device = devices.get(use.device)
+            if device is None:
+                warnings.append(
+                    f"claim {_claim_ref(claim)}: device {use.device} is not in a complete published pool; "
+                    "its use is left out (the controller applies it once the slice appears)"
+                )
+                continue
+            card = device.card
+            whole = use.memory is None
+            allocation: dict[str, Any] = {
+                "memory": format_bytes(card.memory if whole else use.memory or 0),
+                "cores": card.cores if whole else use.cores or 0,
+                "slots": card.slots if whole else use.slots or 1,
+                "namespace": use.namespace,
+            }
+            if use.class_name:
+                allocation["deviceClass"] = use.class_name
+            allocation["claim"] = _claim_ref(claim) + (" (whole card)" if whole else "")
+            tenants.setdefault(use.device, []).append(allocation)
+    nodes = []
+    for name in sorted(inventory):
+        gpus = [
+            _gpu(device, driver, tenants.get(device.id, ()))
+            for _, device in sorted(inventory[name].by_index.items())
+        ]
+        nodes.append({"name": name, "gpus": gpus})
+    data: dict[str, Any] = {
+        "snapshot": {
+            "context": source.context,
+            "server": source.server,
+            "driver": driver,
+            "taken": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "defaults": {"policy": DEFAULT_CARD_POLICY, "nodePolicy": DEFAULT_NODE_POLICY.value},
+        "nodes": nodes,
+        "quotas": _quotas(objects, warnings),
+    }
+    return Snapshot(data, warnings)
+
+
+def _claim_ref(claim: Obj) -> str:
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _gpu(device: Device, driver: str, allocations: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A scenario GPU with every field the engine reads from the card, written out."""
+    card = device.card
+    isolation = device.attributes.get(f"{driver}/{ISOLATION_ATTRIBUTE}")
+    gpu: dict[str, Any] = {
+        "index": card.index,
+        "productName": card.product_name,
+        "memory": format_bytes(card.memory),
+        "numaNode": card.numa_node,
+        "uuid": card.uuid,
+        "cores": card.cores,
+        "slots": card.slots,
+        "healthy": card.healthy,
+        # The controller treats an absent or unknown value as not enforced: so does ``none``.
+        "isolation": isolation if isolation in ISOLATION_VALUES else ISOLATION_NONE,
+    }
+    if card.links:
+        gpu["links"] = dict(sorted(card.links.items()))
+    listed = list(allocations)
+    if listed:
+        gpu["allocations"] = listed
+    return gpu
+
+
+def _quotas(objects: ClusterObjects, warnings: list[str]) -> list[dict[str, Any]]:
+    quotas: list[Quota] = []
+    for obj in objects.gpu_quotas:
+        try:
+            quotas.append(quota_from_gpu_quota(obj))
+        except QuotaError as err:
+            warnings.append(f"{err}; left out (the controller does not enforce it either)")
+    for obj in objects.resource_quotas:
+        try:
+            quota = quota_from_resource_quota(obj)
+        except QuotaError as err:
+            warnings.append(f"{err}; left out (the controller does not enforce it either)")
+            continue
+        if quota is not None:
+            quotas.append(quota)
+    specs = []
+    for quota in sorted(quotas, key=lambda q: (q.namespace, q.metric_name)):
+        hard: dict[str, Any] = {}
+        if quota.hard.memory is not None:
+            hard["memory"] = format_bytes(quota.hard.memory) if quota.hard.memory else 0
+        if quota.hard.cores is not None:
+            hard["cores"] = quota.hard.cores
+        if quota.hard.devices is not None:
+            hard["devices"] = quota.hard.devices
+        if not hard:
+            continue  # an empty GpuQuota limits nothing (the API server refuses one anyway)
+        # A ResourceQuota keeps its kind in the name: it may share its name with a GpuQuota.
+        spec: dict[str, Any] = {"name": quota.metric_name, "namespace": quota.namespace, "hard": hard}
+        if quota.class_names:
+            spec["deviceClassNames"] = sorted(quota.class_names)
+        specs.append(spec)
+    return specs
+
+
+def cluster_client(kubeconfig: str | None, context: str | None) -> tuple[Any, Source]:
+    """A ``kubernetes`` API client as kubectl would pick it, and the context/server it talks to.
+
+    ``--kubeconfig``, else ``$KUBECONFIG`` or ``~/.kube/config``, else the pod's service account
+    (running inside the cluster); ``--context`` picks a context of the kubeconfig.
+    """
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    config: Any = kube_config  # untyped
+    default = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+    in_cluster = not kubeconfig and not _any_file(default) and "KUBERNETES_SERVICE_HOST" in os.environ
+    try:
+        if in_cluster:
+            if context:
+                raise UsageError("--context needs a kubeconfig; none found (pass --kubeconfig)")
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration), Source("in-cluster", str(configuration.host))
+        path = kubeconfig or default
+        api_client = config.new_client_from_config(config_file=path, context=context)
+        if not context:
+            _, active = config.list_kube_config_contexts(config_file=path)
+            context = str((active or {}).get("name") or "")
+        return api_client, Source(context, str(api_client.configuration.host))
+    except (config.ConfigException, OSError) as err:
+        where = kubeconfig or default
+        raise UsageError(f"cannot load Kubernetes config from {where}: {err} (pass --kubeconfig)") from None
+
+
+def _any_file(paths: str) -> bool:
+    """Whether any of ``$KUBECONFIG``'s ``:``-separated files exists."""
+    return any(Path(path).expanduser().is_file() for path in paths.split(os.pathsep) if path)
