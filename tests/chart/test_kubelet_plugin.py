@@ -61,10 +61,10 @@ def test_args_follow_the_cli_contract(render: Render) -> None:
         "--plugin-dir=/var/lib/kubelet/plugins/gpu.hami.io",
         "--registry-dir=/var/lib/kubelet/plugins_registry",
         "--cdi-dir=/var/run/cdi",
-        "--metrics-port=8080",
+        "--metrics-bind-address=:8080",
         "--nvidia-cdi-kind=nvidia.com/gpu",
-    } <= set(args)
-    assert "--no-policy-taint" not in args, "devices are policy-tainted by default"
+        "--policy-taint=true",
+    } <= set(args), "devices are policy-tainted by default"
 
 
 def test_simulated_source(render: Render) -> None:
@@ -99,8 +99,8 @@ def test_custom_kubelet_root_and_options(render: Render) -> None:
         "--plugin-dir=/var/lib/kubelet/plugins/gpu.hami.io",
         "--cdi-dir=/etc/cdi",
         "--hami-core-lib=/usr/local/vgpu/libvgpu.so",
-        "--no-policy-taint",
-        "--metrics-port=9400",
+        "--policy-taint=false",
+        "--metrics-bind-address=:9400",
     } <= set(args)
     assert args[-1].startswith("--health-file="), "extraArgs come last"
     spec = ds["spec"]["template"]["spec"]
