@@ -108,7 +108,7 @@ class Controller:
         self._slice_pools: set[str] = set()
         self._was_leader = False
         self._last_resync = 0.0
-        self._metrics_generation = -1
+        self._metrics_generation: tuple[int, int] | None = None
         self._metrics_at = 0.0
         self.passes = 0
         #: Writes run on a small pool so planning (one thread, owns the ledger) overlaps API round trips.
@@ -124,6 +124,13 @@ class Controller:
         # Quotas are optional: without the chart's CRD the controller runs with none.
         self.informers[GPU_QUOTAS.kind] = Informer(kube, GPU_QUOTAS, self._on_change, optional=True)
         self._thread: threading.Thread | None = None
+        self.metrics.ready = self.ready
+
+    def ready(self) -> str | None:
+        """``/readyz``: None once every informer has listed (a standby too: its caches are warm and
+        it takes over at once), else which resources are still being listed."""
+        waiting = sorted(i.resource.plural for i in self.informers.values() if not i.synced.is_set())
+        return f"listing {', '.join(waiting)}" if waiting else None
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self, sync_timeout: float = 30.0) -> None:
@@ -181,6 +188,10 @@ class Controller:
         leading = self.is_leader()
         self.metrics.leader.set(1 if leading else 0)
         if not leading:
+            if self._was_leader:
+                self.metrics.clear_leader_series()
+                self.reconciler.quotas.forget_metrics()
+                self._metrics_generation = None  # a new term reports everything again
             self._was_leader = False
             return
         now = time.monotonic()
@@ -252,10 +263,21 @@ class Controller:
                 if outcome is Outcome.RETRY:
                     self._dirty_pods.add(key)
         self.reconciler.quotas.sync(self.kube)
-        generation = self.reconciler.ledger.generation
-        if generation != self._metrics_generation and time.monotonic() - self._metrics_at > 1.0:
-            self._metrics_generation, self._metrics_at = generation, time.monotonic()
-            self.metrics.update_gpus(self.reconciler.ledger)
+        self._update_metrics()
+
+    def _update_metrics(self) -> None:
+        """The per-card and per-claim series when the ledger changed, and the pending pods (their
+        ages grow), at most once a second: a scrape reads the last snapshot."""
+        now = time.monotonic()
+        if now - self._metrics_at <= 1.0:
+            return
+        self._metrics_at = now
+        # Pods binding bump the second: a claim's pod may be learnt after its allocation.
+        generation = (self.reconciler.ledger.generation, self.reconciler.bound_generation)
+        if generation != self._metrics_generation:
+            self._metrics_generation = generation
+            self.metrics.update_gpus(self.reconciler.ledger, self.reconciler.tenants())
+        self.metrics.update_pending(self.reconciler.pending_groups())
 
     def _not_pending(self, key: str) -> None:
         self.pending_pods.discard(key)

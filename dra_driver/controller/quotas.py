@@ -144,6 +144,14 @@ class QuotaBook:
                 _forget(gauge, labels)
         self._reported = reported
 
+    def forget_metrics(self) -> None:
+        """This replica stopped leading: its quota series go (the leader's are the ones to read);
+        the next term's first ``sync`` sets them all again."""
+        for gauge in (self.metrics.quota_used, self.metrics.quota_hard):
+            gauge.clear()
+        self._reported = set()
+        self._synced = None
+
     def _write_status(self, kube: KubeApi, obj: Obj, used: dict[str, Any]) -> Obj | None:
         meta = obj.get("metadata") or {}
         where = f"GpuQuota {meta.get('namespace')}/{meta.get('name')}"

@@ -44,7 +44,7 @@ from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, Use
-from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.metrics import ControllerMetrics, PendingGroup, Tenant, created_epoch
 from dra_driver.controller.objects import (
     ClaimView,
     DeviceClassView,
@@ -713,6 +713,32 @@ class Reconciler:
                 continue
             self.fenced[key] = self.assumed.wrote(written).resource_version
             log.info("claim %s fenced at resourceVersion %s", key, self.fenced[key])
+
+    def tenants(self) -> dict[str, Tenant]:
+        """Claim uid -> who holds it, for the per-claim metrics: the pods it is reserved for, or
+        the pod it was generated for while not reserved yet (deleted claims still booked too)."""
+        tenants = {}
+        effective = (self.claim(claim.namespace, claim.name) or claim for claim in self.claims.values())
+        for claim in (*effective, *self.orphans.values()):
+            pods = [self.pods_by_uid.get(uid) for uid in claim.reserved_uids] or [
+                self.pods_by_uid.get(uid) for uid, _ in claim.owners
+            ]
+            names = sorted({key.partition("/")[2] for key in pods if key})
+            tenants[claim.uid] = Tenant(claim.namespace, claim.name, ",".join(names))
+        return tenants
+
+    def pending_groups(self) -> dict[str, PendingGroup]:
+        """The pods held pending, by their condition's reason: how many, and the oldest's creation."""
+        counts: dict[str, int] = {}
+        oldest: dict[str, float] = {}
+        for uid, (_, reason) in self.pending.items():
+            counts[reason] = counts.get(reason, 0) + 1
+            key = self.pods_by_uid.get(uid)
+            pod = self.pods.get(key) if key else None
+            created = created_epoch(pod.created) if pod is not None else None
+            if created is not None:
+                oldest[reason] = min(created, oldest.get(reason, created))
+        return {reason: PendingGroup(count, oldest.get(reason)) for reason, count in counts.items()}
 
     def pending_reason(self, uid: str) -> str | None:
         """Why the pod is pending (``UNSCHEDULABLE``, ``GpuQuotaExceeded``, ...), or None."""

@@ -1,29 +1,47 @@
-"""Prometheus metrics of the kubelet plugin (own registry, so tests can run several plugins)."""
+"""Prometheus metrics of the kubelet plugin (own registry, so tests can run several plugins).
+
+Everything here is about one node, as its plugin sees it: what kubelet asked it to prepare, what
+prepared claims hold on each GPU (``hami_dra_kubelet_plugin_prepared_*``: the node's view, which
+lags the controller's ``hami_dra_gpu_allocated_*`` until kubelet prepares or unprepares; a distinct
+name, so ``sum()`` over both components never counts a share twice), GPU health, withheld and
+unenforced GPUs, and whether the plugin is ready. Series about the node's GPUs or state carry
+``node``, so they say where they come from under any scrape configuration (annotations, a static
+config, a PodMonitor) without relabelling.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dra_driver.metrics import MetricsServer, ReadyCheck, serve
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+OPERATIONS = ("prepare", "unprepare")
 
 
 class PluginMetrics:
-    """Counters and histograms for prepare/unprepare plus per-GPU allocation gauges."""
+    """Counters and histograms for prepare/unprepare plus per-GPU gauges of one node."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, node: str = "") -> None:
         self.registry = registry or CollectorRegistry()
+        self.node = node
+        #: ``/readyz`` and ``hami_dra_kubelet_plugin_ready``: the plugin installs its check.
+        self.ready: ReadyCheck = lambda: "the plugin has not started"
         self.requests = Counter(
-            "hami_dra_kubelet_plugin_requests",
+            "hami_dra_kubelet_plugin_requests_total",
             "Claims handled by NodePrepareResources/NodeUnprepareResources",
             ["operation"],
             registry=self.registry,
         )
         self.errors = Counter(
-            "hami_dra_kubelet_plugin_errors",
+            "hami_dra_kubelet_plugin_errors_total",
             "Claims whose prepare/unprepare failed",
             ["operation"],
             registry=self.registry,
         )
+        for operation in OPERATIONS:  # every series from the start: rate() and increase() see 0 first
+            self.requests.labels(operation)
+            self.errors.labels(operation)
         self.latency = Histogram(
             "hami_dra_kubelet_plugin_request_duration_seconds",
             "Latency of one gRPC call (a batch of claims)",
@@ -31,6 +49,8 @@ class PluginMetrics:
             buckets=_BUCKETS,
             registry=self.registry,
         )
+        for operation in OPERATIONS:  # a series that appears at its first call would not count it
+            self.latency.labels(operation)
         self.prepared_devices = Gauge(
             "hami_dra_kubelet_plugin_prepared_devices",
             "Device allocations currently prepared on this node",
@@ -41,33 +61,48 @@ class PluginMetrics:
             "Prepared claims no longer in the API; their share counts until kubelet unprepares them",
             registry=self.registry,
         )
-        self.allocated_memory = Gauge(
-            "hami_dra_gpu_allocated_memory_bytes",
-            "Memory of the GPU held by prepared claims",
-            ["device"],
+        self.prepared_memory = Gauge(
+            "hami_dra_kubelet_plugin_prepared_memory_bytes",
+            "Memory of each GPU held by the claims prepared on this node",
+            ["node", "device"],
             registry=self.registry,
         )
-        self.allocated_cores = Gauge(
-            "hami_dra_gpu_allocated_cores",
-            "Core percentage of the GPU held by prepared claims",
-            ["device"],
+        self.prepared_cores = Gauge(
+            "hami_dra_kubelet_plugin_prepared_cores",
+            "Cores of each GPU held by the claims prepared on this node",
+            ["node", "device"],
             registry=self.registry,
         )
         self.unenforced = Gauge(
             "hami_dra_kubelet_plugin_unenforced_gpus",
             "GPUs of this node whose shares nothing enforces (isolation=none: no usable HAMi-core)",
+            ["node"],
             registry=self.registry,
-        )
+        ).labels(node)
         self.withheld = Gauge(
             "hami_dra_kubelet_plugin_withheld_gpus",
             "GPUs of this node not published, by reason (no CDI spec defines them, a device plugin)",
-            ["reason"],
+            ["node", "reason"],
             registry=self.registry,
         )
         self.healthy = Gauge(
-            "hami_dra_gpu_healthy", "1 when the GPU is healthy", ["device"], registry=self.registry
+            "hami_dra_gpu_healthy", "1 when the GPU is healthy", ["node", "device"], registry=self.registry
         )
+        self.ready_gauge = Gauge(
+            "hami_dra_kubelet_plugin_ready",
+            "1 when the plugin is registered with kubelet and has published its ResourceSlices (/readyz)",
+            ["node"],
+            registry=self.registry,
+        ).labels(node)
+        self.ready_gauge.set_function(lambda: 1.0 if self.ready() is None else 0.0)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        """Expose /metrics on ``port`` (background thread)."""
-        start_http_server(port, addr=address, registry=self.registry)
+    def withheld_gpus(self, reason: str) -> Gauge:
+        return self.withheld.labels(self.node, reason)
+
+    def gpu(self, gauge: Gauge, device: str) -> Gauge:
+        """The series of ``gauge`` for one GPU of this node."""
+        return gauge.labels(self.node, device)
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> MetricsServer:
+        """Expose /metrics, /healthz and /readyz (``self.ready``) on ``address:port`` (background thread)."""
+        return serve(self.registry, port, address, ready=lambda: self.ready())

@@ -33,6 +33,7 @@ from dra_driver.kubeletplugin.withheld import (
     device_plugin_gpus,
     device_plugin_withheld,
 )
+from dra_driver.metrics import MetricsServer
 
 LOG = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class KubeletPlugin:
         self.hami_core = inspect_library(options.hami_core_lib, simulated=options.simulated)
         self.gpus = [self._with_isolation(gpu) for gpu in gpus]
         self.api_client = api_client
-        self.metrics = PluginMetrics()
+        self.metrics = PluginMetrics(node=options.node_name)
         self.inventory = Inventory(node_gpu(g) for g in gpus)
         self.health = HealthState([g.name for g in gpus])
         self.health.add_listener(self._on_health)
@@ -120,6 +121,19 @@ class KubeletPlugin:
         self.publisher: Any = None
         self._watchers: list[Any] = []
         self._stop = threading.Event()
+        self._metrics_server: MetricsServer | None = None
+        self.metrics.ready = self.ready
+
+    def ready(self) -> str | None:
+        """``/readyz``: None once kubelet has registered the plugin and its slices are published
+        (until then no pod can be given this node's GPUs), else what is missing."""
+        if not self.registration.registered.is_set():
+            error = self.registration.last_error
+            return f"kubelet has not registered the plugin{': ' + error if error else ''}"
+        publishing = self.options.publish and self.api_client is not None
+        if publishing and (self.publisher is None or not self.publisher.published.is_set()):
+            return "the node's ResourceSlices are not published yet"
+        return None
 
     def _with_isolation(self, gpu: Gpu) -> Gpu:
         """The GPU as published: enforced by HAMi-core when usable, else as the source says."""
@@ -166,7 +180,7 @@ class KubeletPlugin:
 
     def _on_health(self, snapshot: dict[str, Any]) -> None:
         for name, value in snapshot.items():
-            self.metrics.healthy.labels(name).set(1 if value.healthy else 0)
+            self.metrics.gpu(self.metrics.healthy, name).set(1 if value.healthy else 0)
         if self.publisher is not None:
             self.publisher.trigger()
 
@@ -210,13 +224,13 @@ class KubeletPlugin:
             by_reason.setdefault(item.reason, []).append(name)
         for reason in {item.reason for item in self.withheld.values()} - set(by_reason):
             LOG.warning("%s cleared: publishing the GPUs it withheld", reason)
-            self.metrics.withheld.labels(reason).set(0)
+            self.metrics.withheld_gpus(reason).set(0)
             if self.events is not None:
                 self.events.clear(reason)
         for reason, names in by_reason.items():
             message = f"{len(names)} GPU(s) not published ({', '.join(names)}): {withheld[names[0]].message}"
             LOG.error("%s: %s", reason, message)
-            self.metrics.withheld.labels(reason).set(len(names))
+            self.metrics.withheld_gpus(reason).set(len(names))
             if self.events is not None:
                 self.events.warn(reason, message, node_uid)
 
@@ -234,7 +248,7 @@ class KubeletPlugin:
         self.report_isolation()
         self.check_withheld()
         for gpu in self.gpus:
-            self.metrics.healthy.labels(gpu.name).set(1)
+            self.metrics.gpu(self.metrics.healthy, gpu.name).set(1)
         self.preparer.start()
         if self.options.publish and self.api_client is not None:
             from dra_driver.kubeletplugin.publisher import SlicePublisher
@@ -257,7 +271,7 @@ class KubeletPlugin:
             nvml.start()
             self._watchers.append(nvml)
         if self.options.metrics_port:
-            self.metrics.serve(self.options.metrics_port)
+            self._metrics_server = self.metrics.serve(self.options.metrics_port)
         self.servers.start()
         threading.Thread(target=self._deleted_claims_loop, name="deleted-claims", daemon=True).start()
         threading.Thread(target=self._recheck_loop, name="withheld-gpus", daemon=True).start()
@@ -283,3 +297,5 @@ class KubeletPlugin:
         if self.publisher is not None:
             self.publisher.stop()
         self.servers.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.stop()

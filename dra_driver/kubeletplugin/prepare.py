@@ -509,10 +509,10 @@ class Preparer:
         self.metrics.prepared_devices.set_function(lambda: float(self._usage()[0]))
         self.metrics.deleted_claims.set_function(lambda: float(len(self.deleted_claims())))
         for gpu in self.inventory.all():
-            self.metrics.allocated_memory.labels(gpu.name).set_function(
+            self.metrics.gpu(self.metrics.prepared_memory, gpu.name).set_function(
                 functools.partial(self._gpu_usage, gpu.name, "memory")
             )
-            self.metrics.allocated_cores.labels(gpu.name).set_function(
+            self.metrics.gpu(self.metrics.prepared_cores, gpu.name).set_function(
                 functools.partial(self._gpu_usage, gpu.name, "cores")
             )
 

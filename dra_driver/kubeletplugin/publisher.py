@@ -64,6 +64,8 @@ class SlicePublisher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._node_uid: str | None = None
+        #: Set once the API holds this node's slices as desired (the plugin's readiness).
+        self.published = threading.Event()
 
     # -- reconcile --------------------------------------------------------------------------
 
@@ -224,6 +226,7 @@ class SlicePublisher:
         while not self._stop.is_set():
             try:
                 self.sync()
+                self.published.set()
                 backoff = 1.0
                 self._wake.wait(self.resync_seconds)
             except Exception as err:

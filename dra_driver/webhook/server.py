@@ -1,4 +1,5 @@
-"""AdmissionReview v1 over HTTPS: ``POST /mutate``, ``/mutate-hami``, ``/validate``, ``GET /healthz``.
+"""AdmissionReview v1 over HTTPS: ``POST /mutate``, ``/mutate-hami``, ``/validate``; ``GET /healthz``,
+``/readyz`` (serving) and ``/metrics`` (``metrics.py``).
 
 A small ``http.server``: admission requests are tiny and the API server retries, so a framework
 would add weight without adding safety. A malformed review gets a 4xx with a one-line reason,
@@ -20,9 +21,12 @@ import json
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, cast
+
+from prometheus_client.exposition import choose_encoder
 
 from dra_driver.webhook.admission import (
     Verdict,
@@ -34,6 +38,7 @@ from dra_driver.webhook.admission import (
 from dra_driver.webhook.connections import Connection, ConnectionTable
 from dra_driver.webhook.limits import HeaderReader, ServerLimits
 from dra_driver.webhook.lookup import Lookup, TemplateWriter
+from dra_driver.webhook.metrics import WebhookMetrics
 from dra_driver.webhook.optin import TRANSLATE_MODES, NamespaceGate, NamespaceReader, namespace_gate
 from dra_driver.webhook.tls import ReloadingCertificate, tls_context
 
@@ -87,6 +92,8 @@ class WebhookServer:
         self.connections = ConnectionTable(
             self.limits.max_connections, self.limits.connection_timeout, self.limits.max_inflight_bytes
         )
+        self.metrics = WebhookMetrics(sorted(self.handlers))
+        self.metrics.watch_connections(self.connections.count, lambda: self.connections.open)
         self.httpd = _BoundedHTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
 
@@ -104,21 +111,28 @@ class WebhookServer:
         self.connections.stop()
         self.httpd.server_close()
 
-    def review(self, decide: Decide, body: bytes) -> tuple[int, bytes, str]:
-        """Status, body and content type of the answer to one AdmissionReview ``body``."""
+    def review(self, decide: Decide, body: bytes, path: str = "") -> tuple[int, bytes, str]:
+        """Status, body and content type of the answer to one AdmissionReview ``body`` (counted
+        under ``path`` in the metrics)."""
+        started = time.perf_counter()
         try:
             review = json.loads(body)
             request = review["request"]
             if not isinstance(request, dict):
                 raise TypeError("request is not an object")
         except (ValueError, KeyError, TypeError, RecursionError) as err:
+            self.metrics.reviews.labels(path, "malformed").inc()
             return 400, f"not an AdmissionReview: {err}".encode(), "text/plain"
         try:
             verdict = decide(request)
+            outcome = "allowed" if verdict.allowed else "denied"
         except Exception as err:  # a lookup failure must not kill the server
             log.exception("admission of %s failed", request.get("uid"))
             verdict = Verdict(allowed=False, message=f"hami-dra webhook could not decide: {err}")
+            outcome = "error"
         self.reviews += 1
+        self.metrics.reviews.labels(path, outcome).inc()
+        self.metrics.latency.labels(path).observe(time.perf_counter() - started)
         return 200, json.dumps(review_response(request, verdict)).encode(), "application/json"
 
 
@@ -235,8 +249,12 @@ class _ReviewHandler(BaseHTTPRequestHandler):
         self._reply(code, reason.encode(), "text/plain")
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0] in ("/healthz", "/readyz"):
+        path = self.path.split("?")[0]
+        if path in ("/healthz", "/readyz"):
             self._reply(200, b"ok", "text/plain")
+        elif path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
+            self._reply(200, encoder(self.webhook.metrics.registry), content_type)
         else:
             self._reply(404, b"not found", "text/plain")
 
@@ -258,7 +276,7 @@ class _ReviewHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             connections.working(self.record)
-            answer = self.webhook.review(decide, body)
+            answer = self.webhook.review(decide, body, self.path.split("?")[0])
         finally:
             connections.release_body(self.record)
         self._reply(*answer)

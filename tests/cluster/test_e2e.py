@@ -168,6 +168,19 @@ def test_seed_lab_places_mutex_binpack_on_gpu_2_and_runs_it(
 ) -> None:
     for tenant in manifests.TENANTS:
         place(lab, tenant)
+    # What if: `simulate --from-cluster` places the latency claim on a snapshot of this cluster
+    # exactly as the controller then does (gpu-2, the same four scores).
+    from dra_driver.cli import main
+
+    claims = lab.state_dir / "what-if.yaml"
+    claims.write_text("- {name: latency-tier, policy: 'mutex,binpack', memory: 1000Mi}\n")
+    capsys.readouterr()
+    what_if = ["simulate", "--from-cluster", "--kubeconfig", str(lab.kubeconfig), "--claims", str(claims)]
+    assert main([*what_if, "-o", "json"]) == 0
+    (simulated,) = json.loads(capsys.readouterr().out)["results"]
+    assert [d["index"] for d in simulated["devices"]] == [2]
+    snapshot_scores = [c["score"] for c in simulated["candidates"] if c["node"] == NODE_NAME]
+    assert snapshot_scores == list(manifests.EXPECTED_SCORES)
     latency = place(lab, manifests.LATENCY)
     scores = decision_scores(lab, manifests.LATENCY.name)
     expected = dict(zip(("gpu-0", "gpu-1", "gpu-2", "gpu-3"), manifests.EXPECTED_SCORES, strict=True))

@@ -1069,7 +1069,7 @@ def test_quota_metrics_follow_usage_limits_and_deletion() -> None:
     registry = world.metrics.registry
 
     def sample(name: str, quota: str, resource: str) -> float | None:
-        labels = {"namespace": NS, "quota": quota, "resource": resource}
+        labels = {"quota_namespace": NS, "quota": quota, "resource": resource}
         return registry.get_sample_value(name, labels)
 
     assert sample("hami_dra_quota_used", "cap", "memory") == 2 * 1024**3

@@ -236,8 +236,12 @@ def test_format_decision_and_metrics() -> None:
     )
     metrics.update_gpus(ledger)
     text = generate_latest(metrics.registry).decode()
-    assert 'hami_dra_gpu_allocated_memory_bytes{device="gpu-0",node="n1"} 1.073741824e+09' in text
-    assert 'hami_dra_gpu_tenants{device="gpu-0",node="n1"} 1.0' in text
+    card = ledger.state.nodes["n1"].card(0)
+    labels = f'device="gpu-0",model="{card.product_name}",node="n1",uuid="{card.uuid}"'
+    assert f"hami_dra_gpu_allocated_memory_bytes{{{labels}}} 1.073741824e+09" in text
+    by_name = {"node": "n1", "device": "gpu-0", "uuid": card.uuid, "model": card.product_name}
+    assert metrics.registry.get_sample_value("hami_dra_gpu_memory_capacity_bytes", by_name) == card.memory
+    assert f"hami_dra_gpu_allocated_slots{{{labels}}} 1.0" in text
 
 
 def test_nvlink_peers_parse() -> None:

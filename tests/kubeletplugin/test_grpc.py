@@ -213,13 +213,14 @@ def test_metrics(kubelet: PluginClient, api_client: Any, plugin: KubeletPlugin) 
     text = generate_latest(plugin.metrics.registry).decode()
     assert 'hami_dra_kubelet_plugin_requests_total{operation="prepare"} 2.0' in text
     assert 'hami_dra_kubelet_plugin_errors_total{operation="prepare"} 1.0' in text
-    assert 'hami_dra_gpu_allocated_memory_bytes{device="gpu-3"} 3.221225472e+09' in text
-    assert 'hami_dra_gpu_allocated_cores{device="gpu-3"} 20.0' in text
+    gpu3 = f'device="gpu-3",node="{plugin.options.node_name}"'
+    assert f"hami_dra_kubelet_plugin_prepared_memory_bytes{{{gpu3}}} 3.221225472e+09" in text
+    assert f"hami_dra_kubelet_plugin_prepared_cores{{{gpu3}}} 20.0" in text
     assert "hami_dra_kubelet_plugin_request_duration_seconds_bucket" in text
     # The allocation gauges are computed at scrape time: they follow an unprepare.
     kubelet.unprepare([ref(c)])
     text = generate_latest(plugin.metrics.registry).decode()
-    assert 'hami_dra_gpu_allocated_memory_bytes{device="gpu-3"} 0.0' in text
+    assert f"hami_dra_kubelet_plugin_prepared_memory_bytes{{{gpu3}}} 0.0" in text
     assert "hami_dra_kubelet_plugin_prepared_devices 0.0" in text
 
 

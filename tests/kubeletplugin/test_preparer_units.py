@@ -522,12 +522,12 @@ def test_the_allocation_gauges_follow_prepares(tmp_path: Path) -> None:
     preparer.prepare([ref_of(a), ref_of(b)])
     for _ in range(2):  # the second scrape is served from the cache
         assert sample("hami_dra_kubelet_plugin_prepared_devices") == 2
-        assert sample("hami_dra_gpu_allocated_memory_bytes", device="gpu-0") == 3 * 1024**3
-        assert sample("hami_dra_gpu_allocated_cores", device="gpu-0") == 30
-        assert sample("hami_dra_gpu_allocated_memory_bytes", device="gpu-1") == 0
+        assert sample("hami_dra_kubelet_plugin_prepared_memory_bytes", node="", device="gpu-0") == 3 * 1024**3
+        assert sample("hami_dra_kubelet_plugin_prepared_cores", node="", device="gpu-0") == 30
+        assert sample("hami_dra_kubelet_plugin_prepared_memory_bytes", node="", device="gpu-1") == 0
     preparer.unprepare([ref_of(a)])
     assert sample("hami_dra_kubelet_plugin_prepared_devices") == 1
-    assert sample("hami_dra_gpu_allocated_cores", device="gpu-0") == 10
+    assert sample("hami_dra_kubelet_plugin_prepared_cores", node="", device="gpu-0") == 10
 
 
 def test_the_crash_hook_kills_this_process_with_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:

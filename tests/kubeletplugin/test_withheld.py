@@ -73,11 +73,11 @@ def test_the_plugin_withholds_gpus_while_the_node_advertises_the_device_plugins(
     node: dict[str, Any] = {"metadata": {"uid": "u"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
     plugin._read_node = lambda: node  # type: ignore[method-assign]
     assert plugin.check_withheld() and plugin._current_gpus() == []
-    assert plugin.metrics.withheld.labels(DEVICE_PLUGIN)._value.get() == 2
+    assert plugin.metrics.withheld_gpus(DEVICE_PLUGIN)._value.get() == 2
     assert not plugin.check_withheld(), "nothing changed, nothing reported"
     node["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # the admin moved the node over
     assert plugin.check_withheld() and [g.name for g in plugin._current_gpus()] == ["gpu-0", "gpu-1"]
-    assert plugin.metrics.withheld.labels(DEVICE_PLUGIN)._value.get() == 0
+    assert plugin.metrics.withheld_gpus(DEVICE_PLUGIN)._value.get() == 0
 
 
 def test_the_admin_may_let_both_run_on_different_gpus(dirs: Dirs, tmp_path: Path, api_client: Any) -> None:

@@ -308,6 +308,17 @@ def test_https_server_mutates_validates_and_reports_health(
     ) as response:
         assert response.status == 200 and response.read() == b"ok"
 
+    # /metrics on the same HTTPS port: every review counted by path and outcome.
+    with urllib.request.urlopen(
+        f"https://127.0.0.1:{server.port}/metrics", context=context, timeout=5
+    ) as response:
+        metrics = response.read().decode()
+    for path, outcome, count in (("/mutate", "allowed", 1), ("/validate", "denied", 1),
+                                 ("/mutate", "malformed", 1), ("/mutate", "error", 0)):  # fmt: skip
+        assert f'hami_dra_webhook_reviews_total{{outcome="{outcome}",path="{path}"}} {count}.0' in metrics
+    assert 'hami_dra_webhook_review_duration_seconds_count{path="/mutate"} 1.0' in metrics
+    assert 'hami_dra_webhook_connections_closed_total{reason="refused"} 0.0' in metrics
+
 
 def test_command_rejects_unreadable_certificate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli_main(

@@ -1,0 +1,87 @@
+"""The controller's capacity, per-claim and pending series, and its readiness.
+
+Driven over the reconciler test world (FakeKube): a claim placed by the controller shows up with
+its namespace, name and pod on its card, and the per-claim series add up to the card's; a pod held
+pending is counted under its condition's reason with its age; a replica that stops leading drops
+what only the leader may say.
+"""
+
+from __future__ import annotations
+
+from dra_driver.controller.controller import Controller
+from dra_driver.controller.metrics import created_epoch
+from dra_driver.controller.reconciler import Outcome
+from tests.controller.fake_kube import FakeKube
+from tests.controller.harness import DRIVER, NS
+from tests.controller.test_reconciler_units import NODE, World, tenant
+
+
+def _sample(world: World, name: str, **labels: str) -> float | None:
+    return world.metrics.registry.get_sample_value(name, labels)
+
+
+def _card(world: World, device: str) -> dict[str, str]:
+    card = world.reconciler.ledger.state.nodes[NODE].card(int(device.rsplit("-", 1)[1]))
+    return {"node": NODE, "device": device, "uuid": card.uuid, "model": card.product_name}
+
+
+def test_claims_are_labelled_with_their_namespace_name_and_pod() -> None:
+    world = World(gpus=2)
+    tenant(world, "a", memory="2Gi", cores=30)
+    tenant(world, "b", memory="1Gi", cores=10)
+    world.place("a-pod")
+    world.place("b-pod")
+    world.metrics.update_gpus(world.reconciler.ledger, world.reconciler.tenants())
+    placed = {
+        name: world.claim(name)["status"]["allocation"]["devices"]["results"][0]["device"] for name in "ab"
+    }
+    card = _card(world, placed["a"])
+    who = {"claim_namespace": NS, "claim": "a", "claim_pod": "a-pod"}
+    assert _sample(world, "hami_dra_claim_allocated_memory_bytes", **who, **card) == 2 * 1024**3
+    assert _sample(world, "hami_dra_claim_allocated_cores", **who, **card) == 30
+    assert _sample(world, "hami_dra_gpu_memory_capacity_bytes", **card) == 15 * 1024**3
+    assert _sample(world, "hami_dra_gpu_cores_capacity", **card) == 100
+    for device in set(placed.values()):
+        card = _card(world, device)
+        claims = [c for c in "ab" if placed[c] == device]
+        total = sum(
+            _sample(world, "hami_dra_claim_allocated_memory_bytes",
+                    claim_namespace=NS, claim=c, claim_pod=f"{c}-pod", **card) or 0
+            for c in claims
+        )  # fmt: skip
+        assert _sample(world, "hami_dra_gpu_allocated_memory_bytes", **card) == total
+        assert _sample(world, "hami_dra_gpu_tenants", **card) == len(claims)
+
+
+def test_pending_pods_by_reason_with_the_oldest_age() -> None:
+    world = World(gpus=1)
+    tenant(world, "huge", memory="100Gi")
+    pod = world.reconciler.pods[f"{NS}/huge-pod"]
+    assert world.reconciler.reconcile_pod(pod) is Outcome.PENDING
+    groups = world.reconciler.pending_groups()
+    [(reason, group)] = groups.items()
+    assert group.count == 1
+    created = created_epoch(pod.created)
+    assert created is not None and group.oldest_created == created
+    world.metrics.update_pending(groups, now=created + 90)
+    assert _sample(world, "hami_dra_pending_pods", reason=reason) == 1
+    assert _sample(world, "hami_dra_pending_pod_max_age_seconds", reason=reason) == 90
+
+
+def test_a_replica_that_stops_leading_drops_the_leaders_series() -> None:
+    world = World(gpus=1)
+    tenant(world, "a")
+    world.place("a-pod")
+    world.metrics.update_gpus(world.reconciler.ledger, world.reconciler.tenants())
+    assert _sample(world, "hami_dra_gpu_allocated_memory_bytes", **_card(world, "gpu-0")) == 1024**3
+    world.metrics.clear_leader_series()
+    assert _sample(world, "hami_dra_gpu_allocated_memory_bytes", **_card(world, "gpu-0")) is None
+
+
+def test_ready_once_every_informer_has_listed() -> None:
+    controller = Controller(FakeKube(), DRIVER, write_workers=0)
+    why = controller.metrics.ready()
+    assert why is not None and why.startswith("listing ") and "pods" in why
+    for informer in controller.informers.values():
+        informer.synced.set()
+    assert controller.metrics.ready() is None
