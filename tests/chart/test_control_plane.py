@@ -28,7 +28,7 @@ def test_controller_args_and_leader_election(render: Render) -> None:
         f"--leader-elect-namespace={NAMESPACE}",
         "--default-policy=spread",
         "--default-node-policy=binpack",
-        "--metrics-port=8080",
+        "--metrics-bind-address=:8080",
     } <= set(args)
     role = find(objects, "Role", "controller-leader-election")
     assert role["rules"] == [
