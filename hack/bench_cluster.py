@@ -135,7 +135,7 @@ class Api:
     benchmark's own CPU would otherwise compete with the components it measures)."""
 
     def __init__(self, api_client: Any) -> None:
-        from dra_driver.controller.kube import Kube
+        from dra_driver.kube.api import Kube
 
         self.client = api_client
         self.kube = Kube(api_client, request_timeout=120)
@@ -198,7 +198,7 @@ class PodWatch:
         return str(listing["metadata"]["resourceVersion"])
 
     def _run(self) -> None:
-        from dra_driver.controller.kube import PODS
+        from dra_driver.kube.api import PODS
 
         while not self._stop.is_set():
             try:

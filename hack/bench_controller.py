@@ -80,8 +80,8 @@ def main(argv: list[str]) -> int:
 
     from dra_driver.config import ControllerDefaults
     from dra_driver.controller.controller import Controller
-    from dra_driver.controller.kube import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
     from dra_driver.devices.simulated import profile_gpus
+    from dra_driver.kube.api import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
     from dra_driver.kubeletplugin.slices import build_resource_slices
     from dra_driver.sandbox.cluster import node_object
 

@@ -125,7 +125,7 @@ def measure(client: Any, refs: list[dict[str, str]], callers: int) -> dict[str, 
 
 def create_namespace(api: Any, timeout: float = 120) -> None:
     """Create the namespace; one left by an earlier run may still be terminating."""
-    from dra_driver.controller.kube import KubeError
+    from dra_driver.kube.errors import KubeError
 
     deadline = time.monotonic() + timeout
     while True:

@@ -14,7 +14,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
 from dra_driver.flags import add_metrics_bind_address, metrics_port
-from dra_driver.kubeconfig import load_api_client
+from dra_driver.kube.config import load_api_client
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     from dra_driver.controller.controller import Controller
-    from dra_driver.controller.kube import Kube, KubeError
-    from dra_driver.controller.leader import LeaderElector
     from dra_driver.controller.metrics import ControllerMetrics
+    from dra_driver.kube.api import Kube
+    from dra_driver.kube.errors import KubeError
+    from dra_driver.kube.leader import LeaderElector
 
     kube = Kube(load_api_client(args.kubeconfig))
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"

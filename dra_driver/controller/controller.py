@@ -24,18 +24,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
-from dra_driver.controller.kube import (
-    DEVICE_CLASSES,
-    GPU_QUOTAS,
-    NODES,
-    PODS,
-    RESOURCE_CLAIMS,
-    RESOURCE_QUOTAS,
-    RESOURCE_SLICES,
-    KubeApi,
-    KubeError,
-    Obj,
-)
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.pods import NodeView
@@ -53,7 +41,19 @@ from dra_driver.controller.retries import (
     PendingRetries,
     Retry,
 )
-from dra_driver.controller.watch import Informer, object_key
+from dra_driver.kube.api import (
+    DEVICE_CLASSES,
+    GPU_QUOTAS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    KubeApi,
+    Obj,
+)
+from dra_driver.kube.errors import KubeError
+from dra_driver.kube.watch import Informer, object_key
 
 log = logging.getLogger(__name__)
 

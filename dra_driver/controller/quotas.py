@@ -18,10 +18,11 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from dra_driver.controller.kube import GPU_QUOTAS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.writes import retry_on_conflict
+from dra_driver.kube.api import GPU_QUOTAS, KubeApi, Obj
+from dra_driver.kube.errors import KubeError
+from dra_driver.kube.writes import retry_on_conflict
 from dra_driver.quota import (
     Breach,
     Charge,

@@ -42,7 +42,6 @@ from dra_driver.controller.decision_record import (
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, KubeApi, KubeError, Obj
 from dra_driver.controller.ledger import Ledger, Use
 from dra_driver.controller.metrics import ControllerMetrics, PendingGroup, Tenant, created_epoch
 from dra_driver.controller.objects import (
@@ -56,8 +55,10 @@ from dra_driver.controller.planner import ClaimPlan, PlanInput, Planner, PodPlan
 from dra_driver.controller.pods import NodeView, node_fit_problem
 from dra_driver.controller.quotas import QuotaBook
 from dra_driver.controller.requests import Matcher, RequestError, claim_requests
-from dra_driver.controller.writes import retry_on_conflict
 from dra_driver.engine import Decision, GpuCard
+from dra_driver.kube.api import EVENTS, PODS, RESOURCE_CLAIMS, KubeApi, Obj
+from dra_driver.kube.errors import KubeError
+from dra_driver.kube.writes import retry_on_conflict
 
 log = logging.getLogger("dra_driver.controller")
 CONDITION_TYPE = "gpu.hami.io/Allocated"

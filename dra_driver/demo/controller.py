@@ -55,7 +55,7 @@ class DemoController:
     def __init__(self, api_client: Any, driver: str) -> None:
         from dra_driver.config import ControllerDefaults
         from dra_driver.controller.controller import Controller
-        from dra_driver.controller.kube import Kube
+        from dra_driver.kube.api import Kube
 
         self._api_client = api_client
         self.controller = Controller(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.flags import add_bool, add_metrics_bind_address, env_default, metrics_port, parse_int
-from dra_driver.kubeconfig import load_api_client
+from dra_driver.kube.config import load_api_client
 
 if TYPE_CHECKING:
     from dra_driver.kubeletplugin.plugin import PluginOptions

@@ -187,7 +187,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
-    from dra_driver.controller.kube import Kube, KubeError
+    from dra_driver.kube.api import Kube
+    from dra_driver.kube.errors import KubeError
     from dra_driver.simulate.snapshot import cluster_client, fetch, take_snapshot
 
     api_client, source = cluster_client(args.kubeconfig, args.context)

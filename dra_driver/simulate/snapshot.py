@@ -31,16 +31,10 @@ from typing import Any
 from dra_driver.cli import UsageError
 from dra_driver.contract import ISOLATION_ATTRIBUTE, ISOLATION_NONE, ISOLATION_VALUES, DeviceId
 from dra_driver.controller.inventory import Device, build_inventory
-from dra_driver.controller.kube import (
-    GPU_QUOTAS,
-    RESOURCE_CLAIMS,
-    RESOURCE_QUOTAS,
-    RESOURCE_SLICES,
-    KubeApi,
-    KubeError,
-)
 from dra_driver.controller.ledger import claim_uses
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
+from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, KubeApi
+from dra_driver.kube.errors import KubeError
 from dra_driver.quantity import format_bytes
 from dra_driver.quota import Quota, QuotaError, quota_from_gpu_quota, quota_from_resource_quota
 

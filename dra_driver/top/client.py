@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.cli import UsageError
-from dra_driver.kubeconfig import load_api_client
+from dra_driver.kube.config import load_api_client
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 PAGE_SIZE = 500

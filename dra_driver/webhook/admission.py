@@ -33,8 +33,8 @@ from dra_driver.config import (
     parse_gpu_config,
 )
 from dra_driver.contract import LIMITED_CAPACITIES
-from dra_driver.controller.kube import KubeError
 from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scoring_weights
+from dra_driver.kube.errors import KubeError
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
 from dra_driver.webhook.lookup import Lookup, TemplateWriter

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dra_driver.controller.kube import DEVICE_CLASSES, NODES, Kube, KubeError
+from dra_driver.kube.api import DEVICE_CLASSES, NODES, Kube
+from dra_driver.kube.errors import KubeError
 from dra_driver.webhook.hami_resources import GPU, NAMESPACE_LABEL, NAMESPACE_LABEL_VALUE
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
-from dra_driver.kubeconfig import load_api_client
+from dra_driver.kube.config import load_api_client
 from dra_driver.webhook.limits import ServerLimits
 from dra_driver.webhook.optin import (
     MAX_TEMPLATES_PER_NAMESPACE,
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         limits.max_request_bytes,
         args.hami_translate,
     )
-    from dra_driver.controller.kube import Kube
+    from dra_driver.kube.api import Kube
     from dra_driver.webhook.coexistence import warn_about_coexistence
 
     warn_about_coexistence(Kube(api_client))

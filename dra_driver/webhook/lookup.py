@@ -1,6 +1,6 @@
 """Read what a pod refers to: its ResourceClaims and ResourceClaimTemplates, and DeviceClasses.
 
-Requests go through the controller's thin REST layer (``dra_driver.controller.kube``). The
+Requests go through the controller's thin REST layer (``dra_driver.kube.api``). The
 admission logic only needs "which device classes do this claim's requests use, with what
 capacity requests" and "is this class ours"; ``Lookup`` is that small interface. ``KubeLookup``
 implements it with the real ``kubernetes`` client, reading plain dicts (no generated models, so
@@ -20,7 +20,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlencode
 
 from dra_driver.config.classes import is_driver_class
-from dra_driver.controller.kube import Kube, KubeError
+from dra_driver.kube.api import Kube
+from dra_driver.kube.errors import KubeError
 from dra_driver.webhook.optin import MAX_TEMPLATES_PER_NAMESPACE
 
 RESOURCE_GROUP = "resource.k8s.io"

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from dra_driver.controller.controller import Controller
-from dra_driver.controller.kube import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, Obj, Resource
 from dra_driver.controller.reconciler import CONDITION_TYPE
 from dra_driver.controller.retries import CommitBackoff
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.api import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, Obj, Resource
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, device_class, pod

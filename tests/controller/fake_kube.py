@@ -16,7 +16,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from dra_driver.controller.kube import KubeError, Obj, Resource
+from dra_driver.kube.api import Obj, Resource
+from dra_driver.kube.errors import KubeError
 
 #: Resources with a status subresource (the others store status like any field).
 WITH_STATUS = {"pods", "resourceclaims", "gpuquotas", "nodes", "resourcequotas"}

@@ -7,7 +7,7 @@ finalizer of an allocated claim; this is the controller's own defence where it i
 
 from __future__ import annotations
 
-from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import claim, request
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.kube import PODS
+from dra_driver.kube.api import PODS
 from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.certs import make_self_signed
 from dra_driver.sandbox.cluster import SandboxCluster
@@ -103,7 +103,7 @@ def test_recipes_end_to_end(e2e: tuple[Harness, SandboxCluster]) -> None:
 
 def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, SandboxCluster]) -> None:
     h, _ = e2e
-    from dra_driver.controller.kube import KubeError
+    from dra_driver.kube.errors import KubeError
 
     with pytest.raises(KubeError) as err:
         h.create_class(device_class("bad", {"policy": "mutex,packed"}))
@@ -113,7 +113,7 @@ def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, S
 
 def test_webhook_rejects_two_limited_claims_in_one_container(e2e: tuple[Harness, SandboxCluster]) -> None:
     h, _ = e2e
-    from dra_driver.controller.kube import KubeError
+    from dra_driver.kube.errors import KubeError
 
     h.create_class(device_class(DRIVER))
     h.create_claim(claim("lim-a", request(memory="1Gi")))

@@ -11,7 +11,9 @@ import copy
 from typing import Any
 
 from dra_driver.controller.controller import Controller
-from dra_driver.controller.kube import (
+from dra_driver.controller.retries import PendingRetries
+from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.api import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
     NODES,
@@ -20,9 +22,7 @@ from dra_driver.controller.kube import (
     RESOURCE_SLICES,
     Obj,
 )
-from dra_driver.controller.retries import PendingRetries
-from dra_driver.controller.watch import object_key
-from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.watch import object_key
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from tests.controller.fake_cluster import RecordingPlanner
 from tests.controller.fake_kube import FakeKube

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from dra_driver.controller.hami_annotation import ANNOTATION as ALLOCATED
-from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS, KubeError, Resource
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Resource
+from dra_driver.kube.errors import KubeError
 from dra_driver.kubeletplugin.cdi import CdiNames
 from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.cluster import SandboxCluster

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from dra_driver.controller.controller import Controller
-from dra_driver.controller.kube import RESOURCE_CLAIMS
 from dra_driver.controller.reconciler import FENCE_ANNOTATION
+from dra_driver.kube.api import RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.controller.kube import LEASES, Obj, Resource
-from dra_driver.controller.leader import Clock, LeaderElector
+from dra_driver.kube.api import LEASES, Obj, Resource
+from dra_driver.kube.leader import Clock, LeaderElector
 from tests.controller.fake_kube import FakeKube
 
 NS = "hami-system"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.controller.controller import Controller
-from dra_driver.controller.kube import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, RESOURCE_CLAIMS, Obj
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.api import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, RESOURCE_CLAIMS, Obj
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from tests.controller.fake_cluster import RecordingPlanner
 from tests.controller.fake_kube import FakeKube

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.config import ANNOTATION_DEVICE_WEIGHTS, ANNOTATION_GPU_POLICY, ANNOTATION_NODE_POLICY
-from dra_driver.controller.kube import Obj
+from dra_driver.kube.api import Obj
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import CFG, DRIVER, NS, claim, request
 

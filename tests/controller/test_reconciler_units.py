@@ -17,15 +17,6 @@ from dra_driver.contract import DeviceId
 from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.controller.allocation import node_selector
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED
-from dra_driver.controller.kube import (
-    DEVICE_CLASSES,
-    GPU_QUOTAS,
-    NODES,
-    PODS,
-    RESOURCE_CLAIMS,
-    KubeError,
-    Obj,
-)
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.objects import ClaimView, PodView
 from dra_driver.controller.pods import NodeView
@@ -37,6 +28,8 @@ from dra_driver.controller.reconciler import (
     Reconciler,
 )
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.api import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, RESOURCE_CLAIMS, Obj
+from dra_driver.kube.errors import KubeError
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dra_driver.controller import FINALIZER
-from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,

@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocation import node_selector
-from dra_driver.controller.kube import NODES, PODS, RESOURCE_CLAIMS
+from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,

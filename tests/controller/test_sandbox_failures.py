@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from dra_driver.controller import FINALIZER, GATE_NAME
-from dra_driver.controller.kube import EVENTS, PODS, RESOURCE_CLAIMS, Kube
-from dra_driver.controller.leader import LeaderElector
+from dra_driver.kube.api import EVENTS, PODS, RESOURCE_CLAIMS, Kube
+from dra_driver.kube.leader import LeaderElector
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,

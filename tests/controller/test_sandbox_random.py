@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.kube import PODS, RESOURCE_CLAIMS
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import NS, Harness, claim, device_class, pod, request, running_harness, wait_for

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.controller.kube import KubeError, Obj
-from dra_driver.controller.writes import retry_on_conflict
+from dra_driver.kube.api import Obj
+from dra_driver.kube.errors import KubeError
+from dra_driver.kube.writes import retry_on_conflict
 
 
 def test_a_conflict_is_retried_with_the_re_read_object() -> None:

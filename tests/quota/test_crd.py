@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.controller.kube import GPU_QUOTAS, Kube, KubeError
+from dra_driver.kube.api import GPU_QUOTAS, Kube
+from dra_driver.kube.errors import KubeError
 from dra_driver.quota import crd
 from dra_driver.sandbox import SandboxServer
 from tests.kube_validate import assert_valid

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.controller.kube import GPU_QUOTAS, PODS, RESOURCE_CLAIMS, RESOURCE_QUOTAS
+from dra_driver.kube.api import GPU_QUOTAS, PODS, RESOURCE_CLAIMS, RESOURCE_QUOTAS
 from dra_driver.quantity import MIB, parse_quantity
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import (
@@ -162,7 +162,7 @@ def test_controller_without_the_crd_runs_without_quotas(sandbox: SandboxServer) 
 
         def list_without_quotas(resource: Any, **kwargs: Any) -> Any:
             if resource is GPU_QUOTAS:
-                from dra_driver.controller.kube import KubeError
+                from dra_driver.kube.errors import KubeError
 
                 raise KubeError(404, "the server could not find the requested resource")
             return original(resource, **kwargs)

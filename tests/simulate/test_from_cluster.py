@@ -23,12 +23,12 @@ from dra_driver.cli import main
 from dra_driver.contract import ISOLATION_HAMI_CORE, ISOLATION_NONE, DeviceId
 from dra_driver.controller.allocation import build_allocation
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.kube import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, Kube
 from dra_driver.controller.ledger import Ledger, claim_uses
 from dra_driver.controller.objects import ClaimView
 from dra_driver.controller.planner import ClaimPlan, ResultPlan
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.engine import ClusterState, DeviceShare
+from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, Kube
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import MIB
 from dra_driver.sandbox import SandboxServer

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.controller.kube import DEVICE_CLASSES, NODES, KubeError, Resource
+from dra_driver.kube.api import DEVICE_CLASSES, NODES, Resource
+from dra_driver.kube.errors import KubeError
 from dra_driver.webhook.coexistence import coexistence_warnings
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from dra_driver.contract import DeviceId
 from dra_driver.controller.hami_annotation import encode_devices_allocated
-from dra_driver.controller.kube import KubeError
 from dra_driver.engine import GpuCard
+from dra_driver.kube.errors import KubeError
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import (
     TEMPLATE_LABEL,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.kube import DEVICE_CLASSES, RESOURCE_CLAIMS, Kube
+from dra_driver.kube.api import DEVICE_CLASSES, RESOURCE_CLAIMS, Kube
 from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.admission import mutate_pod

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.kube import Kube, KubeError, Resource
+from dra_driver.kube.api import Kube, Resource
+from dra_driver.kube.errors import KubeError
 from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TranslationError, shape_of
 from dra_driver.webhook.lookup import KubeLookup

@@ -1,8 +1,8 @@
-"""The controller's thin REST layer: plain dicts in and out over the real ``kubernetes`` client.
+"""A thin REST layer: plain dicts in and out over the real ``kubernetes`` client.
 
 Objects stay dicts (no generated models) so that fields newer than the client (consumable
-capacity, shareID, device taints) round-trip untouched. Errors become ``KubeError`` with the HTTP
-status, so callers can tell a conflict (409: re-read and retry) from a gone watch (410: relist).
+capacity, shareID, device taints) round-trip untouched. Errors become the ``KubeError`` subclass of their
+HTTP status (dra_driver/kube/errors.py): a ``Conflict`` is re-read and retried, a ``Gone`` watch relists.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
+
+from dra_driver.kube.errors import KubeError
 
 Obj = dict[str, Any]
 
@@ -50,27 +52,6 @@ DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", True)
 GPU_QUOTAS = Resource("gpu.hami.io", "v1alpha1", "gpuquotas", "GpuQuota", True)
-
-
-class KubeError(Exception):
-    """An API error with its HTTP status (0 when the server could not be reached)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}" if status else message)
-        self.status = status
-        self.message = message
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
 
 
 def _error(err: Exception) -> KubeError:

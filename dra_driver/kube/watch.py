@@ -12,7 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from dra_driver.controller.kube import KubeApi, KubeError, Obj, Resource
+from dra_driver.kube.api import KubeApi, Obj, Resource
+from dra_driver.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 

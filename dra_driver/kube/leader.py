@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dra_driver.controller.kube import LEASES, KubeApi, KubeError, Obj
+from dra_driver.kube.api import LEASES, KubeApi, Obj
+from dra_driver.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from dra_driver.controller.kube import KubeError, Obj
+from dra_driver.kube.api import Obj
+from dra_driver.kube.errors import KubeError
 
 MAX_WRITE_ATTEMPTS = 5
 T = TypeVar("T")
