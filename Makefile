@@ -94,9 +94,9 @@ image:
 	bash hack/install.d/podman.sh
 	bash hack/image/build.sh
 
-# Mutation testing of the engine, the node's checkpoint and prepare path, and the controller's
-# reconciler (config: [tool.mutmut] in pyproject.toml: covered lines only, log statements left
-# alone); prints the kill rate per module. About 30 minutes on 2 cores; not part of `make test`.
+# Mutation testing of the engine, the node's checkpoint and prepare path, the controller's pieces
+# and the resource views (config: [tool.mutmut] in pyproject.toml: covered lines only, log
+# statements left alone, unit tiers only); prints the kill rate per module. Not part of `make test`.
 mutation: $(STAMP) tools
 	rm -rf mutants
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/mutmut run --max-children 2 > /dev/null || true

@@ -3,6 +3,10 @@
 Each is written by one component and read by another (the gate the webhook adds and the
 controller lifts, the finalizer the controller owns, the capacities the plugin publishes and the
 controller consumes, the taint only the controller tolerates), so each is defined once, here.
+The rest of the slices' vocabulary (device names ``gpu-<n>``, the other attribute names, the
+capacities' request policies) and how a published device reads are defined once in
+``dra_driver/resource/slices.py``; what an allocation result consumes, in
+``dra_driver/resource/capacity.py``.
 """
 
 from __future__ import annotations
@@ -78,3 +82,7 @@ __all__ = [
     "policy_taint_key",
     "unhealthy_taint_key",
 ]
+
+#: The Pod condition the controller writes: "False" with the reason while a pod waits, "True"
+#: once its claims are allocated (``kubectl describe pod``, ``hami-dra top`` and ``explain`` read it).
+ALLOCATED_CONDITION = "gpu.hami.io/Allocated"

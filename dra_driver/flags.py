@@ -2,8 +2,9 @@
 
 - A boolean is ``--x`` (true), ``--x=true`` or ``--x=false`` (Go's ``strconv.ParseBool`` spellings:
   ``1 t true 0 f false``, any case); ``--no-x`` survives only as a deprecated alias.
-- A metrics endpoint is ``--metrics-bind-address HOST:PORT`` (``:8080``, ``0.0.0.0:8080``; ``0``
-  turns it off); ``--metrics-port PORT`` survives only as a deprecated alias for ``:PORT``.
+- A metrics endpoint is ``--metrics-bind-address HOST:PORT`` (``:8080`` or ``0.0.0.0:8080``: every
+  IPv4 interface; ``127.0.0.1:8080``, ``[::]:8080``, ``[::1]:8080``: that address; ``0`` turns it
+  off); ``--metrics-port PORT`` survives only as a deprecated alias for ``:PORT``.
 - A flag's environment variable is named after it: ``--cdi-dir`` <-> ``CDI_DIR``. An older
   variable name is still read, after the new one, as a deprecated fallback.
 
@@ -15,8 +16,10 @@ once per process with :func:`warn_deprecations`.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -104,8 +107,13 @@ def parse_port(value: str) -> int:
     return port
 
 
+#: A host name (RFC 1123: letters, digits, hyphens, dot-separated labels), e.g. ``localhost``.
+_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+
+
 class BindAddress(NamedTuple):
-    """``HOST:PORT`` to listen on; an empty host is every interface, port 0 is off."""
+    """``HOST:PORT`` to listen on; an empty host is every (IPv4) interface, port 0 is off."""
 
     host: str
     port: int
@@ -113,10 +121,6 @@ class BindAddress(NamedTuple):
     @property
     def enabled(self) -> bool:
         return self.port != 0
-
-    @property
-    def all_interfaces(self) -> bool:
-        return self.host in ("", "0.0.0.0")
 
     def __str__(self) -> str:
         if not self.enabled:
@@ -140,14 +144,30 @@ def parse_bind_address(value: str) -> BindAddress:
         )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+        if not _is_ip(host, 6):
+            raise argparse.ArgumentTypeError(
+                f"only an IPv6 address goes in brackets ([::1]:8080), got {value!r}{_source(value)}"
+            )
     elif ":" in host:
         raise argparse.ArgumentTypeError(
             f"write an IPv6 host in brackets ([::1]:8080), got {value!r}{_source(value)}"
+        )
+    elif host and not (_is_ip(host, 4) or (_HOSTNAME.match(host) and not host.replace(".", "").isdigit())):
+        raise argparse.ArgumentTypeError(
+            f"HOST must be an IP address or a host name (127.0.0.1:8080, [::1]:8080, localhost:8080), "
+            f"got {value!r}{_source(value)}"
         )
     number = int(port)
     if number >= 65536:
         raise argparse.ArgumentTypeError(f"a port must be within 0..65535, got {number}{_source(value)}")
     return BindAddress(host, number)
+
+
+def _is_ip(text: str, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == version
+    except ValueError:
+        return False
 
 
 class DeprecatedAlias(argparse.Action):
@@ -242,8 +262,8 @@ def add_metrics_bind_address(
         type=parse_bind_address,
         default=default if value is None else value,
         metavar="HOST:PORT",
-        help=f"serve {what} on HOST:PORT (:PORT = every interface; 0 = off; default {default}; "
-        f"env {env_name(flag)})",
+        help=f"serve {what} on HOST:PORT (:PORT = every IPv4 interface, [::]:PORT = every IPv6 one, "
+        f"127.0.0.1:PORT or [::1]:PORT = only there; 0 = off; default {default}; env {env_name(flag)})",
     )
     parser.add_argument(
         "--metrics-port",
@@ -255,20 +275,15 @@ def add_metrics_bind_address(
     )
 
 
-def metrics_port(args: argparse.Namespace) -> int | None:
-    """The port of ``--metrics-bind-address`` (None: off) for servers that listen on every interface.
-
-    Raises ``ValueError`` for a specific host: those servers cannot bind one yet.
-    """
+def metrics_address(args: argparse.Namespace) -> BindAddress | None:
+    """Where ``--metrics-bind-address`` says to serve metrics; None when it is off (``0``)."""
     address: BindAddress = args.metrics_bind_address
-    if not address.enabled:
-        return None
-    if not address.all_interfaces:
-        raise ValueError(
-            f"--metrics-bind-address {address}: the metrics server listens on every interface; "
-            f"only :{address.port} or 0.0.0.0:{address.port} is supported"
-        )
-    return address.port
+    return address if address.enabled else None
+
+
+def cannot_listen(address: BindAddress, err: OSError) -> str:
+    """The one-line error for a metrics address the process cannot listen on (not local, taken)."""
+    return f"--metrics-bind-address {address}: cannot listen there: {err.strerror or err}"
 
 
 def warn_deprecations(args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ gauge family (``hami_dra_allocations_created``), names nobody documents or queri
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,7 +37,12 @@ def always_ready() -> str | None:
 
 
 class MetricsServer:
-    """Serves one registry and the component's health in a daemon thread; ``stop`` ends it."""
+    """Serves one registry and the component's health in a daemon thread; ``stop`` ends it.
+
+    ``address`` is an IPv4 or IPv6 address or a host name to listen on; "" (and ``0.0.0.0``) is
+    every IPv4 interface, ``::`` every IPv6 one. An address the process cannot listen on raises
+    ``OSError`` naming it.
+    """
 
     def __init__(
         self,
@@ -47,12 +53,25 @@ class MetricsServer:
     ) -> None:
         self.registry = registry
         self.ready = ready
-        self.httpd = _Server((address, port), self)
+        host = address or "0.0.0.0"
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            self.httpd = _Server(family, sockaddr, self)
+        except OSError as err:  # socket.gaierror included: a name that does not resolve
+            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise OSError(err.errno, f"cannot listen on {shown}: {err.strerror or err}") from err
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
 
     @property
     def port(self) -> int:
         return int(self.httpd.server_address[1])
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on (``127.0.0.1``, ``::1``, ``0.0.0.0``)."""
+        return str(self.httpd.server_address[0])
 
     def start(self) -> MetricsServer:
         self._thread.start()
@@ -66,15 +85,17 @@ class MetricsServer:
 def serve(
     registry: CollectorRegistry, port: int, address: str = "0.0.0.0", ready: ReadyCheck = always_ready
 ) -> MetricsServer:
-    """Start serving ``registry`` on ``address:port`` (0: any free port); returns the server."""
+    """Start serving ``registry`` on ``address:port`` (port 0: any free port; address "": every
+    IPv4 interface); returns the server."""
     return MetricsServer(registry, port, address, ready).start()
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], owner: MetricsServer) -> None:
+    def __init__(self, family: socket.AddressFamily, address: tuple[Any, ...], owner: MetricsServer) -> None:
         self.owner = owner
+        self.address_family = family  # read by TCPServer.__init__ to make the socket
         super().__init__(address, _Handler)
 
 

@@ -4,13 +4,17 @@ One grammar for the whole project: ``resource.ParseQuantity``'s, kept as exact f
 ``200M == 0.2G`` and ``40Gi == 40960Mi``. The CEL ``quantity`` library, the sandbox's validation and
 byte counts (DRA memory capacities and requests) all parse through :func:`parse_quantity`;
 :func:`parse_bytes` adds the whole-number-of-bytes rule and messages that say what a valid value
-looks like.
+looks like. Amounts read from API objects written by others (a claim's ``consumedCapacity``, a
+device's capacity) go through :func:`optional_quantity` and its whole-number roundings
+:func:`ceil_quantity` / :func:`floor_quantity`, which say "absent or not a quantity" with None.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -44,13 +48,20 @@ def parse_quantity(value: str | int) -> Fraction:
         raise QuantityError(f"expected a quantity, got {value!r}")
     if isinstance(value, int):
         return Fraction(value)
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """The text grammar, cached: slices and claims repeat a few spellings (``80Gi``, ``100``, ``1``)
+    tens of thousands of times, and a Fraction is immutable, so one parse serves them all."""
     match = _QUANTITY.match(value)
     if not value or match is None:
         raise QuantityError(
             "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
         )
     number, suffix = match.groups()
-    amount = Fraction(number)
+    amount = Fraction(int(number)) if number.isdigit() else Fraction(number)
     if suffix in _BINARY:
         return amount * _BINARY[suffix]
     if suffix in _DECIMAL:
@@ -59,6 +70,31 @@ def parse_quantity(value: str | int) -> Fraction:
     if exponent is not None and abs(int(exponent.group(1))) <= _MAX_EXPONENT:
         return amount * Fraction(10) ** int(exponent.group(1))
     raise QuantityError("unable to parse quantity's suffix")
+
+
+def optional_quantity(value: object) -> Fraction | None:
+    """A quantity read from an object someone else wrote: None when absent or not a quantity.
+
+    Other values are read as their text, as Kubernetes reads a JSON number where a quantity goes.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return parse_quantity(value if isinstance(value, int) else str(value))
+    except QuantityError:
+        return None
+
+
+def ceil_quantity(value: object) -> int | None:
+    """:func:`optional_quantity` rounded up to a whole number (``500m`` -> 1, ``1.5Ki`` -> 1536)."""
+    amount = optional_quantity(value)
+    return None if amount is None else math.ceil(amount)
+
+
+def floor_quantity(value: object) -> int | None:
+    """:func:`optional_quantity` rounded down to a whole number (``1500m`` -> 1)."""
+    amount = optional_quantity(value)
+    return None if amount is None else math.floor(amount)
 
 
 def parse_bytes(value: str | int) -> int:

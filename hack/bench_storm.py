@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     kube = FakeKube()
     # Synchronous writes (the pass's CPU is all measured here); no periodic resync in the way.
     controller = Controller(kube, DRIVER, write_workers=0, resync_seconds=3600)
-    reconciler = controller.reconciler
+    cache = controller.cache
 
     def add(kind: str, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
         stored = kube.put(resource, body)
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
                                         driver_name=DRIVER)  # fmt: skip
         for gpu in range(args.gpus):
             add("ResourceClaim", RESOURCE_CLAIMS, filler(name, f"gpu-{gpu}"))
-    reconciler.refresh_inventory(slices)
+    cache.refresh_inventory(slices)
     add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
     # The older half all need two cards (no single freed card helps them); the younger half mixes
     # one- and two-card pods: the right pod is the oldest one-card pod, in the middle of the queue.

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
+
 from dra_driver.cluster import binaries
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,6 +243,35 @@ def build_driver_root(root: Path, profile: Path | Mapping[str, Any]) -> DriverRo
     driver.profile.parent.mkdir(parents=True, exist_ok=True)
     driver.profile.write_text(json.dumps(data, indent=1) + "\n")
     return driver
+
+
+def require_toolkit(*, required: bool = False) -> Path:
+    """:func:`toolkit_bin` for a test: without a built toolkit it skips (``required``: fails),
+    saying how to build it."""
+    bin_dir = toolkit_bin()
+    if bin_dir is None:
+        give_up = pytest.fail if required else pytest.skip
+        give_up(
+            "the NVIDIA Container Toolkit (nvidia-ctk) is not built: run `make cluster-build` "
+            "(or `bash hack/cluster/build.sh nvidia-container-toolkit`)"
+        )
+    return bin_dir
+
+
+def mock_driver_root(root: Path, profile: Path, *, required: bool = False) -> DriverRoot:
+    """:func:`build_driver_root` for a test: fails without gcc; skips (``required``: fails) where
+    device nodes cannot be made (not root, or ``root`` on a filesystem mounted nodev)."""
+    give_up = pytest.fail if required else pytest.skip
+    try:
+        _gcc()
+    except LayoutError as err:
+        pytest.fail(str(err))
+    if os.geteuid() != 0:
+        give_up("the mock driver root's device nodes need root (mknod)")
+    root.mkdir(parents=True, exist_ok=True)
+    if os.statvfs(root).f_flag & os.ST_NODEV:
+        give_up(f"{root} is on a filesystem mounted nodev: no usable device nodes there")
+    return build_driver_root(root, profile)
 
 
 def spec_command(layout: Layout, driver: DriverRoot, cdi_dir: Path, bin_dir: Path) -> list[str] | None:

@@ -79,6 +79,8 @@ def test_other_words_are_not_booleans(word: str) -> None:
         ("0.0.0.0:8080", BindAddress("0.0.0.0", 8080), "0.0.0.0:8080"),
         ("127.0.0.1:9400", BindAddress("127.0.0.1", 9400), "127.0.0.1:9400"),
         ("[::1]:8080", BindAddress("::1", 8080), "[::1]:8080"),
+        ("[::]:8080", BindAddress("::", 8080), "[::]:8080"),
+        (" 127.0.0.1:0 ", BindAddress("127.0.0.1", 0), "0"),
         ("localhost:65535", BindAddress("localhost", 65535), "localhost:65535"),
     ],
 )
@@ -97,6 +99,13 @@ def test_bind_addresses(text: str, address: BindAddress, shown: str) -> None:
         (":-1", "expected HOST:PORT"),
         (":65536", "within 0..65535"),
         ("::1:8080", "IPv6 host in brackets"),
+        ("garbage", "expected HOST:PORT"),
+        ("[::1]", "expected HOST:PORT"),
+        ("foo bar:8080", "HOST must be an IP address or a host name"),
+        ("300.1.1.1:8080", "HOST must be an IP address or a host name"),
+        ("-dash:8080", "HOST must be an IP address or a host name"),
+        ("[127.0.0.1]:8080", "only an IPv6 address goes in brackets"),
+        ("[not-an-ip]:8080", "only an IPv6 address goes in brackets"),
     ],
 )
 def test_bad_bind_addresses(text: str, message: str) -> None:

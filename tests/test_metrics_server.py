@@ -6,6 +6,7 @@ never say "not yet"; these endpoints must.
 
 from __future__ import annotations
 
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -66,3 +67,54 @@ def test_readyz_follows_the_check(server: MetricsServer, state: dict[str, str | 
 
 def test_other_paths_are_not_found(server: MetricsServer) -> None:
     assert get(server, "/")[0] == 404
+
+
+def _healthz(host: str, port: int) -> tuple[int, str]:
+    url_host = f"[{host}]" if ":" in host else host
+    with urllib.request.urlopen(f"http://{url_host}:{port}/healthz", timeout=5) as response:
+        return response.status, response.read().decode()
+
+
+def _refused(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
+def test_a_specific_host_is_the_only_address_served() -> None:
+    """``--metrics-bind-address=127.0.0.1:PORT``: loopback only, not every interface."""
+    running = serve(CollectorRegistry(), 0, "127.0.0.1")
+    try:
+        assert running.host == "127.0.0.1"
+        assert _healthz("127.0.0.1", running.port) == (200, "ok")
+        # 127.0.0.2 is this machine too (127/8 is loopback): a server on every interface answers there.
+        assert _refused("127.0.0.2", running.port)
+    finally:
+        running.stop()
+    everywhere = serve(CollectorRegistry(), 0, "")
+    try:
+        assert everywhere.host == "0.0.0.0"
+        assert _healthz("127.0.0.2", everywhere.port) == (200, "ok")
+    finally:
+        everywhere.stop()
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 in this Python")
+def test_an_ipv6_host_is_served_over_ipv6() -> None:
+    try:
+        running = serve(CollectorRegistry(), 0, "::1")
+    except OSError as err:  # a kernel without IPv6 (ipv6.disable=1, some containers)
+        pytest.skip(f"no IPv6 loopback here: {err}")
+    try:
+        assert running.host == "::1"
+        assert _healthz("::1", running.port) == (200, "ok")
+        assert _refused("127.0.0.1", running.port)
+    finally:
+        running.stop()
+
+
+def test_an_address_it_cannot_listen_on_is_named_in_the_error() -> None:
+    with pytest.raises(OSError, match=r"cannot listen on 192\.0\.2\.1:\d+"):
+        serve(CollectorRegistry(), 0, "192.0.2.1")  # TEST-NET-1: never this machine's

@@ -64,7 +64,9 @@ def register(subparsers: Any) -> None:
     down = sub.add_parser("down", help="stop a running cluster")
     state_dir_option(down)
     down.set_defaults(handler=run_down)
-    lab = sub.add_parser("lab", help="run the seed's lab on the cluster and check it (exit 1 on a mismatch)")
+    lab = sub.add_parser(
+        "lab", help="run the worked example's lab on the cluster and check it (exit 1 on a mismatch)"
+    )
     lab.add_argument("--up", action="store_true", help="start a cluster for the lab when none runs")
     version_option(lab)
     state_dir_option(lab)

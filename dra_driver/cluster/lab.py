@@ -1,8 +1,9 @@
-"""``hami-dra cluster lab``: the seed's lab on the real cluster, as ``make demo`` shows it on the sandbox.
+"""``hami-dra cluster lab``: the worked example's lab on the real cluster, as ``make demo`` shows it
+on the sandbox.
 
 Runs against a cluster started by ``hami-dra cluster up`` (or starts one for its own duration):
-applies the recipe classes and templates with the real ``kubectl``, creates the seed's pods in
-order, and checks what real Kubernetes did with them: the device each pod got, the controller's
+applies the recipe classes and templates with the real ``kubectl``, creates the worked example's
+pods in order, and checks what real Kubernetes did with them: the device each pod got, the controller's
 scores for the ``mutex,binpack`` pod (from its decision log line), the CUDA limit that containerd
 injected from our CDI spec (``kubectl logs``), and a ``mutex`` pod that stays Pending until a
 card is freed. Every pod is deleted at the end. Exit 0 only if every check held.
@@ -119,7 +120,7 @@ class Lab:
             *(manifests.device_class(r) for r in recipes), *(manifests.claim_template(r) for r in recipes)
         )
         self.console.rule(
-            "2. The seed's pods in order: our controller places, kube-scheduler binds", align="left"
+            "2. The worked example's pods in order: our controller places, kube-scheduler binds", align="left"
         )
         rows = []
         for demo_pod in (*manifests.TENANTS, manifests.LATENCY):

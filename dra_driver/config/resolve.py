@@ -52,6 +52,57 @@ PLAN_ANNOTATIONS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class PodAnnotations:
+    """A pod's HAMi placement annotations, parsed: each None when absent or invalid.
+
+    An invalid one is ignored with the reason in ``ignored`` (the lower sources apply), the way
+    unknown names in a policy chain are ignored: a pod is placed with the class, claim or default
+    value instead of waiting forever for an annotation it cannot change. The webhook warns about
+    the same things (:meth:`warnings`) when the pod is created.
+    """
+
+    policy: PolicyChain | None = None
+    node_policy: NodePolicy | None = None
+    weights: ScoringWeights | None = None
+    numa_bind: bool | None = None
+    ignored: tuple[str, ...] = ()
+
+    def warnings(self) -> list[str]:
+        """The ignored annotations and the unknown policy names, for the pod's creator."""
+        unknown = self.policy.unknown if self.policy is not None else ()
+        names = [
+            f"pod annotation {ANNOTATION_GPU_POLICY}: unknown policy name(s) ignored: {', '.join(unknown)}"
+        ]
+        return [*self.ignored, *(names if unknown else ())]
+
+
+def read_pod_annotations(annotations: Mapping[str, str]) -> PodAnnotations:
+    """Parse the HAMi placement annotations of :data:`PLAN_ANNOTATIONS` that pick values (the card
+    filters are :meth:`CardFilter.from_annotations`)."""
+    policy = node_policy = weights = numa_bind = None
+    ignored: list[str] = []
+    if ANNOTATION_GPU_POLICY in annotations:
+        policy = parse_policy_chain(annotations[ANNOTATION_GPU_POLICY])
+    if ANNOTATION_NODE_POLICY in annotations:
+        try:
+            node_policy = parse_node_policy(annotations[ANNOTATION_NODE_POLICY])
+        except ValueError as err:
+            ignored.append(f"pod annotation {ANNOTATION_NODE_POLICY} ignored: {err}")
+    if ANNOTATION_DEVICE_WEIGHTS in annotations:
+        try:
+            weights = parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
+        except WeightsError as err:
+            ignored.append(f"pod annotation {ANNOTATION_DEVICE_WEIGHTS} ignored: {err}")
+    if ANNOTATION_NUMA_BIND in annotations:
+        text = annotations[ANNOTATION_NUMA_BIND].strip().lower()
+        if text in ("true", "false"):
+            numa_bind = text == "true"
+        else:
+            ignored.append(f"pod annotation {ANNOTATION_NUMA_BIND} ignored: not true or false: {text!r}")
+    return PodAnnotations(policy, node_policy, weights, numa_bind, tuple(ignored))
+
+
 class ConfigSource(StrEnum):
     """Where a resolved field came from (shown in the decision log)."""
 
@@ -192,12 +243,9 @@ def resolve_config(
     annotations: Mapping[str, str] | None = None,
     defaults: ControllerDefaults = ControllerDefaults(),
 ) -> ResolvedConfig:
-    """Merge the sources field by field.
+    """Merge the sources field by field; an invalid pod annotation is ignored (:class:`PodAnnotations`).
 
-    An invalid HAMi pod annotation is ignored, with the reason in ``ignored_annotations``, the
-    way unknown names in a policy chain are ignored: the pod is placed with the class, claim or
-    default value instead of waiting forever for an annotation it cannot change. (Our own
-    ``GpuConfig`` is validated by the webhook, so it cannot be invalid here.)
+    Our own ``GpuConfig`` is validated by the webhook, so it cannot be invalid here.
     """
     policy_text: str = defaults.policy
     node_policy_text: str = defaults.node_policy
@@ -218,39 +266,28 @@ def resolve_config(
             if config.memoryPercent is not None:
                 memory_percent, sources["memoryPercent"] = config.memoryPercent, source
     annotations = annotations or {}
-    ignored: list[str] = []
-    if ANNOTATION_NUMA_BIND in annotations:
-        text = annotations[ANNOTATION_NUMA_BIND].strip().lower()
-        if text in ("true", "false"):
-            numa_bind, sources["numaBind"] = text == "true", ConfigSource.ANNOTATION
-        else:
-            ignored.append(f"pod annotation {ANNOTATION_NUMA_BIND} ignored: not true or false: {text!r}")
-    if ANNOTATION_GPU_POLICY in annotations:
-        policy_text, sources["policy"] = annotations[ANNOTATION_GPU_POLICY], ConfigSource.ANNOTATION
-    if ANNOTATION_NODE_POLICY in annotations:
-        node_policy_text, sources["nodePolicy"] = annotations[ANNOTATION_NODE_POLICY], ConfigSource.ANNOTATION
-    if ANNOTATION_DEVICE_WEIGHTS in annotations:
+    pod = read_pod_annotations(annotations)
+    policy = parse_policy_chain(policy_text)
+    if pod.policy is not None:
+        policy, sources["policy"] = pod.policy, ConfigSource.ANNOTATION
+    if pod.weights is not None:
+        weights, sources["scoringWeights"] = pod.weights, ConfigSource.ANNOTATION
+    if pod.numa_bind is not None:
+        numa_bind, sources["numaBind"] = pod.numa_bind, ConfigSource.ANNOTATION
+    if pod.node_policy is not None:
+        node_policy, sources["nodePolicy"] = pod.node_policy, ConfigSource.ANNOTATION
+    else:
         try:
-            weights = parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
-            sources["scoringWeights"] = ConfigSource.ANNOTATION
-        except WeightsError as err:
-            ignored.append(f"pod annotation {ANNOTATION_DEVICE_WEIGHTS} ignored: {err}")
-    try:
-        node_policy = parse_node_policy(node_policy_text)
-    except ValueError as err:
-        if sources.get("nodePolicy") != ConfigSource.ANNOTATION:
+            node_policy = parse_node_policy(node_policy_text)
+        except ValueError as err:
             raise ConfigError(f"nodePolicy {node_policy_text!r}: {err}") from None
-        ignored.append(f"pod annotation {ANNOTATION_NODE_POLICY} ignored: {err}")
-        fallback = [c.nodePolicy for c in (*class_configs, *claim_configs) if c.nodePolicy is not None]
-        node_policy = parse_node_policy(fallback[-1] if fallback else defaults.node_policy)
-        sources.pop("nodePolicy", None)
     return ResolvedConfig(
-        policy=parse_policy_chain(policy_text),
+        policy=policy,
         node_policy=node_policy,
         weights=weights,
         numa_bind=numa_bind,
         sources=sources,
-        ignored_annotations=tuple(ignored),
+        ignored_annotations=pod.ignored,
         memory_percent=memory_percent,
         card_filter=CardFilter.from_annotations(annotations),
         # Only an admin's DeviceClass may accept unenforced shares: a tenant's claim cannot.

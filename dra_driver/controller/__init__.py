@@ -1,13 +1,24 @@
 """The allocation controller: resolves ResourceClaims of our DeviceClasses to GPUs with the engine.
 
-Layout: ``kube`` (thin REST layer: dicts in, dicts out), ``watch`` (informers: list/watch with
-resume and relist), ``inventory`` (ResourceSlices -> engine cards + CEL inputs), ``ledger`` (usage
-of every device from all allocated claims, whoever allocated them), ``requests`` (claim requests ->
-engine requests; CEL and taint eligibility), ``pods`` (where a pod may run), ``planner`` (one
-pod's claims through the engine, one node), ``allocation`` (a plan -> ``status.allocation``),
-``reconciler`` (plan/commit/release state machine), ``controller`` (informers -> one worker thread
-+ a writer pool), ``retries`` (the bounded, namespace-fair queue of pending pods to plan again),
-``leader`` (Lease election), ``metrics``, ``command`` (``hami-dra controller``).
+Split along kube-scheduler's seams, over the typed model of dra_driver/resource:
+
+* ``controller`` — the worker: informers -> cache -> ``decide`` (allocate, then assume or report)
+  -> binder on a writer pool -> results folded back; releaser and pending retries each pass;
+* ``cache`` — typed caches, indexes, the ledger and quotas; ``apply_event`` says whom a change
+  wakes (``Wake``); ``assumed`` — what we wrote before the informers show it; ``slice_changes``;
+* ``allocator`` — pure: a pod and the cache -> ``Placed`` or why not (no API calls); with
+  ``nodefit`` (where the pod may run), ``eligibility`` (CEL + taints per request), ``planner``
+  (one pod's claims through the engine), ``allocation`` (a plan -> ``status.allocation``),
+  ``hami_annotation`` and ``decision_record`` (what the gate-lifting write records),
+  ``containers`` (per-container GPU limits), ``inventory`` and ``ledger`` (devices and their use);
+* ``binder`` — every write after a decision (finalizer, allocation, gate, condition, event,
+  fence), on the one retry helper; ``releaser`` — deallocation and overcommit repair;
+* ``pending`` (why each pending pod waits), ``requeue`` and ``retries`` (which pending pods a
+  change helps; the bounded, namespace-fair batch), ``quotas``, ``metrics``, ``command``
+  (``hami-dra controller``).
+
+Generic plumbing (REST client, errors, informers, leader election, write retry, events) is in
+dra_driver/kube.
 """
 
 from dra_driver.contract import FINALIZER, GATE_NAME

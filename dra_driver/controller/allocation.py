@@ -26,8 +26,7 @@ from typing import Any
 from dra_driver.contract import CORES, MEMORY, SLOTS
 from dra_driver.controller.planner import ClaimPlan
 from dra_driver.quantity import format_bytes
-
-Obj = Mapping[str, Any]
+from dra_driver.resource.objects import DeviceClassView
 
 
 def rfc3339_now() -> str:
@@ -41,28 +40,10 @@ def node_selector(node: str) -> dict[str, Any]:
     }
 
 
-def pinned_node(allocation: Obj | None) -> str | None:
-    """The single node an allocation's nodeSelector pins (our and the scheduler's form), if any."""
-    if not allocation:
-        return None
-    terms: list[Any] = list((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ())
-    if len(terms) != 1:
-        return None
-    for requirement in terms[0].get("matchFields") or ():
-        values: list[Any] = list(requirement.get("values") or ())
-        if (
-            requirement.get("key") == "metadata.name"
-            and requirement.get("operator") == "In"
-            and len(values) == 1
-        ):
-            return str(values[0])
-    return None
-
-
 def build_allocation(
     plan: ClaimPlan,
     node: str,
-    device_class: Callable[[str], Obj | None],
+    device_class: Callable[[str], DeviceClassView | None],
     request_classes: Mapping[str, str],
     new_uid: Callable[[], str] = lambda: str(uuid.uuid4()),
     now: Callable[[], str] = rfc3339_now,
@@ -93,15 +74,16 @@ def build_allocation(
         if result.request not in seen_requests:
             seen_requests.append(result.request)
     for request in seen_requests:
-        klass = device_class(request_classes[request]) or {}
-        for entry in (klass.get("spec") or {}).get("config") or ():
-            if entry.get("opaque"):
-                config.append({"source": "FromClass", "requests": [request], "opaque": dict(entry["opaque"])})
-    for entry in ((plan.claim.get("spec") or {}).get("devices") or {}).get("config") or ():
-        if entry.get("opaque"):
-            copied: dict[str, Any] = {"source": "FromClaim", "opaque": dict(entry["opaque"])}
-            if entry.get("requests"):
-                copied["requests"] = list(entry["requests"])
+        klass = device_class(request_classes[request])
+        for class_entry in klass.config if klass is not None else ():
+            if class_entry.get("opaque"):
+                opaque = dict(class_entry["opaque"])
+                config.append({"source": "FromClass", "requests": [request], "opaque": opaque})
+    for claim_entry in plan.claim.config:
+        if claim_entry.get("opaque"):
+            copied: dict[str, Any] = {"source": "FromClaim", "opaque": dict(claim_entry["opaque"])}
+            if claim_entry.get("requests"):
+                copied["requests"] = list(claim_entry["requests"])
             config.append(copied)
     devices: dict[str, Any] = {"results": results}
     if config:

@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dra_driver.controller.ledger import Ledger, Use
-from dra_driver.controller.objects import ClaimView, ObjectView
+from dra_driver.controller.ledger import Ledger
+from dra_driver.resource.objects import ClaimView, ObjectView
+from dra_driver.resource.uses import Use
 
 ASSUME_SECONDS = 30.0
 

@@ -13,7 +13,7 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
-from dra_driver.flags import add_metrics_bind_address, metrics_port
+from dra_driver.flags import add_metrics_bind_address, cannot_listen, metrics_address
 from dra_driver.kube.config import load_api_client
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,7 @@ def run(args: argparse.Namespace) -> int:
         defaults = ControllerDefaults(policy=args.default_policy, node_policy=args.default_node_policy)
     except ConfigError as err:
         raise UsageError(str(err)) from None
-    try:
-        port = metrics_port(args)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    address = metrics_address(args)
     from dra_driver.controller.controller import Controller
     from dra_driver.controller.metrics import ControllerMetrics
     from dra_driver.kube.api import Kube
@@ -69,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
         identity=identity,
         metrics=metrics,
     )
-    if port:
-        metrics.serve(port)
+    if address is not None:
+        try:
+            metrics.serve(address.port, address.host)
+        except OSError as err:
+            raise UsageError(cannot_listen(address, err)) from None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

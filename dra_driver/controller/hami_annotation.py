@@ -5,7 +5,9 @@ HAMi users verify placement with
 HAMi encodes, for each container in ``spec.containers`` order, its devices as
 ``UUID,Type,UsedMem,UsedCores`` each followed by ``:``, and each container's list followed by
 ``;`` (containers without devices keep their empty place). Memory is in MiB, cores in percent;
-the type is the vendor, ``NVIDIA``. The controller writes it with the same pod update that lifts
+the type is the vendor, ``NVIDIA``. The amounts are what each result takes of its card, by the
+consumable-capacity rule (``dra_driver/resource/capacity.py``: the whole card without a
+``shareID``, nothing for ``adminAccess``). The controller writes it with the same pod update that lifts
 the scheduling gate, so it costs no extra API write.
 """
 
@@ -16,10 +18,12 @@ from typing import Any
 
 from dra_driver.contract import DeviceId
 from dra_driver.engine import MIB, GpuCard
-from dra_driver.quantity import parse_bytes, parse_quantity
+from dra_driver.resource.capacity import Capacity, result_consumption
 
 ANNOTATION = "hami.io/vgpu-devices-allocated"
 VENDOR = "NVIDIA"
+#: What a whole card of an unpublished device counts: no memory known, all of its compute.
+UNKNOWN_CARD = Capacity(memory=0, cores=100, slots=1)
 
 Obj = Mapping[str, Any]
 
@@ -39,10 +43,9 @@ def _results(claim: Obj, request: str | None, driver: str) -> list[Obj]:
 def _device(result: Obj, card_of: Callable[[DeviceId], GpuCard | None]) -> str:
     device = str(result.get("device", ""))
     card = card_of(DeviceId(str(result.get("driver", "")), str(result.get("pool", "")), device))
-    consumed = result.get("consumedCapacity") or {}
-    memory = parse_bytes(consumed["memory"]) if "memory" in consumed else (card.memory if card else 0)
-    cores = int(parse_quantity(consumed["cores"])) if "cores" in consumed else 100
-    return f"{(card.uuid if card else '') or device},{VENDOR},{memory // MIB},{cores}:"
+    capacity = Capacity(card.memory, card.cores, card.slots) if card else UNKNOWN_CARD
+    taken = result_consumption(result).of(capacity)
+    return f"{(card.uuid if card else '') or device},{VENDOR},{taken.memory // MIB},{taken.cores}:"
 
 
 def encode_devices_allocated(

@@ -1,46 +1,46 @@
-"""ResourceSlices of our driver -> engine cards and CEL inputs, per node.
+"""ResourceSlices of our driver -> engine cards, per node.
 
-Only the newest generation of each pool counts, and only complete pools (as many slices at that
-generation as ``resourceSliceCount`` says), as kube-scheduler does. Slices are grouped by
-(node, pool), and a pool belongs to one node: a slice of node A naming node B's pool would
-otherwise replace B's devices (or, with a higher generation, hide them), so every node but the
-pool's owner is ignored with a warning. Device ``gpu-<i>`` of pool P on
-node N becomes ``GpuCard(node=N, index=i)``; capacities ``memory``/``cores``/``slots`` and the
-attributes ``productName``, ``uuid``, ``healthy``, ``resource.kubernetes.io/numaNode`` and
-``nvlinkPeers`` fill the card. CEL inputs are converted once here, when a slice changes.
+Which slices count and how one device entry reads are ``dra_driver/resource/slices.py``'s
+(``current_pools``: each pool's newest generation, only when complete, of the node that owns it;
+``parse_device``); this module turns the typed devices into the engine's cards. Device ``gpu-<i>``
+of pool P on node N (or whatever its ``index`` attribute says) becomes
+``GpuCard(node=N, index=i)``; capacities ``memory``/``cores``/``slots`` and the attributes
+``productName``, ``uuid``, ``healthy``, ``isolation``, the NUMA node and ``nvlinkPeers`` fill the
+card. A device's CEL input and its qualified attributes are built when first asked for (at 5,000
+nodes, building them for every device on every inventory was half of a snapshot's time), once.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.cel import DeviceInput, device_input
-from dra_driver.cel.values import ValueParseError, parse_quantity
-from dra_driver.contract import ISOLATION_ATTRIBUTE, SHARES_ENFORCED, DeviceId
+from dra_driver.contract import SHARES_ENFORCED, DeviceId
 from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
+from dra_driver.resource.slices import SliceDevice, current_pools, parse_device
 
 log = logging.getLogger(__name__)
 
-NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "numaNode")
-_DEVICE_NAME = re.compile(r"^gpu-(\d+)$")
+#: What a device that does not publish them offers: all of a GPU's compute, HAMi's default split.
+DEFAULT_CORES = 100
+DEFAULT_SLOTS = 10
 
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One published device: where it is, its card and its CEL input."""
+    """One published device: where it is, its card, and (built on first use) its CEL input."""
 
     id: DeviceId
     node: str
     card: GpuCard
-    cel: DeviceInput
-    taints: tuple[Mapping[str, Any], ...] = ()
-    #: Attribute values by fully qualified name (``gpu.hami.io/index``), for claim constraints.
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: The device as published (``resource/slices.py``), what the CEL input is built from.
+    published: SliceDevice
+    _cel: DeviceInput | None = field(default=None, init=False, repr=False, compare=False)
+    _attributes: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def pool(self) -> str:
@@ -49,6 +49,28 @@ class Device:
     @property
     def name(self) -> str:
         return self.id.device
+
+    @property
+    def taints(self) -> tuple[Mapping[str, Any], ...]:
+        return self.published.taints
+
+    @property
+    def cel(self) -> DeviceInput:
+        """The device as CEL selectors see it, converted on first use."""
+        cel = self._cel
+        if cel is None:
+            cel = device_input(self.id.driver, self.published.entry)
+            object.__setattr__(self, "_cel", cel)
+        return cel
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        """Attribute values by fully qualified name (``gpu.hami.io/index``), for claim constraints."""
+        attributes = self._attributes
+        if attributes is None:
+            attributes = self.published.qualified_attributes(self.id.driver)
+            object.__setattr__(self, "_attributes", attributes)
+        return attributes
 
 
 @dataclass(slots=True)
@@ -87,168 +109,70 @@ class NodeInventory:
         return self.by_index[index]
 
 
-def _attribute(attributes: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        value = attributes.get(name)
-        if isinstance(value, Mapping):
-            for kind in ("int", "string", "bool", "version"):
-                if kind in value:
-                    return value[kind]
-    return None
-
-
-def _capacity(capacity: Mapping[str, Any], name: str) -> int | None:
-    value = (capacity.get(name) or {}).get("value")
-    if value is None:
-        return None
-    try:
-        amount = parse_quantity(str(value))
-    except ValueParseError:
-        return None
-    return int(amount)
-
-
 def nvlink_pair_scores(text: str) -> dict[int, int]:
     """``"18:1-3;4:5"`` -> ``{1: 1800, 2: 1800, 3: 1800, 5: 400}`` (pair scores by peer index)."""
     return dict(pair_scores(parse_nvlink_peers(text)))
 
 
-def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any]) -> Device | None:
-    """Convert one ``spec.devices[]`` entry; None for devices that are not GPUs we can place."""
-    name = str(entry.get("name", ""))
-    attributes = entry.get("attributes") or {}
-    capacity = entry.get("capacity") or {}
-    index = _attribute(attributes, "index")
-    if not isinstance(index, int):
-        match = _DEVICE_NAME.match(name)
-        if match is None:
-            return None
-        index = int(match.group(1))
-    memory = _capacity(capacity, "memory")
-    if not memory or memory <= 0:
+def _positive(value: int | None, default: int) -> int:
+    return value if value is not None and value > 0 else default
+
+
+def card_device(driver: str, node: str, pool: str, published: SliceDevice) -> Device | None:
+    """The engine's view of one published device; None for devices that are not GPUs we can place.
+
+    A device needs an index (attribute or name) and a positive memory capacity; cores and slots
+    default to a whole GPU's 100 and HAMi's 10 splits, the UUID to ``<pool>/<device>``. An
+    unknown isolation (a plugin older than the attribute) counts as not enforced: shares need
+    proof. A malformed ``nvlinkPeers`` counts as no NVLink.
+    """
+    if published.index is None or not published.memory or published.memory <= 0:
         return None
-    cores = _capacity(capacity, "cores") or 100
-    slots = _capacity(capacity, "slots") or 10
-    numa = _attribute(attributes, *NUMA_ATTRIBUTES)
-    healthy = _attribute(attributes, "healthy")
-    isolation = _attribute(attributes, ISOLATION_ATTRIBUTE)
-    uuid = _attribute(attributes, "uuid")
     links: dict[int, int] = {}
-    peers = _attribute(attributes, "nvlinkPeers")
-    if isinstance(peers, str):
+    if published.nvlink_peers is not None:
         try:
-            links = nvlink_pair_scores(peers)
+            links = nvlink_pair_scores(published.nvlink_peers)
         except ValueError:
             links = {}
     card = GpuCard(
         node=node,
-        index=index,
-        memory=memory,
-        product_name=str(_attribute(attributes, "productName") or ""),
-        uuid=str(uuid) if uuid else f"{pool}/{name}",
-        numa_node=numa if isinstance(numa, int) else None,
-        cores=cores,
-        slots=slots,
-        healthy=healthy is not False,
-        # Unknown (a plugin older than the attribute) counts as not enforced: shares need proof.
-        shares_enforced=isolation in SHARES_ENFORCED,
+        index=published.index,
+        memory=published.memory,
+        product_name=published.product_name or "",
+        uuid=published.uuid or f"{pool}/{published.name}",
+        numa_node=published.numa_node,
+        cores=_positive(published.cores, DEFAULT_CORES),
+        slots=_positive(published.slots, DEFAULT_SLOTS),
+        healthy=published.healthy is not False,
+        shares_enforced=published.isolation in SHARES_ENFORCED,
         links=links,
     )
-    qualified = {
-        (key if "/" in key else f"{driver}/{key}"): next(iter(value.values()), None)
-        for key, value in attributes.items()
-        if isinstance(value, Mapping) and value
-    }
-    return Device(
-        DeviceId(driver, pool, name),
-        node,
-        card,
-        device_input(driver, entry),
-        tuple(entry.get("taints") or ()),
-        qualified,
-    )
+    return Device(DeviceId(driver, pool, published.name), node, card, published)
 
 
-#: A pool as published by one node: (spec.nodeName, spec.pool.name).
-PoolKey = tuple[str, str]
+def device_from_slice(driver: str, node: str, pool: str, entry: Mapping[str, Any]) -> Device | None:
+    """:func:`card_device` of one raw ``spec.devices[]`` entry."""
+    return card_device(driver, node, pool, parse_device(entry))
 
 
-def complete_pools(
-    slices: Iterable[Mapping[str, Any]], driver: str
-) -> dict[PoolKey, list[Mapping[str, Any]]]:
-    """Our slices by (node, pool), each pool of its owner only, at its newest generation if complete."""
-    result = {}
-    for key, items in owned_pools(_by_node_and_pool(slices, driver)).items():
-        current = _newest_complete(items)
-        if current is not None:
-            result[key] = current
-    return result
+def build_inventory(
+    slices: Iterable[Mapping[str, Any]], driver: str, previous: Mapping[str, NodeInventory] | None = None
+) -> dict[str, NodeInventory]:
+    """All nodes' devices from the current slices.
 
-
-def _by_node_and_pool(
-    slices: Iterable[Mapping[str, Any]], driver: str
-) -> dict[PoolKey, list[Mapping[str, Any]]]:
-    grouped: dict[PoolKey, list[Mapping[str, Any]]] = {}
-    for item in slices:
-        spec = item.get("spec") or {}
-        if spec.get("driver") != driver or not spec.get("nodeName"):
-            continue
-        key = (str(spec["nodeName"]), str((spec.get("pool") or {}).get("name", "")))
-        grouped.setdefault(key, []).append(item)
-    return grouped
-
-
-def _newest_complete(items: list[Mapping[str, Any]]) -> list[Mapping[str, Any]] | None:
-    """The slices of the newest generation when there are as many as ``resourceSliceCount`` says."""
-    newest = max(int(item["spec"]["pool"].get("generation", 0)) for item in items)
-    current = [item for item in items if int(item["spec"]["pool"].get("generation", 0)) == newest]
-    expected = int(current[0]["spec"]["pool"].get("resourceSliceCount", 1))
-    return current if len(current) == expected else None
-
-
-def pool_owner(pool: str, nodes: Iterable[str]) -> str:
-    """The node a pool published by several ``nodes`` belongs to.
-
-    The node it is named after (our plugin publishes pool name = node name, ``<node>/...`` for
-    other layouts), else the first node by name, so the choice never depends on the order in which
-    slices arrive.
+    ``previous`` is the inventory this one replaces: a device whose published entry is the very
+    object it was built from there (its slice did not change) is kept, CEL input included, so a
+    slice change costs what changed rather than every device of the cluster again.
     """
-    candidates = sorted(nodes)
-    named = [node for node in candidates if pool == node or pool.startswith(f"{node}/")]
-    return named[0] if named else candidates[0]
-
-
-def owned_pools(pools: Mapping[PoolKey, list[Mapping[str, Any]]]) -> dict[PoolKey, list[Mapping[str, Any]]]:
-    """``pools`` without the slices of nodes that publish a pool another node owns (warned).
-
-    Decided on every slice, complete or not, so a node's pool that is being updated (for a moment
-    incomplete) is not handed to another node that publishes the same name.
-    """
-    nodes_by_pool: dict[str, list[str]] = {}
-    for node, pool in pools:
-        nodes_by_pool.setdefault(pool, []).append(node)
-    result = {}
-    for (node, pool), items in pools.items():
-        owner = pool_owner(pool, nodes_by_pool[pool])
-        if node != owner:
-            log.warning(
-                "pool %s is published by node %s and by node %s; ignoring the slices of node %s "
-                "(a pool belongs to one node: the one it is named after, else the first by name)",
-                pool, owner, node, node,
-            )  # fmt: skip
-            continue
-        result[(node, pool)] = items
-    return result
-
-
-def build_inventory(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, NodeInventory]:
-    """All nodes' devices from the current slices."""
+    kept = {key: device for node in (previous or {}).values() for key, device in node.devices.items()}
     nodes: dict[str, NodeInventory] = {}
-    for (node, pool), items in complete_pools(slices, driver).items():
+    for (node, pool), items in current_pools(slices, driver).items():
         inventory = nodes.setdefault(node, NodeInventory(node))
         for item in items:
             for entry in item["spec"].get("devices") or ():
-                device = device_from_slice(driver, node, pool, entry)
+                device = kept.get(DeviceId(driver, pool, str(entry.get("name", ""))))
+                if device is None or device.node != node or device.published.entry is not entry:
+                    device = card_device(driver, node, pool, parse_device(entry))
                 if device is not None:
                     inventory.add(device)
     return nodes

@@ -1,7 +1,8 @@
 """The usage ledger: every device of our driver and what all allocated claims take from it.
 
 Usage comes from every allocated claim's results for our driver, whoever allocated it (our
-controller, kube-scheduler, a human): ``consumedCapacity`` for results with a ``shareID``, the
+controller, kube-scheduler, a human), by the consumable-capacity rule of
+``dra_driver/resource/capacity.py``: ``consumedCapacity`` for results with a ``shareID``, the
 whole card for a result without one; ``adminAccess`` results take nothing (as in the scheduler).
 The ledger keeps each claim's contribution and rebuilds only the affected node of the engine's
 ``ClusterState`` when a claim or a node's inventory changes, so a result that names a device not
@@ -11,92 +12,24 @@ The ledger keeps each claim's contribution and rebuilds only the affected node o
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.cel.values import ValueParseError, parse_quantity
-from dra_driver.contract import CORES, MEMORY, SLOTS, DeviceId
+from dra_driver.contract import DeviceId
 from dra_driver.controller.inventory import Device, NodeInventory
-from dra_driver.engine import ClusterState, DeviceShare, Placement, StateError
+from dra_driver.engine import ClusterState, DeviceShare, GpuCard, Placement, StateError
 from dra_driver.quota import Charge
+from dra_driver.resource.capacity import Capacity
+from dra_driver.resource.slices import device_name
+from dra_driver.resource.uses import Use
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Use:
-    """What one result takes from one device; ``None`` amounts mean the whole card."""
-
-    device: DeviceId
-    memory: int | None
-    cores: int | None
-    slots: int | None
-    #: The claim's namespace and the result's DeviceClass: what namespace quotas count by.
-    namespace: str = ""
-    class_name: str = ""
-
-
-def _amount(value: Any) -> int | None:
-    """A consumed quantity as a whole number, rounded up.
-
-    Our devices' request policies have whole steps (1Mi, 1 core, 1 slot), so kube-scheduler and
-    we only ever write whole amounts; a fraction written by anyone else is counted up, never
-    down: the ledger may then see a card as fuller than it is, never as emptier (the node's
-    last-line check refuses such an allocation outright).
-    """
-    if value is None:
-        return None
-    try:
-        return math.ceil(parse_quantity(str(value)))
-    except ValueParseError:
-        return None
-
-
-def request_classes(claim: Mapping[str, Any]) -> dict[str, str]:
-    """Request name (``gpu``, or ``gpu/small`` for a firstAvailable entry) -> DeviceClass name."""
-    classes: dict[str, str] = {}
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
-        name = str(request.get("name", ""))
-        if request.get("exactly"):
-            classes[name] = str(request["exactly"].get("deviceClassName", ""))
-        for sub in request.get("firstAvailable") or ():
-            classes[f"{name}/{sub.get('name', '')}"] = str(sub.get("deviceClassName", ""))
-    return classes
-
-
-def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
-    """The device uses recorded in a claim's ``status.allocation`` for our driver."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = [
-        result
-        for result in (allocation.get("devices") or {}).get("results") or ()
-        if result.get("driver") == driver and not result.get("adminAccess")
-    ]
-    if not results:
-        return ()
-    namespace = str((claim.get("metadata") or {}).get("namespace") or "")
-    classes = request_classes(claim)
-    uses = []
-    for result in results:
-        device = DeviceId(driver, str(result.get("pool", "")), str(result.get("device", "")))
-        where = {"namespace": namespace, "class_name": classes.get(str(result.get("request", "")), "")}
-        if not result.get("shareID"):
-            uses.append(Use(device, None, None, None, **where))
-            continue
-        consumed = result.get("consumedCapacity") or {}
-        uses.append(
-            Use(
-                device,
-                _amount(consumed.get(MEMORY)) or 0,
-                _amount(consumed.get(CORES)) or 0,
-                _amount(consumed.get(SLOTS)) or 1,
-                **where,
-            )
-        )
-    return tuple(uses)
+def card_capacity(card: GpuCard) -> Capacity:
+    """A card's consumable totals."""
+    return Capacity(card.memory, card.cores, card.slots)
 
 
 class Ledger:
@@ -140,7 +73,7 @@ class Ledger:
         """The published name of the engine's card ``index`` on ``node`` (``gpu-<index>`` if unknown)."""
         inventory = self.inventory.get(node)
         device = inventory.by_index.get(index) if inventory is not None else None
-        return device.id.device if device is not None else f"gpu-{index}"
+        return device.id.device if device is not None else device_name(index)
 
     def device(self, device: DeviceId) -> Device | None:
         return self._devices.get(device)
@@ -184,13 +117,9 @@ class Ledger:
         return charges
 
     def charge(self, use: Use) -> Charge:
-        memory, cores = use.memory, use.cores
-        if memory is None or cores is None:
-            device = self._devices.get(use.device)
-            card_memory, card_cores = (device.card.memory, device.card.cores) if device else (0, 0)
-            memory = card_memory if memory is None else memory
-            cores = card_cores if cores is None else cores
-        return Charge(use.class_name, use.device, memory, cores)
+        device = self._devices.get(use.device)
+        taken = use.consumption.of(card_capacity(device.card) if device else Capacity(0, 0, 0))
+        return Charge(use.class_name, use.device, taken.memory, taken.cores)
 
     def _index(self, uid: str, uses: Iterable[Use]) -> set[str]:
         nodes = set()
@@ -227,13 +156,14 @@ class Ledger:
             for use in self._claims.get(uid, ())
             if use.device == device_id
         ]
-        card = device.card
+        card = card_capacity(device.card)
         problems = []
-        if len(users) > 1 and any(use.memory is None for _, use in users):
+        if len(users) > 1 and any(use.consumption.whole_device for _, use in users):
             problems.append(f"a whole-card allocation shares it with {len(users) - 1} other(s)")
-        memory = sum(card.memory if use.memory is None else use.memory for _, use in users)
-        cores = sum(card.cores if use.cores is None else use.cores for _, use in users)
-        slots = sum(card.slots if use.slots is None else use.slots for _, use in users)
+        taken = [use.consumption.of(card) for _, use in users]
+        memory = sum(amounts.memory for amounts in taken)
+        cores = sum(amounts.cores for amounts in taken)
+        slots = sum(amounts.slots for amounts in taken)
         for what, used, total in (("memory", memory, card.memory), ("cores", cores, card.cores),
                                   ("slots", slots, card.slots)):  # fmt: skip
             if used > total:
@@ -248,11 +178,8 @@ class Ledger:
                 device = self._devices.get(use.device)
                 if device is None or device.node != node:
                     continue
-                card = device.card
-                if use.memory is None:
-                    shares.append(DeviceShare(card.index, card.memory, card.cores, card.slots))
-                else:
-                    shares.append(DeviceShare(card.index, use.memory, use.cores or 0, use.slots or 1))
+                taken = use.consumption.of(card_capacity(device.card))
+                shares.append(DeviceShare(device.card.index, taken.memory, taken.cores, taken.slots))
         return shares
 
     def _rebuild(self, node: str) -> None:

@@ -4,27 +4,30 @@ The first request picks the node (the engine ranks nodes by the node policy and 
 chain); the pod's other requests must fit on that node, placed one after the other with the
 earlier ones recorded, so two requests of one pod never take the same share twice. If a later
 request does not fit there, the node is excluded and the whole pod is planned again. Claims of
-the pod that are already allocated pin the node. Nothing is written here: the reconciler turns
-the plan into API writes and records it in the ledger only once a write succeeded.
+the pod that are already allocated pin the node. Nothing is written here, and the ledger is only
+tried on (a ``Ledger.trial`` undone after each attempt): the allocator turns the plan into
+allocations (dra_driver/controller/allocator.py), the worker assumes them in the cache while the
+binder writes them (dra_driver/controller/assumed.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.config import ConfigError, ControllerDefaults, resolve_config
 from dra_driver.config.resolve import driver_configs
 from dra_driver.contract import DeviceId
+from dra_driver.controller.eligibility import Eligible, Matcher
 from dra_driver.controller.ledger import Ledger, Trial
-from dra_driver.controller.objects import ClaimView, PodView
-from dra_driver.controller.requests import ClaimRequest, Eligible, Matcher, RequestError, RequestSpec
 from dra_driver.engine import Decision, DeviceShare, Placement, PlacementRequest, place
+from dra_driver.kube.api import ObjView
+from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
+from dra_driver.resource.requests import ClaimRequest, RequestError, RequestSpec
 
 log = logging.getLogger(__name__)
-Obj = Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,7 @@ class ResultPlan:
     node: str
     share: DeviceShare
     admin_access: bool
-    tolerations: tuple[Obj, ...]
+    tolerations: tuple[ObjView, ...]
 
 
 @dataclass(slots=True)
@@ -69,7 +72,7 @@ class Planner:
         matcher: Matcher,
         driver: str,
         defaults: ControllerDefaults,
-        device_class: Callable[[str], Obj | None],
+        device_class: Callable[[str], DeviceClassView | None],
     ) -> None:
         self.ledger = ledger
         self.matcher = matcher
@@ -125,7 +128,7 @@ class Planner:
         node: str | None = None
         for claim_plan, item in zip(plan.claims, inputs, strict=True):
             subject = f"claim {item.claim.key}"
-            claim_config = ((item.claim.get("spec") or {}).get("devices") or {}).get("config")
+            claim_config = item.claim.config
             for request in item.requests:
                 allowed = candidates if node is None else frozenset({node})
                 placed, reason = self._place_request(
@@ -139,13 +142,13 @@ class Planner:
                 return node, f"{subject}: {problem}"
         return node, None
 
-    def _constraint_problem(self, claim: Obj, claim_plan: ClaimPlan) -> str | None:
+    def _constraint_problem(self, claim: ClaimView, claim_plan: ClaimPlan) -> str | None:
         """Check ``spec.devices.constraints`` on the policy's choice (they do not steer the choice).
 
         The engine ranks by policy; a claim constraint (``matchAttribute``/``distinctAttribute``)
         is verified afterwards and a violation keeps the pod pending with a clear reason.
         """
-        constraints = ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or ()
+        constraints = claim.constraints
         for position, constraint in enumerate(constraints):
             names = set(constraint.get("requests") or ())
             values = []
@@ -171,7 +174,7 @@ class Planner:
         claim_plan: ClaimPlan,
         request: ClaimRequest,
         subject: str,
-        claim_config: Any,
+        claim_config: Sequence[ObjView],
         annotations: Mapping[str, str],
         allowed: frozenset[str],
         trial: Trial,
@@ -199,7 +202,7 @@ class Planner:
                 )
                 continue
             class_configs = driver_configs(
-                (device_class.get("spec") or {}).get("config"),
+                device_class.config,
                 driver=self.driver,
                 request=None,
                 where=f"DeviceClass {spec.class_name}",

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-#: The pending reason of a pod refused by its namespace's quota (``Reconciler.reconcile_pod``).
+#: The pending reason of a pod refused by its namespace's quota (``Allocator.allocate``).
 QUOTA_EXCEEDED = "GpuQuotaExceeded"
 #: Pending pods replanned per pass at most (pods skipped for their shape are not counted). At 5,000
 #: nodes a pending decision over every node costs about 85 ms: 16 of them keep a pass near 1.4 s,

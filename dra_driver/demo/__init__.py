@@ -2,7 +2,7 @@
 
 The sandbox cluster (``dra_driver.sandbox``) runs one node with four simulated Tesla T4s; the real
 kubelet plugin publishes its ResourceSlice and writes CDI specs, the real webhook gates the pods and
-the real controller places them with the policy engine. The seed's worked example is replayed
+the real controller places them with the policy engine. The worked example is replayed
 (two 1000 MiB tenants on GPU 0, one on GPU 1, then a ``mutex,binpack`` pod -> GPU 2) and a ``mutex``
 pod waits, Pending with its reason, until a card is freed. Every outcome is checked; the exit code
 is 0 only when all of them were observed.

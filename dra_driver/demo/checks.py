@@ -1,7 +1,7 @@
 """What the demo expected versus what it observed; the exit code is 0 only if every check passed.
 
 A demo that prints a wrong placement and still "succeeds" teaches the wrong thing, so each
-printed outcome is also recorded here with the expectation from the seed's semantics.
+printed outcome is also recorded here with the expectation from the worked example.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="replay the seed's lab (4x Tesla T4, mutex,binpack -> GPU 2) on a sandbox cluster",
+        help="replay the worked example's lab (4x Tesla T4, mutex,binpack -> GPU 2) on a sandbox cluster",
         description="Start a sandbox cluster with the real kubelet plugin, webhook and controller, replay "
-        "the seed's worked example, print what happened and check it (exit 1 on any mismatch).",
+        "the worked example, print what happened and check it (exit 1 on any mismatch).",
     )
     parser.add_argument("--no-kubectl", action="store_true", help="do not run kubectl even if installed")
     parser.add_argument(
@@ -65,7 +65,9 @@ def run_demo(file: IO[str] | None = None, *, use_kubectl: bool = True, timeout: 
     """Run the demo, printing to ``file`` (stdout by default); returns the exit code."""
     console = render.make_console(file)
     started = time.monotonic()
-    console.rule("hami-dra demo: the seed's lab, one node with four Tesla T4 (15360 MiB)", align="left")
+    console.rule(
+        "hami-dra demo: the worked example's lab, one node with four Tesla T4 (15360 MiB)", align="left"
+    )
     checks = execute(console, use_kubectl=use_kubectl, timeout=timeout)
     console.rule("Result", align="left")
     console.print(render.checks_table(checks.items))

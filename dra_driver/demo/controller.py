@@ -61,9 +61,9 @@ class DemoController:
         self.controller = Controller(
             Kube(api_client), driver, ControllerDefaults(), identity="hami-dra-demo", resync_seconds=5.0
         )
-        reconciler = self.controller.reconciler
-        self.recorder = RecordingPlanner(reconciler.planner)
-        reconciler.planner = self.recorder  # type: ignore[assignment]
+        allocator = self.controller.allocator
+        self.recorder = RecordingPlanner(allocator.planner)
+        allocator.planner = self.recorder  # type: ignore[assignment]
         try:
             self.controller.start(sync_timeout=15.0)
         except BaseException:

@@ -1,6 +1,6 @@
-"""The demo's Kubernetes objects: the seed's lab (one node, four Tesla T4) and its pods, in order.
+"""The demo's Kubernetes objects: the worked example's lab (one node, four Tesla T4) and its pods, in order.
 
-The seed's worked example needs GPU 0 with two 1000 MiB tenants, GPU 1 with one, GPUs 2 and 3
+The worked example needs GPU 0 with two 1000 MiB tenants, GPU 1 with one, GPUs 2 and 3
 idle, then a ``mutex,binpack`` pod. On an idle node ``binpack`` ties everywhere and takes GPU 0,
 then stacks the second tenant there; ``spread`` then takes the least used card, GPU 1. So the
 tenants are created through ordinary policy classes, exactly as a user would, and the placements
@@ -32,7 +32,7 @@ CLASS_POLICIES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class DemoPod:
-    """One pod of the scenario and the card the seed's semantics send it to."""
+    """One pod of the scenario and the card the worked example sends it to."""
 
     name: str
     recipe: str  # key of CLASS_POLICIES
@@ -57,7 +57,7 @@ EXCLUSIVE = DemoPod("exclusive", "mutex", "gpu-3", "mutex waits for a card witho
 
 MISSPELLED_POLICY = "mutex,binpak"
 
-#: The seed's usage scores of GPU 0..3 when the latency-tier pod is placed.
+#: The worked example's usage scores of GPU 0..3 when the latency-tier pod is placed.
 EXPECTED_SCORES = (3.302083, 1.651042, 0.0, 0.0)
 
 

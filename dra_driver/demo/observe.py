@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 from dra_driver.demo.checks import DemoFailure
 from dra_driver.demo.manifests import NAMESPACE
+from dra_driver.kube.api import Obj
 
 T = TypeVar("T")
-Obj = dict[str, Any]
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0, interval: float = 0.05) -> T:

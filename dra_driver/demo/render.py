@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -20,10 +20,10 @@ from rich.text import Text
 
 from dra_driver.demo.checks import Check
 from dra_driver.demo.controller import RecordedDecision
+from dra_driver.kube.api import Obj
 from dra_driver.quantity import parse_bytes
 
 WIDTH = 120
-Obj = dict[str, Any]
 
 
 def make_console(file: IO[str] | None = None) -> Console:
@@ -107,17 +107,17 @@ def scores_table(recorded: RecordedDecision, expected: Sequence[float]) -> Table
         caption=recorded.config,
         caption_justify="left",
     )
-    for column in ("card", "tenants", "used memory", "score", "seed", "eligible", "chosen"):
-        table.add_column(column, no_wrap=True, justify="right" if column in ("score", "seed") else "left")
+    for column in ("card", "tenants", "used memory", "score", "expected", "eligible", "chosen"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("score", "expected") else "left")
     for card in sorted(decision.candidates, key=lambda c: (c.node, c.index)):
-        seed = f"{expected[card.index]:.6f}" if card.index < len(expected) else "-"
+        want = f"{expected[card.index]:.6f}" if card.index < len(expected) else "-"
         eligible = "yes" if card.eligible else f"no ({card.reason.value if card.reason else '-'})"
         table.add_row(
             f"{card.node}/gpu-{card.index}",
             str(card.tenants),
             f"{card.used_memory // (1024 * 1024)} MiB",
             f"{card.score:.6f}",
-            seed,
+            want,
             eligible,
             "*" if card.chosen else "",
         )

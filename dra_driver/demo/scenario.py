@@ -1,4 +1,4 @@
-"""The demo's steps, in the seed's order, each printing what it observed and checking it.
+"""The demo's steps, in the worked example's order, each printing what it observed and checking it.
 
 1. the plugin registers with kubelet and publishes the node's ResourceSlice (API + real kubectl);
 2. DeviceClasses carrying policy chains and claim templates are applied (validated by the webhook);
@@ -20,8 +20,9 @@ from rich.console import Console
 from dra_driver.demo import manifests, render
 from dra_driver.demo.checks import Checks, DemoFailure
 from dra_driver.demo.manifests import DemoPod
-from dra_driver.demo.observe import Cluster, Kubectl, Obj, allocated_device, condition, wait_for
+from dra_driver.demo.observe import Cluster, Kubectl, allocated_device, condition, wait_for
 from dra_driver.demo.stack import DemoStack
+from dra_driver.kube.api import Obj
 from dra_driver.kubeletplugin.cdi import CdiNames
 
 CONDITION = "gpu.hami.io/Allocated"
@@ -52,7 +53,9 @@ class Scenario:
         try:
             self.publish()
             self.apply_classes()
-            self._rule("3. Pods in the seed's order; the webhook gates them, the controller places them")
+            self._rule(
+                "3. Pods in the worked example's order; the webhook gates them, the controller places them"
+            )
             for demo_pod in manifests.TENANTS:
                 self.place(demo_pod)
             latency = self.place(manifests.LATENCY)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES
 from dra_driver.devices.nvlink import pair_scores
 from dra_driver.quantity import MIB as MIB  # re-exported: the unit of every memory amount here
+from dra_driver.resource.slices import device_name
 
 DEFAULT_CORES = 100
 DEFAULT_SLOTS = 10
@@ -111,7 +112,7 @@ class Gpu:
 
         Only NVML discovery names by minor, so simulated nodes keep ``gpu-<index>``.
         """
-        return f"gpu-{self.minor}" if self.name_by_minor else f"gpu-{self.index}"
+        return device_name(self.minor if self.name_by_minor and self.minor is not None else self.index)
 
     @property
     def pair_scores(self) -> Mapping[int, int]:

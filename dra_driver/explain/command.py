@@ -14,6 +14,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
+from dra_driver.kube.config import add_kubectl_flags, load_kubectl_client
 
 
 def register(subparsers: Any) -> None:
@@ -28,29 +29,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-n", "--namespace", help="the pod's namespace (default: the context's, else default)"
     )
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context")
+    add_kubectl_flags(parser)
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.set_defaults(handler=run)
-
-
-def _client(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
-    from kubernetes import client, config
-
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
-        chosen = next((c for c in contexts if c["name"] == context), active) if context else active
-        namespace = str((chosen or {}).get("context", {}).get("namespace") or "default")
-        api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call,unused-ignore]
-        return api, namespace
-    except (config.ConfigException, OSError, TypeError):
-        try:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call,unused-ignore]
-            return client.ApiClient(configuration), "default"
-        except config.ConfigException as err:
-            raise UsageError(f"no Kubernetes config found (pass --kubeconfig): {err}") from None
 
 
 def _pod_name(target: str) -> str:
@@ -65,12 +47,12 @@ def _pod_name(target: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
-    from dra_driver.controller.pods import pod_claim_names
     from dra_driver.explain.render import render
     from dra_driver.explain.report import explain
+    from dra_driver.resource.objects import pod_claim_names
 
-    api_client, default_namespace = _client(args.kubeconfig, args.context)
-    namespace = args.namespace or default_namespace
+    cluster = load_kubectl_client(args.kubeconfig, args.context)
+    api_client, namespace = cluster.api_client, args.namespace or cluster.namespace
     core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
     name = _pod_name(args.target)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
+from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
 from dra_driver.contract import GATE_NAME, policy_taint_key
 from dra_driver.controller.decision_record import (
     RequestRecord,
@@ -23,14 +24,14 @@ from dra_driver.controller.decision_record import (
     decode,
     request_record,
 )
+from dra_driver.controller.eligibility import Matcher
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.ledger import Ledger, claim_uses
-from dra_driver.controller.objects import ClaimView, DeviceClassView, PodView
+from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.planner import PlanInput, Planner
-from dra_driver.controller.pods import pod_claim_names
-from dra_driver.controller.reconciler import CONDITION_TYPE
-from dra_driver.controller.requests import Matcher, RequestError, claim_requests
 from dra_driver.engine import Reason
+from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView, pod_claim_names
+from dra_driver.resource.requests import RequestError, claim_requests
+from dra_driver.resource.uses import claim_uses
 
 #: What would let a card take the request, per reason.
 FIXES: Mapping[str, str] = {

@@ -16,7 +16,10 @@ from urllib.parse import quote
 
 from dra_driver.kube.errors import KubeError
 
+#: A Kubernetes object as JSON, one this code builds or changes (what it sends, what a call returns).
 Obj = dict[str, Any]
+#: The same, read only: what a function that only reads an object takes (any mapping will do).
+ObjView = Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,8 @@ class Resource:
 PODS = Resource("", "v1", "pods", "Pod", True)
 NODES = Resource("", "v1", "nodes", "Node", False)
 EVENTS = Resource("", "v1", "events", "Event", True)
+#: The same Events as ``events.k8s.io/v1`` (``note``, ``regarding``, ``series``): dra_driver/kube/events.py.
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", True)
 RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
 RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
 DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
@@ -68,7 +73,7 @@ def _error(err: Exception) -> KubeError:
 
 class KubeApi(Protocol):
     """What the controller needs from the API: ``Kube`` in production, an in-memory fake in the
-    reconciler's unit tests (tests/controller/fake_kube.py)."""
+    controller's unit tests (tests/controller/fake_kube.py)."""
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj: ...
 

@@ -1,26 +1,151 @@
-"""One way for every component to get a Kubernetes API client: ``--kubeconfig`` or in-cluster.
+"""How every command gets its Kubernetes API client.
 
-The client is built from the given file without touching the process-wide default
-configuration, so two components in one process (the demo, the tests) never share settings.
+Components (controller, webhook, kubelet plugin) take ``--kubeconfig`` or run in-cluster:
+:func:`load_api_client`. The read-only CLI tools (``top``, ``explain``, ``simulate
+--from-cluster``), also run as ``kubectl hami-dra ...``, follow kubectl: :func:`load_kubectl_client`.
+
+A client is built from its file without touching the process-wide default configuration, so two
+components in one process (the demo, the tests) never share settings, and a kubeconfig is never
+written back (refreshed tokens stay in memory).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dra_driver.cli import UsageError
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: The context name reported for the pod's service account.
+IN_CLUSTER = "in-cluster"
+#: How a user fixes a missing or wrong kubeconfig, at the end of each such error.
+HINT = "(pass --kubeconfig or set KUBECONFIG)"
 
 
 def load_api_client(kubeconfig: str | None) -> Any:
     """A ``kubernetes.client.ApiClient`` for ``kubeconfig``, or for the pod's service account when None."""
     from kubernetes import client, config
 
+    if not kubeconfig:
+        return client.ApiClient(_in_cluster())
     try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call,unused-ignore]
-        return client.ApiClient(configuration)
+        return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
     except (config.ConfigException, OSError) as err:
-        where = kubeconfig or "in-cluster service account"
-        raise UsageError(f"cannot load Kubernetes config from {where}: {err} (pass --kubeconfig)") from None
+        raise UsageError(
+            f"cannot load Kubernetes config from {kubeconfig}: {err} (pass --kubeconfig)"
+        ) from None
+
+
+def _in_cluster() -> Any:
+    """The ``kubernetes.client.Configuration`` of the pod's service account."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call,unused-ignore]
+    except (config.ConfigException, OSError) as err:
+        raise UsageError(
+            f"cannot load Kubernetes config from in-cluster service account: {err} (pass --kubeconfig)"
+        ) from None
+    return configuration
+
+
+def add_kubectl_flags(parser: argparse.ArgumentParser) -> None:
+    """``--kubeconfig`` and ``--context``, read by :func:`load_kubectl_client`."""
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster)"
+    )
+    parser.add_argument("--context", help="kubeconfig context (default: the current context)")
+
+
+@dataclass(frozen=True, slots=True)
+class KubectlClient:
+    """An API client chosen as kubectl chooses one, and what it points at."""
+
+    api_client: Any
+    #: The kubeconfig context in use, or :data:`IN_CLUSTER`.
+    context: str
+    #: The context's namespace, else the service account's, else ``default``.
+    namespace: str
+    #: The API server's URL.
+    server: str
+
+
+def _any_file(paths: str) -> bool:
+    """Whether any of the ``:``-separated files exists."""
+    return any(Path(path).expanduser().is_file() for path in paths.split(os.pathsep) if path)
+
+
+def kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """The kubeconfig kubectl would read: ``--kubeconfig``, else ``$KUBECONFIG`` (files joined by
+    ``:`` are merged), else ``~/.kube/config``; None: none, so the pod's service account.
+
+    A ``$KUBECONFIG`` none of whose files exists counts as none inside a pod (kubectl's rule).
+    Raises :class:`UsageError` for a missing file, unless it could only be the default.
+    """
+    if kubeconfig:
+        if os.pathsep not in kubeconfig and not Path(kubeconfig).expanduser().is_file():
+            raise UsageError(f"cannot load Kubernetes config: kubeconfig {kubeconfig} does not exist {HINT}")
+        return kubeconfig
+    variable = os.environ.get("KUBECONFIG")
+    if variable:
+        if _any_file(variable):
+            return variable
+        if "KUBERNETES_SERVICE_HOST" in os.environ:
+            return None
+        raise UsageError(
+            f"cannot load Kubernetes config: kubeconfig {variable} ($KUBECONFIG) does not exist {HINT}"
+        )
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+def load_kubectl_client(kubeconfig: str | None, context: str | None) -> KubectlClient:
+    """The client kubectl would use: the kubeconfig of :func:`kubeconfig_path` and its current context
+    (``context`` picks another), else the pod's service account; errors are :class:`UsageError`.
+
+    Requests are never retried: each retry would log a warning line before the one-line error.
+    """
+    from kubernetes import client, config
+
+    path = kubeconfig_path(kubeconfig)
+    if path is None:
+        if context:
+            raise UsageError(f"cannot load Kubernetes config: --context {context} needs a kubeconfig {HINT}")
+        if "KUBERNETES_SERVICE_HOST" not in os.environ:
+            raise UsageError(
+                "cannot load Kubernetes config: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) "
+                f"and not running in a pod {HINT}"
+            )
+        in_cluster = _in_cluster()
+        in_cluster.retries = 0  # read when the client is made
+        namespace = "default"
+        if SERVICE_ACCOUNT_NAMESPACE.is_file():
+            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or namespace
+        return KubectlClient(client.ApiClient(in_cluster), IN_CLUSTER, namespace, str(in_cluster.host))
+    configuration = client.Configuration()
+    try:
+        contexts, current = config.list_kube_config_contexts(path)  # type: ignore[no-untyped-call,unused-ignore]
+        chosen = current
+        if context:
+            chosen = next((c for c in contexts if c.get("name") == context), None)
+            if chosen is None:
+                names = ", ".join(sorted(str(c.get("name")) for c in contexts)) or "none"
+                raise UsageError(
+                    f"cannot load Kubernetes config: context {context!r} not in {path} (contexts: {names})"
+                )
+        config.load_kube_config(  # type: ignore[no-untyped-call,unused-ignore]
+            config_file=path, context=context, client_configuration=configuration, persist_config=False
+        )
+    except (config.ConfigException, OSError, ValueError) as err:
+        raise UsageError(f"cannot load Kubernetes config from {path}: {err}") from None
+    configuration.retries = 0  # read when the client is made
+    chosen = chosen or {}
+    namespace = str((chosen.get("context") or {}).get("namespace") or "default")
+    return KubectlClient(
+        client.ApiClient(configuration), str(chosen.get("name") or ""), namespace, str(configuration.host)
+    )

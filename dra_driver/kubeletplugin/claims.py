@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_driver.quantity import QuantityError, parse_bytes
+from dra_driver.resource.capacity import Consumption, consumption
 
 
 class ClaimError(Exception):
@@ -78,9 +79,14 @@ class AllocatedDevice:
         return self.request.split("/", 1)[0]
 
     @property
+    def consumption(self) -> Consumption:
+        """What the result takes of its GPU (``dra_driver/resource/capacity.py``'s rule)."""
+        return consumption(self.share_id, self.consumed, admin_access=self.admin_access)
+
+    @property
     def exclusive(self) -> bool:
         """A result without shareID takes the whole device (consumable-capacity semantics)."""
-        return self.share_id is None
+        return self.consumption.whole_device
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"request": self.request, "pool": self.pool, "device": self.device}

@@ -7,11 +7,14 @@ Usage::
         --kubeconfig ~/.kube/config --plugin-dir /tmp/p --registry-dir /tmp/r --cdi-dir /var/run/cdi
 
 Every documented flag has an environment variable named after it for the Helm chart
-(``--node-name`` reads ``NODE_NAME``, ``--cdi-dir`` reads ``CDI_DIR``, ...; ``--help`` lists them).
+(``--node-name`` reads ``NODE_NAME``, ``--cdi-dir`` reads ``CDI_DIR``, ...; ``--help`` lists them);
+the flags whose names say nothing of GPUs or DRA read it with the component's prefix
+(``--source`` reads ``KUBELET_PLUGIN_SOURCE``; also ``_PROFILE``, ``_GPUS``, ``_PUBLISH``).
 Booleans are ``--x[=true|false]`` and metrics listen on ``--metrics-bind-address HOST:PORT``; the
-old spellings (``--no-policy-taint``, ``--no-publish``, ``--metrics-port``; env ``DEVICE_SOURCE``,
-``GPU_PROFILE``, ``GPU_COUNT``, ``CDI_ROOT``, ``METRICS_PORT``) still work and log a deprecation
-warning. Runs until SIGTERM/SIGINT, then deregisters and removes its sockets.
+old spellings (``--no-policy-taint``, ``--no-publish``, ``--metrics-port``; env ``SOURCE``,
+``DEVICE_SOURCE``, ``PROFILE``, ``GPU_PROFILE``, ``GPUS``, ``GPU_COUNT``, ``PUBLISH``, ``CDI_ROOT``,
+``METRICS_PORT``) still work and log a deprecation warning. Runs until SIGTERM/SIGINT, then
+deregisters and removes its sockets.
 """
 
 from __future__ import annotations
@@ -25,13 +28,27 @@ from typing import TYPE_CHECKING, Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
-from dra_driver.flags import add_bool, add_metrics_bind_address, env_default, metrics_port, parse_int
+from dra_driver.flags import add_bool, add_metrics_bind_address, env_default, metrics_address, parse_int
 from dra_driver.kube.config import load_api_client
 
 if TYPE_CHECKING:
     from dra_driver.kubeletplugin.plugin import PluginOptions
 
 LOG = logging.getLogger(__name__)
+
+#: What the generic flags' variables start with: a bare ``SOURCE`` or ``GPUS`` in a container's
+#: environment may well be meant for something else.
+ENV_PREFIX = "KUBELET_PLUGIN_"
+
+
+def _prefixed_env(parser: argparse.ArgumentParser, flag: str, *old: str, typed: bool = False) -> str | None:
+    """``flag``'s value from ``KUBELET_PLUGIN_<FLAG>``, else from each deprecated ``old`` name in turn."""
+    prefixed = "--" + ENV_PREFIX.lower().replace("_", "-") + flag.lstrip("-")
+    for name in old:
+        value = env_default(parser, prefixed, old=name, typed=typed)
+        if value is not None:
+            return value
+    return None
 
 
 def register(subparsers: Any) -> None:
@@ -51,8 +68,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--source",
         choices=("nvml", "simulated"),
-        default=env_default(parser, "--source", old="DEVICE_SOURCE"),
-        help="GPU source (env SOURCE)",
+        default=_prefixed_env(parser, "--source", "SOURCE", "DEVICE_SOURCE"),
+        help=f"GPU source (env {ENV_PREFIX}SOURCE)",
     )
     parser.add_argument(
         "--nvidia-driver-root",
@@ -63,14 +80,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--profile",
-        default=env_default(parser, "--profile", old="GPU_PROFILE"),
-        help="simulated GPU model (env PROFILE)",
+        default=_prefixed_env(parser, "--profile", "PROFILE", "GPU_PROFILE"),
+        help=f"simulated GPU model (env {ENV_PREFIX}PROFILE)",
     )
     parser.add_argument(
         "--gpus",
         type=parse_int,
-        default=env_default(parser, "--gpus", old="GPU_COUNT", typed=True),
-        help="simulated GPU count (env GPUS)",
+        default=_prefixed_env(parser, "--gpus", "GPUS", "GPU_COUNT", typed=True),
+        help=f"simulated GPU count (env {ENV_PREFIX}GPUS)",
     )
     parser.add_argument(
         "--devices-file",
@@ -149,7 +166,17 @@ def register(subparsers: Any) -> None:
         default=env_default(parser, "--health-file"),
         help="YAML/JSON {gpu-N: unhealthy|healthy} polled for GPU health (simulated nodes; env HEALTH_FILE)",
     )
-    add_bool(parser, "--publish", default=True, negation_alias=True, help="publish ResourceSlices")
+    add_bool(
+        parser,
+        "--publish",
+        default=True,
+        env=False,
+        negation_alias=True,
+        help=f"publish ResourceSlices; env {ENV_PREFIX}PUBLISH",
+    )
+    publish = _prefixed_env(parser, "--publish", "PUBLISH", typed=True)
+    if publish is not None:
+        parser.set_defaults(publish=publish)  # parsed by --publish's type, as add_bool's own variable
     parser.add_argument(
         "--boot-id-file", type=Path, default=Path("/proc/sys/kernel/random/boot_id"), help=argparse.SUPPRESS
     )
@@ -161,10 +188,7 @@ def plugin_options(args: argparse.Namespace) -> PluginOptions:
     """The plugin's options from the parsed command line."""
     from dra_driver.kubeletplugin.plugin import PluginOptions
 
-    try:
-        port = metrics_port(args)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    address = metrics_address(args)
     return PluginOptions(
         node_name=args.node_name,
         driver_name=args.driver_name,
@@ -183,7 +207,8 @@ def plugin_options(args: argparse.Namespace) -> PluginOptions:
         boot_id_file=args.boot_id_file,
         publish=args.publish,
         cleanup_seconds=args.cleanup_seconds,
-        metrics_port=port,
+        metrics_port=address.port if address else None,
+        metrics_host=address.host if address else "",
     )
 
 

@@ -2,8 +2,9 @@
 
 The scheduler (or our controller) is supposed to never do that, but allocations can race (two
 allocators, stale caches) and the node is the only place that sees every prepared claim. The
-rules are consumable-capacity semantics: a result without shareID owns the whole GPU; shares add
-up their consumed memory, cores and slots (one slot per share unless recorded otherwise).
+rules are consumable-capacity semantics (``dra_driver/resource/capacity.py``, as the controller's
+ledger counts): a result without shareID owns the whole GPU; shares add up their consumed memory,
+cores and slots (at least one slot per share).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dra_driver.contract import CORES, MEMORY, SLOTS
 from dra_driver.kubeletplugin.claims import AllocatedDevice, ClaimError
 from dra_driver.kubeletplugin.inventory import NodeGpu
 from dra_driver.quantity import format_bytes
+from dra_driver.resource.capacity import Capacity
 
 
 @dataclass
@@ -39,15 +40,13 @@ def usage_by_gpu(
             continue
         entry = usage.setdefault(gpu.name, GpuUsage())
         entry.tenants += 1
-        if device.exclusive:
+        taken = device.consumption
+        if taken.whole_device:
             entry.exclusive_by = claim_uid
-            entry.memory += gpu.memory_bytes
-            entry.cores += gpu.cores
-            entry.slots += gpu.slots
-        else:
-            entry.memory += device.consumed.get(MEMORY, 0)
-            entry.cores += device.consumed.get(CORES, 0)
-            entry.slots += device.consumed.get(SLOTS, 1)
+        amounts = taken.of(Capacity(gpu.memory_bytes, gpu.cores, gpu.slots))
+        entry.memory += amounts.memory
+        entry.cores += amounts.cores
+        entry.slots += amounts.slots
     return usage
 
 

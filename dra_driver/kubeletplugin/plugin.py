@@ -14,6 +14,7 @@ from typing import Any
 
 from dra_driver.contract import ISOLATION_NONE
 from dra_driver.devices.model import Gpu
+from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.checkpoint import DEFAULT_BOOT_ID_FILE, Checkpoint, read_boot_id
 from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
 from dra_driver.kubeletplugin.dra_service import dra_handlers
@@ -22,10 +23,11 @@ from dra_driver.kubeletplugin.hamicore_library import inspect_library
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
 from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
+from dra_driver.kubeletplugin.node import NodeReader
 from dra_driver.kubeletplugin.node_events import NodeEvents
 from dra_driver.kubeletplugin.prepare import Preparer, PreparerConfig
 from dra_driver.kubeletplugin.registration import RegistrationService
-from dra_driver.kubeletplugin.server import PluginServers
+from dra_driver.kubeletplugin.server import PluginServers, SocketError
 from dra_driver.kubeletplugin.toolkit import REGISTRY_DIRS, TOOLKIT_KINDS, ToolkitRegistry
 from dra_driver.kubeletplugin.withheld import (
     Withheld,
@@ -68,7 +70,10 @@ class PluginOptions:
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE
     publish: bool = True
     cleanup_seconds: float = 60.0
+    #: ``--metrics-bind-address``: the port (None: no metrics server) and the host ("": every
+    #: IPv4 interface; an IPv4/IPv6 address or a host name: only there).
     metrics_port: int | None = None
+    metrics_host: str = ""
 
 
 class KubeletPlugin:
@@ -87,7 +92,11 @@ class KubeletPlugin:
         self.health.add_listener(self._on_health)
         self.toolkit = self._toolkit_registry(options)
         self.withheld: dict[str, Withheld] = {}
-        self.events = NodeEvents(api_client, options.node_name, options.driver_name) if api_client else None
+        #: This node's Node, read by the withheld check and the publisher alike.
+        self.node = NodeReader(Kube(api_client), options.node_name) if api_client else None
+        self.events = (
+            NodeEvents(Kube(api_client), options.node_name, options.driver_name) if api_client else None
+        )
         self.preparer = Preparer(
             PreparerConfig(
                 driver=options.driver_name,
@@ -205,15 +214,8 @@ class KubeletPlugin:
         return True
 
     def _read_node(self) -> dict[str, Any]:
-        import json
-
-        from kubernetes import client
-
         try:
-            api: Any = client.CoreV1Api(self.api_client)
-            response = api.read_node(self.options.node_name, _preload_content=False)
-            node: dict[str, Any] = json.loads(response.data)
-            return node
+            return self.node.read() if self.node is not None else {}
         except Exception as err:  # an unreadable Node must not stop publishing
             LOG.warning("could not read node %s (device plugin check): %s", self.options.node_name, err)
             return {}
@@ -259,6 +261,7 @@ class KubeletPlugin:
                 node_name=self.options.node_name,
                 gpus=self._current_gpus,
                 policy_taint=self.options.policy_taint,
+                node_uid=self.node.uid if self.node is not None else None,
             )
             self.publisher.start()
         if self.options.health_file is not None:
@@ -271,7 +274,12 @@ class KubeletPlugin:
             nvml.start()
             self._watchers.append(nvml)
         if self.options.metrics_port:
-            self._metrics_server = self.metrics.serve(self.options.metrics_port)
+            try:
+                self._metrics_server = self.metrics.serve(
+                    self.options.metrics_port, self.options.metrics_host
+                )
+            except OSError as err:
+                raise SocketError(f"--metrics-bind-address: {err.strerror or err}") from err
         self.servers.start()
         threading.Thread(target=self._deleted_claims_loop, name="deleted-claims", daemon=True).start()
         threading.Thread(target=self._recheck_loop, name="withheld-gpus", daemon=True).start()

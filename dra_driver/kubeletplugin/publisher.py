@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dra_driver.devices.model import Gpu
+from dra_driver.kube.api import Kube
+from dra_driver.kubeletplugin.node import NodeReader
 from dra_driver.kubeletplugin.slices import build_resource_slices
 
 LOG = logging.getLogger(__name__)
@@ -46,11 +48,13 @@ class SlicePublisher:
         gpus: Callable[[], list[Gpu]],
         policy_taint: bool = True,
         resync_seconds: float = 30.0,
+        node_uid: Callable[[], str | None] | None = None,
     ) -> None:
         from kubernetes import client
 
         self._api: Any = client.ResourceV1Api(api_client)
-        self._core: Any = client.CoreV1Api(api_client)
+        #: The Node's UID for the slices' owner reference (the plugin shares its NodeReader).
+        self._node_uid = node_uid or NodeReader(Kube(api_client), node_name).uid
         self._exception = client.exceptions.ApiException
         self.driver_name = driver_name
         self.node_name = node_name
@@ -63,7 +67,6 @@ class SlicePublisher:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._node_uid: str | None = None
         #: Set once the API holds this node's slices as desired (the plugin's readiness).
         self.published = threading.Event()
 
@@ -77,23 +80,13 @@ class SlicePublisher:
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return [s for s in items if (s.get("spec") or {}).get("driver") == self.driver_name]
 
-    def _lookup_node_uid(self) -> str | None:
-        if self._node_uid is None:
-            try:
-                node = json.loads(self._core.read_node(self.node_name, _preload_content=False).data)
-                self._node_uid = (node.get("metadata") or {}).get("uid")
-            except self._exception as err:
-                if err.status != 404:
-                    raise
-        return self._node_uid
-
     def desired(self, generation: int) -> list[dict[str, Any]]:
         slices = build_resource_slices(
             self._gpus(),
             driver_name=self.driver_name,
             node_name=self.node_name,
             generation=generation,
-            node_uid=self._lookup_node_uid(),
+            node_uid=self._node_uid(),
             policy_taint=self.policy_taint and self.taints_supported,
             taint_unhealthy=self.taints_supported,
         )

@@ -10,10 +10,11 @@ Public API::
 
 One pool per node (pool name = node name), device names ``Gpu.name`` (``gpu-<index>`` for simulated
 GPUs, ``gpu-<minor>`` from NVML). Each device carries the attributes and consumable capacity this
-driver publishes: ``memory`` (bytes, request policy min 1Mi / step 1Mi / default = the whole card,
-so a claim that does not ask for memory gets the card to itself), ``cores`` (100, 0..100 step 1,
-default 0) and ``slots`` (HAMi's split count, default 1 per allocation), with
-``allowMultipleAllocations: true``. Version attributes are strict semver (``535.104.05`` ->
+driver publishes, named and with the request policies of ``dra_driver/resource/slices.py`` (which
+the controller and ``top`` read them back with): ``memory`` (bytes, request policy min 1Mi / step
+1Mi / default = the whole card, so a claim that does not ask for memory gets the card to itself),
+``cores`` (100, 0..100 step 1, default 0) and ``slots`` (HAMi's split count, default 1 per
+allocation), with ``allowMultipleAllocations: true``. Version attributes are strict semver (``535.104.05`` ->
 ``535.104.5``) because Kubernetes rejects anything else at CEL time.
 
 Attributes (unqualified names live in the driver's domain, e.g. ``device.attributes["gpu.hami.io"].index``):
@@ -54,7 +55,25 @@ from dra_driver.contract import (
 )
 from dra_driver.devices.model import Gpu, semver
 from dra_driver.devices.nvlink import nvlink_peers_attribute
-from dra_driver.quantity import MIB, format_bytes
+from dra_driver.resource.slices import (
+    ARCHITECTURE_ATTRIBUTE,
+    BRAND_ATTRIBUTE,
+    CUDA_COMPUTE_CAPABILITY_ATTRIBUTE,
+    CUDA_DRIVER_VERSION_ATTRIBUTE,
+    DRIVER_VERSION_ATTRIBUTE,
+    GPU_TYPE,
+    HEALTHY_ATTRIBUTE,
+    INDEX_ATTRIBUTE,
+    MINOR_ATTRIBUTE,
+    NUMA_NODE_ATTRIBUTE,
+    NVLINK_PEERS_ATTRIBUTE,
+    PCI_BUS_ID_ATTRIBUTE,
+    PCIE_ROOT_ATTRIBUTE,
+    PRODUCT_NAME_ATTRIBUTE,
+    TYPE_ATTRIBUTE,
+    UUID_ATTRIBUTE,
+    capacity_entries,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +84,6 @@ MAX_DEVICES_PER_SLICE = 128
 MAX_TAINTED_DEVICES_PER_SLICE = 64
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_ATTRIBUTE_STRING = 64
-NUMA_NODE_ATTRIBUTE = "resource.kubernetes.io/numaNode"
-PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
-PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -152,21 +168,7 @@ def device_entry(
 ) -> dict[str, Any]:
     """The ``spec.devices[]`` entry for one GPU."""
     attributes = _attributes(gpu)
-    memory = (gpu.memory_bytes // MIB) * MIB
-    capacity = {
-        "memory": {
-            "value": format_bytes(memory),
-            "requestPolicy": {
-                "default": format_bytes(memory),
-                "validRange": {"min": "1Mi", "step": "1Mi"},
-            },
-        },
-        "cores": {
-            "value": str(gpu.cores),
-            "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": str(gpu.cores), "step": "1"}},
-        },
-        "slots": {"value": str(gpu.slots), "requestPolicy": _slots_policy(gpu.slots)},
-    }
+    capacity = capacity_entries(gpu.memory_bytes, gpu.cores, gpu.slots)
     overflow = len(attributes) + len(capacity) - MAX_ATTRIBUTES_AND_CAPACITIES
     if overflow > 0:  # pragma: no cover - we publish far fewer; kept as a guard for future attributes
         for key in list(attributes)[-overflow:]:
@@ -187,31 +189,24 @@ def device_entry(
     return device
 
 
-def _slots_policy(slots: int) -> dict[str, Any]:
-    # The API requires min + step <= value, so a card that allows one tenant gets no step.
-    if slots >= 2:
-        return {"default": "1", "validRange": {"min": "1", "max": str(slots), "step": "1"}}
-    return {"default": "1", "validRange": {"min": "1", "max": "1"}}
-
-
 def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
     attributes: dict[str, dict[str, Any]] = {
-        "type": {"string": "gpu"},
-        "index": {"int": gpu.index},
-        "uuid": _string(gpu.uuid, gpu, "uuid"),
-        "productName": _string(gpu.product_name, gpu, "productName"),
-        "healthy": {"bool": gpu.healthy},
+        TYPE_ATTRIBUTE: {"string": GPU_TYPE},
+        INDEX_ATTRIBUTE: {"int": gpu.index},
+        UUID_ATTRIBUTE: _string(gpu.uuid, gpu, UUID_ATTRIBUTE),
+        PRODUCT_NAME_ATTRIBUTE: _string(gpu.product_name, gpu, PRODUCT_NAME_ATTRIBUTE),
+        HEALTHY_ATTRIBUTE: {"bool": gpu.healthy},
         ISOLATION_ATTRIBUTE: {"string": gpu.isolation},
     }
     if gpu.minor is not None:
-        attributes["minor"] = {"int": gpu.minor}
-    for key, text in (("brand", gpu.brand), ("architecture", gpu.architecture)):
+        attributes[MINOR_ATTRIBUTE] = {"int": gpu.minor}
+    for key, text in ((BRAND_ATTRIBUTE, gpu.brand), (ARCHITECTURE_ATTRIBUTE, gpu.architecture)):
         if text:
             attributes[key] = _string(text, gpu, key)
     for key, raw in (
-        ("cudaComputeCapability", gpu.cuda_compute_capability),
-        ("driverVersion", gpu.driver_version),
-        ("cudaDriverVersion", gpu.cuda_driver_version),
+        (CUDA_COMPUTE_CAPABILITY_ATTRIBUTE, gpu.cuda_compute_capability),
+        (DRIVER_VERSION_ATTRIBUTE, gpu.driver_version),
+        (CUDA_DRIVER_VERSION_ATTRIBUTE, gpu.cuda_driver_version),
         (HAMI_CORE_VERSION_ATTRIBUTE, gpu.hami_core_version),
     ):
         if raw:
@@ -229,7 +224,7 @@ def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
     if gpu.nvlink_peers:
         peers = nvlink_peers_attribute(gpu.nvlink_peers)
         if len(peers) <= MAX_ATTRIBUTE_STRING:
-            attributes["nvlinkPeers"] = {"string": peers}
+            attributes[NVLINK_PEERS_ATTRIBUTE] = {"string": peers}
         else:
             log.warning(
                 "%s: NVLink peer list longer than %d characters; omitted", gpu.name, MAX_ATTRIBUTE_STRING

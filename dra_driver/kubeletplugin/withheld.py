@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dra_driver.kubeletplugin.inventory import NodeGpu
 from dra_driver.kubeletplugin.toolkit import GENERATE_HINT, ToolkitEdits
-from dra_driver.quantity import parse_quantity
+from dra_driver.quantity import floor_quantity
 
 #: The extended resource NVIDIA's device plugin (and the GPU Operator's) advertises.
 DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
@@ -64,13 +64,7 @@ def cdi_withheld(
 
 def device_plugin_gpus(allocatable: Mapping[str, str] | None) -> int:
     """How many ``nvidia.com/gpu`` the Node's allocatable holds (0 when absent or unparsable)."""
-    value = (allocatable or {}).get(DEVICE_PLUGIN_RESOURCE)
-    if value is None:
-        return 0
-    try:
-        return int(parse_quantity(str(value)))
-    except ValueError:
-        return 0
+    return floor_quantity((allocatable or {}).get(DEVICE_PLUGIN_RESOURCE)) or 0
 
 
 def device_plugin_withheld(gpus: Iterable[NodeGpu], advertised: int) -> dict[str, Withheld]:

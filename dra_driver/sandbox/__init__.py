@@ -9,7 +9,7 @@ accept too; where it is simpler than Kubernetes it says so below.
 Modules: ``server`` (:class:`SandboxServer`, start/stop, kubeconfig), ``http`` (REST routing,
 lists, watches), ``api`` (write path: admission, validation, optimistic concurrency, finalizers,
 garbage collection), ``store`` (global resourceVersion, history, watchers), ``validation``
-(kubernetes-validate strict, metadata; ``dra_rules``, ``pod_rules``, ``fieldcheck``),
+(kubernetes-validate strict, metadata; ``dra_rules``, ``pod_rules``, ``event_rules``, ``fieldcheck``),
 ``admission`` (webhooks), ``patch``, ``selectors``,
 ``tables``, ``discovery``, ``faults``, ``certs``; simulator: ``cluster`` (:class:`SandboxCluster`,
 nodes, per-node kubelet hook), ``claimcontroller``, ``scheduler``, ``firstfit``, ``events``,

@@ -19,15 +19,14 @@ import ssl
 import urllib.parse
 import uuid
 from collections.abc import Callable
-from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.patch import json_patch
 from dra_driver.sandbox.resources import ResourceType
 from dra_driver.sandbox.selectors import labels_match, selector_from_label_selector
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 #: Resolves a webhook ``clientConfig.service`` (namespace, name, port) to ``host:port``: the sandbox
 #: has no Services, so whoever starts a webhook in-process registers where it listens.

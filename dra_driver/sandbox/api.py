@@ -25,17 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.admission import Admission
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.patch import apply_patch
-from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, by_key, require
+from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, by_key, require, to_storage, to_view
 from dra_driver.sandbox.selectors import make_filter
 from dra_driver.sandbox.store import Event, Store, Watcher
 from dra_driver.sandbox.validation import Validator
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 NAMESPACES = require("", "v1", "namespaces")
 PODS = require("", "v1", "pods")
@@ -110,10 +110,10 @@ class Api:
     # ----------------------------------------------------------------------------------- reads
 
     def get(self, rt: ResourceType, ns: str, name: str) -> Obj:
-        obj = self.store.get(rt.key, (ns if rt.namespaced else "", name))
+        obj = self.store.get(rt.storage_key, (ns if rt.namespaced else "", name))
         if obj is None:
             raise e.not_found(rt, name)
-        return obj
+        return to_view(rt, obj)
 
     def list_objects(
         self,
@@ -123,11 +123,24 @@ class Api:
         field_selector: str | None = None,
     ) -> tuple[list[Obj], int]:
         predicate = make_filter(label_selector, field_selector, rt)
-        items, rv = self.store.items(rt.key, ns or None if rt.namespaced else None)
-        return [o for o in items if predicate(o)], rv
+        items, rv = self.store.items(rt.storage_key, ns or None if rt.namespaced else None)
+        return [o for o in (to_view(rt, item) for item in items) if predicate(o)], rv
 
     def watch(self, rt: ResourceType, ns: str | None, since: int | None) -> tuple[Watcher, list[Event]]:
-        return self.store.watch(rt.key, ns or None if rt.namespaced else None, since)
+        """Watch ``rt``'s objects; the events carry stored objects: :meth:`present` shows them as ``rt``."""
+        return self.store.watch(rt.storage_key, ns or None if rt.namespaced else None, since)
+
+    @staticmethod
+    def present(rt: ResourceType, obj: Obj) -> Obj:
+        """A stored object (from a watch event) as ``rt`` shows it."""
+        return to_view(rt, obj)
+
+    def _put(self, rt: ResourceType, key: tuple[str, str], obj: Obj, expect_rv: str | None, kind: str) -> Obj:
+        """``store.put`` for ``rt``'s objects: views are converted to the stored shape and back."""
+        return to_view(rt, self.store.put(rt.storage_key, key, to_storage(rt, obj), expect_rv, kind))
+
+    def _remove(self, rt: ResourceType, key: tuple[str, str], expect_rv: str) -> Obj:
+        return to_view(rt, self.store.remove(rt.storage_key, key, expect_rv))
 
     # ----------------------------------------------------------------------------------- helpers
 
@@ -210,7 +223,7 @@ class Api:
         if opts.dry_run:
             return obj
         try:
-            return self.store.put(rt.key, (meta.get("namespace", ""), meta["name"]), obj, None, "ADDED")
+            return self._put(rt, (meta.get("namespace", ""), meta["name"]), obj, None, "ADDED")
         except KeyError as err:
             raise e.already_exists(rt, meta["name"]) from err
 
@@ -325,11 +338,11 @@ class Api:
             try:
                 if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                     # The last finalizer is gone: record the update, then the object disappears.
-                    stored = self.store.put(rt.key, key, new, cur_rv, "MODIFIED")
-                    gone = self.store.remove(rt.key, key, stored["metadata"]["resourceVersion"])
-                    self._gc_queue.put((rt.key, gone))
+                    stored = self._put(rt, key, new, cur_rv, "MODIFIED")
+                    gone = self._remove(rt, key, stored["metadata"]["resourceVersion"])
+                    self._gc_queue.put((rt.storage_key, gone))
                     return gone
-                return self.store.put(rt.key, key, new, cur_rv, "MODIFIED")
+                return self._put(rt, key, new, cur_rv, "MODIFIED")
             except KeyError:
                 if want_rv is not None:
                     raise e.conflict(rt, name, e.STALE) from None
@@ -459,16 +472,16 @@ class Api:
                     meta["deletionGracePeriodSeconds"] = 0
                     if rt.key == "namespaces":
                         current.setdefault("status", {})["phase"] = "Terminating"
-                    stored = self.store.put(rt.key, key, current, rv, "MODIFIED")
+                    stored = self._put(rt, key, current, rv, "MODIFIED")
                     if orphan:
                         self._gc_queue.put(("__orphan__", stored))
                     if rt.key == "namespaces":
                         self._gc_queue.put(("__namespace__", stored))
                     return stored, False
-                gone = self.store.remove(rt.key, key, rv)
+                gone = self._remove(rt, key, rv)
             except KeyError:
                 continue
-            self._gc_queue.put(("__orphan__" if orphan else rt.key, gone))
+            self._gc_queue.put(("__orphan__" if orphan else rt.storage_key, gone))
             if rt.returns_deleted_object:
                 return gone, True
             return {
@@ -518,7 +531,7 @@ class Api:
 
     def _drain_namespace(self, ns: str) -> None:
         for rt in RESOURCE_TYPES:
-            if not rt.namespaced:
+            if not rt.namespaced or rt.storage:  # a view's objects are deleted as their own resource's
                 continue
             for obj in self.store.items(rt.key, ns)[0]:
                 try:

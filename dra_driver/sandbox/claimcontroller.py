@@ -23,6 +23,7 @@ import json
 import logging
 from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox.api import Api, WriteOptions
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.events import record_event
@@ -30,7 +31,6 @@ from dra_driver.sandbox.reconciler import Reconciler
 from dra_driver.sandbox.resources import require
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 PODS = require("", "v1", "pods")
 CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, groups, in_group_version
-
-Obj = dict[str, Any]
 
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 AGGREGATED_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -38,7 +36,7 @@ def resource_list(group: str, version: str) -> Obj:
             "namespaced": rt.namespaced,
             "kind": rt.kind,
             "verbs": list(rt.verbs),
-            "storageVersionHash": hashlib.sha256(rt.key.encode()).hexdigest()[:12],
+            "storageVersionHash": hashlib.sha256(rt.storage_key.encode()).hexdigest()[:12],
         }
         if rt.short_names:
             entry["shortNames"] = list(rt.short_names)

@@ -12,10 +12,9 @@ import json
 import uuid
 from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.fieldcheck import DNS_SUBDOMAIN, SEMVER, Errors, one_of, parse_quantity
-
-Obj = dict[str, Any]
 
 
 def _selectors(errs: Errors, path: str, selectors: list[Obj] | None) -> None:

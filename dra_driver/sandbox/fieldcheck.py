@@ -12,11 +12,10 @@ from fractions import Fraction
 from typing import Any
 
 from dra_driver import quantity
+from dra_driver.kube.api import Obj
 from dra_driver.quantity import QuantityError
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.errors import FieldError
-
-Obj = dict[str, Any]
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -10,7 +10,9 @@ scheduler, written independently of the driver's controller so that it can catch
 - a device is eligible when the class's and the request's CEL selectors match (via
   ``dra_driver.cel``, Kubernetes' CEL semantics), its ``NoSchedule``/``NoExecute`` taints are
   tolerated by the request, and it is free: unallocated, or ``allowMultipleAllocations`` with
-  enough capacity left (the consumable-capacity rules of resource.k8s.io/v1);
+  enough capacity left (the consumable-capacity rules of resource.k8s.io/v1, from
+  ``dra_driver/resource/capacity.py``: what a result takes, what a request consumes under the
+  device's ``requestPolicy``);
 - ``exactly`` (ExactCount / All) and ``firstAvailable`` (first subrequest that fits) requests;
   claims with ``constraints`` are not allocated (reported), as this simple allocator cannot honour them;
 - the result carries ``shareID`` + ``consumedCapacity`` for shared devices, the class configs
@@ -26,6 +28,9 @@ import uuid
 from fractions import Fraction
 from typing import Any
 
+from dra_driver.quantity import format_bytes
+from dra_driver.resource.capacity import NOTHING, policy_consumption, result_consumption
+from dra_driver.resource.nodes import BLOCKING_EFFECTS, taints_tolerated
 from dra_driver.sandbox.api import Api
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.fieldcheck import parse_quantity
@@ -45,62 +50,7 @@ def format_quantity(value: Fraction) -> str:
     """A canonical-enough Kubernetes quantity for an exact amount (binary suffix when it divides)."""
     if value.denominator != 1:
         return f"{math.ceil(value * 1000)}m"
-    n = int(value)
-    for suffix, factor in (
-        ("Ei", 2**60),
-        ("Pi", 2**50),
-        ("Ti", 2**40),
-        ("Gi", 2**30),
-        ("Mi", 2**20),
-        ("Ki", 2**10),
-    ):
-        if n and n % factor == 0:
-            return f"{n // factor}{suffix}"
-    return str(n)
-
-
-def _tolerated(taint: Obj, tolerations: list[Obj]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol["effect"] != taint.get("effect"):
-            continue
-        if tol.get("operator", "Equal") == "Exists":
-            if not tol.get("key") or tol["key"] == taint.get("key"):
-                return True
-        elif tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def consumption(device: Obj, requested: dict[str, Any]) -> dict[str, Fraction] | None:
-    """What one allocation of a multi-allocatable device consumes per capacity (None: does not fit policy)."""
-    out: dict[str, Fraction] = {}
-    for name, cap in (device.get("capacity") or {}).items():
-        policy = cap.get("requestPolicy") or {}
-        if name not in requested:
-            default = policy.get("default")
-            amount = parse_quantity(default) if default is not None else parse_quantity(cap.get("value"))
-            out[name] = amount or Fraction(0)
-            continue
-        want = parse_quantity(requested[name]) or Fraction(0)
-        if (valid := policy.get("validValues")) is not None:
-            fits = sorted(v for v in (parse_quantity(x) for x in valid) if v is not None and v >= want)
-            if not fits:
-                return None
-            want = fits[0]
-        elif (rng := policy.get("validRange")) is not None:
-            low = parse_quantity(rng.get("min")) or Fraction(0)
-            if want < low:
-                want = low
-            step = parse_quantity(rng["step"]) if rng.get("step") is not None else None
-            if step:
-                want = low + math.ceil((want - low) / step) * step
-            high = parse_quantity(rng["max"]) if rng.get("max") is not None else None
-            if high is not None and want > high:
-                return None
-        out[name] = want
-    if any(name not in (device.get("capacity") or {}) for name in requested):
-        return None
-    return out
+    return format_bytes(int(value))
 
 
 class FirstFitAllocator:
@@ -120,15 +70,17 @@ class FirstFitAllocator:
         for alloc in [*allocations, *in_cycle]:
             alloc = alloc or {}
             for res in (alloc.get("devices") or {}).get("results") or []:
-                if res.get("adminAccess"):
-                    continue
+                taken = result_consumption(res)
+                if taken == NOTHING:
+                    continue  # adminAccess
                 key = (res["driver"], res["pool"], res["device"])
-                if res.get("shareID"):
-                    used = shared.setdefault(key, {})
-                    for name, qty in (res.get("consumedCapacity") or {}).items():
-                        used[name] = used.get(name, Fraction(0)) + (parse_quantity(qty) or Fraction(0))
-                else:
+                if taken.whole_device:
                     exclusive.add(key)
+                    continue
+                # Every capacity of any driver, exactly as written (kube-scheduler sums them so).
+                used = shared.setdefault(key, {})
+                for name, qty in (res.get("consumedCapacity") or {}).items():
+                    used[name] = used.get(name, Fraction(0)) + (parse_quantity(qty) or Fraction(0))
         return exclusive, shared
 
     def _devices_for(self, node: Obj) -> list[tuple[str, str, Obj]]:
@@ -161,11 +113,8 @@ class FirstFitAllocator:
     def _eligible(self, driver: str, device: Obj, req: Obj, class_selectors: list[str]) -> bool:
         from dra_driver.cel import SelectorError, device_input, selectors_match
 
-        for taint in device.get("taints") or []:
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
-                taint, req.get("tolerations") or []
-            ):
-                return False
+        if not taints_tolerated(device.get("taints") or (), req.get("tolerations") or (), BLOCKING_EFFECTS):
+            return False
         request_selectors = [s["cel"]["expression"] for s in req.get("selectors") or [] if s.get("cel")]
         try:
             cel_input = device_input(driver, device)
@@ -203,7 +152,7 @@ class FirstFitAllocator:
                 continue
             result: Obj = {"request": name, "driver": driver, "pool": pool, "device": device["name"]}
             if device.get("allowMultipleAllocations"):
-                use = consumption(device, requested)
+                use = policy_consumption(device.get("capacity") or {}, requested)
                 if use is None:
                     continue
                 used = shared.get(key, {})

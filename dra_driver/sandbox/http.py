@@ -21,6 +21,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox import discovery, protobuf, tables
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.api import Api, WriteOptions, decode_continue, encode_continue
@@ -33,7 +34,6 @@ from dra_driver.sandbox.store import Event, TooOld
 log = logging.getLogger(__name__)
 #: A held request (``Faults.inject(hold=...)``) is applied after this long even if never released.
 HOLD_LIMIT_SECONDS = 120.0
-Obj = dict[str, Any]
 PUBLIC = ("/version", "/healthz", "/livez", "/readyz")
 
 
@@ -453,8 +453,10 @@ class Handler(BaseHTTPRequestHandler):
         return tables.table(rt, [obj], obj["metadata"]["resourceVersion"]) if as_table else obj
 
     def _send_event(self, rt: ResourceType, ev: Event, predicate: Any, as_table: bool) -> None:
-        now_match = predicate(ev.obj)
-        old_match = ev.old is not None and predicate(ev.old)
+        api = self.server.api
+        obj = api.present(rt, ev.obj)
+        now_match = predicate(obj)
+        old_match = ev.old is not None and predicate(api.present(rt, ev.old))
         kind = ev.type
         if ev.type == "MODIFIED":
             if now_match and not old_match:
@@ -468,7 +470,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
         elif not now_match:
             return
-        self._write_event({"type": kind, "object": self._render(rt, ev.obj, as_table)})
+        self._write_event({"type": kind, "object": self._render(rt, obj, as_table)})
 
     def _start_stream(self) -> None:
         self.send_response(200)

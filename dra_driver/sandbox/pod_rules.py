@@ -12,13 +12,12 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox.errors import FieldError
 from dra_driver.sandbox.fieldcheck import DNS_LABEL
 
-Obj = dict[str, Any]
 UPDATE_FORBIDDEN = (
     "pod updates may not change fields other than `spec.containers[*].image`, "
     "`spec.initContainers[*].image`, "

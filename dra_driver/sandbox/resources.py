@@ -7,9 +7,11 @@ discovery, validation and the store all agree and adding a resource is one entry
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.kube.events import V1_FIELD_LABELS, core_from_v1, v1_from_core
 from dra_driver.quota import crd as gpu_quota_crd
 
 #: Field selectors every resource supports (apimachinery's Default{Cluster,Namespace}ScopedAttr).
@@ -41,6 +43,9 @@ class ResourceType:
     crd_schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
     #: A custom resource's ``additionalPrinterColumns`` (``kubectl get`` columns).
     printer_columns: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    #: The store key of the resource whose objects this one shows in another shape (the API
+    #: server's conversion: ``events.k8s.io/v1`` events are core/v1 events); "" for its own.
+    storage: str = ""
 
     @property
     def api_version(self) -> str:
@@ -66,6 +71,11 @@ class ResourceType:
         return self.key
 
     @property
+    def storage_key(self) -> str:
+        """Where the objects live in the store (the viewed resource's key for a view)."""
+        return self.storage or self.key
+
+    @property
     def returns_deleted_object(self) -> bool:
         """DELETE answers with the object (the registry's ReturnDeletedObject) rather than a Status."""
         return self.group == "resource.k8s.io" or self.key == "pods"
@@ -77,6 +87,7 @@ class ResourceType:
 CORE = ""
 RESOURCE = "resource.k8s.io"
 COORDINATION = "coordination.k8s.io"
+EVENTS_GROUP = "events.k8s.io"
 ADMISSION = "admissionregistration.k8s.io"
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (
@@ -141,6 +152,18 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
             "type",
         ),
     ),
+    # The same Events in the events.k8s.io/v1 shape (note, regarding, series), with that API's
+    # field labels (pkg/apis/events/v1/conversion.go); conversions in dra_driver/kube/events.py.
+    ResourceType(
+        EVENTS_GROUP,
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        fields=tuple(V1_FIELD_LABELS),
+        storage="events",
+    ),
     ResourceType(RESOURCE, "v1", "deviceclasses", "DeviceClass", False),
     ResourceType(
         RESOURCE, "v1", "resourceslices", "ResourceSlice", False, fields=("spec.nodeName", "spec.driver")
@@ -199,6 +222,24 @@ _BY_PATH: dict[tuple[str, str, str], ResourceType] = {
 }
 _BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCE_TYPES}
 _BY_KIND: dict[tuple[str, str], ResourceType] = {(r.api_version, r.kind): r for r in RESOURCE_TYPES}
+
+
+#: For each view (``storage`` set): stored object -> view, view -> stored object.
+_CONVERSIONS: dict[
+    str, tuple[Callable[[dict[str, Any]], dict[str, Any]], Callable[[dict[str, Any]], dict[str, Any]]]
+] = {
+    "events.events.k8s.io": (v1_from_core, core_from_v1),
+}
+
+
+def to_view(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """A stored object as ``rt`` shows it (unchanged unless ``rt`` is a view)."""
+    return _CONVERSIONS[rt.key][0](obj) if rt.storage else obj
+
+
+def to_storage(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """An object of ``rt`` as the store keeps it (unchanged unless ``rt`` is a view)."""
+    return _CONVERSIONS[rt.key][1](obj) if rt.storage else obj
 
 
 def lookup(group: str, version: str, plural: str) -> ResourceType | None:

@@ -27,8 +27,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
+from dra_driver.kube.api import Obj
+
+#: The taint effects that keep a pod off a node (``None``, 1.35+, and PreferNoSchedule do not).
+from dra_driver.resource.nodes import (
+    BLOCKING_EFFECTS,
+    taints_tolerated,
+)
 from dra_driver.sandbox.api import Api, WriteOptions, now
 from dra_driver.sandbox.claimcontroller import claim_names
 from dra_driver.sandbox.errors import ApiError
@@ -38,7 +45,6 @@ from dra_driver.sandbox.resources import require
 from dra_driver.sandbox.selectors import node_selector_matches
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 PODS = require("", "v1", "pods")
 NODES = require("", "v1", "nodes")
@@ -53,19 +59,6 @@ class Allocator(Protocol):
     def allocate(self, claim: Obj, node: Obj, in_cycle: list[Obj]) -> Obj | None:
         """``status.allocation`` for ``claim`` on ``node`` given this cycle's other allocations, or None."""
         ...
-
-
-def _tolerates(tolerations: list[Obj], taint: Obj) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol["effect"] != taint.get("effect"):
-            continue
-        if tol.get("operator", "Equal") == "Exists" and (
-            not tol.get("key") or tol["key"] == taint.get("key")
-        ):
-            return True
-        if tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
 
 
 def _node_ok(pod: Obj, node: Obj) -> bool:
@@ -83,11 +76,7 @@ def _node_ok(pod: Obj, node: Obj) -> bool:
     )
     if affinity is not None and not node_selector_matches(affinity, node):
         return False
-    tolerations = spec.get("tolerations") or []
-    return all(
-        t.get("effect") not in ("NoSchedule", "NoExecute") or _tolerates(tolerations, t)
-        for t in node_spec.get("taints") or []
-    )
+    return taints_tolerated(node_spec.get("taints") or (), spec.get("tolerations") or (), BLOCKING_EFFECTS)
 
 
 class Scheduler(Reconciler):

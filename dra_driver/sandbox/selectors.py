@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.kube.api import Obj
+from dra_driver.resource import nodes
 from dra_driver.sandbox.errors import ApiError, bad_request
 from dra_driver.sandbox.resources import ResourceType
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ def parse_field_selector(text: str | None, rt: ResourceType) -> list[FieldRequir
 
 
 def _field_value(obj: Obj, label: str) -> str:
-    if label == "source":  # events: source is source.component
-        label = "source.component"
+    if label == "source":  # events: source is source.component (deprecatedSource in events.k8s.io/v1)
+        label = "deprecatedSource.component" if "deprecatedSource" in obj else "source.component"
     cur: Any = obj
     for part in label.split("."):
         if not isinstance(cur, dict):
@@ -158,37 +158,7 @@ __all__ = ["ApiError", "make_filter", "parse_label_selector", "selector_from_lab
 def node_selector_matches(selector: Obj | None, node: Obj) -> bool:
     """``core/v1 NodeSelector`` semantics: terms are ORed, requirements inside a term ANDed.
 
-    ``None`` matches every node (an allocation without ``nodeSelector`` is usable anywhere).
+    ``None`` matches every node (an allocation without ``nodeSelector`` is usable anywhere); an
+    empty term matches nothing. The rule is the controller's (``dra_driver/resource/nodes.py``).
     """
-    if selector is None:
-        return True
-    labels = node.get("metadata", {}).get("labels") or {}
-    fields = {"metadata.name": node.get("metadata", {}).get("name", "")}
-    for term in selector.get("nodeSelectorTerms") or []:
-        exprs = term.get("matchExpressions") or []
-        field_exprs = term.get("matchFields") or []
-        if not exprs and not field_exprs:
-            continue  # an empty term matches nothing, as in Kubernetes
-        if all(_node_req(r, labels) for r in exprs) and all(_node_req(r, fields) for r in field_exprs):
-            return True
-    return False
-
-
-def _node_req(req: Obj, values: dict[str, str]) -> bool:
-    key, op, wanted = req.get("key", ""), req.get("operator"), req.get("values") or []
-    present = key in values
-    if op == "In":
-        return present and values[key] in wanted
-    if op == "NotIn":
-        return not present or values[key] not in wanted
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and wanted:
-        try:
-            have, limit = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return have > limit if op == "Gt" else have < limit
-    return False
+    return nodes.node_selector_matches(selector, nodes.NodeView.parse(node))

@@ -13,9 +13,9 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-Obj = dict[str, Any]
+from dra_driver.kube.api import Obj
+
 Key = tuple[str, str]  # (namespace or "", name)
 
 

@@ -10,9 +10,9 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox.resources import ResourceType
 
-Obj = dict[str, Any]
 Column = tuple[str, str, str, int, Callable[[Obj], Any]]  # name, type, description, priority, cell
 
 
@@ -21,7 +21,8 @@ def age(obj: Obj) -> str:
     stamp = obj.get("metadata", {}).get("creationTimestamp")
     if not stamp:
         return "<unknown>"
-    created = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    # metav1.Time has whole seconds, MicroTime (events' eventTime, series) microseconds.
+    created = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     secs = int((datetime.datetime.now(datetime.UTC) - created).total_seconds())
     if secs < 120:
         return f"{max(secs, 0)}s"
@@ -30,6 +31,25 @@ def age(obj: Obj) -> str:
     if secs < 86400 * 2:
         return f"{secs // 3600}h"
     return f"{secs // 86400}d"
+
+
+def _event_object(obj: Obj) -> Obj:
+    """The object an Event is about, in either shape (core/v1 or events.k8s.io/v1)."""
+    return dict(obj.get("involvedObject") or obj.get("regarding") or {})
+
+
+def _event_last_seen(obj: Obj) -> Obj:
+    """When an Event last happened, as a creationTimestamp for :func:`age`: the series' last
+    observation, else the legacy lastTimestamp, else its eventTime, else its creation."""
+    series = obj.get("series") or {}
+    stamp = (
+        series.get("lastObservedTime")
+        or obj.get("lastTimestamp")
+        or obj.get("deprecatedLastTimestamp")
+        or obj.get("eventTime")
+        or obj["metadata"].get("creationTimestamp")
+    )
+    return {"metadata": {"creationTimestamp": stamp}}
 
 
 def _claim_state(obj: Obj) -> str:
@@ -199,19 +219,7 @@ COLUMNS: dict[str, list[Column]] = {
         _AGE,
     ],
     "events": [
-        (
-            "Last Seen",
-            "string",
-            "Time of the last occurrence",
-            0,
-            lambda o: age(
-                {
-                    "metadata": {
-                        "creationTimestamp": o.get("lastTimestamp") or o["metadata"].get("creationTimestamp")
-                    }
-                }
-            ),
-        ),
+        ("Last Seen", "string", "Time of the last occurrence", 0, lambda o: age(_event_last_seen(o))),
         ("Type", "string", "Type of this event", 0, lambda o: o.get("type", "")),
         ("Reason", "string", "Reason of this event", 0, lambda o: o.get("reason", "")),
         (
@@ -219,12 +227,15 @@ COLUMNS: dict[str, list[Column]] = {
             "string",
             "The object this event is about",
             0,
-            lambda o: (
-                f"{(o.get('involvedObject') or {}).get('kind', '').lower()}/"
-                f"{(o.get('involvedObject') or {}).get('name', '')}"
-            ),
+            lambda o: f"{_event_object(o).get('kind', '').lower()}/{_event_object(o).get('name', '')}",
         ),
-        ("Message", "string", "A human-readable description of the event", 0, lambda o: o.get("message", "")),
+        (
+            "Message",
+            "string",
+            "A human-readable description of the event",
+            0,
+            lambda o: o.get("message", o.get("note", "")),
+        ),
     ],
     "mutatingwebhookconfigurations.admissionregistration.k8s.io": [
         _NAME,
@@ -249,6 +260,8 @@ COLUMNS: dict[str, list[Column]] = {
         _AGE,
     ],
 }
+#: The API server prints events.k8s.io/v1 Events with the core printer (one internal type).
+COLUMNS["events.events.k8s.io"] = COLUMNS["events"]
 
 
 def _json_path(path: str) -> Callable[[Obj], Any]:

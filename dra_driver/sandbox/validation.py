@@ -21,6 +21,7 @@ import jsonschema  # type: ignore[import-untyped]
 import referencing
 from kubernetes_validate import utils as kv_utils
 
+from dra_driver.kube.api import Obj
 from dra_driver.sandbox import errors as e
 from dra_driver.sandbox import structural
 from dra_driver.sandbox.dra_rules import (
@@ -31,12 +32,10 @@ from dra_driver.sandbox.dra_rules import (
     validate_slice_update,
 )
 from dra_driver.sandbox.errors import ApiError, FieldError
+from dra_driver.sandbox.event_rules import validate_event
 from dra_driver.sandbox.fieldcheck import DNS_SUBDOMAIN, LABEL_NAME, Errors
 from dra_driver.sandbox.pod_rules import validate_pod, validate_pod_update
-from dra_driver.sandbox.resources import ResourceType
-
-Obj = dict[str, Any]
-
+from dra_driver.sandbox.resources import ResourceType, to_storage
 
 # --------------------------------------------------------------------------------------------- schema
 
@@ -240,6 +239,10 @@ class Validator:
             validate_claim_spec(errs, "spec.spec", (obj.get("spec") or {}).get("spec") or {})
         elif key == "deviceclasses.resource.k8s.io":
             validate_device_class(errs, obj)
+        elif rt.storage_key == "events":
+            # The rules see the core/v1 shape, whichever version the request used.
+            event, old_event = to_storage(rt, obj), None if old is None else to_storage(rt, old)
+            validate_event(errs, event, old_event, strict=rt.group == "events.k8s.io")
         elif key == "pods" and not status_only:
             validate_pod(obj, errs)
             if old is not None:

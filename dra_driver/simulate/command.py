@@ -40,6 +40,7 @@ from rich.console import Console
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES
+from dra_driver.kube.config import add_kubectl_flags, load_kubectl_client
 
 DESCRIPTION = """\
 Places claims in order (each placement updates usage) and prints, per claim, the chosen node and
@@ -94,10 +95,7 @@ def register(subparsers: Any) -> None:
         help="with --from-cluster: write the snapshot (and --claims' claims) as a scenario file; "
         "JSON if FILE ends in .json, else YAML; '-' for stdout",
     )
-    parser.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
-    )
-    parser.add_argument("--context", help="kubeconfig context to use (default: the current one)")
+    add_kubectl_flags(parser)
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name of our slices")
     parser.add_argument("--output", "-o", choices=("table", "json"), default="table")
     parser.add_argument(
@@ -189,9 +187,10 @@ def _run(args: argparse.Namespace) -> int:
 def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
     from dra_driver.kube.api import Kube
     from dra_driver.kube.errors import KubeError
-    from dra_driver.simulate.snapshot import cluster_client, fetch, take_snapshot
+    from dra_driver.simulate.snapshot import Source, fetch, take_snapshot
 
-    api_client, source = cluster_client(args.kubeconfig, args.context)
+    cluster = load_kubectl_client(args.kubeconfig, args.context)
+    api_client, source = cluster.api_client, Source(cluster.context, cluster.server)
     try:
         objects = fetch(Kube(api_client))
     except KubeError as err:

@@ -21,34 +21,37 @@ user to edit if the controller runs with others.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from dra_driver.cli import UsageError
-from dra_driver.contract import ISOLATION_ATTRIBUTE, ISOLATION_NONE, ISOLATION_VALUES, DeviceId
+from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES, DeviceId
 from dra_driver.controller.inventory import Device, build_inventory
-from dra_driver.controller.ledger import claim_uses
+from dra_driver.controller.ledger import card_capacity
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
-from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, KubeApi
+from dra_driver.kube.api import (
+    GPU_QUOTAS,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    KubeApi,
+    ObjView,
+)
 from dra_driver.kube.errors import KubeError
 from dra_driver.quantity import format_bytes
 from dra_driver.quota import Quota, QuotaError, quota_from_gpu_quota, quota_from_resource_quota
-
-Obj = Mapping[str, Any]
+from dra_driver.resource.uses import claim_uses
 
 
 @dataclass
 class ClusterObjects:
     """What a snapshot is made of, as the API server returned it."""
 
-    slices: list[Obj] = field(default_factory=list)
-    claims: list[Obj] = field(default_factory=list)
-    gpu_quotas: list[Obj] = field(default_factory=list)
-    resource_quotas: list[Obj] = field(default_factory=list)
+    slices: list[ObjView] = field(default_factory=list)
+    claims: list[ObjView] = field(default_factory=list)
+    gpu_quotas: list[ObjView] = field(default_factory=list)
+    resource_quotas: list[ObjView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -99,12 +102,12 @@ def take_snapshot(objects: ClusterObjects, driver: str, source: Source = Source(
                     "its use is left out (the controller applies it once the slice appears)"
                 )
                 continue
-            card = device.card
-            whole = use.memory is None
+            whole = use.consumption.whole_device
+            taken = use.consumption.of(card_capacity(device.card))
             allocation: dict[str, Any] = {
-                "memory": format_bytes(card.memory if whole else use.memory or 0),
-                "cores": card.cores if whole else use.cores or 0,
-                "slots": card.slots if whole else use.slots or 1,
+                "memory": format_bytes(taken.memory),
+                "cores": taken.cores,
+                "slots": taken.slots,
                 "namespace": use.namespace,
             }
             if use.class_name:
@@ -114,8 +117,7 @@ def take_snapshot(objects: ClusterObjects, driver: str, source: Source = Source(
     nodes = []
     for name in sorted(inventory):
         gpus = [
-            _gpu(device, driver, tenants.get(device.id, ()))
-            for _, device in sorted(inventory[name].by_index.items())
+            _gpu(device, tenants.get(device.id, ())) for _, device in sorted(inventory[name].by_index.items())
         ]
         nodes.append({"name": name, "gpus": gpus})
     data: dict[str, Any] = {
@@ -132,15 +134,15 @@ def take_snapshot(objects: ClusterObjects, driver: str, source: Source = Source(
     return Snapshot(data, warnings)
 
 
-def _claim_ref(claim: Obj) -> str:
+def _claim_ref(claim: ObjView) -> str:
     meta = claim.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _gpu(device: Device, driver: str, allocations: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def _gpu(device: Device, allocations: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """A scenario GPU with every field the engine reads from the card, written out."""
     card = device.card
-    isolation = device.attributes.get(f"{driver}/{ISOLATION_ATTRIBUTE}")
+    isolation = device.published.isolation
     gpu: dict[str, Any] = {
         "index": card.index,
         "productName": card.product_name,
@@ -193,38 +195,3 @@ def _quotas(objects: ClusterObjects, warnings: list[str]) -> list[dict[str, Any]
             spec["deviceClassNames"] = sorted(quota.class_names)
         specs.append(spec)
     return specs
-
-
-def cluster_client(kubeconfig: str | None, context: str | None) -> tuple[Any, Source]:
-    """A ``kubernetes`` API client as kubectl would pick it, and the context/server it talks to.
-
-    ``--kubeconfig``, else ``$KUBECONFIG`` or ``~/.kube/config``, else the pod's service account
-    (running inside the cluster); ``--context`` picks a context of the kubeconfig.
-    """
-    from kubernetes import client
-    from kubernetes import config as kube_config
-
-    config: Any = kube_config  # untyped
-    default = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
-    in_cluster = not kubeconfig and not _any_file(default) and "KUBERNETES_SERVICE_HOST" in os.environ
-    try:
-        if in_cluster:
-            if context:
-                raise UsageError("--context needs a kubeconfig; none found (pass --kubeconfig)")
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration), Source("in-cluster", str(configuration.host))
-        path = kubeconfig or default
-        api_client = config.new_client_from_config(config_file=path, context=context)
-        if not context:
-            _, active = config.list_kube_config_contexts(config_file=path)
-            context = str((active or {}).get("name") or "")
-        return api_client, Source(context, str(api_client.configuration.host))
-    except (config.ConfigException, OSError) as err:
-        where = kubeconfig or default
-        raise UsageError(f"cannot load Kubernetes config from {where}: {err} (pass --kubeconfig)") from None
-
-
-def _any_file(paths: str) -> bool:
-    """Whether any of ``$KUBECONFIG``'s ``:``-separated files exists."""
-    return any(Path(path).expanduser().is_file() for path in paths.split(os.pathsep) if path)

@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.kube.config import add_kubectl_flags, load_kubectl_client
 from dra_driver.top import GPUS, NODES
 
 VIEWS = {GPUS: GPUS, "gpu": GPUS, NODES: NODES, "node": NODES}
@@ -50,22 +51,19 @@ def register(subparsers: Any) -> None:
         "-A", "--all-namespaces", action="store_true", help="claims and pods of every namespace"
     )
     scope.add_argument("-n", "--namespace", help="namespace (default: the context's, else 'default')")
-    parser.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster)"
-    )
-    parser.add_argument("--context", help="kubeconfig context (default: the current context)")
+    add_kubectl_flags(parser)
     parser.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.top.client import connect, fetch
+    from dra_driver.top.client import fetch
     from dra_driver.top.objects import parse_claim, parse_pod, parse_slices
     from dra_driver.top.render import render_json, render_table
     from dra_driver.top.report import build_report
 
-    connection = connect(args.kubeconfig, args.context)
+    connection = load_kubectl_client(args.kubeconfig, args.context)
     namespace = None if args.all_namespaces else (args.namespace or connection.namespace)
     objects = fetch(connection, args.driver_name, namespace)
     claims = [parse_claim(claim, args.driver_name) for claim in objects.claims]

@@ -7,28 +7,28 @@ renderers. Objects are read as the API server sends them (plain JSON, not the cl
 because the generated models of older clients drop newer fields (``consumedCapacity``,
 ``shareID``, device taints).
 
-Rules, the same ones the controller's ledger and the kubelet plugin apply:
+Rules, the same code the controller's inventory and ledger and the kubelet plugin run:
 
-* only the newest ``pool.generation`` of each (node, pool) counts: older slices are being replaced;
-* a result with a ``shareID`` and ``consumedCapacity`` takes what it lists (missing amounts count
-  as 0 memory, 0 cores, 1 slot, as in the ledger); a result without either takes the whole card;
-  ``adminAccess`` results take nothing (they are shown, not counted);
-* a quantity is rounded up to a whole number (our request policies only allow whole steps);
+* which slices count and how a device reads: ``dra_driver/resource/slices.py`` (each pool's newest
+  ``generation``, only when complete, of the node that owns it: older slices are being replaced);
+* what a result takes: ``dra_driver/resource/capacity.py`` (a result with a ``shareID`` takes its
+  ``consumedCapacity``, rounded up, missing amounts counting as 0 memory, 0 cores, 1 slot; a
+  result without one takes the whole card; ``adminAccess`` results take nothing: they are shown,
+  not counted);
 * a pod is pending for our controller when it carries our scheduling gate or our condition
   (``gpu.hami.io/Allocated``) with status ``False``; its reason is the condition's.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.contract import CORES, GATE_NAME, ISOLATION_ATTRIBUTE, MEMORY, SLOTS
-from dra_driver.controller.reconciler import CONDITION_TYPE
-from dra_driver.quantity import QuantityError, parse_quantity
+from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
+from dra_driver.contract import GATE_NAME
+from dra_driver.resource.capacity import result_consumption
+from dra_driver.resource.slices import SliceDevice, current_devices
 
 Obj = Mapping[str, Any]
 
@@ -36,7 +36,6 @@ Obj = Mapping[str, Any]
 ISOLATION_UNKNOWN = "unknown"
 #: Pending reason of a gated pod our controller has not written a condition for yet.
 AWAITING_CONTROLLER = "AwaitingController"
-_DEVICE_INDEX = re.compile(r"^gpu-(\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,97 +129,43 @@ class PodRecord:
         return None
 
 
-def _quantity(value: Any) -> int | None:
-    """A quantity rounded up to a whole number; None when absent or unparsable."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return math.ceil(parse_quantity(value if isinstance(value, int) else str(value)))
-    except QuantityError:
-        return None
-
-
-def _attribute(attributes: Obj, name: str) -> Any:
-    value = attributes.get(name)
-    if isinstance(value, Mapping):
-        for kind in ("string", "int", "bool", "version"):
-            if kind in value:
-                return value[kind]
-    return None
-
-
-def _device(node: str, pool: str, entry: Obj) -> PublishedDevice:
-    name = str(entry.get("name", ""))
-    attributes: Obj = entry.get("attributes") or {}
-    capacity: Obj = entry.get("capacity") or {}
-    index = _attribute(attributes, "index")
-    if not isinstance(index, int) or isinstance(index, bool):
-        match = _DEVICE_INDEX.match(name)
-        index = int(match.group(1)) if match else None
-    healthy = _attribute(attributes, "healthy")
-    isolation = _attribute(attributes, ISOLATION_ATTRIBUTE)
-
-    def amount(key: str) -> int:
-        return _quantity((capacity.get(key) or {}).get("value")) or 0
-
+def _device(node: str, pool: str, device: SliceDevice) -> PublishedDevice:
     return PublishedDevice(
         node=node,
         pool=pool,
-        name=name,
-        index=index,
-        uuid=str(_attribute(attributes, "uuid") or ""),
-        product_name=str(_attribute(attributes, "productName") or ""),
-        isolation=str(isolation) if isolation else ISOLATION_UNKNOWN,
-        healthy=healthy if isinstance(healthy, bool) else None,
+        name=device.name,
+        index=device.index,
+        uuid=device.uuid or "",
+        product_name=device.product_name or "",
+        isolation=device.isolation or ISOLATION_UNKNOWN,
+        healthy=device.healthy,
         taints=tuple(
             DeviceTaint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
-            for t in entry.get("taints") or ()
+            for t in device.taints
         ),
-        memory=amount(MEMORY),
-        cores=amount(CORES),
-        slots=amount(SLOTS),
+        memory=device.memory or 0,
+        cores=device.cores or 0,
+        slots=device.slots or 0,
     )
 
 
 def parse_slices(slices: Iterable[Obj], driver: str) -> list[PublishedDevice]:
-    """Our driver's devices, from the newest generation of each (node, pool), in slice order."""
-    newest: dict[tuple[str, str], int] = {}
-    ours: list[tuple[tuple[str, str], int, Obj]] = []
-    for item in slices:
-        spec: Obj = item.get("spec") or {}
-        if spec.get("driver") != driver:
-            continue
-        pool: Obj = spec.get("pool") or {}
-        key = (str(spec.get("nodeName") or ""), str(pool.get("name", "")))
-        generation = int(pool.get("generation") or 0)
-        newest[key] = max(generation, newest.get(key, generation))
-        ours.append((key, generation, spec))
-    return [
-        _device(key[0], key[1], entry)
-        for key, generation, spec in ours
-        if generation == newest[key]
-        for entry in spec.get("devices") or ()
-    ]
+    """Our driver's devices, from the current slices of each pool (as the controller sees them)."""
+    return [_device(node, pool, device) for node, pool, device in current_devices(slices, driver)]
 
 
 def _result(entry: Obj) -> AllocatedResult:
-    consumed: Obj | None = entry.get("consumedCapacity")
-    share_id = str(entry["shareID"]) if entry.get("shareID") else None
-    admin = bool(entry.get("adminAccess"))
-    memory = cores = slots = None
-    if share_id is not None and consumed is not None and not admin:
-        memory = _quantity(consumed.get(MEMORY)) or 0
-        cores = _quantity(consumed.get(CORES)) or 0
-        slots = _quantity(consumed.get(SLOTS)) or 1
+    taken = result_consumption(entry)
+    whole = taken.whole_device
     return AllocatedResult(
         request=str(entry.get("request", "")),
         pool=str(entry.get("pool", "")),
         device=str(entry.get("device", "")),
-        share_id=share_id,
-        admin_access=admin,
-        memory=memory,
-        cores=cores,
-        slots=slots,
+        share_id=str(entry["shareID"]) if entry.get("shareID") else None,
+        admin_access=bool(entry.get("adminAccess")),
+        memory=None if whole else taken.memory,
+        cores=None if whole else taken.cores,
+        slots=None if whole else taken.slots,
     )
 
 

@@ -7,10 +7,10 @@ the controller lifts the gate of a pod that turns out not to use our classes, wh
 pod of ours could be given GPUs first-fit. A pod that already carries the gate is never patched
 again, and a pod with ``spec.nodeName`` cannot be gated (the API forbids it).
 
-The same request rejects a pod in which one container consumes two HAMi-limited claims (claims
-of our classes with memory/cores capacity requests), or only some requests of such a claim:
-HAMi-core's ``CUDA_DEVICE_*_LIMIT_<i>`` are per container and indexed by CUDA ordinal, and two
-claims' CDI edits would both write index 0 (see kubeletplugin/hamicore.py).
+The same request rejects a pod in which a container consumes a HAMi-limited claim (a claim of
+our classes with memory/cores capacity requests) together with another GPU, or only some requests
+of such a claim: HAMi-core's ``CUDA_DEVICE_*_LIMIT_<i>`` are per container and indexed by CUDA
+ordinal (the rule and why: controller/containers.py, which the controller applies too).
 
 Validation (``/validate``): ``GpuConfig`` in DeviceClasses, ResourceClaims and templates is parsed
 strictly (unknown policy names, bad weights, unknown fields are rejected, naming the field).
@@ -21,19 +21,20 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.config import (
-    ANNOTATION_DEVICE_WEIGHTS,
-    ANNOTATION_GPU_POLICY,
-    ANNOTATION_NODE_POLICY,
-    ConfigError,
-    parse_gpu_config,
+from dra_driver.config import ConfigError, parse_gpu_config
+from dra_driver.config.resolve import read_pod_annotations
+from dra_driver.controller.containers import (
+    PodClaim,
+    asks_limits,
+    container_conflict,
+    names_a_gpu,
+    pod_containers,
+    request_classes,
 )
-from dra_driver.contract import LIMITED_CAPACITIES
-from dra_driver.engine import parse_node_policy, parse_policy_chain, parse_scoring_weights
 from dra_driver.kube.errors import KubeError
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
@@ -73,48 +74,45 @@ class ClaimUse:
 
     pod_claim: str  # the name in pod.spec.resourceClaims
     ours: bool | None  # None: unknown (claim or class not readable yet)
-    limited: bool  # some request of ours asks for memory/cores (HAMi-core limits apply)
-    requests: tuple[str, ...]  # all request names in the claim
+    #: The claim's facts for the HAMi-core rules (controller/containers.py); None while unreadable.
+    facts: PodClaim | None = None
 
 
-def _request_classes(request: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
-    exactly = request.get("exactly")
-    if exactly:
-        yield str(exactly.get("deviceClassName", "")), exactly
-    for sub in request.get("firstAvailable") or ():
-        yield str(sub.get("deviceClassName", "")), sub
-
-
-def claim_use(pod_claim: str, spec: Mapping[str, Any] | None, lookup: Lookup) -> ClaimUse:
+def claim_use(pod_claim: str, spec: Mapping[str, Any] | None, lookup: Lookup, claim: str = "") -> ClaimUse:
+    """``claim``: what the rules call the claim (two pod entries naming one ResourceClaim share
+    it); the pod's entry name by default."""
     if spec is None:
-        return ClaimUse(pod_claim, None, False, ())
+        return ClaimUse(pod_claim, None)
     ours: bool | None = False
-    limited = False
-    names = []
-    for request in (spec.get("devices") or {}).get("requests") or ():
-        names.append(str(request.get("name", "")))
-        for class_name, body in _request_classes(request):
-            try:
-                answer = lookup.is_our_class(class_name)
-            except KubeError as err:
-                log.warning("DeviceClass %s not readable, treated as unknown: %s", class_name, err)
-                answer = None
-            if answer is None and ours is False:
-                ours = None
-            if answer:
-                ours = True
-                requested = ((body.get("capacity") or {}).get("requests")) or {}
-                if any(key in requested for key in LIMITED_CAPACITIES):
-                    limited = True
-    return ClaimUse(pod_claim, ours, limited, tuple(names))
+    limited = gpu = False
+    requests: dict[str, None] = {}
+    for request, class_name, body in request_classes(spec):
+        requests[request] = None
+        try:
+            answer = lookup.is_our_class(class_name)
+        except KubeError as err:
+            log.warning("DeviceClass %s not readable, treated as unknown: %s", class_name, err)
+            answer = None
+        if answer is None and ours is False:
+            ours = None
+        if answer:
+            ours = gpu = True
+            limited = limited or asks_limits(body)
+        elif answer is False and names_a_gpu(class_name):
+            gpu = True
+    facts = PodClaim(pod_claim, claim or pod_claim, limited, gpu, requests=tuple(requests))
+    return ClaimUse(pod_claim, ours, facts)
 
 
 def pod_claim_uses(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> list[ClaimUse]:
     uses = []
+    first_entry: dict[str, str] = {}  # ResourceClaim name -> the first pod entry naming it
     for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
         name = str(entry.get("name", ""))
+        claim = name
         try:
             if entry.get("resourceClaimName"):
+                claim = first_entry.setdefault(str(entry["resourceClaimName"]), name)
                 spec = lookup.claim_spec(namespace, str(entry["resourceClaimName"]))
             elif entry.get("resourceClaimTemplateName"):
                 spec = lookup.template_spec(namespace, str(entry["resourceClaimTemplateName"]))
@@ -125,81 +123,19 @@ def pod_claim_uses(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> li
             # unknown means gated, and the controller lifts the gate of a pod that is not ours.
             log.warning("claim %s of a pod in %s not readable, treated as unknown: %s", name, namespace, err)
             spec = None
-        uses.append(claim_use(name, spec, lookup))
+        uses.append(claim_use(name, spec, lookup, claim))
     return uses
 
 
 def hami_core_problems(pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> list[str]:
-    """Containers that would get conflicting HAMi-core limits (one message per container)."""
-    by_name = {use.pod_claim: use for use in uses}
-    problems = []
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
-        refs = (container.get("resources") or {}).get("claims") or ()
-        limited: dict[str, set[str]] = {}
-        whole: set[str] = set()
-        unlimited: set[str] = set()
-        for ref in refs:
-            use = by_name.get(str(ref.get("name", "")))
-            if use is not None and use.ours and not use.limited:
-                unlimited.add(use.pod_claim)
-            if use is None or not use.ours or not use.limited:
-                continue
-            if ref.get("request"):
-                limited.setdefault(use.pod_claim, set()).add(str(ref["request"]))
-            else:
-                whole.add(use.pod_claim)
-                limited.setdefault(use.pod_claim, set())
-        cname = container.get("name", "?")
-        if limited and unlimited:
-            shares, wholes = ", ".join(sorted(limited)), ", ".join(sorted(unlimited))
-            problems.append(
-                f"container {cname} consumes a GPU claim with memory/cores limits ({shares}) and a whole-GPU "
-                f"claim ({wholes}); HAMi-core's limits are per container and would land on the wrong card: "
-                "put all its GPUs in one claim"
-            )
-            continue
-        if len(limited) > 1:
-            claims = ", ".join(sorted(limited))
-            problems.append(
-                f"container {cname} consumes {len(limited)} GPU claims with memory/cores limits ({claims}); "
-                "HAMi-core limits are per container, so put all its GPUs in one claim"
-            )
-            continue
-        for claim, requests in limited.items():
-            all_requests = set(by_name[claim].requests)
-            if claim not in whole and requests != all_requests:
-                missing = ", ".join(sorted(all_requests - requests))
-                problems.append(
-                    f"container {cname} consumes only some requests of claim {claim} (not {missing}); "
-                    "a claim with memory/cores limits must be consumed whole by one container"
-                )
-    return problems
+    """Containers that would get conflicting HAMi-core limits (one message per container): the
+    controller's per-container rule (:func:`container_conflict`), over the claims readable now."""
+    claims = {use.pod_claim: use.facts for use in uses if use.facts is not None}
+    problems = (container_conflict(container, claims) for container in pod_containers(pod))
+    return [problem for problem in problems if problem is not None]
 
 
 # --- pods -------------------------------------------------------------------------------------
-
-
-def annotation_warnings(annotations: Mapping[str, str]) -> list[str]:
-    """HAMi compatibility annotations that the controller would reject or partly ignore."""
-    warnings = []
-    if ANNOTATION_GPU_POLICY in annotations:
-        unknown = parse_policy_chain(annotations[ANNOTATION_GPU_POLICY]).unknown
-        if unknown:
-            warnings.append(
-                f"{ANNOTATION_GPU_POLICY}: unknown policy name(s) {', '.join(unknown)} are ignored"
-            )
-    if ANNOTATION_NODE_POLICY in annotations:
-        try:
-            parse_node_policy(annotations[ANNOTATION_NODE_POLICY])
-        except ValueError as err:
-            warnings.append(f"{ANNOTATION_NODE_POLICY}: {err}")
-    if ANNOTATION_DEVICE_WEIGHTS in annotations:
-        try:
-            parse_scoring_weights(annotations[ANNOTATION_DEVICE_WEIGHTS])
-        except ValueError as err:
-            warnings.append(f"{ANNOTATION_DEVICE_WEIGHTS}: {err}")
-    return warnings
 
 
 def _namespace(request: Mapping[str, Any], pod: Mapping[str, Any]) -> str:
@@ -218,7 +154,8 @@ def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
     problems = hami_core_problems(pod, uses)
     if problems:
         return Verdict(allowed=False, message="; ".join(problems))
-    verdict = Verdict(warnings=annotation_warnings((pod.get("metadata") or {}).get("annotations") or {}))
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    verdict = Verdict(warnings=read_pod_annotations(annotations).warnings())
     if not any(use.ours is not False for use in uses):
         verdict.warnings = []  # not our pod: our annotations mean nothing to it
         return verdict

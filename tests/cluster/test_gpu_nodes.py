@@ -33,9 +33,9 @@ from tests.nvidia_layouts import (
     SPEC_FILES,
     DriverRoot,
     Layout,
-    build_driver_root,
     generate_spec,
-    toolkit_bin,
+    mock_driver_root,
+    require_toolkit,
 )
 from tests.waiting import wait_for
 
@@ -136,11 +136,10 @@ class GpuNode:
 @pytest.fixture(scope="module")
 def gpu_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[GpuNode]:
     assert isinstance(driver, ChartDriver)
-    if toolkit_bin() is None:
-        pytest.fail("nvidia-ctk is not built: `make cluster-build` builds it (bash hack/cluster/build.sh)")
+    require_toolkit(required=True)
     cluster = real_cluster
     reset_workloads(cluster)
-    root = build_driver_root(real_cluster.state_dir / "nvidia-driver-root", PROFILE)
+    root = mock_driver_root(real_cluster.state_dir / "nvidia-driver-root", PROFILE, required=True)
     # The chart mounts the driver root HostToContainer, which needs a shared mount there, as / is on
     # a systemd host; this machine's / is private, so the root becomes a shared mount of its own.
     subprocess.run(["mount", "--bind", str(root.root), str(root.root)], check=True)

@@ -20,9 +20,15 @@ from dra_driver.config import (
     parse_gpu_config,
     resolve_config,
 )
-from dra_driver.config.resolve import applies_to, driver_configs
+from dra_driver.config.resolve import (
+    ANNOTATION_NUMA_BIND,
+    PodAnnotations,
+    applies_to,
+    driver_configs,
+    read_pod_annotations,
+)
 from dra_driver.config.schema import render_schema
-from dra_driver.engine import NodePolicy, Policy, ScoringWeights
+from dra_driver.engine import NodePolicy, Policy, ScoringWeights, parse_policy_chain
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = {"apiVersion": "gpu.hami.io/v1alpha1", "kind": "GpuConfig"}
@@ -157,6 +163,49 @@ def test_bad_annotations_are_ignored_with_the_reason_like_unknown_policy_names(
     assert resolved.node_policy == NodePolicy.SPREAD
     assert resolved.weights == class_config.scoringWeights.to_engine()  # type: ignore[union-attr]
     assert "annotation" not in resolved.describe()
+
+
+@pytest.mark.parametrize(
+    ("annotations", "parsed", "warning"),
+    [
+        ({}, PodAnnotations(), None),
+        (
+            {ANNOTATION_GPU_POLICY: "mutex,gang", ANNOTATION_NODE_POLICY: "spread"},
+            PodAnnotations(policy=parse_policy_chain("mutex,gang"), node_policy=NodePolicy.SPREAD),
+            "pod annotation hami.io/gpu-scheduler-policy: unknown policy name(s) ignored: gang",
+        ),
+        (
+            {ANNOTATION_DEVICE_WEIGHTS: "slot=0,core=1,memory=2", ANNOTATION_NUMA_BIND: " True "},
+            PodAnnotations(weights=ScoringWeights(slot=0, core=1, memory=2), numa_bind=True),
+            None,
+        ),
+        ({ANNOTATION_NODE_POLICY: "pack"}, None, "pod annotation hami.io/node-scheduler-policy ignored: "),
+        (
+            {ANNOTATION_DEVICE_WEIGHTS: "slot=1"},
+            None,
+            "pod annotation hami.io/device-scoring-weights ignored: ",
+        ),
+        (
+            {ANNOTATION_NUMA_BIND: "yes"},
+            None,
+            "pod annotation nvidia.com/numa-bind ignored: not true or false",
+        ),
+    ],
+)
+def test_pod_annotations_are_parsed_once_for_the_webhook_and_the_resolver(
+    annotations: dict[str, str], parsed: PodAnnotations | None, warning: str | None
+) -> None:
+    """The webhook warns with ``warnings()``; the resolver applies the values and reports ``ignored``."""
+    pod = read_pod_annotations(annotations)
+    if parsed is not None:
+        assert pod == parsed
+    else:  # invalid: ignored, with the reason
+        assert pod == PodAnnotations(ignored=pod.ignored) and len(pod.ignored) == 1
+    warnings = pod.warnings()
+    if warning is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith(warning)
 
 
 def test_bad_controller_defaults_rejected() -> None:

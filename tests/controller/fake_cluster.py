@@ -11,8 +11,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
 from dra_driver.controller.controller import Controller
-from dra_driver.controller.reconciler import CONDITION_TYPE
 from dra_driver.controller.retries import CommitBackoff
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, Obj, Resource
@@ -54,7 +54,7 @@ class FakeCluster:
             slices += build_resource_slices(
                 profile_gpus(profile, node_name=node, gpus=gpus), node_name=node, driver_name=DRIVER
             )
-        self.controller.reconciler.refresh_inventory(slices)
+        self.controller.cache.refresh_inventory(slices)
         self.add(DEVICE_CLASSES, device_class(DRIVER), kind="DeviceClass")
         self.stamp = 0
 
@@ -99,4 +99,4 @@ class FakeCluster:
         return next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
 
     def booked_memory(self) -> int:
-        return sum(use.memory for uses in self.controller.reconciler.ledger.claims().values() for use in uses)
+        return sum(use.memory for uses in self.controller.cache.ledger.claims().values() for use in uses)

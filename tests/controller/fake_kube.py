@@ -6,6 +6,10 @@ Rules kept: a write must carry the stored resourceVersion (409 otherwise) and bu
 missing object is a 404; ``create`` assigns uid, resourceVersion and a creation timestamp (or,
 with ``generateName``, a name). ``fail(...)`` makes the next matching calls raise a chosen error
 (a conflict, a 500, a timeout), and every call is recorded in ``calls``.
+
+Events are stored once, in the core/v1 shape, and served as both ``v1`` and ``events.k8s.io/v1``
+(``EVENTS_V1``: ``note``/``regarding``/``series``), as the API server does; an update of an Event
+without a resourceVersion is unconditional (events allow it).
 """
 
 from __future__ import annotations
@@ -18,9 +22,25 @@ from dataclasses import dataclass, field
 
 from dra_driver.kube.api import Obj, Resource
 from dra_driver.kube.errors import KubeError
+from dra_driver.kube.events import core_from_v1, v1_from_core
 
 #: Resources with a status subresource (the others store status like any field).
 WITH_STATUS = {"pods", "resourceclaims", "gpuquotas", "nodes", "resourcequotas"}
+#: Resources whose updates may leave out the resourceVersion (the API's AllowUnconditionalUpdate).
+UNCONDITIONAL = {"events"}
+
+
+def _is_view(resource: Resource) -> bool:
+    """``events.k8s.io/v1`` events: the core events in another shape."""
+    return resource.group == "events.k8s.io" and resource.plural == "events"
+
+
+def _stored(resource: Resource, obj: Obj) -> Obj:
+    return core_from_v1(obj) if _is_view(resource) else obj
+
+
+def _shown(resource: Resource, obj: Obj) -> Obj:
+    return v1_from_core(obj) if _is_view(resource) else obj
 
 
 @dataclass
@@ -51,7 +71,7 @@ class FakeKube:
         ]
 
     def stored(self, resource: Resource, namespace: str | None, name: str) -> Obj:
-        return copy.deepcopy(self.objects[(resource.plural, namespace or "", name)])
+        return _shown(resource, copy.deepcopy(self.objects[(resource.plural, namespace or "", name)]))
 
     def put(self, resource: Resource, obj: Obj) -> Obj:
         """Store ``obj`` as if it had been there all along (test set-up; no rules applied)."""
@@ -61,8 +81,9 @@ class FakeKube:
         meta["resourceVersion"] = str(next(self._rv))
         obj.setdefault("apiVersion", resource.api_version)
         obj.setdefault("kind", resource.kind)
-        self.objects[(resource.plural, meta.get("namespace") or "", meta["name"])] = copy.deepcopy(obj)
-        return copy.deepcopy(obj)
+        stored = _stored(resource, obj)
+        self.objects[(resource.plural, meta.get("namespace") or "", meta["name"])] = copy.deepcopy(stored)
+        return _shown(resource, copy.deepcopy(stored))
 
     # --- KubeApi ---------------------------------------------------------------------------------
     def _check(self, method: str, resource: Resource, name: str) -> None:
@@ -77,12 +98,12 @@ class FakeKube:
         key = (resource.plural, namespace or "", name)
         if key not in self.objects:
             raise KubeError(404, f'{resource.plural} "{name}" not found')
-        return copy.deepcopy(self.objects[key])
+        return _shown(resource, copy.deepcopy(self.objects[key]))
 
     def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj:
         self._check("list", resource, "")
         items = [
-            copy.deepcopy(o)
+            _shown(resource, copy.deepcopy(o))
             for (plural, _, _), o in sorted(self.objects.items())
             if plural == resource.plural
         ]
@@ -108,7 +129,8 @@ class FakeKube:
         current = self.objects.get(key)
         if current is None:
             raise KubeError(404, f'{resource.plural} "{meta["name"]}" not found')
-        if str(meta.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
+        unconditional = resource.plural in UNCONDITIONAL and not meta.get("resourceVersion")
+        if not unconditional and str(meta.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
             raise KubeError(
                 409, "the object has been modified; please apply your changes to the latest version"
             )
@@ -116,13 +138,13 @@ class FakeKube:
             new = copy.deepcopy(current)
             new["status"] = copy.deepcopy(obj.get("status") or {})
         else:
-            new = copy.deepcopy(obj)
+            new = _stored(resource, copy.deepcopy(obj))
             if resource.plural in WITH_STATUS:
                 new["status"] = copy.deepcopy(current.get("status") or {})
             new["metadata"]["uid"] = current["metadata"]["uid"]
         new["metadata"]["resourceVersion"] = str(next(self._rv))
         self.objects[key] = new
-        return copy.deepcopy(new)
+        return _shown(resource, copy.deepcopy(new))
 
     def watch(self, resource: Resource, resource_version: str, timeout_seconds: int = 300) -> Iterator[Obj]:
         return iter(())

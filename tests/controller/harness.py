@@ -68,6 +68,12 @@ def request(
     return {"name": name, "exactly": body}
 
 
+def exactly(name: str, klass: str = DRIVER, **body: Any) -> dict[str, Any]:
+    """A request of ``klass`` with any ``exactly`` fields (``allocationMode``, ``adminAccess``, raw
+    ``capacity`` and ``selectors``, ...), as written."""
+    return {"name": name, "exactly": {"deviceClassName": klass, **body}}
+
+
 def claim(name: str, *requests: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     devices: dict[str, Any] = {"requests": list(requests) or [request()]}
     if config is not None:

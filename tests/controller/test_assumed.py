@@ -6,8 +6,9 @@ from typing import Any
 
 from dra_driver.contract import DeviceId
 from dra_driver.controller.assumed import ASSUME_SECONDS, ClaimAssumptions
-from dra_driver.controller.ledger import Ledger, Use
-from dra_driver.controller.objects import ClaimView
+from dra_driver.controller.ledger import Ledger
+from dra_driver.resource.objects import ClaimView
+from dra_driver.resource.uses import Use
 from tests.controller.harness import DRIVER, NS
 
 PLANNED = (Use(DeviceId(DRIVER, "node-1", "gpu-0"), 1024, 0, 1, NS, DRIVER),)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,15 @@ from tests.controller.harness import (
 )
 
 ENTRY = "import sys; from dra_driver.cli import main; sys.exit(main())"
+#: A kubeconfig that loads but whose server is never reached (the command fails before).
+UNREACHABLE_KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
 
 
 @pytest.fixture
@@ -69,7 +79,6 @@ def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> 
     [
         (["--default-policy", "nonsense"], "default policy 'nonsense'"),
         (["--default-node-policy", "packed"], "default node policy"),
-        (["--metrics-bind-address", "127.0.0.1:9090"], "only :9090 or 0.0.0.0:9090 is supported"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes config from"),
     ],
 )
@@ -86,6 +95,8 @@ def test_bad_flags_are_one_line_errors(
     [
         (["--metrics-port", "70000"], "argument --metrics-port: a port must be within 0..65535, got 70000"),
         (["--metrics-bind-address", "8080"], "argument --metrics-bind-address: expected HOST:PORT"),
+        (["--metrics-bind-address", "garbage"], "argument --metrics-bind-address: expected HOST:PORT"),
+        (["--metrics-bind-address=no such:80"], "argument --metrics-bind-address: HOST must be an IP"),
     ],
 )
 def test_bad_metrics_flags_are_argument_errors(
@@ -104,6 +115,9 @@ def test_bad_metrics_flags_are_argument_errors(
         (["--metrics-bind-address", ":9090"], {}, BindAddress("", 9090)),
         (["--metrics-bind-address=0.0.0.0:9090"], {}, BindAddress("0.0.0.0", 9090)),
         (["--metrics-bind-address=0"], {}, BindAddress("", 0)),
+        (["--metrics-bind-address=127.0.0.1:9090"], {}, BindAddress("127.0.0.1", 9090)),
+        (["--metrics-bind-address=[::]:9090"], {}, BindAddress("::", 9090)),
+        (["--metrics-bind-address=[::1]:9090"], {}, BindAddress("::1", 9090)),
         (["--metrics-port", "9090"], {}, BindAddress("", 9090)),
         (["--metrics-port=0"], {}, BindAddress("", 0)),
         ([], {"METRICS_BIND_ADDRESS": ":9191"}, BindAddress("", 9191)),
@@ -118,7 +132,19 @@ def test_metrics_bind_address_and_its_deprecated_alias(
         monkeypatch.setenv(name, value)
     parsed = cli.build_parser().parse_args(["controller", *args])
     assert parsed.metrics_bind_address == address
-    assert flags.metrics_port(parsed) == (address.port or None)
+    assert flags.metrics_address(parsed) == (address if address.port else None)
+
+
+def test_a_metrics_address_it_cannot_listen_on_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+    # 192.0.2.1 (TEST-NET-1) is never an address of this machine.
+    args = ["controller", "--kubeconfig", str(kubeconfig), "--metrics-bind-address", "192.0.2.1:9090"]
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert "--metrics-bind-address 192.0.2.1:9090: cannot listen there" in err and "Traceback" not in err
 
 
 def test_metrics_port_warns_naming_the_new_flag(

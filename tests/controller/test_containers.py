@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.containers import PodClaim, claim_facts, limits_conflict
+from dra_driver.controller.containers import PodClaim, claim_facts, container_conflict, limits_conflict
 
 OURS = "binpack.gpu.hami.io"
 
@@ -46,7 +46,7 @@ def facts(*claims: tuple[str, dict[str, Any]]) -> list[PodClaim]:
 
 def test_claim_facts_read_limits_gpus_and_other_pods() -> None:
     limited = claim_facts("a", claim("x", OURS, reserved=("me", "u2")), "me", is_ours)
-    assert limited == PodClaim("a", "ns/x", limited=True, gpu=True, other_pods=("pod-u2",))
+    assert limited == PodClaim("a", "ns/x", limited=True, gpu=True, other_pods=("pod-u2",), requests=("r0",))
     whole = claim_facts("b", claim("y", OURS, capacity=False), "me", is_ours)
     assert (whole.limited, whole.gpu) == (False, True)
     nic = claim_facts("c", claim("z", "rdma.example.com"), "me", is_ours)
@@ -97,6 +97,24 @@ def test_a_limited_claim_consumed_by_two_containers_or_reserved_by_another_pod_i
     shared = facts(("gpu", claim("x", OURS, reserved=("u2",))))
     message = limits_conflict(pod(("a", ["gpu"], None)), shared)
     assert message is not None and "already in use by pod pod-u2" in message
+
+
+def test_a_limited_claim_must_be_consumed_with_all_its_requests() -> None:
+    """The claim's ordinals count all its GPUs: a container with only some of them gets wrong limits."""
+    claims = facts(("gpu", claim("x", OURS, OURS)))
+    partial = pod(("app", ["gpu"], None))
+    partial["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu", "request": "r0"}]
+    message = limits_conflict(partial, claims)
+    assert (
+        message is not None and "container app consumes only some requests of claim ns/x (not r1)" in message
+    )
+    partial["spec"]["containers"][0]["resources"]["claims"].append({"name": "gpu", "request": "r1"})
+    assert limits_conflict(partial, claims) is None
+    whole = claims[0]
+    assert (
+        container_conflict({"name": "app", "resources": {"claims": [{"name": "gpu"}]}}, {"gpu": whole})
+        is None
+    )
 
 
 def test_two_entries_naming_one_limited_claim_in_one_container_are_one_gpu_set() -> None:

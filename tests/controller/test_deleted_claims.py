@@ -42,7 +42,7 @@ def test_a_deleted_claim_of_a_running_pod_stays_booked_until_the_pod_ends() -> N
     card.run()
     assert card.booked_memory() == SIXTY_GIB  # now the second pod's
     assert not card.gated("second")
-    assert card.controller.reconciler.orphans == {}
+    assert card.controller.cache.orphans == {}
 
 
 def test_a_deleted_claim_of_a_pod_that_never_ran_is_not_kept() -> None:

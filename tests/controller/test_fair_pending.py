@@ -39,8 +39,8 @@ class Cluster:
     def __init__(self, nodes: int = 3, gpus: int = 1, batch: int = 16) -> None:
         self.kube = FakeKube()
         self.controller = Controller(self.kube, DRIVER, write_workers=0, pending_batch=batch)
-        self.planner = RecordingPlanner(self.controller.reconciler.planner)
-        self.controller.reconciler.planner = self.planner  # type: ignore[assignment]
+        self.planner = RecordingPlanner(self.controller.allocator.planner)
+        self.controller.allocator.planner = self.planner  # type: ignore[assignment]
         slices = []
         self.nodes = [f"node-{index}" for index in range(nodes)]
         for name in self.nodes:
@@ -50,7 +50,7 @@ class Cluster:
             )
         self.slices = {object_key(item): item for item in slices}
         self.controller.informers["ResourceSlice"].cache = dict(self.slices)  # what it would have listed
-        self.controller.reconciler.refresh_inventory(slices)
+        self.controller.cache.refresh_inventory(slices)
         self.add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
         self.stamp = 0
 
@@ -114,7 +114,7 @@ class Cluster:
 
     def reason(self, name: str, namespace: str = NS) -> str | None:
         uid = str(self.kube.stored(PODS, namespace, name)["metadata"]["uid"])
-        return self.controller.reconciler.pending_reason(uid)
+        return self.controller.reports.reason(uid)
 
     def release(self, name: str) -> None:
         """The claim's pod finished and the claim went (what its informer would deliver)."""
@@ -414,7 +414,7 @@ def test_a_pod_whose_pending_reason_is_unknown_is_replanned_on_any_change_everyw
     cluster.pod("lost", "10Gi", count=2)
     cluster.settle()
     uid = str(cluster.kube.stored(PODS, NS, "lost")["metadata"]["uid"])
-    cluster.controller.reconciler.pending.pop(uid)  # as if its report had failed
+    cluster.controller.reports.clear(uid)  # as if its report had failed
     cluster.planned()
     cluster.change("Node", NODES, None, "node-0", labelled({"a": "b"}))
     cluster.settle()

@@ -31,7 +31,7 @@ def hami(e2e: tuple[Harness, SandboxCluster]) -> Iterator[tuple[Harness, Sandbox
     h.kube.patch(NAMESPACES, None, NS, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}})
     h.create_class(device_class(DRIVER, {"policy": "spread", "nodePolicy": "binpack"}))
     controller = h.start_controller()
-    wait_for(lambda: "node-1" in controller.reconciler.ledger.inventory, timeout=30, what="slices published")
+    wait_for(lambda: "node-1" in controller.cache.ledger.inventory, timeout=30, what="slices published")
     yield h, cluster
 
 

@@ -7,15 +7,17 @@ and node-b vanished from the controller's view.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
 import pytest
 
 from dra_driver.contract import DeviceId
-from dra_driver.controller.inventory import build_inventory, pool_owner
+from dra_driver.controller.inventory import build_inventory
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slices import pool_owner
 
 DRIVER = "gpu.hami.io"
 
@@ -110,3 +112,18 @@ def test_shares_count_as_enforced_only_where_the_slice_says_so(isolation: str | 
         attributes["isolation"] = {"string": isolation}
     (card,) = [device.card for device in build_inventory([slice_], DRIVER)["n1"].devices.values()]
     assert card.shares_enforced is enforced
+
+
+def test_a_rebuild_keeps_the_devices_of_unchanged_slices() -> None:
+    """A slice change re-reads that slice only: other devices (and their CEL inputs) are kept."""
+    node_a, node_b = pool_of("node-a", 2), pool_of("node-b", 2)
+    first = build_inventory([*node_a, *node_b], DRIVER)
+    kept = first["node-a"].device_at(0)
+    cel = kept.cel
+    changed = copy.deepcopy(node_b)
+    changed[0]["spec"]["devices"][0]["attributes"]["healthy"] = {"bool": False}
+    second = build_inventory([*node_a, *changed], DRIVER, previous=first)
+    assert second["node-a"].device_at(0) is kept and kept.cel is cel
+    assert second["node-b"].device_at(0).card.healthy is False, "the changed slice is read anew"
+    assert second == build_inventory([*node_a, *changed], DRIVER), "the same inventory as from scratch"
+    assert build_inventory(node_b, DRIVER, previous=first).keys() == {"node-b"}

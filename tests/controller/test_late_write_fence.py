@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dra_driver.controller.binder import FENCE_ANNOTATION
 from dra_driver.controller.controller import Controller
-from dra_driver.controller.reconciler import FENCE_ANNOTATION
 from dra_driver.kube.api import RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
 from dra_driver.sandbox import SandboxServer
@@ -50,7 +50,7 @@ def kill(controller: Controller) -> None:
     The request already sent stays with the API server; a killed process sends nothing after it,
     so its writer thread (still alive here) must not retry: it is told it no longer leads.
     """
-    controller.reconciler.still_leading = lambda: False
+    controller.binder.still_leading = lambda: False
     controller.halt()
 
 
@@ -138,5 +138,5 @@ def test_an_observed_overcommit_is_reported_and_the_newest_unstarted_claim_deall
     # Always recorded on the claim; on its pod once the controller has seen that pod (no order
     # between the claim and pod watches), so the claim's event is the one to wait for.
     wait_for(lambda: any("was overcommitted" in m for m in harness.events("late")), what="event")
-    metric = controller.reconciler.metrics.overcommits.labels("deallocated")._value.get()
+    metric = controller.metrics.overcommits.labels("deallocated")._value.get()
     assert metric == 1

@@ -10,14 +10,16 @@ from hypothesis import strategies as st
 from dra_driver.config import ControllerDefaults
 from dra_driver.contract import DeviceId
 from dra_driver.controller.allocation import build_allocation
+from dra_driver.controller.eligibility import Matcher
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.ledger import Ledger, claim_uses
-from dra_driver.controller.objects import ClaimView, PodView
+from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.planner import PlanInput, Planner
-from dra_driver.controller.requests import Matcher, claim_requests
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import parse_bytes
+from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
+from dra_driver.resource.requests import claim_requests
+from dra_driver.resource.uses import claim_uses
 
 DRIVER = "gpu.hami.io"
 CLASS = {
@@ -40,7 +42,11 @@ def new_planner() -> tuple[Ledger, Planner]:
     ledger = Ledger()
     ledger.set_inventory(build_inventory(slices(), DRIVER))
     planner = Planner(
-        ledger, Matcher(DRIVER, f"{DRIVER}/policy-managed"), DRIVER, ControllerDefaults(), {DRIVER: CLASS}.get
+        ledger,
+        Matcher(DRIVER, f"{DRIVER}/policy-managed"),
+        DRIVER,
+        ControllerDefaults(),
+        {DRIVER: DeviceClassView(CLASS, DRIVER)}.get,
     )
     return ledger, planner
 
@@ -98,9 +104,9 @@ def test_random_create_delete_never_exceeds_capacity(ops: list[tuple[Any, ...]])
             if plan.node is None:
                 continue
             classes = {spec.name: spec.class_name for request in requests for spec in request.alternatives}
-            claim["status"] = {
-                "allocation": build_allocation(plan.claims[0], plan.node, {DRIVER: CLASS}.get, classes)
-            }
+            view = DeviceClassView(CLASS, DRIVER)
+            allocation = build_allocation(plan.claims[0], plan.node, {DRIVER: view}.get, classes)
+            claim["status"] = {"allocation": allocation}
             live[uid] = claim
             ledger.set_claim(uid, claim_uses(claim, DRIVER))
         check_capacity(ledger, live)

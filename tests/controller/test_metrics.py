@@ -1,19 +1,21 @@
 """The controller's capacity, per-claim and pending series, and its readiness.
 
-Driven over the reconciler test world (FakeKube): a claim placed by the controller shows up with
-its namespace, name and pod on its card, and the per-claim series add up to the card's; a pod held
-pending is counted under its condition's reason with its age; a replica that stops leading drops
-what only the leader may say.
+Driven over the controller's test world (tests/controller/worlds.py, FakeKube): a claim placed by
+the controller shows up with its namespace, name and pod on its card, and the per-claim series add
+up to the card's; a pod held pending is counted under its condition's reason with its age; a
+replica that stops leading drops what only the leader may say.
 """
 
 from __future__ import annotations
 
+from prometheus_client import generate_latest
+
+from dra_driver.controller.allocator import Unschedulable
 from dra_driver.controller.controller import Controller
 from dra_driver.controller.metrics import created_epoch
-from dra_driver.controller.reconciler import Outcome
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS
-from tests.controller.test_reconciler_units import NODE, World, tenant
+from tests.controller.worlds import NODE, World, tenant
 
 
 def _sample(world: World, name: str, **labels: str) -> float | None:
@@ -21,7 +23,7 @@ def _sample(world: World, name: str, **labels: str) -> float | None:
 
 
 def _card(world: World, device: str) -> dict[str, str]:
-    card = world.reconciler.ledger.state.nodes[NODE].card(int(device.rsplit("-", 1)[1]))
+    card = world.cache.ledger.state.nodes[NODE].card(int(device.rsplit("-", 1)[1]))
     return {"node": NODE, "device": device, "uuid": card.uuid, "model": card.product_name}
 
 
@@ -31,7 +33,7 @@ def test_claims_are_labelled_with_their_namespace_name_and_pod() -> None:
     tenant(world, "b", memory="1Gi", cores=10)
     world.place("a-pod")
     world.place("b-pod")
-    world.metrics.update_gpus(world.reconciler.ledger, world.reconciler.tenants())
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
     placed = {
         name: world.claim(name)["status"]["allocation"]["devices"]["results"][0]["device"] for name in "ab"
     }
@@ -53,12 +55,24 @@ def test_claims_are_labelled_with_their_namespace_name_and_pod() -> None:
         assert _sample(world, "hami_dra_gpu_tenants", **card) == len(claims)
 
 
+def test_a_cards_series_are_exposed_with_its_node_device_uuid_and_model() -> None:
+    world = World(gpus=1)
+    tenant(world, "a")
+    world.place("a-pod")
+    world.metrics.update_gpus(world.cache.ledger)
+    text = generate_latest(world.metrics.registry).decode()
+    card = _card(world, "gpu-0")
+    labels = f'device="gpu-0",model="{card["model"]}",node="{NODE}",uuid="{card["uuid"]}"'
+    assert f"hami_dra_gpu_allocated_memory_bytes{{{labels}}} 1.073741824e+09" in text
+    assert f"hami_dra_gpu_allocated_slots{{{labels}}} 1.0" in text
+
+
 def test_pending_pods_by_reason_with_the_oldest_age() -> None:
     world = World(gpus=1)
     tenant(world, "huge", memory="100Gi")
-    pod = world.reconciler.pods[f"{NS}/huge-pod"]
-    assert world.reconciler.reconcile_pod(pod) is Outcome.PENDING
-    groups = world.reconciler.pending_groups()
+    pod = world.cache.pods[f"{NS}/huge-pod"]
+    assert isinstance(world.controller.decide(pod), Unschedulable)
+    groups = world.reports.groups(world.cache.pod_by_uid)
     [(reason, group)] = groups.items()
     assert group.count == 1
     created = created_epoch(pod.created)
@@ -72,7 +86,7 @@ def test_a_replica_that_stops_leading_drops_the_leaders_series() -> None:
     world = World(gpus=1)
     tenant(world, "a")
     world.place("a-pod")
-    world.metrics.update_gpus(world.reconciler.ledger, world.reconciler.tenants())
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
     assert _sample(world, "hami_dra_gpu_allocated_memory_bytes", **_card(world, "gpu-0")) == 1024**3
     world.metrics.clear_leader_series()
     assert _sample(world, "hami_dra_gpu_allocated_memory_bytes", **_card(world, "gpu-0")) is None

@@ -24,8 +24,8 @@ class Cluster:
     def __init__(self, nodes: int = 3, gpus: int = 1) -> None:
         self.kube = FakeKube()
         self.controller = Controller(self.kube, DRIVER, write_workers=0)
-        self.planner = RecordingPlanner(self.controller.reconciler.planner)
-        self.controller.reconciler.planner = self.planner  # type: ignore[assignment]
+        self.planner = RecordingPlanner(self.controller.allocator.planner)
+        self.controller.allocator.planner = self.planner  # type: ignore[assignment]
         slices = []
         self.nodes = [f"node-{index}" for index in range(nodes)]
         for name in self.nodes:
@@ -33,7 +33,7 @@ class Cluster:
             slices += build_resource_slices(
                 profile_gpus("h100-80gb", node_name=name, gpus=gpus), node_name=name, driver_name=DRIVER
             )
-        self.controller.reconciler.refresh_inventory(slices)
+        self.controller.cache.refresh_inventory(slices)
         self.add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
         self.stamp = 0
 
@@ -146,7 +146,7 @@ def test_a_pod_pending_for_its_quota_is_planned_everywhere_after_a_release() -> 
     cluster.pod("over", "10Gi")
     cluster.settle()
     uid = str(cluster.kube.stored(PODS, NS, "over")["metadata"]["uid"])
-    assert cluster.controller.reconciler.pending_reason(uid) == "GpuQuotaExceeded"
+    assert cluster.controller.reports.reason(uid) == "GpuQuotaExceeded"
     cluster.planned()
     cluster.release("hold-a")  # capacity freed on one node, and quota freed for every node
     cluster.settle()
@@ -171,18 +171,18 @@ def test_the_periodic_resync_plans_one_pending_pod_per_shape_everywhere() -> Non
 def test_every_annotation_the_planner_reads_makes_a_shape_of_its_own() -> None:
     """A pod limited to A100s staying pending says nothing about an identical pod without the limit."""
     from dra_driver.config.resolve import PLAN_ANNOTATIONS
-    from dra_driver.controller.objects import PodView
+    from dra_driver.resource.objects import PodView
     from tests.controller.fake_cluster import FakeCluster
 
     cluster = FakeCluster()
-    reconciler = cluster.controller.reconciler
+    allocator = cluster.controller.allocator
     cluster.pod("plain", claim("plain", request(memory="1Gi")))
     cluster.controller._drain()  # into the caches, not planned
-    shapes = {reconciler.pending_shape(PodView.parse(cluster.kube.stored(PODS, NS, "plain")))}
+    shapes = {allocator.pending_shape(PodView.parse(cluster.kube.stored(PODS, NS, "plain")))}
     for index, annotation in enumerate(PLAN_ANNOTATIONS):
         name = f"annotated-{index}"
         body = claim(name, request(memory="1Gi"))
         cluster.pod(name, body, annotations={annotation: "A100"})
         cluster.controller._drain()
-        shapes.add(reconciler.pending_shape(PodView.parse(cluster.kube.stored(PODS, NS, name))))
+        shapes.add(allocator.pending_shape(PodView.parse(cluster.kube.stored(PODS, NS, name))))
     assert len(shapes) == len(PLAN_ANNOTATIONS) + 1 and None not in shapes

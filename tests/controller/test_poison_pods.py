@@ -89,7 +89,7 @@ def test_an_unexpected_error_fails_that_pod_alone_with_invalid_request(
     queue = Queue()
     queue.pod("poison", claim("poison", request(memory="1Gi")))
     good = queue.good_pods()
-    planner = queue.controller.reconciler.planner
+    planner = queue.controller.allocator.planner
     real_plan = planner.plan
 
     def plan(pod_view: Any, *args: Any) -> Any:
@@ -107,7 +107,7 @@ def test_an_unexpected_error_fails_that_pod_alone_with_invalid_request(
         "unexpected error while planning this pod: OverflowError: int too large to convert to float"
     )
     assert queue.unexpected() == 1.0
-    assert queue.controller.reconciler.assumed.in_flight == frozenset()
+    assert queue.controller.cache.assumed.in_flight == frozenset()
     # Still pending, not forgotten: the resync plans it again (and reports it once).
     queue.controller._last_resync = 0.0
     queue.run(2)

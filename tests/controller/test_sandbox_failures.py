@@ -93,7 +93,7 @@ def test_concurrent_allocation_by_someone_else_wins_without_double_counting(harn
     controller = harness.start_controller()
     wait_for(lambda: harness.bound_node("race-pod"))
     assert harness.devices_of("race") == ["node-1/gpu-3"]
-    usage = controller.reconciler.ledger.state.nodes["node-1"].usage[3]
+    usage = controller.cache.ledger.state.nodes["node-1"].usage[3]
     assert usage.tenants == 10  # an exclusive result fills every slot of the card, counted once
 
 

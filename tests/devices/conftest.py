@@ -20,7 +20,9 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 if str(TESTS) not in sys.path:  # makes tests/kube_validate.py importable as `kube_validate`
-    sys.path.insert(0, str(TESTS))
+    # Appended, not prepended: tests/resource/ must not shadow the standard library's `resource`
+    # (prometheus_client imports it), nor any other test folder an installed module.
+    sys.path.append(str(TESTS))
 
 MOCK_SOURCE = REPO / "hack" / "mock-nvml" / "mock_nvml.c"
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,10 +31,11 @@ from tests.nvidia_layouts import (
     SPEC_FILES,
     DriverRoot,
     Layout,
-    build_driver_root,
     generate_spec,
-    toolkit_bin,
+    mock_driver_root,
+    require_toolkit,
 )
+from tests.podman import CDI_DIR, Podman, busybox_podman
 
 SPEC_LAYOUTS: tuple[Layout, ...] = ("host", "operator", "index-only")
 CONTAINER_LIB_DIR = "/" + str(LIB_DIR)
@@ -44,26 +43,14 @@ CONTAINER_LIB_DIR = "/" + str(LIB_DIR)
 
 @pytest.fixture(scope="module")
 def toolkit() -> Path:
-    bin_dir = toolkit_bin()
-    if bin_dir is None:
-        pytest.skip(
-            "the NVIDIA Container Toolkit is not built: run `make cluster-build` "
-            "(or `bash hack/cluster/build.sh nvidia-container-toolkit`)"
-        )
-    return bin_dir
+    return require_toolkit()
 
 
 @pytest.fixture(scope="module", params=["t4-4x-node-1", "h100-8x-node-1"])
 def driver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DriverRoot:
     """A mock driver root per profile, placed where the GPU Operator keeps its driver."""
-    if shutil.which("gcc") is None:
-        pytest.fail("gcc is needed to build hack/mock-nvml; run `bash hack/install.d/gcc.sh`")
-    if os.geteuid() != 0:
-        pytest.skip("the mock driver root's device nodes need root (mknod)")
     base = tmp_path_factory.mktemp(request.param)
-    if os.statvfs(base).f_flag & os.ST_NODEV:
-        pytest.skip(f"{base} is on a filesystem mounted nodev: no usable device nodes there")
-    return build_driver_root(base / "run" / "nvidia" / "driver", PROFILES / f"{request.param}.json")
+    return mock_driver_root(base / "run" / "nvidia" / "driver", PROFILES / f"{request.param}.json")
 
 
 def load_spec(path: Path) -> dict[str, Any]:
@@ -191,63 +178,14 @@ def test_the_mock_answers_the_mig_walk_like_a_gpu_without_mig_devices(run_nvml_s
 
 
 # ---------------------------------------------------------------- a real runtime applies the spec
-PODMAN_CDI_DIR = Path("/var/run/cdi")  # podman 4.3 reads only /etc/cdi and /var/run/cdi
 IMAGE = "localhost/hami-dra-toolkit-busybox:test"
-CONTAINERS_CONF = (
-    "[containers]\n"
-    'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
-    "[engine]\n"
-    'runtime = "runc"\n'
-    'cgroup_manager = "cgroupfs"\n'
-    'events_logger = "file"\n'
-)
-
-
-class Podman:
-    """podman with its own storage under ``root`` (vfs, runc, cgroupfs: what these machines run)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        conf = root / "containers.conf"
-        conf.write_text(CONTAINERS_CONF)
-        self.env = dict(os.environ, CONTAINERS_CONF=str(conf))
-
-    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        cmd = [
-            "podman",
-            "--root", str(self.root / "root"),
-            "--runroot", str(self.root / "runroot"),
-            "--tmpdir", str(self.root / "tmp"),
-            "--storage-driver", "vfs",
-            *args,
-        ]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
 def podman(tmp_path_factory: pytest.TempPathFactory) -> Podman:
-    """A busybox image: no ldconfig and no libc in it, which the toolkit's hooks must cope with
-    (update-ldcache runs the host's ldconfig in the container's root)."""
-    if os.geteuid() != 0:
-        pytest.skip("podman test needs root (CDI specs are read from /var/run/cdi)")
-    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
-    busybox = shutil.which("busybox") or "/bin/busybox"
-    if missing or not Path(busybox).is_file():
-        pytest.skip(f"missing {missing or ['busybox-static']}: run hack/install.d/podman.sh")
-    root = tmp_path_factory.mktemp("podman")  # runroot paths must stay under 50 characters
-    engine = Podman(root)
-    rootfs = root / "rootfs"
-    (rootfs / "bin").mkdir(parents=True)
-    shutil.copy2(busybox, rootfs / "bin" / "busybox")
-    subprocess.run(["chroot", str(rootfs), "/bin/busybox", "--install", "-s", "/bin"], check=True)
-    for directory in ("dev", "proc", "sys", "etc", "tmp"):
-        (rootfs / directory).mkdir(exist_ok=True)
-    tarball = root / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        tar.add(rootfs, arcname=".")
-    imported = engine("import", str(tarball), IMAGE)
-    assert imported.returncode == 0, imported.stderr
-    return engine
+    """Busybox has no ldconfig and no libc: the toolkit's hooks must cope (update-ldcache runs the
+    host's ldconfig in the container's root)."""
+    return busybox_podman(tmp_path_factory.mktemp("podman"), IMAGE)
 
 
 @pytest.fixture
@@ -256,8 +194,8 @@ def host_spec_in_podman(driver: DriverRoot, toolkit: Path, tmp_path: Path) -> It
     (never the node's own nvidia.yaml, which a GPU machine may have)."""
     spec = generate_spec("host", driver, tmp_path / "cdi")
     assert spec is not None
-    PODMAN_CDI_DIR.mkdir(parents=True, exist_ok=True)
-    installed = PODMAN_CDI_DIR / f"hami-dra-test-toolkit-{os.getpid()}.yaml"
+    CDI_DIR.mkdir(parents=True, exist_ok=True)
+    installed = CDI_DIR / f"hami-dra-test-toolkit-{os.getpid()}.yaml"
     shutil.copyfile(spec, installed)
     try:
         yield installed

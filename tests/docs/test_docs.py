@@ -9,6 +9,7 @@ components export.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
 import io
@@ -419,9 +420,16 @@ def test_readme_starts_with_the_two_setup_commands() -> None:
         )
 
 
-@pytest.mark.parametrize(
-    "doc", [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))], ids=lambda d: d.name
-)
+USER_FACING = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *(CHART / name for name in ("README.md", "values.yaml", "values-local.yaml", "templates/NOTES.txt")),
+    *sorted((REPO / "examples").rglob("*.yaml")),
+    *sorted(EXAMPLES.glob("*.yaml")),
+]
+
+
+@pytest.mark.parametrize("doc", USER_FACING, ids=lambda d: str(d.relative_to(REPO)))
 def test_user_docs_say_worked_example_not_seed(doc: Path) -> None:
     hits = [
         f"{n}: {line.strip()}" for n, line in enumerate(doc.read_text().splitlines(), 1) if SEED.search(line)
@@ -429,6 +437,25 @@ def test_user_docs_say_worked_example_not_seed(doc: Path) -> None:
     assert not hits, (
         f"{doc.relative_to(REPO)}: say 'the worked example' or 'the 4 x T4 lab':\n  " + "\n  ".join(hits)
     )
+
+
+def test_cli_help_says_worked_example_not_seed() -> None:
+    from dra_driver.cli import build_parser
+
+    def helps(parser: Any) -> Iterator[tuple[str, str]]:
+        yield parser.prog, parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from helps(sub)
+
+    hits = [
+        f"{prog}: {line.strip()}"
+        for prog, text in helps(build_parser())
+        for line in text.splitlines()
+        if SEED.search(line)
+    ]
+    assert not hits, "say 'the worked example' or 'the 4 x T4 lab':\n  " + "\n  ".join(hits)
 
 
 # -- metrics -----------------------------------------------------------------------------------------

@@ -20,10 +20,11 @@ BASE = ["kubelet-plugin", "--node-name", "n1", "--source", "simulated", "--profi
 
 #: Every variable the subcommand reads, new and deprecated, so the host's environment cannot leak in.
 VARIABLES = (
-    "NODE_NAME", "DRIVER_NAME", "SOURCE", "DEVICE_SOURCE", "NVIDIA_DRIVER_ROOT", "PROFILE", "GPU_PROFILE",
-    "GPUS", "GPU_COUNT", "DEVICES_FILE", "KUBECONFIG", "PLUGIN_DIR", "REGISTRY_DIR", "CDI_DIR", "CDI_ROOT",
-    "HAMI_CORE_LIB", "CORE_UTILIZATION_POLICY", "NVIDIA_CDI_KIND", "HOST_ROOT", "ALLOW_DEVICE_PLUGIN",
-    "METRICS_BIND_ADDRESS", "METRICS_PORT", "POLICY_TAINT", "PUBLISH", "HEALTH_FILE",
+    "NODE_NAME", "DRIVER_NAME", "KUBELET_PLUGIN_SOURCE", "SOURCE", "DEVICE_SOURCE", "NVIDIA_DRIVER_ROOT",
+    "KUBELET_PLUGIN_PROFILE", "PROFILE", "GPU_PROFILE", "KUBELET_PLUGIN_GPUS", "GPUS", "GPU_COUNT",
+    "DEVICES_FILE", "KUBECONFIG", "PLUGIN_DIR", "REGISTRY_DIR", "CDI_DIR", "CDI_ROOT", "HAMI_CORE_LIB",
+    "CORE_UTILIZATION_POLICY", "NVIDIA_CDI_KIND", "HOST_ROOT", "ALLOW_DEVICE_PLUGIN", "METRICS_BIND_ADDRESS",
+    "METRICS_PORT", "POLICY_TAINT", "KUBELET_PLUGIN_PUBLISH", "PUBLISH", "HEALTH_FILE",
 )  # fmt: skip
 
 
@@ -52,7 +53,7 @@ def test_defaults() -> None:
         (["--publish=false"], ["--no-publish"], "publish", False),
         (["--publish=0"], ["--no-publish"], "publish", False),
         (["--metrics-bind-address=:9400"], ["--metrics-port=9400"], "metrics_port", 9400),
-        (["--metrics-bind-address", "0.0.0.0:8080"], ["--metrics-port", "8080"], "metrics_port", 8080),
+        (["--metrics-bind-address", ":8080"], ["--metrics-port", "8080"], "metrics_port", 8080),
         (["--metrics-bind-address=0"], ["--metrics-port=0"], "metrics_port", None),
     ],
 )
@@ -100,13 +101,20 @@ def test_bad_values_are_argument_errors(
     assert message in capsys.readouterr().err
 
 
-def test_a_specific_metrics_host_is_refused_until_the_server_can_bind_one(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    assert cli.main([*BASE, "--metrics-bind-address=127.0.0.1:9400"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("hami-dra kubelet-plugin: error: --metrics-bind-address 127.0.0.1:9400:")
-    assert "only :9400 or 0.0.0.0:9400" in err
+@pytest.mark.parametrize(
+    ("address", "port", "host"),
+    [
+        (":9400", 9400, ""),
+        ("0.0.0.0:9400", 9400, "0.0.0.0"),
+        ("127.0.0.1:9400", 9400, "127.0.0.1"),
+        ("[::]:9400", 9400, "::"),
+        ("[::1]:9400", 9400, "::1"),
+        ("0", None, ""),
+    ],
+)
+def test_the_metrics_host_reaches_the_options(address: str, port: int | None, host: str) -> None:
+    o = options(f"--metrics-bind-address={address}")
+    assert (o.metrics_port, o.metrics_host) == (port, host)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +131,7 @@ def test_a_specific_metrics_host_is_refused_until_the_server_can_bind_one(
         ("ALLOW_DEVICE_PLUGIN", "true", "allow_device_plugin", True),
         ("METRICS_BIND_ADDRESS", ":9400", "metrics_port", 9400),
         ("POLICY_TAINT", "false", "policy_taint", False),
-        ("PUBLISH", "false", "publish", False),
+        ("KUBELET_PLUGIN_PUBLISH", "false", "publish", False),
         ("HEALTH_FILE", "/h.yaml", "health_file", Path("/h.yaml")),
     ],
 )
@@ -141,9 +149,9 @@ def test_environment_variables_named_after_flags(
     ("variable", "value", "attribute", "expected"),
     [
         ("NODE_NAME", "env-node", "node_name", "env-node"),
-        ("SOURCE", "simulated", "source", "simulated"),
-        ("PROFILE", "h200", "profile", "h200"),
-        ("GPUS", "3", "gpus", 3),
+        ("KUBELET_PLUGIN_SOURCE", "simulated", "source", "simulated"),
+        ("KUBELET_PLUGIN_PROFILE", "h200", "profile", "h200"),
+        ("KUBELET_PLUGIN_GPUS", "3", "gpus", 3),
         ("DEVICES_FILE", "/d.yaml", "devices_file", Path("/d.yaml")),
         ("KUBECONFIG", "/k", "kubeconfig", "/k"),
         ("NVIDIA_DRIVER_ROOT", "/driver-root", "nvidia_driver_root", Path("/driver-root")),
@@ -161,9 +169,13 @@ def test_environment_variables_checked_before_the_options(
 @pytest.mark.parametrize(
     ("old", "new", "value", "attribute", "expected"),
     [
-        ("DEVICE_SOURCE", "SOURCE", "simulated", "source", "simulated"),
-        ("GPU_PROFILE", "PROFILE", "h200", "profile", "h200"),
-        ("GPU_COUNT", "GPUS", "3", "gpus", 3),
+        ("SOURCE", "KUBELET_PLUGIN_SOURCE", "simulated", "source", "simulated"),
+        ("DEVICE_SOURCE", "KUBELET_PLUGIN_SOURCE", "simulated", "source", "simulated"),
+        ("PROFILE", "KUBELET_PLUGIN_PROFILE", "h200", "profile", "h200"),
+        ("GPU_PROFILE", "KUBELET_PLUGIN_PROFILE", "h200", "profile", "h200"),
+        ("GPUS", "KUBELET_PLUGIN_GPUS", "3", "gpus", 3),
+        ("GPU_COUNT", "KUBELET_PLUGIN_GPUS", "3", "gpus", 3),
+        ("PUBLISH", "KUBELET_PLUGIN_PUBLISH", "false", "publish", False),
         ("CDI_ROOT", "CDI_DIR", "/old-cdi", "cdi_dir", Path("/old-cdi")),
     ],
 )
@@ -184,7 +196,8 @@ def test_deprecated_variables_still_work_with_a_warning_and_yield_to_the_new_one
     assert [r.getMessage() for r in caplog.records] == [
         f"environment variable {old} is deprecated: set {new} instead"
     ]
-    monkeypatch.setenv(new, "/new" if attribute == "cdi_dir" else "5" if attribute == "gpus" else "nvml")
+    newer = {"cdi_dir": "/new", "gpus": "5", "publish": "true"}.get(attribute, "nvml")
+    monkeypatch.setenv(new, newer)
     parsed = cli.build_parser().parse_args(["kubelet-plugin"])
     assert getattr(parsed, attribute) != expected
     assert not getattr(parsed, flags.ENV_NOTES, ())
@@ -218,6 +231,13 @@ def test_a_bad_variable_is_an_argument_error_naming_it(
     with pytest.raises(SystemExit):
         cli.main(["kubelet-plugin", "--gpus", "4"])
     assert "(environment variable ALLOW_DEVICE_PLUGIN)" in capsys.readouterr().err
+    monkeypatch.delenv("ALLOW_DEVICE_PLUGIN")
+    monkeypatch.setenv("PUBLISH", "maybe")
+    with pytest.raises(SystemExit):
+        cli.main(["kubelet-plugin", "--gpus", "4"])
+    assert "argument --publish: expected true or false, got 'maybe' (environment variable PUBLISH)" in (
+        capsys.readouterr().err
+    )
 
 
 def test_another_subcommand_never_warns_about_the_plugins_variables(

@@ -7,10 +7,6 @@ busybox-static (hack/install.d/podman.sh); skips with the reason otherwise.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,59 +18,14 @@ from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
 from tests.kubeletplugin.helpers import claim, result, stand_in_library
+from tests.podman import CDI_DIR, Podman, busybox_podman
 
-CDI_DIR = Path("/var/run/cdi")
 IMAGE = "localhost/hami-dra-busybox:test"
 
 
-class Podman:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        conf = root / "containers.conf"
-        conf.write_text(
-            "[containers]\n"
-            'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
-            "[engine]\n"
-            'runtime = "runc"\n'
-            'cgroup_manager = "cgroupfs"\n'
-            'events_logger = "file"\n'
-        )
-        self.env = dict(os.environ, CONTAINERS_CONF=str(conf))
-
-    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        cmd = [
-            "podman",
-            "--root", str(self.root / "root"),
-            "--runroot", str(self.root / "runroot"),
-            "--tmpdir", str(self.root / "tmp"),
-            "--storage-driver", "vfs",
-            *args,
-        ]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
-    if os.geteuid() != 0:
-        pytest.skip("podman test needs root (CDI specs are read from /var/run/cdi)")
-    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
-    busybox = shutil.which("busybox") or "/bin/busybox"
-    if missing or not Path(busybox).is_file():
-        pytest.skip(f"missing {missing or ['busybox-static']}: run hack/install.d/podman.sh")
-    root = tmp_path_factory.mktemp("podman")
-    engine = Podman(root)
-    rootfs = root / "rootfs"
-    (rootfs / "bin").mkdir(parents=True)
-    shutil.copy2(busybox, rootfs / "bin" / "busybox")
-    subprocess.run(["chroot", str(rootfs), "/bin/busybox", "--install", "-s", "/bin"], check=True)
-    for directory in ("dev", "proc", "sys", "etc", "tmp"):
-        (rootfs / directory).mkdir(exist_ok=True)
-    tarball = root / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        tar.add(rootfs, arcname=".")
-    imported = engine("import", str(tarball), IMAGE)
-    assert imported.returncode == 0, imported.stderr
-    yield engine
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Podman:
+    return busybox_podman(tmp_path_factory.mktemp("podman"), IMAGE)
 
 
 @pytest.fixture

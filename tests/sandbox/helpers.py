@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dra_driver.kube.api import Obj
 
-Obj = dict[str, Any]
 DRIVER = "gpu.hami.io"
 
 

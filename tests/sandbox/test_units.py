@@ -8,7 +8,7 @@ import pytest
 
 from dra_driver.sandbox.errors import ApiError
 from dra_driver.sandbox.fieldcheck import parse_quantity
-from dra_driver.sandbox.firstfit import consumption, format_quantity
+from dra_driver.sandbox.firstfit import format_quantity
 from dra_driver.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
 from dra_driver.sandbox.selectors import labels_match, node_selector_matches, parse_label_selector
 
@@ -76,25 +76,6 @@ def test_quantities() -> None:
     assert parse_quantity("1.5.3") is None
     assert format_quantity(Fraction(1000 * 2**20)) == "1000Mi"
     assert format_quantity(Fraction(1500)) == "1500"
-
-
-def test_consumable_capacity_rounding() -> None:
-    device = {
-        "capacity": {
-            "memory": {
-                "value": "16Gi",
-                "requestPolicy": {
-                    "default": "1Gi",
-                    "validRange": {"min": "1Gi", "max": "8Gi", "step": "1Gi"},
-                },
-            },
-            "cores": {"value": "100"},
-        }
-    }
-    assert consumption(device, {"memory": "1500Mi"}) == {"memory": 2 * 2**30, "cores": 100}
-    assert consumption(device, {}) == {"memory": 2**30, "cores": 100}
-    assert consumption(device, {"memory": "9Gi"}) is None
-    assert consumption(device, {"slots": "1"}) is None
 
 
 def test_node_selectors() -> None:

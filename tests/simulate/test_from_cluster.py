@@ -18,64 +18,22 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import main
-from dra_driver.contract import ISOLATION_HAMI_CORE, ISOLATION_NONE, DeviceId
-from dra_driver.controller.allocation import build_allocation
+from dra_driver.contract import ISOLATION_HAMI_CORE, ISOLATION_NONE
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.ledger import Ledger, claim_uses
-from dra_driver.controller.objects import ClaimView
-from dra_driver.controller.planner import ClaimPlan, ResultPlan
+from dra_driver.controller.ledger import Ledger
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.engine import ClusterState, DeviceShare
-from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, Kube
+from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, Kube, Obj
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import MIB
+from dra_driver.resource.uses import claim_uses
 from dra_driver.sandbox import SandboxServer
 from dra_driver.simulate.scenario import load_scenario
+from tests.api_objects import DRIVER, allocated_claim
 
-DRIVER = DEFAULT_DRIVER_NAME
 LAB = "gke-lab-node"
 BIG = "a100-node"
-Obj = dict[str, Any]
-
-
-def allocated_claim(
-    namespace: str,
-    name: str,
-    node: str,
-    shares: list[tuple[int, int | None, int]],
-    *,
-    klass: str = DRIVER,
-    admin: bool = False,
-) -> Obj:
-    """A claim as the controller allocates it: ``shares`` are (card index, memory or None, cores);
-    None is a whole-card result (no shareID, as kube-scheduler's first fit writes it)."""
-    raw: Obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": klass}}]}},
-    }
-    results = [
-        ResultPlan(
-            request="gpu",
-            device=DeviceId(DRIVER, node, f"gpu-{index}"),
-            node=node,
-            share=DeviceShare(index, memory or 0, cores),
-            admin_access=admin,
-            tolerations=(),
-        )
-        for index, memory, cores in shares
-    ]
-    allocation = build_allocation(
-        ClaimPlan(ClaimView.parse(raw, DRIVER), results), node, lambda _name: None, {"gpu": klass}
-    )
-    for result, (_, memory, _) in zip(allocation["devices"]["results"], shares, strict=True):
-        if memory is None and not admin:
-            del result["shareID"], result["consumedCapacity"]
-    raw["status"] = {"allocation": allocation}
-    return raw
 
 
 def lab_slices() -> list[Obj]:

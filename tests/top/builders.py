@@ -1,30 +1,29 @@
 """Realistic objects for ``top``'s tests, made by the components that make them in a cluster.
 
 Slices come from the kubelet plugin's ``build_resource_slices`` over simulated T4s, allocations
-from the controller's ``build_allocation``, so a change to either writer shows up here as a test
-failure rather than as a ``top`` that silently reads an old shape. Pods carry the webhook's gate
-and the controller's condition type.
+from the controller's ``build_allocation`` (tests/api_objects.py), so a change to either writer
+shows up here as a test failure rather than as a ``top`` that silently reads an old shape. Pods
+carry the webhook's gate and the controller's condition type.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.contract import GATE_NAME, ISOLATION_HAMI_CORE, ISOLATION_NONE, ISOLATION_SIMULATED, DeviceId
-from dra_driver.controller.allocation import build_allocation
-from dra_driver.controller.objects import ClaimView
-from dra_driver.controller.planner import ClaimPlan, ResultPlan
-from dra_driver.controller.reconciler import CONDITION_TYPE
+from dra_driver.contract import (
+    ALLOCATED_CONDITION,
+    GATE_NAME,
+    ISOLATION_HAMI_CORE,
+    ISOLATION_NONE,
+    ISOLATION_SIMULATED,
+)
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.engine.model import DeviceShare
+from dra_driver.kube.api import Obj
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import GIB, MIB
+from tests.api_objects import DRIVER, allocated_claim
 
-DRIVER = DEFAULT_DRIVER_NAME
 T4_MEMORY = 15360 * MIB
-Obj = dict[str, Any]
 
 
 def lab_slices() -> list[Obj]:
@@ -42,53 +41,6 @@ def lab_slices() -> list[Obj]:
     for device in node2[0]["spec"]["devices"]:
         assert device["attributes"].pop("isolation") == {"string": ISOLATION_SIMULATED}
     return node1 + node2
-
-
-def claim(
-    namespace: str,
-    name: str,
-    node: str,
-    shares: list[tuple[int, int | None, int]],
-    *,
-    reserved_for: tuple[tuple[str, str], ...] = (),
-    owner: tuple[str, str] | None = None,
-) -> Obj:
-    """A claim allocated on ``node``: ``shares`` are (card index, memory bytes or None, cores);
-    None memory is a whole-card result (no shareID, as a first-fit allocator writes it).
-    ``reserved_for`` and ``owner`` are (pod name, pod uid)."""
-    raw: Obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-    }
-    if owner is not None:
-        raw["metadata"]["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": "Pod", "name": owner[0], "uid": owner[1], "controller": True}
-        ]
-    plan = ClaimPlan(
-        ClaimView.parse(raw, DRIVER),
-        [
-            ResultPlan(
-                request="gpu",
-                device=DeviceId(DRIVER, node, f"gpu-{index}"),
-                node=node,
-                share=DeviceShare(index, memory or 0, cores),
-                admin_access=False,
-                tolerations=(),
-            )
-            for index, memory, cores in shares
-        ],
-    )
-    allocation = build_allocation(plan, node, lambda _name: None, {"gpu": DRIVER})
-    for result, (_, memory, _) in zip(allocation["devices"]["results"], shares, strict=True):
-        if memory is None:
-            del result["shareID"], result["consumedCapacity"]
-    status: Obj = {"allocation": allocation}
-    if reserved_for:
-        status["reservedFor"] = [{"resource": "pods", "name": pod, "uid": uid} for pod, uid in reserved_for]
-    raw["status"] = status
-    return raw
 
 
 def pod(
@@ -112,7 +64,12 @@ def pod(
     status: Obj = {"phase": phase}
     if condition is not None:
         status["conditions"] = [
-            {"type": CONDITION_TYPE, "status": condition[0], "reason": condition[1], "message": condition[2]}
+            {
+                "type": ALLOCATED_CONDITION,
+                "status": condition[0],
+                "reason": condition[1],
+                "message": condition[2],
+            }
         ]
     return {
         "apiVersion": "v1",
@@ -128,12 +85,15 @@ UNSCHEDULABLE_MESSAGE = "0/6 CardInsufficientMemory"
 
 def lab_claims() -> list[Obj]:
     """Two tenants on node-1/gpu-0, a whole card on gpu-1, one share on node-2/gpu-0."""
+    train, whole, small = (("train-0", "u-train"),), (("whole-0", "u-whole"),), (("small-0", "u-small"),)
     return [
-        claim("team-a", "train", "node-1", [(0, 5 * GIB, 30)], reserved_for=(("train-0", "u-train"),)),
+        allocated_claim("team-a", "train", "node-1", [(0, 5 * GIB, 30)], reserved_for=train),
         # Allocated by the controller while the pod is still gated: not reserved yet, owned by it.
-        claim("team-b", "infer", "node-1", [(0, 2 * GIB + 512 * MIB, 10)], owner=("infer-0", "u-infer")),
-        claim("team-a", "whole", "node-1", [(1, None, 0)], reserved_for=(("whole-0", "u-whole"),)),
-        claim("team-b", "small", "node-2", [(0, 1 * GIB, 0)], reserved_for=(("small-0", "u-small"),)),
+        allocated_claim(
+            "team-b", "infer", "node-1", [(0, 2 * GIB + 512 * MIB, 10)], owner=("infer-0", "u-infer")
+        ),
+        allocated_claim("team-a", "whole", "node-1", [(1, None, 0)], reserved_for=whole),
+        allocated_claim("team-b", "small", "node-2", [(0, 1 * GIB, 0)], reserved_for=small),
     ]
 
 

@@ -21,8 +21,6 @@ from dra_driver.sandbox import SandboxServer
 from tests.sandbox_fixtures import kubectl_binary
 from tests.top.builders import lab_claims, lab_pods, lab_slices
 
-Obj = dict[str, Any]
-
 
 def _create_lab(api_client: Any) -> None:
     core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)

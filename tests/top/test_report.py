@@ -4,10 +4,10 @@ rows and JSON out. Each test names the rule it pins; the lab is described in ``b
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
+from dra_driver.kube.api import Obj
 from dra_driver.quantity import GIB, MIB
 from dra_driver.top.objects import (
     AWAITING_CONTROLLER,
@@ -18,17 +18,15 @@ from dra_driver.top.objects import (
 )
 from dra_driver.top.render import bar, render_json, render_table, short_bytes
 from dra_driver.top.report import Card, TopReport, Usage, build_report
+from tests.api_objects import allocated_claim
 from tests.top.builders import (
     DRIVER,
     T4_MEMORY,
     UNSCHEDULABLE_MESSAGE,
-    claim,
     lab_claims,
     lab_pods,
     lab_slices,
 )
-
-Obj = dict[str, Any]
 
 
 def report(
@@ -72,15 +70,19 @@ def test_a_result_without_share_id_takes_the_whole_card() -> None:
     assert tenant.whole_card and tenant.share_id is None and tenant.memory == T4_MEMORY
 
 
-def test_a_share_without_consumed_capacity_also_takes_the_whole_card() -> None:
-    raw = claim("team-a", "odd", "node-1", [(3, GIB, 10)])
+def test_a_share_without_consumed_capacity_takes_one_slot_as_in_the_ledger() -> None:
+    # kube-scheduler adds a share's consumedCapacity, nothing when there is none; the ledger (and
+    # so the controller) counts it as one tenant: top shows what they count, not a whole card.
+    raw = allocated_claim("team-a", "odd", "node-1", [(3, GIB, 10)])
     del raw["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]
-    top = report(claims=[raw])
-    assert card(top, "node-1", "gpu-3").memory == Usage(T4_MEMORY, T4_MEMORY)
+    odd = card(report(claims=[raw]), "node-1", "gpu-3")
+    assert (odd.memory, odd.cores, odd.slots) == (Usage(0, T4_MEMORY), Usage(0, 100), Usage(1, 10))
+    (tenant,) = odd.tenants
+    assert not tenant.whole_card and tenant.share_id
 
 
 def test_admin_access_is_listed_but_not_counted() -> None:
-    raw = claim("monitoring", "probe", "node-1", [(3, GIB, 10)])
+    raw = allocated_claim("monitoring", "probe", "node-1", [(3, GIB, 10)])
     result = raw["status"]["allocation"]["devices"]["results"][0]
     del result["shareID"], result["consumedCapacity"]
     result["adminAccess"] = True
@@ -191,7 +193,7 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
 
 
 def test_an_allocation_on_an_unpublished_device_is_reported() -> None:
-    top = report(claims=[claim("team-a", "ghost", "node-9", [(0, GIB, 0)])])
+    top = report(claims=[allocated_claim("team-a", "ghost", "node-9", [(0, GIB, 0)])])
     assert [(u.pool, u.device, u.tenant.claim) for u in top.unpublished] == [("node-9", "gpu-0", "ghost")]
     assert "node-9/gpu-0, which no slice publishes" in render_table(top)
 

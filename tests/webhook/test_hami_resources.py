@@ -261,9 +261,13 @@ def test_vgpu_devices_allocated_is_hamis_encoding() -> None:
         }
     }
 
-    def claim(*devices: tuple[str, str, str]) -> dict[str, Any]:
-        results = [
+    def claim(*devices: tuple[str, str | None, str | None]) -> dict[str, Any]:
+        """Shares (shareID + consumedCapacity), or a whole card (neither) where memory is None."""
+        results: list[dict[str, Any]] = [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": d}
+            if m is None else
             {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": d,
+             "shareID": f"00000000-0000-0000-0000-00000000000{d[-1]}",
              "consumedCapacity": {"memory": m, "cores": c}}
             for d, m, c in devices
         ]  # fmt: skip
@@ -282,3 +286,6 @@ def test_vgpu_devices_allocated_is_hamis_encoding() -> None:
     value = encode_devices_allocated(pod, claims, DRIVER, card_of)
     assert value == "GPU-gpu-2,NVIDIA,8000,0:;;GPU-gpu-0,NVIDIA,15360,100:GPU-gpu-1,NVIDIA,1024,30:;"
     assert encode_devices_allocated(pod, {}, DRIVER, lambda device: None) is None
+    # A result without shareID takes the whole card: all of its memory and compute.
+    whole = {"hami-a": claim(("gpu-3", None, None))}
+    assert encode_devices_allocated(pod, whole, DRIVER, card_of) == "GPU-gpu-3,NVIDIA,15360,100:;;;"

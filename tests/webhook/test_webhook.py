@@ -125,7 +125,8 @@ def test_two_limited_claims_in_one_container_rejected(lookup: FakeLookup) -> Non
     containers = [{"name": "main", "image": "x", "resources": {"claims": [{"name": "a"}, {"name": "b"}]}}]
     verdict = mutate_pod(review(pod(claims, containers)), lookup)
     assert not verdict.allowed
-    assert "container main consumes 2 GPU claims with memory/cores limits (a, b)" in verdict.message
+    two = "container main consumes claim a with memory/cores limits together with another GPU (claim b)"
+    assert two in verdict.message
     split = [
         {"name": "one", "image": "x", "resources": {"claims": [{"name": "a"}]}},
         {"name": "two", "image": "x", "resources": {"claims": [{"name": "b"}]}},
@@ -155,7 +156,7 @@ def test_a_limited_claim_and_a_whole_gpu_claim_in_one_container_are_refused(look
     claims = [{"name": "a", "resourceClaimName": "limited"}, {"name": "b", "resourceClaimName": "shared"}]
     containers = [{"name": "main", "image": "x", "resources": {"claims": [{"name": "a"}, {"name": "b"}]}}]
     verdict = mutate_pod(review(pod(claims, containers)), lookup)
-    assert not verdict.allowed and "and a whole-GPU claim (b)" in verdict.message
+    assert not verdict.allowed and "together with another GPU (claim b)" in verdict.message
 
 
 def test_unlimited_claims_may_be_combined(lookup: FakeLookup) -> None:

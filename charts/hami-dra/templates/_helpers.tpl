@@ -126,7 +126,7 @@ allowUnenforcedShares: true
 {{- end }}
 {{- end }}
 
-{{/* The seed's "Common Recipes": DeviceClass name prefix -> policy chain. */}}
+{{/* The "Common recipes" of docs/policies.md: DeviceClass name prefix -> policy chain. */}}
 {{- define "hami-dra.recipes" -}}
 binpack: binpack
 spread: spread

@@ -1,4 +1,5 @@
-"""The typed views the controller parses at its informer boundary (controller/objects.py)."""
+"""The typed views parsed once where objects enter the controller (dra_driver/resource/objects.py):
+PodView, ClaimView, DeviceClassView, and the helpers they are made of."""
 
 from __future__ import annotations
 
@@ -8,23 +9,25 @@ from typing import Any
 import pytest
 
 from dra_driver.contract import FINALIZER, GATE_NAME, DeviceId
-from dra_driver.controller.ledger import claim_uses
-from dra_driver.controller.objects import (
+from dra_driver.controller.allocation import node_selector
+from dra_driver.resource.objects import (
     ClaimView,
     DeviceClassView,
     ObjectView,
     PodView,
     bound_requests_by_node,
+    pinned_node,
+    pod_requests,
 )
+from dra_driver.resource.uses import claim_uses
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 
 
-def test_a_pod_view_reads_identity_gate_claims_and_requests_once() -> None:
-    raw = pod("p", {"gpu": "claim:c1", "tpl": "template:t"})
+def test_a_pod_view_reads_identity_gate_and_requests_once() -> None:
+    raw = pod("p", {"gpu": "claim:c1"})
     raw["metadata"].update(uid="u-1", resourceVersion="7", creationTimestamp="2026-12-01T00:00:00Z")
     raw["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
     raw["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "2"}}}]
-    raw["status"] = {"resourceClaimStatuses": [{"name": "tpl", "resourceClaimName": "p-tpl-x"}]}
     view = PodView.parse(raw)
     assert (view.key, view.uid, view.resource_version, view.created) == (
         f"{NS}/p",
@@ -33,8 +36,6 @@ def test_a_pod_view_reads_identity_gate_claims_and_requests_once() -> None:
         "2026-12-01T00:00:00Z",
     )
     assert view.gated and view.other_gates and view.active and not view.bound_to and not view.deleting
-    assert view.claim_names == (("gpu", "c1"), ("tpl", "p-tpl-x"))
-    assert view.claim_keys == (f"{NS}/c1", f"{NS}/p-tpl-x")
     assert view.requests == {"cpu": 2.0, "memory": 1024.0**3}  # the larger init container wins for CPU
     assert PodView.parse(view) is view  # parsing a view again costs nothing
 
@@ -64,11 +65,36 @@ def test_a_pod_view_is_the_object_itself_read_only() -> None:
     ],
     ids=["ungated", "another-gate", "bound", "finished"],
 )
-def test_pod_view_flags(edit: Any, gated: bool, other: bool, active: bool, bound: str) -> None:
+def test_a_pod_views_gate_activity_and_binding_flags(
+    edit: Any, gated: bool, other: bool, active: bool, bound: str
+) -> None:
     raw = pod("p", {})
     edit(raw)
     view = PodView.parse(raw)
     assert (view.gated, view.other_gates, view.active, view.bound_to) == (gated, other, active, bound)
+
+
+def test_a_pods_template_claims_resolve_through_its_status_and_are_none_until_created() -> None:
+    raw = pod("p", {"a": "claim:direct", "b": "template:t"})
+    view = PodView.parse(raw)
+    assert view.claim_names == (("a", "direct"), ("b", None))
+    assert view.claim_keys == (f"{NS}/direct",)
+    raw["status"] = {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "p-b-xyz"}]}
+    view = PodView.parse(raw)
+    assert view.claim_names == (("a", "direct"), ("b", "p-b-xyz"))
+    assert view.claim_keys == (f"{NS}/direct", f"{NS}/p-b-xyz")
+
+
+def test_pod_requests_take_the_larger_of_containers_and_init_containers_plus_overhead() -> None:
+    def container(**amounts: str) -> dict[str, Any]:
+        return {"name": "c", "resources": {"requests": amounts}}
+
+    spec = {
+        "containers": [container(cpu="500m"), container(cpu="1")],
+        "initContainers": [container(cpu="2", memory="1Gi")],
+        "overhead": {"cpu": "100m"},
+    }
+    assert pod_requests({"spec": spec}) == {"cpu": 2.1, "memory": float(2**30)}
 
 
 def test_a_claim_view_reads_finalizer_allocation_reservations_owners_and_uses() -> None:
@@ -100,6 +126,18 @@ def test_an_unallocated_claim_without_owners_or_finalizer() -> None:
     view = ClaimView(claim("c", request()), DRIVER)
     assert not view.ours and view.allocation is None and not view.reserved
     assert view.owners == () and view.uses == ()
+
+
+def test_a_pod_owned_claim_without_the_pod_claim_annotation_names_no_pod_claim() -> None:
+    raw = claim("c", request())
+    raw["metadata"]["ownerReferences"] = [{"kind": "Pod", "uid": "pod-u", "name": "p"}]
+    view = ClaimView(raw, DRIVER)
+    assert view.owners == () and view.owner_uids == ("pod-u",)  # owned, but not made from a template entry
+
+
+def test_the_pinned_node_is_the_one_node_an_allocations_node_selector_names() -> None:
+    assert pinned_node({"nodeSelector": node_selector("x")}) == "x"
+    assert pinned_node(None) is None
 
 
 @pytest.mark.parametrize(
@@ -138,13 +176,6 @@ def test_a_device_class_view_knows_whether_it_is_ours() -> None:
     assert ours.ours
     foreign = {"metadata": {"name": "other"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
     assert not DeviceClassView(foreign, DRIVER).ours
-
-
-def test_a_pod_owned_claim_without_the_pod_claim_annotation_names_no_pod_claim() -> None:
-    raw = claim("c", request())
-    raw["metadata"]["ownerReferences"] = [{"kind": "Pod", "uid": "pod-u", "name": "p"}]
-    view = ClaimView(raw, DRIVER)
-    assert view.owners == () and view.owner_uids == ("pod-u",)  # owned, but not made from a template entry
 
 
 def test_missing_metadata_reads_as_empty_not_as_a_name() -> None:

@@ -2,11 +2,12 @@
 
 Like kopf's typed bodies, a view *is* the object the API sent (a read-only ``Mapping`` over it,
 so a write starts from ``dict(view)`` and the informer's copy is never mutated) with the fields
-the reconciler branches on parsed into attributes once: keys, UIDs, resourceVersions,
-finalizers, gates, claim references, CPU/memory requests, allocation, reservations and the
-device uses an allocation records. A view is made where an object enters the controller: an
-informer event (``Controller._drain``) or the object a write returned; past that boundary the
-reconciler reads attributes, not ``metadata``/``spec``/``status`` dicts.
+the controller branches on parsed into attributes once: keys, UIDs, resourceVersions,
+finalizers, gates, claim references, CPU/memory requests, where the pod may run, allocation,
+reservations, configs, constraints and the device uses an allocation records. A view is made where
+an object enters the controller: an informer event (``ClusterCache.apply_event``) or the object a
+write returned; past that boundary the controller reads attributes, not
+``metadata``/``spec``/``status`` dicts.
 """
 
 from __future__ import annotations
@@ -15,15 +16,75 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from dra_driver.config.classes import is_driver_class
-from dra_driver.contract import FINALIZER, GATE_NAME
-from dra_driver.controller.ledger import Use, claim_uses, request_classes
-from dra_driver.controller.pods import pod_active, pod_claim_names, pod_requests
+from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME
+from dra_driver.kube.api import ObjView
+from dra_driver.resource.nodes import quantity_or_zero
+from dra_driver.resource.uses import Use, claim_uses, request_classes
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+#: Pod fields that differ between pods of one workload without changing where they fit.
+_SHAPE_IGNORED_POD_FIELDS = frozenset({"resourceClaims", "schedulingGates", "hostname", "subdomain"})
 
 
 def _version(value: str) -> int | None:
     return int(value) if value.isdigit() else None
+
+
+def pod_requests(pod: ObjView) -> dict[str, float]:
+    """Effective CPU/memory requests: max(sum of containers, largest init container) + overhead."""
+    spec = pod.get("spec") or {}
+    totals = {"cpu": 0.0, "memory": 0.0}
+    for container in spec.get("containers") or ():
+        for name in totals:
+            totals[name] += quantity_or_zero(
+                ((container.get("resources") or {}).get("requests") or {}).get(name, 0)
+            )
+    for container in spec.get("initContainers") or ():
+        for name in totals:
+            init = quantity_or_zero(((container.get("resources") or {}).get("requests") or {}).get(name, 0))
+            totals[name] = max(totals[name], init)
+    for name in totals:
+        totals[name] += quantity_or_zero((spec.get("overhead") or {}).get(name, 0))
+    return totals
+
+
+def pod_active(pod: ObjView) -> bool:
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def pod_claim_names(pod: ObjView) -> list[tuple[str, str | None]]:
+    """(pod claim name, ResourceClaim name or None when its template claim does not exist yet)."""
+    statuses = {
+        entry.get("name"): entry.get("resourceClaimName")
+        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+    }
+    names: list[tuple[str, str | None]] = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if entry.get("resourceClaimName"):
+            names.append((str(entry["name"]), str(entry["resourceClaimName"])))
+        else:
+            claim = statuses.get(entry.get("name"))
+            names.append((str(entry["name"]), str(claim) if claim else None))
+    return names
+
+
+def pinned_node(allocation: ObjView | None) -> str | None:
+    """The single node an allocation's nodeSelector pins (our and the scheduler's form), if any."""
+    if not allocation:
+        return None
+    terms: list[Any] = list((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ())
+    if len(terms) != 1:
+        return None
+    for requirement in terms[0].get("matchFields") or ():
+        values: list[Any] = list(requirement.get("values") or ())
+        if (
+            requirement.get("key") == "metadata.name"
+            and requirement.get("operator") == "In"
+            and len(values) == 1
+        ):
+            return str(values[0])
+    return None
 
 
 class ObjectView(Mapping[str, Any]):
@@ -82,7 +143,21 @@ class ObjectView(Mapping[str, Any]):
 class PodView(ObjectView):
     """A Pod: where it is bound, whether our gate holds it, and which claims it names."""
 
-    __slots__ = ("active", "bound_to", "claim_keys", "claim_names", "gated", "other_gates", "requests")
+    __slots__ = (
+        "active",
+        "allocated_condition",
+        "bound_to",
+        "claim_keys",
+        "claim_names",
+        "gated",
+        "node_name",
+        "node_selector",
+        "other_gates",
+        "placement_spec",
+        "requests",
+        "required_affinity",
+        "tolerations",
+    )
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         super().__init__(raw)
@@ -99,8 +174,32 @@ class PodView(ObjectView):
         self.claim_keys: tuple[str, ...] = tuple(
             f"{self.namespace}/{name}" for _, name in self.claim_names if name
         )
-        #: Effective CPU/memory requests (``controller/pods.py`` ``pod_requests``).
+        #: Effective CPU/memory requests (``pod_requests``).
         self.requests: Mapping[str, float] = pod_requests(raw)
+        #: Our condition's status ("True" allocated, "False" pending), None while it has none.
+        self.allocated_condition: str | None = next(
+            (
+                str(condition.get("status"))
+                for condition in (raw.get("status") or {}).get("conditions") or ()
+                if condition.get("type") == ALLOCATED_CONDITION
+            ),
+            None,
+        )
+        # What the node filter reads (``dra_driver/controller/nodefit.py``).
+        self.node_name = self.bound_to
+        self.node_selector: Mapping[str, str] = {
+            str(key): str(value) for key, value in (spec.get("nodeSelector") or {}).items()
+        }
+        affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        self.required_affinity: ObjView | None = affinity.get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        self.tolerations: tuple[ObjView, ...] = tuple(spec.get("tolerations") or ())
+        #: The spec without what differs between pods of one workload without changing where
+        #: they fit (names, gates, claims): equal for pods the allocator places alike.
+        self.placement_spec: ObjView = {
+            key: value for key, value in spec.items() if key not in _SHAPE_IGNORED_POD_FIELDS
+        }
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> PodView:
@@ -125,11 +224,15 @@ class ClaimView(ObjectView):
 
     __slots__ = (
         "allocation",
+        "config",
+        "constraints",
         "finalizers",
         "owner_uids",
         "owners",
+        "pinned_node",
         "request_classes",
         "reserved_uids",
+        "spec",
         "uses",
     )
 
@@ -139,6 +242,16 @@ class ClaimView(ObjectView):
         status = raw.get("status") or {}
         self.finalizers: tuple[str, ...] = tuple(str(item) for item in meta.get("finalizers") or ())
         self.allocation: Mapping[str, Any] | None = status.get("allocation") or None
+        #: The node the allocation pins (its ``nodeSelector``'s ``metadata.name``), if any.
+        self.pinned_node: str | None = pinned_node(self.allocation)
+        #: The claim's spec as written (requests are parsed where they are planned:
+        #: ``dra_driver/resource/requests.py``).
+        self.spec: ObjView = raw.get("spec") or {}
+        devices = self.spec.get("devices") or {}
+        #: ``spec.devices.config`` entries (opaque configs, each for some or all requests).
+        self.config: tuple[ObjView, ...] = tuple(devices.get("config") or ())
+        #: ``spec.devices.constraints`` (``matchAttribute`` / ``distinctAttribute`` per requests).
+        self.constraints: tuple[ObjView, ...] = tuple(devices.get("constraints") or ())
         self.reserved_uids: tuple[str, ...] = tuple(
             str(entry.get("uid")) for entry in status.get("reservedFor") or ()
         )
@@ -174,12 +287,14 @@ class ClaimView(ObjectView):
 class DeviceClassView(ObjectView):
     """A DeviceClass: whether it is one of ours (its name, config or selectors name our driver).
 
-    Its selectors and config stay in the mapping: the planner's Matcher and config resolution read
-    them from there (``controller/requests.py``, ``dra_driver/config``).
+    Its selectors stay in the mapping: the planner's Matcher reads them with the class's other CEL
+    sources (``dra_driver/config/classes.py``, ``dra_driver/controller/eligibility.py``).
     """
 
-    __slots__ = ("ours",)
+    __slots__ = ("config", "ours")
 
     def __init__(self, raw: Mapping[str, Any], driver: str) -> None:
         super().__init__(raw)
         self.ours = is_driver_class(raw, driver)
+        #: ``spec.config``: the class's opaque configs, given to every request of the class.
+        self.config: tuple[ObjView, ...] = tuple((raw.get("spec") or {}).get("config") or ())

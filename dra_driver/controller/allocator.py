@@ -1,0 +1,303 @@
+"""The allocator: one pod and the cluster cache -> the allocations to write, or why it waits.
+
+Like kube-scheduler's structured allocator (``Allocate(node, claims) -> results``, persisted by its
+caller), this module makes no API call and changes no state: ``Allocator.allocate`` reads the
+cache (claims, classes, nodes, the ledger, quotas) and returns an outcome; the worker
+(``dra_driver/controller/controller.py``) assumes a ``Placed`` outcome's uses in the cache and
+hands its writes to the binder, or has the binder report an ``Unschedulable`` one. Its tests need
+no fake API (tests/controller/test_allocator.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.config import ControllerDefaults
+from dra_driver.config.resolve import PLAN_ANNOTATIONS
+from dra_driver.contract import DeviceId, policy_taint_key
+from dra_driver.controller.allocation import build_allocation, rfc3339_now
+from dra_driver.controller.cache import ClusterCache
+from dra_driver.controller.containers import GPU_LIMITS_CONFLICT, claim_facts, limits_conflict
+from dra_driver.controller.decision_record import decision_annotation, encode, request_record
+from dra_driver.controller.eligibility import Matcher
+from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
+from dra_driver.controller.hami_annotation import encode_devices_allocated
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.nodefit import node_fit_problem
+from dra_driver.controller.planner import PlanInput, Planner, PodPlan
+from dra_driver.engine import Decision, GpuCard
+from dra_driver.resource.objects import ClaimView, PodView
+from dra_driver.resource.requests import RequestError, claim_requests
+from dra_driver.resource.uses import Use, claim_uses
+
+log = logging.getLogger("dra_driver.controller")
+#: The pending reason of a pod that fits no node's free capacity (the others: quota, config, ...).
+UNSCHEDULABLE = "Unschedulable"
+
+
+@dataclass(frozen=True, slots=True)
+class NotCandidate:
+    """Nothing for us to do: bound, ended, being deleted, or not held by our gate."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingForClaim:
+    """A template claim does not exist yet: its creation wakes the pod up."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBusy:
+    """A claim of the pod (shared with another pod) is being written: plan again next pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """The pod cannot be placed now: ``reason`` (the condition's) and ``message`` (one line).
+
+    ``quiet``: a retry on a few nodes only that did not fit; the pod keeps the explanation of its
+    last full evaluation, so nothing is reported.
+    """
+
+    reason: str
+    message: str
+    quiet: bool = False
+    #: Warnings about the pod's input (an unknown policy name), each reported once as an event.
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ClaimWrite:
+    """One claim's allocation to write, and the uses it takes (assumed while it is written)."""
+
+    claim: ClaimView
+    allocation: dict[str, Any]
+    uses: tuple[Use, ...]
+
+
+@dataclass(slots=True)
+class Placed:
+    """Allocations to write for the pod (none when every claim is allocated already), then its
+    gate to lift with ``annotations`` (HAMi's view of the placement and our decision record)."""
+
+    pod: PodView
+    writes: list[ClaimWrite]
+    annotations: dict[str, str] = field(default_factory=dict)
+    #: Warnings about the pod's input (an unknown policy name), each reported once as an event.
+    warnings: tuple[str, ...] = ()
+
+
+AllocateOutcome = NotCandidate | WaitingForClaim | ClaimBusy | Unschedulable | Placed
+
+
+def format_decision(
+    subject: str, decision: Decision, config: str, device_name: Callable[[str, int], str] | None = None
+) -> str:
+    """HAMi's "computer score" log line: every card with its score, eligibility and the choice.
+
+    ``device_name(node, index)``: the card's name in its ResourceSlice (NVML nodes name GPUs by
+    minor number, which may differ from the engine's index); ``gpu-<index>`` without it.
+    """
+    name = device_name or (lambda _node, index: f"gpu-{index}")
+    cards = []
+    for card in decision.candidates:
+        mark = "*" if card.chosen else ""
+        state = "" if card.eligible else f"({card.reason.value if card.reason else 'ineligible'})"
+        cards.append(f"{card.node}/{name(card.node, card.index)}={card.score:.6f}{mark}{state}")
+    placement = decision.placement
+    outcome = (
+        f"-> {placement.node} " + ",".join(name(placement.node, share.index) for share in placement.devices)
+        if placement is not None
+        else f"-> pending: {decision.reason}"
+    )
+    return f"{subject}: {config} {outcome}; scores: {' '.join(cards) or '-'}"
+
+
+class Allocator:
+    """Plans pods on the cache's state; pure apart from logs and metrics."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        defaults: ControllerDefaults,
+        metrics: ControllerMetrics,
+        *,
+        policy_taint: str | None = None,
+    ) -> None:
+        self.cache = cache
+        self.driver = cache.driver
+        self.metrics = metrics
+        self.matcher = Matcher(self.driver, policy_taint or policy_taint_key(self.driver))
+        self.planner = Planner(cache.ledger, self.matcher, self.driver, defaults, cache.classes.get)
+
+    def is_candidate(self, pod: PodView) -> bool:
+        """Ours to place: gated by us, or its allocation was cleared by kube-scheduler's PostFilter
+        (our finalizer stays on the claim, the allocation is gone)."""
+        if pod.bound_to or not pod.active or pod.deleting:
+            return False
+        if pod.gated:
+            return True
+        return not pod.other_gates and any(
+            claim is not None and claim.ours and not claim.allocation
+            for _, claim in self.cache.pod_claims(pod)
+        )
+
+    def allowed_nodes(self, pod: PodView, among: frozenset[str] | None = None) -> frozenset[str]:
+        """Nodes (of ``among``, default all) where the pod itself may run: selectors, affinity,
+        taints, CPU/memory/pods left, and a pool of ours."""
+        cache = self.cache
+        bound = cache.bound_requests() if any(amount > 0 for amount in pod.requests.values()) else {}
+        inventory = cache.ledger.inventory
+        allowed = set()
+        for name in cache.nodes if among is None else among:
+            node = cache.nodes.get(name)
+            if (
+                node is not None
+                and name in inventory
+                and node_fit_problem(pod, node, bound.get(name, {})) is None
+            ):
+                allowed.add(name)
+        return frozenset(allowed)
+
+    def pending_shape(self, pod: PodView) -> str | None:
+        """A key equal for pods that get the same plan on the same state, or None when unsure.
+
+        Pods of one Deployment or Job differ only in names: their claims (from one template) ask
+        for the same devices and their specs place them alike. When one of them stays pending
+        after a release, so does every later one of its shape in that pass (capacity only shrinks
+        within a pass), which lets the worker skip them (``dra_driver/controller/requeue.py``).
+        A pod with an allocated or missing claim is never grouped (its plan depends on it alone).
+        """
+        claims = []
+        for _, claim in self.cache.pod_claims(pod):
+            if claim is None or claim.allocation:
+                return None
+            claims.append(claim.spec)
+        ours = {key: pod.annotations[key] for key in PLAN_ANNOTATIONS if key in pod.annotations}
+        return json.dumps([pod.namespace, ours, pod.placement_spec, claims], sort_keys=True, default=str)
+
+    def allocate(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> AllocateOutcome:
+        """What the pod needs: the allocations to write, or why not.
+
+        ``only_nodes``: plan on these nodes only, for a pod that did not fit anywhere and since
+        then capacity was freed on just these nodes; if it still does not fit there, the outcome
+        is a quiet ``Unschedulable`` (the pod keeps its last full explanation).
+        """
+        if not self.is_candidate(pod):
+            return NotCandidate()
+        cache = self.cache
+        claims = cache.pod_claims(pod)
+        if any(claim is None for _, claim in claims):
+            return WaitingForClaim()
+        if any(claim is not None and cache.assumed.writing(claim.key) for _, claim in claims):
+            # A claim shared with another pod whose allocation is being written: planning it again
+            # would replace that assumed use in the ledger while the other write may still win.
+            return ClaimBusy()
+        inputs: list[PlanInput] = []
+        pinned: set[str] = set()
+        classes_of: dict[str, dict[str, str]] = {}
+        seen: set[str] = set()
+        for _, claim in claims:
+            assert claim is not None
+            if claim.key in seen:
+                continue  # two pod entries may name one ResourceClaim: it gets one allocation
+            seen.add(claim.key)
+            if claim.allocation:
+                if claim.pinned_node is not None:
+                    pinned.add(claim.pinned_node)
+                continue
+            missing = sorted(set(claim.request_classes.values()) - set(cache.classes))
+            if missing:
+                # Keep the gate: once the class exists it may be ours, and an ungated pod would be
+                # allocated first-fit by kube-scheduler.
+                return Unschedulable(
+                    "DeviceClassNotFound", f"claim {claim.key}: DeviceClass {', '.join(missing)} not found"
+                )
+            try:
+                requests, foreign = claim_requests(claim, cache.is_ours)
+            except RequestError as err:
+                return Unschedulable("InvalidRequest", f"claim {claim.key}: {err}")
+            if not requests:
+                continue
+            if foreign:
+                message = (
+                    f"claim {claim.key} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
+                    "put them in separate claims"
+                )
+                return Unschedulable("MixedClaim", message)
+            inputs.append(PlanInput(claim, requests))
+            classes_of[claim.key] = dict(claim.request_classes)
+        if len(pinned) > 1:
+            return Unschedulable("NodeConflict", f"claims are allocated on different nodes: {sorted(pinned)}")
+        facts = [claim_facts(name, c.raw, pod.uid, cache.is_ours) for name, c in claims if c is not None]
+        conflict = limits_conflict(pod.raw, facts)
+        if conflict is not None:
+            return Unschedulable(GPU_LIMITS_CONFLICT, conflict)
+        if not inputs:
+            return Placed(pod, [])
+        started = time.perf_counter()
+        plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod, only_nodes), next(iter(pinned), None))
+        self.metrics.latency.observe(time.perf_counter() - started)
+        if plan.reason is not None or plan.node is None:
+            message = plan.reason or "does not fit"
+            if only_nodes is not None:
+                return Unschedulable(UNSCHEDULABLE, message, quiet=True)
+            self._log_plan(pod, plan)
+            return Unschedulable(UNSCHEDULABLE, message, warnings=tuple(plan.warnings))
+        self._log_plan(pod, plan)
+        writes = []
+        for claim_plan in plan.claims:
+            claim = claim_plan.claim
+            allocation = build_allocation(claim_plan, plan.node, cache.classes.get, classes_of[claim.key])
+            # The uses the ledger will count once the informer shows the written claim, derived by
+            # the same function from the same allocation: what is assumed is what gets written.
+            uses = claim_uses({**claim, "status": {"allocation": allocation}}, self.driver)
+            writes.append(ClaimWrite(claim, allocation, uses))
+        charges = [cache.ledger.charge(use) for write in writes for use in write.uses]
+        breach = cache.quotas.check(pod.namespace, charges)
+        if breach is not None:
+            return Unschedulable("GpuQuotaExceeded", breach.message)
+        annotations = self._hami_annotations(pod, claims, writes, plan.node)
+        records = [request_record(s, d, c, cache.ledger.device_name) for s, d, c in plan.decisions]
+        annotations[decision_annotation(self.driver)] = encode(records, rfc3339_now())
+        return Placed(pod, writes, annotations, tuple(plan.warnings))
+
+    def _log_plan(self, pod: PodView, plan: PodPlan) -> None:
+        for subject, decision, config in plan.decisions:
+            log.info(
+                "pod %s %s",
+                pod.key,
+                format_decision(subject, decision, config, self.cache.ledger.device_name),
+            )
+
+    def _hami_annotations(
+        self,
+        pod: PodView,
+        claims: Sequence[tuple[str, ClaimView | None]],
+        writes: Sequence[ClaimWrite],
+        node: str,
+    ) -> dict[str, str]:
+        """HAMi's view of the placement (controller/hami_annotation.py), from the new allocations.
+
+        Every claim of the pod is allocated on ``node`` (the plan's, which pinned claims share), so
+        its cards are looked up in that node's inventory only.
+        """
+        new = {write.claim.key: write.allocation for write in writes}
+        allocated: dict[str, Mapping[str, Any]] = {}
+        for pod_claim, claim in claims:
+            if claim is None:
+                continue
+            allocation = new.get(claim.key)
+            allocated[pod_claim] = {**claim, "status": {"allocation": allocation}} if allocation else claim
+        inventory = self.cache.ledger.inventory.get(node)
+
+        def card_of(device_id: DeviceId) -> GpuCard | None:
+            device = inventory.devices.get(device_id) if inventory is not None else None
+            return device.card if device is not None else None
+
+        value = encode_devices_allocated(pod, allocated, self.driver, card_of)
+        return {} if value is None else {HAMI_ALLOCATED_ANNOTATION: value}

@@ -1,0 +1,107 @@
+"""Which devices a claim request may use: CEL selectors and device taints, cached per inventory.
+
+A request of one of our DeviceClasses (``exactly``, or each ``firstAvailable`` subrequest in order)
+becomes a ``RequestSpec``; which devices it may use is decided here with CEL (class selectors,
+then the request's, exactly as kube-scheduler evaluates them, errors abort the claim) and device
+taints (our own ``<driver>/policy-managed`` taint is the one we ignore). The engine receives that
+device set as ``allowed_devices`` and the nodes that have such devices as ``allowed_nodes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.cel import SelectorError, selectors_match
+from dra_driver.config.classes import class_selectors
+from dra_driver.controller.inventory import Device, NodeInventory
+from dra_driver.kube.api import ObjView
+from dra_driver.resource.nodes import BLOCKING_EFFECTS, taints_tolerated
+from dra_driver.resource.requests import RequestError, RequestSpec
+
+MAX_CACHED_SELECTIONS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Eligible:
+    """Devices a request may use, as ``(node, index)`` (None = all of ours), and the nodes holding them."""
+
+    devices: frozenset[tuple[str, int]] | None
+    nodes: frozenset[str]
+    per_node: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
+    #: Devices the selectors chose but a taint the request does not tolerate kept out, as
+    #: ``node/device`` -> taint keys: what a pending pod's reason names (an unhealthy GPU, say).
+    tainted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class Matcher:
+    """CEL + taint eligibility per (class, selectors, tolerations), cached until the inventory changes."""
+
+    def __init__(self, driver: str, policy_taint: str) -> None:
+        self.driver = driver
+        self.policy_taint = policy_taint
+        self._cache: dict[tuple[Any, ...], Eligible] = {}
+        self._generation = -1
+
+    def eligible(
+        self,
+        spec: RequestSpec,
+        device_class: ObjView,
+        claim_subject: str,
+        inventory: Mapping[str, NodeInventory],
+        generation: int,
+    ) -> Eligible:
+        if generation != self._generation:
+            self._cache.clear()
+            self._generation = generation
+        class_exprs = tuple(class_selectors(device_class))
+        key = (
+            spec.class_name,
+            class_exprs,
+            spec.selectors,
+            repr(spec.tolerations),
+            claim_subject if spec.selectors else "",
+        )
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        if len(self._cache) >= MAX_CACHED_SELECTIONS:
+            self._cache.clear()  # per-claim selectors could otherwise grow it without bound
+        devices, nodes, per_node, total = set(), set(), {}, 0
+        tainted: dict[str, tuple[str, ...]] = {}
+        for node, node_inventory in inventory.items():
+            matched = []
+            for device in sorted(node_inventory.devices.values(), key=lambda item: item.card.index):
+                total += 1
+                if not self._selected(spec, class_exprs, claim_subject, device):
+                    continue
+                keeping_out = self._untolerated(spec, device)
+                if keeping_out:
+                    tainted[f"{node}/{device.name}"] = keeping_out
+                    continue
+                matched.append(device)
+                devices.add((node, device.card.index))
+            if matched:
+                nodes.add(node)
+                per_node[node] = tuple(matched)
+        eligible = Eligible(
+            None if len(devices) == total else frozenset(devices), frozenset(nodes), per_node, tainted
+        )
+        self._cache[key] = eligible
+        return eligible
+
+    def _selected(self, spec: RequestSpec, class_exprs: Sequence[str], subject: str, device: Device) -> bool:
+        try:
+            if not selectors_match(f"class {spec.class_name}", class_exprs, device.cel):
+                return False
+            return not spec.selectors or selectors_match(subject, spec.selectors, device.cel)
+        except SelectorError as err:
+            raise RequestError(str(err)) from None
+
+    def _untolerated(self, spec: RequestSpec, device: Device) -> tuple[str, ...]:
+        """The keys of the device's taints that keep ``spec`` off it (ours, policy-managed, never)."""
+        effects = BLOCKING_EFFECTS
+        others = [taint for taint in device.taints if taint.get("key") != self.policy_taint]
+        kept_out = [taint for taint in others if not taints_tolerated([taint], spec.tolerations, effects)]
+        return tuple(str(taint.get("key")) for taint in kept_out)

@@ -1,0 +1,49 @@
+"""Where ResourceSlices changed since the inventory was last rebuilt: the nodes whose pending pods
+a slice change may help (every node of a changed pool, as a pool's newest complete generation is
+what counts), or "somewhere unknown" when a slice has no node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+class SliceChanges:
+    """Collects slice events between two inventory rebuilds (``ClusterCache.refresh_slices``)."""
+
+    def __init__(self, driver: str) -> None:
+        self.driver = driver
+        self.changed = False
+        self._nodes: set[str] | None = set()  # None: somewhere unknown
+        self._pools: set[str] = set()
+
+    def place(self, obj: Mapping[str, object]) -> tuple[str | None, str | None]:
+        """(pool, node) of a slice of our driver; (None, None) for another driver's (not ours to
+        place, left out of the inventory)."""
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
+            return None, None
+        pool = spec.get("pool")
+        name = str(pool.get("name", "")) if isinstance(pool, Mapping) else ""
+        return name, str(spec.get("nodeName") or "") or None
+
+    def note(self, old: Mapping[str, object] | None, new: Mapping[str, object] | None) -> None:
+        """Note where a slice changed: its node and pool (all nodes when one has no node)."""
+        self.changed = True
+        for obj in (old, new):
+            pool, node = (None, None) if obj is None else self.place(obj)
+            if pool is None:
+                continue
+            self._pools.add(pool)
+            if node is None:
+                self._nodes = None
+            elif self._nodes is not None:
+                self._nodes.add(node)
+
+    def take(self, slices: Iterable[Mapping[str, object]]) -> set[str] | None:
+        """The nodes where room may have appeared (None: anywhere), given the current slices; and
+        start collecting afresh."""
+        nodes, pools = self._nodes, self._pools
+        self.changed, self._nodes, self._pools = False, set(), set()
+        if nodes is None:
+            return None
+        return nodes | {node for pool, node in map(self.place, slices) if pool in pools and node}

@@ -1,0 +1,331 @@
+"""The binder (dra_driver/controller/binder.py): the writes that follow a decision, over ``FakeKube``.
+
+Finalizer, then allocation, both guarded by the resourceVersion just read, then the gate lifted
+with our annotations; conflicts retried on the re-read object, other failures reported with what
+the API holds; a deposed replica writes no allocation; the pod's condition and events; fencing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+
+from dra_driver.contract import DeviceId
+from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.controller.allocation import node_selector
+from dra_driver.controller.allocator import Unschedulable
+from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Obj, Resource
+from tests.controller.harness import DRIVER, NS, claim, pod, request
+from tests.controller.worlds import NODE, World, other_class, slices_for, tenant, two_claims_pod
+from tests.kube_validate import assert_valid
+
+
+def written_first(
+    world: World, method: str, resource: Resource, name: str, edit: Callable[[Obj], object]
+) -> None:
+    """Someone else writes object ``name`` (``edit``) just before our next ``method`` write of
+    ``resource``: ours then carries a stale resourceVersion, and the API answers 409."""
+    update = world.kube.update
+    raced: list[bool] = []
+
+    def racing(target: Resource, obj: Obj, *, status: bool = False) -> Obj:
+        if not raced and target == resource and method == ("update/status" if status else "update"):
+            raced.append(True)
+            current = world.kube.stored(resource, NS, name)
+            edit(current)
+            update(resource, current)
+        return update(target, obj, status=status)
+
+    world.kube.update = racing  # type: ignore[method-assign]
+
+
+def touched(obj: Obj) -> None:
+    obj["metadata"].setdefault("labels", {})["touched"] = "yes"
+
+
+# --- the writes of a placement ----------------------------------------------------------------------
+
+
+def test_a_bind_writes_the_finalizer_then_the_allocation_then_lifts_the_gate() -> None:
+    world = World()
+    tenant(world, "a")
+    result = world.place("a-pod")
+    assert result.outcome == "bound"
+    assert [c for c in world.kube.writes() if c[1] != "events"] == [
+        ("update", "resourceclaims", "a"),
+        ("update/status", "resourceclaims", "a"),
+        ("update", "pods", "a-pod"),
+    ]
+    written = world.claim("a")
+    assert FINALIZER in written["metadata"]["finalizers"]
+    allocation = written["status"]["allocation"]
+    assert allocation["nodeSelector"] == node_selector(NODE)
+    (share,) = allocation["devices"]["results"]
+    assert (share["driver"], share["pool"], share["consumedCapacity"]["memory"]) == (DRIVER, NODE, "1Gi")
+    gated = world.pod("a-pod")
+    assert GATE_NAME not in [g["name"] for g in gated["spec"].get("schedulingGates") or ()]
+    assert HAMI_ALLOCATED in gated["metadata"]["annotations"]
+    assert world.metrics.allocations._value.get() == 1
+    # The ledger counts what was written: the next claim sees the card's memory in use.
+    (use,) = world.cache.ledger.claims()[written["metadata"]["uid"]]
+    assert (use.device, use.memory) == (DeviceId(DRIVER, NODE, share["device"]), 1024**3)
+
+
+def test_the_writes_keep_other_finalizers_annotations_and_gates() -> None:
+    world = World()
+    obj = claim("a", request())
+    obj["metadata"]["finalizers"] = ["someone.else/keep"]
+    world.add_claim(obj)
+    gated = pod("a-pod", {"gpu": "claim:a"}, annotations={"team": "x"})
+    gated["spec"]["schedulingGates"].append({"name": "someone.else/gate"})
+    world.add_pod(gated)
+    assert world.place("a-pod").outcome == "bound"
+    assert world.claim("a")["metadata"]["finalizers"] == ["someone.else/keep", FINALIZER]
+    after = world.pod("a-pod")
+    assert after["spec"]["schedulingGates"] == [{"name": "someone.else/gate"}]
+    assert (
+        after["metadata"]["annotations"]["team"] == "x" and HAMI_ALLOCATED in after["metadata"]["annotations"]
+    )
+
+
+def test_a_placement_with_nothing_to_write_only_lifts_the_gate() -> None:
+    world = World()
+    world.add_class(other_class())
+    world.add_claim(claim("foreign", request(klass="other")))
+    world.add_pod(pod("p", {"gpu": "claim:foreign"}))
+    job = world.planned("p")
+    assert job.writes == []
+    world.controller.apply(world.binder.bind(job))
+    assert not world.pod("p")["spec"].get("schedulingGates")
+    assert "allocation" not in world.claim("foreign").get("status", {})
+
+
+# --- conflicts and failures -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["update", "update/status"], ids=["finalizer", "allocation"])
+def test_a_claim_write_that_meets_a_conflict_is_retried_once_on_the_re_read_claim(method: str) -> None:
+    """Retrying the stale copy would fail again; the re-read one keeps what the other writer wrote."""
+    world = World()
+    tenant(world, "a")
+    written_first(world, method, RESOURCE_CLAIMS, "a", touched)
+    result = world.place("a-pod")
+    assert result.outcome == "bound" and world.devices("a")
+    assert world.metrics.conflicts._value.get() == 1
+    assert ("get", "resourceclaims", "a") in world.kube.calls
+    assert world.claim("a")["metadata"]["labels"] == {"touched": "yes"}
+
+
+def test_a_gate_removal_that_meets_a_conflict_is_retried_once_on_the_re_read_pod() -> None:
+    world = World()
+    tenant(world, "a")
+    written_first(world, "update", PODS, "a-pod", touched)
+    assert world.place("a-pod").outcome == "bound"
+    after = world.pod("a-pod")
+    assert not after["spec"].get("schedulingGates")
+    assert world.metrics.conflicts._value.get() == 1
+    assert after["metadata"]["labels"] == {"touched": "yes"}
+
+
+def test_a_claim_allocated_by_someone_else_meanwhile_is_not_written_over() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.planned("a-pod")
+    foreign = world.claim("a")
+    foreign["status"] = {"allocation": copy.deepcopy(job.writes[0].allocation)}
+    foreign["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+    world.kube.update(RESOURCE_CLAIMS, foreign, status=True)
+    world.kube.fail("update", "resourceclaims", 409)  # our finalizer write sees the new version
+    result = world.binder.bind(job)
+    assert result.outcome == "retry" and not result.written
+    world.controller.apply(result)
+    assert world.devices("a") == ["gpu-1"]
+    (use,) = world.cache.ledger.claims()[foreign["metadata"]["uid"]]
+    assert use.device.device == "gpu-1"  # the ledger counts the other allocator's choice
+    assert world.pod("a-pod")["spec"]["schedulingGates"]  # gate kept: planned again next pass
+
+
+@pytest.mark.parametrize("deposed", ["before-the-writes", "after-the-finalizer"])
+def test_a_deposed_replica_writes_no_allocation_and_allocates_once_leading_again(
+    deposed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leadership lost while a bind is in flight: the new leader, whose ledger lacks the allocation,
+    may already be placing other pods; so leadership is checked again after the finalizer write."""
+    world = World()
+    tenant(world, "a")
+    job = world.planned("a-pod")
+    if deposed == "before-the-writes":
+        world.leading = False
+    else:
+        update = world.kube.update
+
+        def losing(resource: Resource, obj: Obj, *, status: bool = False) -> Obj:
+            written = update(resource, obj, status=status)
+            world.leading = False  # the lease was lost while the finalizer update was on the wire
+            return written
+
+        monkeypatch.setattr(world.kube, "update", losing)
+    result = world.binder.bind(job)
+    assert result.outcome == "retry"
+    finalizer = [("update", "resourceclaims", "a")] if deposed == "after-the-finalizer" else []
+    assert world.kube.writes("resourceclaims") == finalizer
+    assert "allocation" not in world.claim("a").get("status", {})
+    world.controller.apply(result)
+    monkeypatch.undo()
+    world.sync()
+    world.leading = True
+    assert world.place("a-pod").outcome == "bound" and len(world.devices("a")) == 1
+
+
+def test_a_server_error_leaves_the_claim_as_the_api_has_it() -> None:
+    world = World()
+    tenant(world, "a")
+    world.kube.fail("update/status", "resourceclaims", 500)
+    result = world.place("a-pod")
+    assert result.outcome == "retry"
+    assert not world.devices("a")
+    assert world.cache.ledger.claims() == {}
+    assert not world.cache.assumed.in_flight
+
+
+def test_a_non_conflict_write_error_reports_what_the_api_holds_or_our_copy() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.planned("a-pod")
+    world.kube.fail("update", "resourceclaims", 500)
+    result = world.binder.bind(job)
+    ((_, current),) = result.failed
+    assert current is not None
+    assert current["metadata"]["resourceVersion"] == world.claim("a")["metadata"]["resourceVersion"]
+    world.controller.apply(result)
+    world.kube.fail("update", "resourceclaims", 500)
+    world.kube.fail("get", "resourceclaims", 500)
+    job2 = world.planned("a-pod")
+    ((_, fallback),) = world.binder.bind(job2).failed
+    assert fallback is not None and fallback["metadata"]["name"] == "a"  # the re-read failed: our copy
+
+
+def test_the_second_claim_is_not_written_when_the_first_failed() -> None:
+    world = World()
+    two_claims_pod(world)
+    job = world.planned("p")
+    assert len(job.writes) == 2
+    world.kube.fail("update/status", "resourceclaims", 500)
+    result = world.binder.bind(job)
+    assert result.outcome == "retry" and len(result.failed) == 1
+    world.controller.apply(result)
+    assert world.cache.ledger.claims() == {}  # neither assumption survives
+    assert not world.cache.assumed.in_flight
+    assert ("update", "resourceclaims", "c2") not in world.kube.calls
+
+
+def test_a_claim_deleted_while_it_was_written_leaves_the_ledger() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.planned("a-pod")
+    assert world.cache.ledger.claims()  # assumed while being written
+    del world.kube.objects[("resourceclaims", NS, "a")]
+    result = world.binder.bind(job)
+    assert result.outcome == "retry" and result.failed == [(job.writes[0].claim, None)]
+    world.controller.apply(result)
+    assert world.cache.ledger.claims() == {}
+
+
+def test_a_vanished_pod_ends_the_bind_quietly() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.planned("a-pod")
+    del world.kube.objects[("pods", NS, "a-pod")]
+    assert world.binder.bind(job).outcome == "gone"
+
+
+# --- the pod's condition and events -----------------------------------------------------------------
+
+
+def test_a_pod_reported_pending_is_marked_allocated_once_placed() -> None:
+    world = World(gpus=1)
+    tenant(world, "big", memory="20Gi")
+    assert isinstance(world.decide("big-pod"), Unschedulable)
+    world.sync()
+    world.cache.refresh_inventory(slices_for([NODE], 1, "a100-80gb"))
+    assert world.place("big-pod").outcome == "bound"
+    found = world.condition("big-pod")
+    assert found is not None
+    assert (found["status"], found["reason"], found["message"]) == (
+        "True",
+        "Allocated",
+        "all GPU claims are allocated",
+    )
+
+
+def test_a_pending_report_is_a_complete_warning_event_and_a_false_condition() -> None:
+    world = World()
+    created = world.add_pod(pod("x-pod", {}))
+    written = world.binder.report_pending(created, "Unschedulable", "2/2 CardInsufficientMemory")
+    assert written is not None and written.allocated_condition == "False"
+    found = world.condition("x-pod")
+    assert found is not None
+    assert (found["status"], found["reason"], found["message"]) == (
+        "False", "Unschedulable", "2/2 CardInsufficientMemory"
+    )  # fmt: skip
+    # An events.k8s.io/v1 Event (the recorder's part: tests/kube/test_events.py), read here through
+    # core/v1 as kubectl describe does: who reported it and when, no deprecated count/source/
+    # timestamps (a repeat counts on its series).
+    (event,) = world.event_objects()
+    assert_valid(event)
+    assert event["metadata"]["generateName"] == "x-pod." and event["metadata"]["namespace"] == NS
+    assert event["involvedObject"] == {
+        "apiVersion": "v1", "kind": "Pod", "name": "x-pod", "namespace": NS, "uid": created.uid,
+    }  # fmt: skip
+    assert (event["type"], event["reason"], event["action"]) == ("Warning", "FailedAllocation", "Allocate")
+    assert (event["reportingComponent"], event["reportingInstance"]) == (f"{DRIVER}/controller", "test")
+    assert event["eventTime"] and "series" not in event
+    assert not {"count", "source", "firstTimestamp", "lastTimestamp"} & event.keys()
+    assert event["message"] == "2/2 CardInsufficientMemory"
+
+
+def test_a_condition_write_conflict_is_retried_on_the_re_read_pod_and_a_failure_is_none() -> None:
+    world = World()
+    created = world.add_pod(pod("p", {}))
+    world.kube.fail("update/status", "pods", 409)
+    written = world.binder.set_condition(created, "False", "R", "m")
+    assert written is not None and written["status"]["conditions"][-1]["reason"] == "R"
+    world.kube.fail("update/status", "pods", 500)
+    assert world.binder.set_condition(world.pod("p"), "False", "R2", "m") is None
+
+
+# --- fencing ----------------------------------------------------------------------------------------
+
+
+def test_an_unallocated_claim_with_our_finalizer_is_fenced_once_per_version() -> None:
+    world = World(gpus=1)
+    orphan = claim("orphan", request(memory="20Gi"))
+    orphan["metadata"]["finalizers"] = [FINALIZER]
+    before = world.add_claim(orphan).resource_version
+    world.add_pod(pod("orphan-pod", {"gpu": "claim:orphan"}))
+    world.fence(world.pod_view("orphan-pod"))
+    fenced = world.claim("orphan")
+    assert fenced["metadata"]["resourceVersion"] != before
+    assert fenced["metadata"]["annotations"][FENCE_ANNOTATION].startswith("test ")
+    world.sync()
+    world.fence(world.pod_view("orphan-pod"))
+    assert world.kube.writes("resourceclaims") == [("update", "resourceclaims", "orphan")]
+
+
+def test_a_fence_that_meets_a_landed_allocation_counts_it() -> None:
+    world = World(gpus=1)
+    orphan = claim("late", request(memory="20Gi"))
+    orphan["metadata"]["finalizers"] = [FINALIZER]
+    world.add_claim(orphan)
+    world.add_pod(pod("late-pod", {"gpu": "claim:late"}))
+    landed = world.claim("late")
+    landed["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]}}}  # fmt: skip
+    world.kube.update(RESOURCE_CLAIMS, landed, status=True)  # the predecessor's write lands first
+    world.fence(world.pod_view("late-pod"))
+    (use,) = world.cache.ledger.claims()[landed["metadata"]["uid"]]
+    assert (use.device.device, use.memory) == ("gpu-0", None)  # the whole card, counted

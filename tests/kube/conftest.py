@@ -1,0 +1,1 @@
+from tests.sandbox_fixtures import kubectl, sandbox, sandbox_client  # noqa: F401

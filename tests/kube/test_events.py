@@ -1,0 +1,299 @@
+"""``EventRecorder`` (dra_driver/kube/events.py): events.k8s.io/v1 Events, a series for repeats.
+
+Against the tests' in-memory API (``FakeKube``, which keeps one store of Events and serves both
+shapes, as the API server does) with a clock the test moves; the sandbox API server's strict
+events.k8s.io/v1 validation and kubectl's view are in tests/kube/test_events_sandbox.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from dra_driver.kube.api import EVENTS, EVENTS_V1
+from dra_driver.kube.events import EventRecorder, core_from_v1, micro_time, truncate_note, v1_from_core
+from tests.controller.fake_kube import FakeKube
+
+START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def pod(name: str = "web-0", uid: str = "uid-web-0", namespace: str = "team-a") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "41"},
+        "spec": {"containers": []},
+    }
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "uid": "uid-node-1"}}
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def recorder(kube: FakeKube, clock: Clock) -> EventRecorder:
+    return EventRecorder(kube, controller="gpu.hami.io/controller", instance="controller-7d9f", clock=clock)
+
+
+def events(kube: FakeKube) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kube.list(EVENTS_V1)["items"]
+    return items
+
+
+def test_the_first_occurrence_creates_an_events_v1_event(kube: FakeKube, recorder: EventRecorder) -> None:
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "node-1/gpu-0 (t4): 4096Mi, 30% cores")
+
+    (event,) = events(kube)
+    assert (event["apiVersion"], event["kind"]) == ("events.k8s.io/v1", "Event")
+    assert event["metadata"]["namespace"] == "team-a"
+    assert event["metadata"]["name"].startswith("web-0.")  # generateName "<object>."
+    assert event["eventTime"] == "2026-03-01T12:00:00.250000Z"  # MicroTime
+    assert event["reportingController"] == "gpu.hami.io/controller"
+    assert event["reportingInstance"] == "controller-7d9f"
+    assert (event["type"], event["reason"], event["action"]) == ("Normal", "Allocated", "Allocate")
+    assert event["note"] == "node-1/gpu-0 (t4): 4096Mi, 30% cores"
+    assert event["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "web-0",
+        "namespace": "team-a",
+        "uid": "uid-web-0",
+    }
+    assert "series" not in event
+    # None of the deprecated core fields: the API refuses them on an events.k8s.io/v1 create.
+    assert not {"deprecatedCount", "deprecatedSource", "deprecatedFirstTimestamp"} & set(event)
+    assert kube.writes("events") == [("create", "events", event["metadata"]["name"])]
+
+
+def test_the_core_v1_view_shows_message_and_involved_object(kube: FakeKube, recorder: EventRecorder) -> None:
+    """What readers of core/v1 events (kubectl describe, tests' field selectors) see."""
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "0/1 nodes: 1 CardInsufficientMemory")
+    (event,) = kube.list(EVENTS)["items"]
+    assert event["apiVersion"] == "v1"
+    assert event["message"] == "0/1 nodes: 1 CardInsufficientMemory"
+    assert event["involvedObject"]["name"] == "web-0" and event["involvedObject"]["uid"] == "uid-web-0"
+    assert event["reportingComponent"] == "gpu.hami.io/controller"
+    assert "note" not in event and "regarding" not in event
+
+
+def test_a_repeat_counts_on_the_series_of_the_same_event(
+    kube: FakeKube, recorder: EventRecorder, clock: Clock
+) -> None:
+    for _ in range(3):
+        recorder.emit(pod(), "Warning", "GpuOvercommitted", "Repair", "GPU node-1/gpu-0 was overcommitted")
+        clock.advance(10)
+
+    (event,) = events(kube)
+    assert event["series"] == {"count": 3, "lastObservedTime": "2026-03-01T12:00:20.250000Z"}
+    assert event["eventTime"] == "2026-03-01T12:00:00.250000Z"  # the first occurrence stays
+    name = event["metadata"]["name"]
+    assert kube.writes("events") == [
+        ("create", "events", name),
+        ("update", "events", name),
+        ("update", "events", name),
+    ]
+
+
+def test_another_note_reason_type_or_object_is_another_event(kube: FakeKube, recorder: EventRecorder) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "quota team-a exceeded")
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no node has 80Gi free")
+    recorder.emit(pod(), "Warning", "GpuQuotaExceeded", "Allocate", "quota team-a exceeded")
+    recorder.emit(pod(), "Normal", "FailedAllocation", "Allocate", "quota team-a exceeded")
+    recorder.emit(
+        pod(uid="uid-web-0-again"), "Warning", "FailedAllocation", "Allocate", "quota team-a exceeded"
+    )
+
+    assert len(events(kube)) == 5
+    assert all("series" not in e for e in events(kube))
+
+
+def test_the_cache_is_bounded_and_forgets_the_least_recently_seen(kube: FakeKube, clock: Clock) -> None:
+    recorder = EventRecorder(
+        kube, controller="gpu.hami.io/controller", instance="c", clock=clock, cache_size=2
+    )
+    for name in ("a", "b"):
+        recorder.emit(pod(name, f"uid-{name}"), "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(pod("a", "uid-a"), "Normal", "Allocated", "Allocate", "gpu-0")  # a is now the most recent
+    recorder.emit(pod("c", "uid-c"), "Normal", "Allocated", "Allocate", "gpu-0")  # evicts b
+    assert len(recorder) == 2
+
+    recorder.emit(pod("a", "uid-a"), "Normal", "Allocated", "Allocate", "gpu-0")  # still known: series
+    recorder.emit(pod("b", "uid-b"), "Normal", "Allocated", "Allocate", "gpu-0")  # forgotten: a new Event
+    assert len(recorder) == 2
+
+    by_object: dict[str, list[dict[str, Any]]] = {}
+    for event in events(kube):
+        by_object.setdefault(event["regarding"]["name"], []).append(event)
+    assert [e.get("series", {}).get("count") for e in by_object["a"]] == [3]
+    assert [e.get("series") for e in by_object["b"]] == [None, None]
+    assert len(by_object["c"]) == 1
+
+
+def test_a_series_not_seen_for_the_window_is_finished(
+    kube: FakeKube, recorder: EventRecorder, clock: Clock
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    clock.advance(5 * 60)
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # within 6 minutes
+    clock.advance(6 * 60 + 1)
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # a new Event
+
+    first, second = sorted(events(kube), key=lambda e: e["eventTime"])
+    assert first["series"]["count"] == 2
+    assert second["eventTime"] == micro_time(clock.now) and "series" not in second
+
+
+def test_an_expired_event_is_created_again_with_its_series(
+    kube: FakeKube, recorder: EventRecorder, clock: Clock
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (gone,) = events(kube)
+    del kube.objects[("events", "team-a", gone["metadata"]["name"])]  # the API's event TTL ran out
+    clock.advance(30)
+
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+
+    (event,) = events(kube)
+    assert event["metadata"]["name"] != gone["metadata"]["name"]
+    assert event["metadata"]["name"].startswith("web-0.")
+    assert event["series"] == {"count": 2, "lastObservedTime": micro_time(clock.now)}
+    assert event["eventTime"] == gone["eventTime"]
+    assert [c[0] for c in kube.writes("events")] == ["create", "update", "create"]
+
+
+def test_an_expired_event_that_cannot_be_created_again_is_created_on_the_next_repeat(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (gone,) = events(kube)
+    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
+    kube.fail("create", "events", 503, "the server is shutting down")
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # update 404, create 503
+    assert events(kube) == []
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (event,) = events(kube)
+    assert event["series"]["count"] == 3
+
+
+def test_api_errors_are_logged_and_never_raised(
+    kube: FakeKube, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dra_driver.kube.events")
+    kube.fail("create", "events", 403, 'events.events.k8s.io is forbidden: User "system:serviceaccount"')
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    assert events(kube) == []
+    assert len(recorder) == 0  # nothing to count on: the next occurrence tries to create again
+    assert "event FailedAllocation about pod team-a/web-0 not recorded" in caplog.text
+    assert "forbidden" in caplog.text
+
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    kube.fail("update", "events", 500, "etcd leader changed")
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # update fails
+    assert "not counted (2 times)" in caplog.text
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (event,) = events(kube)
+    assert event["series"]["count"] == 3  # the failed write's occurrence is in the count
+
+
+def test_an_unreachable_api_is_swallowed_too(kube: FakeKube, recorder: EventRecorder) -> None:
+    kube.fail("create", "events", 0, "connection refused")
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # no exception
+    assert events(kube) == []
+
+
+def test_not_even_a_bug_in_the_api_layer_reaches_the_caller(
+    kube: FakeKube, recorder: EventRecorder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(kube, "create", broken)
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # no exception
+    assert "event Allocated about pod team-a/web-0 not recorded" in caplog.text
+    assert "RuntimeError: unexpected" in caplog.text
+
+
+def test_events_about_a_cluster_scoped_object_go_to_default(kube: FakeKube, recorder: EventRecorder) -> None:
+    recorder.emit(NODE, "Warning", "DevicePluginPresent", "PublishDevices", "4 GPU(s) not published")
+    (event,) = events(kube)
+    assert event["metadata"]["namespace"] == "default"
+    assert event["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": "uid-node-1"}
+    assert event["metadata"]["name"].startswith("node-1.")
+
+
+def test_the_note_is_cut_at_1024_bytes_without_splitting_a_character(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    note = "é" * 1000  # 2000 bytes
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", note)
+    (event,) = events(kube)
+    assert event["note"] == "é" * 512 and len(event["note"].encode()) == 1024
+    assert truncate_note("x" * 1025) == "x" * 1024 and truncate_note("short") == "short"
+    assert truncate_note("a" + "€" * 400) == "a" + "€" * 341  # 1 + 3*341 = 1024 bytes
+
+
+def test_what_cannot_be_an_event_is_dropped_with_a_log_line(
+    kube: FakeKube, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="dra_driver.kube.events"):
+        recorder.emit({"metadata": {"name": "no-kind"}}, "Normal", "Allocated", "Allocate", "gpu-0")
+        recorder.emit(pod(), "Error", "Allocated", "Allocate", "gpu-0")
+    assert kube.calls == []
+    assert "has no kind or name" in caplog.text and "'Error' is not Normal or Warning" in caplog.text
+
+
+def test_the_instance_is_cut_to_the_api_limit_and_a_controller_is_required(kube: FakeKube) -> None:
+    assert EventRecorder(kube, controller="gpu.hami.io/x", instance="i" * 300).instance == "i" * 128
+    with pytest.raises(ValueError, match="reporting controller"):
+        EventRecorder(kube, controller="", instance="i")
+
+
+def test_the_two_shapes_convert_both_ways() -> None:
+    v1 = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "web-0.1", "namespace": "team-a"},
+        "eventTime": "2026-03-01T12:00:00.250000Z",
+        "series": {"count": 2, "lastObservedTime": "2026-03-01T12:00:10.250000Z"},
+        "reportingController": "gpu.hami.io/controller",
+        "reportingInstance": "c",
+        "action": "Allocate",
+        "reason": "Allocated",
+        "regarding": {"kind": "Pod", "name": "web-0"},
+        "note": "gpu-0",
+        "type": "Normal",
+        "deprecatedCount": 4,
+        "deprecatedSource": {"component": "old"},
+    }
+    core = core_from_v1(v1)
+    assert core["apiVersion"] == "v1" and core["message"] == "gpu-0" and core["count"] == 4
+    assert core["involvedObject"] == {"kind": "Pod", "name": "web-0"} and core["source"] == {
+        "component": "old"
+    }
+    assert core["reportingComponent"] == "gpu.hami.io/controller" and core["series"] == v1["series"]
+    assert v1_from_core(core) == v1
+    legacy = v1_from_core({"metadata": {"name": "x"}, "message": "m", "involvedObject": {"name": "p"}})
+    assert legacy["eventTime"] is None and legacy["note"] == "m"

@@ -1,0 +1,177 @@
+"""``EventRecorder`` against the sandbox API server: what a real one accepts and shows.
+
+The sandbox serves events.k8s.io/v1 Events as a view of the core/v1 ones (one store, the API
+server's conversion) and checks them with kube-apiserver's event rules (strict for writes through
+events.k8s.io/v1), so these tests say the recorder's Events would pass a real API server and that
+readers of core/v1 events (``kubectl get events``, ``kubectl describe``) see them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from subprocess import CompletedProcess
+from typing import Any
+
+import pytest
+
+from dra_driver.kube.api import EVENTS, EVENTS_V1, NODES, PODS, Kube
+from dra_driver.kube.errors import Invalid, KubeError
+from dra_driver.kube.events import EventRecorder
+from dra_driver.sandbox import SandboxServer
+
+Kubectl = Callable[..., CompletedProcess[str]]
+
+
+@pytest.fixture
+def kube(sandbox_client: Any) -> Kube:
+    return Kube(sandbox_client)
+
+
+@pytest.fixture
+def web(kube: Kube) -> dict[str, Any]:
+    return kube.create(
+        PODS,
+        "default",
+        {"metadata": {"name": "web-0"}, "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}},
+    )
+
+
+@pytest.fixture
+def recorder(kube: Kube) -> Iterator[EventRecorder]:
+    yield EventRecorder(kube, controller="gpu.hami.io/controller", instance="controller-0")
+
+
+def test_created_and_counted_events_pass_the_strict_rules(
+    kube: Kube, recorder: EventRecorder, web: dict[str, Any]
+) -> None:
+    for _ in range(3):
+        recorder.emit(web, "Normal", "Allocated", "Allocate", "node-1/gpu-0 (t4): 4096Mi")
+
+    (event,) = kube.list(EVENTS_V1)["items"]
+    assert event["series"]["count"] == 3 and event["note"] == "node-1/gpu-0 (t4): 4096Mi"
+    assert event["regarding"]["uid"] == web["metadata"]["uid"]
+    # The same object through core/v1, found by the field selectors kubectl describe uses.
+    selector = (
+        f"involvedObject.name=web-0,involvedObject.uid={web['metadata']['uid']},involvedObject.kind=Pod"
+    )
+    (core,) = kube.list(EVENTS, field_selector=selector)["items"]
+    assert core["message"] == event["note"] and core["series"] == event["series"]
+    assert core["metadata"]["resourceVersion"] == event["metadata"]["resourceVersion"]
+    # events.k8s.io/v1's own field labels.
+    assert kube.list(
+        EVENTS_V1, field_selector="regarding.name=web-0,reportingController=gpu.hami.io/controller"
+    )["items"]
+    assert not kube.list(EVENTS_V1, field_selector="regarding.name=other")["items"]
+
+
+def test_an_event_about_a_node_is_accepted_in_default(kube: Kube, recorder: EventRecorder) -> None:
+    node = kube.create(NODES, None, {"metadata": {"name": "node-1"}})
+    recorder.emit(node, "Warning", "DevicePluginPresent", "PublishDevices", "4 GPU(s) not published")
+    (event,) = kube.list(EVENTS_V1)["items"]
+    assert event["metadata"]["namespace"] == "default" and "namespace" not in event["regarding"]
+
+
+def _v1_event(**changes: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "metadata": {"generateName": "web-0.", "namespace": "default"},
+        "eventTime": "2026-03-01T12:00:00.000000Z",
+        "reportingController": "gpu.hami.io/controller",
+        "reportingInstance": "controller-0",
+        "action": "Allocate",
+        "reason": "Allocated",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "web-0", "namespace": "default"},
+        "note": "gpu-0",
+        "type": "Normal",
+    }
+    event.update(changes)
+    return event
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"eventTime": None}, "eventTime"),
+        ({"type": "Error"}, "type"),
+        ({"deprecatedCount": 2}, "count"),
+        ({"series": {"count": 1, "lastObservedTime": "2026-03-01T12:00:01.000000Z"}}, "series.count"),
+        ({"reportingController": ""}, "reportingController"),
+        ({"action": ""}, "action"),
+        ({"note": "x" * 1025}, "message"),
+        (  # a cluster-scoped object's events belong in default (or kube-system)
+            {
+                "regarding": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+                "metadata": {"generateName": "node-1.", "namespace": "kube-public"},
+            },
+            "involvedObject.namespace",
+        ),
+    ],
+)
+def test_the_sandbox_refuses_what_kube_apiserver_refuses(
+    kube: Kube, changes: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(Invalid) as refused:
+        event = _v1_event(**changes)
+        kube.create(EVENTS_V1, event["metadata"]["namespace"], event)
+    assert field in refused.value.message
+
+
+def test_only_the_series_of_an_event_may_change(kube: Kube) -> None:
+    created = kube.create(EVENTS_V1, "default", _v1_event())
+    created["series"] = {"count": 2, "lastObservedTime": "2026-03-01T12:00:09.000000Z"}
+    del created["metadata"]["resourceVersion"]  # unconditional, as the recorder writes it
+    assert kube.update(EVENTS_V1, created)["series"]["count"] == 2
+    created["note"] = "gpu-1"
+    with pytest.raises(KubeError) as refused:
+        kube.update(EVENTS_V1, created)
+    assert refused.value.status == 422 and "message: Invalid value" in refused.value.message
+
+
+def test_legacy_core_events_are_still_accepted(kube: Kube) -> None:
+    event = {
+        "metadata": {"generateName": "web-0.", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "web-0", "namespace": "default"},
+        "reason": "Scheduled",
+        "message": "assigned",
+        "type": "Normal",
+        "source": {"component": "default-scheduler"},
+        "count": 1,
+    }
+    kube.create(EVENTS, "default", event)
+    (seen,) = kube.list(EVENTS_V1)["items"]
+    assert seen["note"] == "assigned" and seen["deprecatedSource"] == {"component": "default-scheduler"}
+    assert seen["eventTime"] is None
+    bad = dict(event, metadata={"generateName": "web-0.", "namespace": "kube-public"})
+    with pytest.raises(Invalid, match=r"involvedObject\.namespace"):
+        kube.create(EVENTS, "kube-public", bad)
+
+
+def test_a_watch_of_events_k8s_io_shows_that_shape(
+    kube: Kube, recorder: EventRecorder, web: dict[str, Any]
+) -> None:
+    start = kube.list(EVENTS_V1)["metadata"]["resourceVersion"]
+    recorder.emit(web, "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(web, "Normal", "Allocated", "Allocate", "gpu-0")
+    seen = []
+    for change in kube.watch(EVENTS_V1, start, timeout_seconds=1):
+        if change["type"] != "BOOKMARK":
+            seen.append(
+                (change["type"], change["object"]["note"], change["object"].get("series", {}).get("count"))
+            )
+        if len(seen) == 2:
+            break
+    assert seen == [("ADDED", "gpu-0", None), ("MODIFIED", "gpu-0", 2)]
+
+
+def test_kubectl_sees_the_events(
+    kubectl: Kubectl, sandbox: SandboxServer, recorder: EventRecorder, web: dict[str, Any]
+) -> None:
+    for _ in range(4):
+        recorder.emit(web, "Warning", "FailedAllocation", "Allocate", "0/1 nodes: 1 CardInsufficientMemory")
+    table = kubectl("get", "events", "-n", "default").stdout
+    assert "FailedAllocation" in table and "pod/web-0" in table and "CardInsufficientMemory" in table
+    described = kubectl("describe", "pod", "web-0", "-n", "default").stdout
+    assert "FailedAllocation" in described and "x4 over" in described
+    listed = json.loads(kubectl("get", "events.v1.events.k8s.io", "-n", "default", "-o", "json").stdout)
+    (event,) = listed["items"]
+    assert event["apiVersion"] == "events.k8s.io/v1" and event["series"]["count"] == 4
