@@ -390,14 +390,14 @@ class Controller:
             queue, self._queue = self._queue, []
         for kind, old, new in queue:
             try:
-                self._woken(self.cache.apply_event(kind, old, new))
+                self.apply_wake(self.cache.apply_event(kind, old, new))
             except Exception:  # one malformed object must not drop the rest of the queue
                 log.exception("%s event not applied; the other events go on", kind)
                 self.metrics.unexpected_errors.labels(kind).inc()
         if self.cache.slices_changed():
-            self._woken(self.cache.refresh_slices(self.informers["ResourceSlice"].snapshot()))
+            self.apply_wake(self.cache.refresh_slices(self.informers["ResourceSlice"].snapshot()))
 
-    def _woken(self, wake: Wake) -> None:
+    def apply_wake(self, wake: Wake) -> None:
         """Act on what a change concerns: pods and claims to look at, pending pods to retry."""
         self._dirty_pods |= wake.pods
         self.releaser.queue |= wake.claims

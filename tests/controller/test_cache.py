@@ -164,3 +164,23 @@ def test_a_claim_whose_write_was_not_attempted_falls_back_to_what_the_cache_hold
     world.controller.apply(world.binder.bind(job))
     (use,) = world.cache.ledger.claims()[elsewhere["metadata"]["uid"]]
     assert (use.device.device, use.memory) == ("gpu-1", None)
+
+
+def test_a_failed_write_whose_stale_copy_is_older_than_the_cache_counts_the_cached_claim() -> None:
+    # No API here: the bind's outcome is handed to the cache as the binder would return it.
+    world = CacheWorld()
+    tenant(world, "a")
+    placed = world.allocate("a-pod")
+    world.assume(placed)
+    (write,) = placed.writes
+    assert world.cache.assumed.writing(write.claim.key)
+    # While our write is in flight the informer delivers kube-scheduler's allocation of the claim.
+    theirs = copy.deepcopy(world.objects[("ResourceClaim", NS, "a")])
+    theirs["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1"}]}}}  # fmt: skip
+    world.deliver("ResourceClaim", theirs)
+    # Our write failed and its re-read failed too: all the binder can return is our stale copy.
+    world.cache.apply_bind([write.claim], [], [(write.claim, write.claim)], None)
+    assert not world.cache.assumed.writing(write.claim.key)
+    (use,) = world.cache.ledger.claims()[write.claim.uid]
+    assert (use.device.device, use.memory) == ("gpu-1", None)  # the newer cached allocation counts

@@ -136,15 +136,15 @@ def test_a_deleted_pod_or_claim_is_forgotten_by_the_reports_and_the_fences() -> 
     ours = world.pod_view("a-pod")
     newer = edited(ours, lambda p: p["metadata"].update(resourceVersion=str(int(ours.resource_version) + 1)))
     world.reports.record(ours, "Unschedulable", "stale")
-    world.controller._woken(world.cache.apply_event("Pod", dict(ours), dict(newer)))
+    world.controller.apply_wake(world.cache.apply_event("Pod", dict(ours), dict(newer)))
     assert ours.uid in world.reports  # an update is not a deletion
     assert world.reports.new_warnings(ours.uid, ["a warning"]) == ["a warning"]
-    world.controller._woken(world.cache.apply_event("Pod", dict(newer), None))
+    world.controller.apply_wake(world.cache.apply_event("Pod", dict(newer), None))
     assert ours.uid not in world.reports
     assert world.reports.new_warnings(ours.uid, ["a warning"]) == ["a warning"]  # forgotten with the pod
     cached = world.cache.claims[f"{NS}/a"]
     world.binder.fenced[cached.key] = cached.resource_version
-    world.controller._woken(world.cache.apply_event("ResourceClaim", dict(cached), None))
+    world.controller.apply_wake(world.cache.apply_event("ResourceClaim", dict(cached), None))
     assert cached.key not in world.binder.fenced
 
 
