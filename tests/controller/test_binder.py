@@ -16,9 +16,12 @@ from dra_driver.contract import DeviceId
 from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.controller.allocation import node_selector
 from dra_driver.controller.allocator import Unschedulable
-from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.binder import FENCE_ANNOTATION, Binder
+from dra_driver.controller.decision_record import decision_annotation, placement_summary
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED
+from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Obj, Resource
+from dra_driver.resource.objects import ClaimView, ObjectView, PodView
 from tests.controller.harness import DRIVER, NS, claim, pod, request
 from tests.controller.worlds import NODE, World, other_class, slices_for, tenant, two_claims_pod
 from tests.kube_validate import assert_valid
@@ -329,3 +332,101 @@ def test_a_fence_that_meets_a_landed_allocation_counts_it() -> None:
     world.fence(world.pod_view("late-pod"))
     (use,) = world.cache.ledger.claims()[landed["metadata"]["uid"]]
     assert (use.device.device, use.memory) == ("gpu-0", None)  # the whole card, counted
+
+
+# --- what a bind reports, and the binder's defaults ---------------------------------------------------
+
+
+def test_a_bind_records_a_normal_allocated_event_that_summarizes_the_decision() -> None:
+    world = World()
+    tenant(world, "a")
+    world.place("a-pod")
+    record = world.pod("a-pod")["metadata"]["annotations"][decision_annotation(DRIVER)]
+    (event,) = world.event_objects()
+    assert (event["type"], event["reason"], event["action"]) == ("Normal", "Allocated", "Allocate")
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["name"]) == ("Pod", "a-pod")
+    assert event["message"] == placement_summary(record)
+
+
+def test_a_placed_pod_is_returned_with_its_allocated_condition_or_as_lifted_when_that_write_fails() -> None:
+    for fails in (False, True):
+        world = World(gpus=1)
+        tenant(world, "big", memory="20Gi")
+        assert isinstance(world.decide("big-pod"), Unschedulable)
+        world.sync()
+        world.cache.refresh_inventory(slices_for([NODE], 1, "a100-80gb"))
+        placed = world.planned("big-pod")
+        assert placed.pod.allocated_condition == "False"
+        if fails:
+            world.kube.fail("update/status", "pods", 500)
+        result = world.binder.bind(placed)
+        assert result.outcome == "bound" and result.pod is not None
+        assert result.pod.allocated_condition == ("False" if fails else "True")
+        assert not result.pod.gated
+
+
+def test_a_failed_pending_report_returns_none_and_a_written_condition_carries_its_time() -> None:
+    world = World()
+    created = world.add_pod(pod("x-pod", {}))
+    world.kube.fail("update/status", "pods", 500)
+    assert world.binder.report_pending(created, "Unschedulable", "m") is None
+    assert world.condition("x-pod") is None
+    world.kube.fail("update/status", "pods", 409)
+    assert world.binder.report_pending(world.pod_view("x-pod"), "Unschedulable", "m") is not None
+    assert world.metrics.conflicts._value.get() == 1
+    found = world.condition("x-pod")
+    assert found is not None and found["lastTransitionTime"].endswith("Z")
+
+
+def test_a_binder_built_with_defaults_reports_as_the_controller_and_writes_allocations() -> None:
+    world = World()
+    tenant(world, "a")
+    binder = Binder(world.kube, DRIVER, ControllerMetrics())
+    assert binder.bind(world.planned("a-pod")).outcome == "bound"
+    assert world.devices("a")
+    (event,) = world.event_objects()
+    assert event["reportingInstance"] == "hami-dra-controller"
+
+
+def test_an_event_names_the_kind_its_object_carries_else_the_kind_of_its_view() -> None:
+    world = World()
+    bare = {"metadata": {"name": "o", "namespace": NS, "uid": "u1"}}
+    widget = {"apiVersion": "example.io/v2", "kind": "Widget", "metadata": {"name": "w", "namespace": NS}}
+    world.binder.event(ClaimView(bare, DRIVER), "Normal", "R", "claim")
+    world.binder.event(PodView(bare), "Normal", "R", "pod")
+    world.binder.event(ObjectView(bare), "Normal", "R", "object")
+    world.binder.event(ObjectView(widget), "Normal", "R", "widget")
+    about = {e["message"]: e["involvedObject"] for e in world.event_objects()}
+    assert {m: (o["apiVersion"], o["kind"]) for m, o in about.items()} == {
+        "claim": ("resource.k8s.io/v1", "ResourceClaim"),
+        "pod": ("v1", "Pod"),
+        "object": ("v1", "Pod"),
+        "widget": ("example.io/v2", "Widget"),
+    }
+    assert about["claim"]["uid"] == "u1"
+
+
+def test_fencing_skips_allocated_and_foreign_claims_and_goes_on_past_each_claim() -> None:
+    world = World(gpus=1)
+    for name, finalizers in (("a-foreign", []), ("b-ours", [FINALIZER]), ("c-ours", [FINALIZER])):
+        obj = claim(name, request())
+        obj["metadata"]["finalizers"] = finalizers
+        world.add_claim(obj)
+    allocated = claim("a-allocated", request())
+    allocated["metadata"]["finalizers"] = [FINALIZER]
+    allocated["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]}}}  # fmt: skip
+    world.add_claim(allocated)
+    keys = ("a-allocated", "a-foreign", "b-ours", "c-ours")
+
+    def fence() -> list[str]:
+        seen = world.binder.fence([world.cache.claims[f"{NS}/{k}"] for k in keys])
+        world.sync()
+        return [view.name for view in seen]
+
+    world.kube.fail("update", "resourceclaims", 500)  # b's fence fails: c is fenced all the same
+    assert fence() == ["b-ours", "c-ours"]
+    assert [c[2] for c in world.kube.writes("resourceclaims")] == ["b-ours", "c-ours"]
+    assert fence() == ["b-ours"]  # c is fenced at its current version: only b is written again
+    assert fence() == []
+    assert [c[2] for c in world.kube.writes("resourceclaims")] == ["b-ours", "c-ours", "b-ours"]

@@ -9,7 +9,7 @@ import copy
 
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.assumed import ASSUME_SECONDS, ClaimAssumptions
-from dra_driver.kube.api import RESOURCE_CLAIMS
+from dra_driver.kube.api import RESOURCE_CLAIMS, Obj
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 from tests.controller.worlds import NODE, CacheWorld, World, edited, shared_on_gpu0, tenant, two_claims_pod
 
@@ -184,3 +184,46 @@ def test_a_failed_write_whose_stale_copy_is_older_than_the_cache_counts_the_cach
     assert not world.cache.assumed.writing(write.claim.key)
     (use,) = world.cache.ledger.claims()[write.claim.uid]
     assert (use.device.device, use.memory) == ("gpu-1", None)  # the newer cached allocation counts
+
+
+# --- who holds a claim, and whom a claim event wakes ---------------------------------------------------
+
+
+def owned_claim(name: str, owner_uid: str, **status: object) -> Obj:
+    """Claim ``name`` generated for the pod of ``owner_uid`` (its ownerReference)."""
+    obj = claim(name, request())
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": owner_uid}]
+    obj["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    obj["status"] = dict(status)
+    return obj
+
+
+def test_a_claim_is_held_by_the_pods_it_is_reserved_for_else_by_the_pod_it_was_generated_for() -> None:
+    world = CacheWorld()
+    first = world.add_pod(pod("p1", {}))
+    second = world.add_pod(pod("p2", {}))
+    owner = world.add_pod(pod("owner", {}))
+    reserved = [{"resource": "pods", "name": p.name, "uid": p.uid} for p in (second, first)]
+    shared = world.add_claim(owned_claim("shared", owner.uid, reservedFor=reserved))
+    generated = world.add_claim(owned_claim("generated", owner.uid))
+    tenants = world.cache.tenants()
+    assert (tenants[shared.uid].namespace, tenants[shared.uid].claim, tenants[shared.uid].pod) == (
+        NS, "shared", "p1,p2"
+    )  # fmt: skip
+    assert (tenants[generated.uid].claim, tenants[generated.uid].pod) == ("generated", "owner")
+
+
+def test_a_claim_event_wakes_the_pods_that_refer_to_it_and_the_pod_it_was_generated_for() -> None:
+    world = CacheWorld()
+    world.add_pod(pod("user", {"gpu": "claim:c"}))
+    owner = world.add_pod(pod("owner", {}))
+    obj = owned_claim("c", owner.uid, allocation=shared_on_gpu0("s", "1Gi"))
+    created = world.deliver("ResourceClaim", obj)
+    assert created.pods == {f"{NS}/user", f"{NS}/owner"} and created.claims == {f"{NS}/c"}
+    updated = world.deliver("ResourceClaim", {**obj, "metadata": {**obj["metadata"], "labels": {"x": "y"}}})
+    assert updated.pods == {f"{NS}/user", f"{NS}/owner"}
+    assert updated.retry_nodes == set() and not updated.retry_everywhere  # its uses are unchanged
+    stored = world.objects[("ResourceClaim", NS, "c")]
+    deleted = world.cache.apply_event("ResourceClaim", copy.deepcopy(stored), None)
+    assert deleted.pods == {f"{NS}/user", f"{NS}/owner"} and deleted.deleted_claims == {f"{NS}/c"}
+    assert deleted.retry_nodes == {NODE}

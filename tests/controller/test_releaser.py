@@ -193,3 +193,99 @@ def test_an_overcommit_by_started_claims_is_only_reported() -> None:
     assert world.releaser.repair_overcommit(world.cache.claims[f"{NS}/x"]) == "reported"
     assert world.devices("x") == world.devices("y") == ["gpu-0"]
     assert world.metrics.overcommits.labels("reported")._value.get() == 1
+
+
+def test_an_overcommit_on_several_amounts_names_them_all_and_each_event_says_deallocate() -> None:
+    world = World(gpus=1)
+    for name, stamp in (("old", "2026-12-01T00:00:01Z"), ("new", "2026-12-01T00:00:02Z")):
+        obj = claim(name, request(memory="10Gi"))
+        obj["metadata"]["finalizers"] = [FINALIZER]
+        obj["metadata"]["creationTimestamp"] = stamp
+        obj["status"] = {"allocation": shared_on_gpu0(name, "10Gi", cores="60")}
+        world.kube.put(RESOURCE_CLAIMS, obj)
+        world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}))
+    world.sync()
+    (use,) = world.cache.claims[f"{NS}/old"].uses
+    problems, _ = world.cache.ledger.overcommit(use.device)
+    assert len(problems) == 2  # memory and cores
+    assert world.releaser.repair_overcommit(world.cache.claims[f"{NS}/old"]) == "deallocated"
+    expected = f"GPU {NODE}/gpu-0 was overcommitted ({'; '.join(problems)}): claim {NS}/new deallocated"
+    events = world.event_objects()
+    assert sorted(e["involvedObject"]["kind"] for e in events) == ["Pod", "ResourceClaim"]
+    for event in events:
+        assert (event["message"], event["action"]) == (expected, "Deallocate")
+
+
+def test_an_overcommitting_claim_no_pod_refers_to_is_deallocated_with_an_event_on_it_alone() -> None:
+    world = World(gpus=1)
+    for name, stamp in (("old", "2026-12-01T00:00:01Z"), ("new", "2026-12-01T00:00:02Z")):
+        obj = claim(name, request(memory="10Gi"))
+        obj["metadata"]["finalizers"] = [FINALIZER]
+        obj["metadata"]["creationTimestamp"] = stamp
+        obj["status"] = {"allocation": shared_on_gpu0(name, "10Gi")}
+        world.add_claim(obj)
+    assert world.releaser.repair_overcommit(world.cache.claims[f"{NS}/old"]) == "deallocated"
+    assert world.devices("new") == []
+    assert [(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in world.event_objects()] == [
+        ("ResourceClaim", "new")
+    ]
+
+
+def test_a_claim_whose_allocation_is_being_written_is_not_the_one_deallocated() -> None:
+    world = World(gpus=1)
+    overcommitting(world, {"old": "2026-12-01T00:00:01Z", "new": "2026-12-01T00:00:02Z"})
+    newest = world.cache.claims[f"{NS}/new"]
+    world.cache.assume([(newest, newest.uses)])  # a write of ours is in flight on it
+    assert world.releaser.repair_overcommit(world.cache.claims[f"{NS}/old"]) == "deallocated"
+    assert world.devices("old") == [] and world.devices("new") == ["gpu-0"]
+
+
+# --- the queue ----------------------------------------------------------------------------------
+
+
+def unused(world: World, name: str) -> None:
+    """Claim ``name`` of ours, allocated on gpu-0 and used by no pod."""
+    obj = claim(name, request())
+    obj["metadata"]["finalizers"] = [FINALIZER]
+    obj["status"] = {"allocation": shared_on_gpu0(name, "1Gi")}
+    world.add_claim(obj)
+
+
+def test_a_run_releases_each_queued_claim_and_skips_those_gone() -> None:
+    world = World()
+    unused(world, "b")
+    unused(world, "c")
+    world.releaser.queue = {f"{NS}/a-gone", f"{NS}/b", f"{NS}/c"}
+    world.releaser.run()
+    assert world.releaser.queue == set()
+    for name in ("b", "c"):
+        assert "allocation" not in world.claim(name)["status"]
+        assert FINALIZER not in world.claim(name)["metadata"].get("finalizers", [])
+    assert world.metrics.unexpected_errors.labels("ResourceClaim")._value.get() == 0
+
+
+def test_a_run_keeps_queued_a_claim_being_written_or_failing() -> None:
+    world = World()
+    tenant(world, "a")
+    world.planned("a-pod")  # its allocation is being written
+    unused(world, "b")
+    unused(world, "c")
+    world.kube.fail("update", "resourceclaims", 409, times=10)  # b's release conflicts every attempt
+    world.releaser.queue = {f"{NS}/a", f"{NS}/b"}  # c is not queued
+    world.releaser.run()
+    assert world.releaser.queue == {f"{NS}/a", f"{NS}/b"}
+    assert "allocation" not in world.claim("a").get("status", {})  # not looked at
+    assert FINALIZER in world.claim("b")["metadata"]["finalizers"]
+    assert world.devices("c") == ["gpu-0"]  # only queued claims are looked at
+
+
+def test_a_run_keeps_queued_a_claim_whose_overcommit_repair_failed() -> None:
+    world = World(gpus=1)
+    overcommitting(world, {"old": "2026-12-01T00:00:01Z", "new": "2026-12-01T00:00:02Z"})
+    world.kube.fail("update/status", "resourceclaims", 500)
+    world.releaser.queue = {f"{NS}/old"}
+    world.releaser.run()
+    assert world.releaser.queue == {f"{NS}/old"}
+    assert world.devices("new") == ["gpu-0"]
+    world.releaser.run()
+    assert world.releaser.queue == set() and world.devices("new") == []

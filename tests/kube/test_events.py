@@ -8,13 +8,21 @@ events.k8s.io/v1 validation and kubectl's view are in tests/kube/test_events_san
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from dra_driver.kube.api import EVENTS, EVENTS_V1
-from dra_driver.kube.events import EventRecorder, core_from_v1, micro_time, truncate_note, v1_from_core
+from dra_driver.kube.events import (
+    EventRecorder,
+    core_from_v1,
+    micro_time,
+    truncate_note,
+    utc_now,
+    v1_from_core,
+)
 from tests.controller.fake_kube import FakeKube
 
 START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
@@ -297,3 +305,153 @@ def test_the_two_shapes_convert_both_ways() -> None:
     assert v1_from_core(core) == v1
     legacy = v1_from_core({"metadata": {"name": "x"}, "message": "m", "involvedObject": {"name": "p"}})
     assert legacy["eventTime"] is None and legacy["note"] == "m"
+
+
+def test_the_clock_and_micro_time_are_utc_whatever_the_machines_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert utc_now().utcoffset() == timedelta(0)
+        assert micro_time(datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)) == "2026-03-01T12:00:00.000000Z"
+        paris = timezone(timedelta(hours=1))
+        assert micro_time(datetime(2026, 3, 1, 13, 0, 0, 5, tzinfo=paris)) == "2026-03-01T12:00:00.000005Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_cut_that_would_split_a_character_drops_the_partial_character() -> None:
+    assert truncate_note("€" * 400) == "€" * 341  # 1023 bytes: the 342nd euro's first byte is dropped
+    assert truncate_note("x" * 1024) == "x" * 1024
+
+
+def test_an_object_without_an_api_version_is_referred_to_as_core_v1(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    recorder.emit({"kind": "Pod", "metadata": {"name": "bare"}}, "Normal", "Allocated", "Allocate", "gpu-0")
+    (event,) = events(kube)
+    assert event["regarding"] == {"apiVersion": "v1", "kind": "Pod", "name": "bare"}
+
+
+def test_a_cache_of_one_series_is_allowed_and_none_is_refused(kube: FakeKube) -> None:
+    assert len(EventRecorder(kube, controller="gpu.hami.io/x", instance="i", cache_size=1)) == 0
+    with pytest.raises(ValueError, match=r"^cache_size must be at least 1$"):
+        EventRecorder(kube, controller="gpu.hami.io/x", instance="i", cache_size=0)
+    with pytest.raises(ValueError, match=r"^an event recorder needs a reporting controller name$"):
+        EventRecorder(kube, controller="", instance="i")
+
+
+def test_the_same_name_and_uid_in_another_namespace_is_another_event(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    recorder.emit(pod(namespace="team-a"), "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(pod(namespace="team-b"), "Normal", "Allocated", "Allocate", "gpu-0")
+    assert sorted(e["metadata"]["namespace"] for e in events(kube)) == ["team-a", "team-b"]
+    assert all("series" not in e for e in events(kube))
+
+
+def test_the_event_is_created_in_its_objects_namespace(
+    kube: FakeKube, recorder: EventRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namespaces: list[str | None] = []
+    create = kube.create
+
+    def spy(resource: Any, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        namespaces.append(namespace)  # the real client puts it in the URL
+        return create(resource, namespace, obj)
+
+    monkeypatch.setattr(kube, "create", spy)
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(NODE, "Normal", "Allocated", "Allocate", "gpu-0")
+    (gone,) = [e for e in events(kube) if e["metadata"]["namespace"] == "team-a"]
+    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # update 404: created again
+    assert namespaces == ["team-a", "default", "team-a"]
+
+
+def test_a_refused_write_is_an_info_line_naming_the_object(
+    kube: FakeKube, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dra_driver.kube.events")
+    kube.fail("create", "events", 403, "forbidden")
+    recorder.emit(NODE, "Warning", "DevicePluginPresent", "PublishDevices", "gpu-0")
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")
+    (gone,) = events(kube)
+    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
+    kube.fail("create", "events", 503, "shutting down", times=2)
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # update 404, create 503
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # nameless: create 503
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert messages == [
+        (logging.INFO, "event DevicePluginPresent about node node-1 not recorded: 403: forbidden"),
+        (logging.INFO, "event Allocated about pod team-a/web-0 not recorded: 503: shutting down"),
+        (logging.INFO, "event Allocated about pod team-a/web-0 not recorded: 503: shutting down"),
+    ]
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # created again, the count kept
+    (event,) = events(kube)
+    assert event["series"]["count"] == 5
+
+
+def test_a_series_seen_exactly_at_the_window_goes_on(
+    kube: FakeKube, recorder: EventRecorder, clock: Clock
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    clock.advance(6 * 60)
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (event,) = events(kube)
+    assert event["series"]["count"] == 2
+
+
+def test_an_event_created_again_is_updated_by_the_next_repeat(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (gone,) = events(kube)
+    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
+    kube.fail("create", "events", 503, "the server is shutting down")
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # update 404, create 503
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # created again
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # an update of it
+    (event,) = events(kube)
+    assert event["metadata"]["namespace"] == "team-a"
+    assert event["series"]["count"] == 4
+    assert [c[0] for c in kube.writes("events")][-2:] == ["create", "update"]
+
+
+def test_an_event_recreated_after_expiry_stays_in_its_namespace(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (gone,) = events(kube)
+    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (event,) = events(kube)
+    assert event["metadata"]["namespace"] == "team-a"
+    assert ("events", "team-a", event["metadata"]["name"]) in kube.objects
+
+
+def test_the_count_is_written_even_after_another_writer_changed_the_event(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (event,) = events(kube)
+    event["metadata"]["labels"] = {"seen-by": "someone"}
+    kube.update(EVENTS_V1, event)  # bumps the resourceVersion the recorder remembers
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    (event,) = events(kube)
+    assert event["series"]["count"] == 2
+
+
+def test_conversion_copies_and_fills_the_object_reference() -> None:
+    v1 = {"metadata": {"name": "e", "labels": {"team": "a"}}, "regarding": {"kind": "Pod", "name": "web-0"}}
+    core = core_from_v1(v1)
+    core["involvedObject"]["name"] = "changed"
+    core["metadata"]["labels"]["team"] = "b"  # a view written to must leave the other shape alone
+    assert v1["regarding"]["name"] == "web-0" and v1["metadata"]["labels"] == {"team": "a"}
+    back = v1_from_core(core)
+    back["regarding"]["name"] = "again"
+    back["metadata"]["labels"]["team"] = "c"
+    assert core["involvedObject"]["name"] == "changed" and core["metadata"]["labels"] == {"team": "b"}
+    assert core_from_v1({"note": "m"})["involvedObject"] == {}
+    assert v1_from_core({"message": "m"})["regarding"] == {}

@@ -28,11 +28,15 @@ from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import GIB, MIB
 from dra_driver.resource import slices as names
 from dra_driver.resource.slices import (
+    capacity_entries,
     current_devices,
     current_pools,
     device_index,
     device_name,
+    newest_complete,
+    owned_pools,
     parse_device,
+    pool_owner,
 )
 from dra_driver.top.objects import parse_slices
 
@@ -194,3 +198,77 @@ def test_a_pool_belongs_to_the_node_it_is_named_after() -> None:
     )
     intruder[0]["metadata"]["name"] += "-intruder"
     assert list(current_pools([*owner, *intruder], DRIVER)) == [("node-a", "node-a")]
+
+
+def raw_slice(node: str, pool: dict[str, Any] | None, driver: str = DRIVER) -> dict[str, Any]:
+    """A hand-written slice (the fields a non-plugin publisher may leave out)."""
+    spec: dict[str, Any] = {"driver": driver, "nodeName": node, "devices": [{"name": "gpu-0"}]}
+    if pool is not None:
+        spec["pool"] = pool
+    return {"metadata": {"name": f"{node}-{driver}"}, "spec": spec}
+
+
+def test_a_foreign_slice_does_not_hide_the_ones_after_it() -> None:
+    items = [raw_slice("n0", {"name": "n0"}, driver="other"), raw_slice("n1", {"name": "n1"})]
+    assert list(current_pools(items, DRIVER)) == [("n1", "n1")]
+
+
+def test_a_slice_without_pool_name_generation_or_count_is_a_complete_pool_named_empty() -> None:
+    """Kubernetes defaults: generation 0, one slice; a missing pool name groups as ""."""
+    item = raw_slice("n1", {})
+    assert current_pools([item], DRIVER) == {("n1", ""): [item]}
+    assert newest_complete([item]) == [item]
+    two = raw_slice("n2", {"name": "n2", "resourceSliceCount": 2})
+    assert newest_complete([two]) is None
+
+
+@pytest.mark.parametrize(
+    ("pool", "nodes", "owner"),
+    [
+        ("n2", ["n1", "n2", "n3"], "n2"),
+        ("n3/left", ["n3", "n1"], "n3"),
+        ("shared", ["n2", "n1"], "n1"),
+        ("shared", ["n9"], "n9"),
+    ],
+)
+def test_a_pool_owner_is_the_node_it_is_named_after_else_the_first_by_name(
+    pool: str, nodes: list[str], owner: str
+) -> None:
+    assert pool_owner(pool, nodes) == owner
+
+
+def test_every_pool_keeps_its_owner_after_an_ignored_intruder() -> None:
+    pools: dict[tuple[str, str], list[Any]] = {("n1", "n2"): ["x"], ("n2", "n2"): ["y"], ("n1", "n1"): ["z"]}
+    assert owned_pools(pools) == {("n2", "n2"): ["y"], ("n1", "n1"): ["z"]}
+
+
+def test_capacities_and_request_policies_on_the_wire() -> None:
+    assert capacity_entries(16 * GIB + 5, 100, 1) == {
+        "memory": {
+            "value": "16Gi",
+            "requestPolicy": {"default": "16Gi", "validRange": {"min": "1Mi", "step": "1Mi"}},
+        },
+        "cores": {
+            "value": "100",
+            "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}},
+        },
+        "slots": {"value": "1", "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "1"}}},
+    }
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_a_shared_card_gets_a_slot_step(slots: int) -> None:
+    policy = capacity_entries(GIB, 100, slots)["slots"]["requestPolicy"]
+    assert policy == {"default": "1", "validRange": {"min": "1", "max": str(slots), "step": "1"}}
+
+
+def test_a_device_entry_without_name_peers_of_another_kind_and_taints() -> None:
+    taint = {"key": "k", "effect": "NoSchedule"}
+    device = parse_device({"attributes": {"nvlinkPeers": {"int": 3}}, "taints": [taint]})
+    assert (device.name, device.index) == ("", None)
+    assert device.nvlink_peers is None
+    assert device.taints == (taint,)
+    assert (
+        parse_device({"name": "gpu-1", "attributes": {"nvlinkPeers": {"string": "0,2"}}}).nvlink_peers
+        == "0,2"
+    )
