@@ -81,12 +81,17 @@ bench: $(STAMP) tools
 # Figures on the real control plane, side by side with kube-scheduler's own DRA allocator: the
 # pending storm (in-process controller), then one real cluster with 100 simulated nodes for
 # throughput, placement quality and prepare latency against dra-example-driver (built from the Go
-# module proxy). About 15-20 minutes on 2 cores; the last three lines are machine-readable, the whole
-# report is build/bench-cluster.json (docs/performance.md). Not part of `make test`.
+# module proxy), then both paths again with kube-scheduler's client unthrottled (QPS/burst 5000, as
+# scheduler_perf runs it) at 100 and at 500 simulated nodes, 2 rounds each. About 35-40 minutes on
+# 2 cores; the last lines are machine-readable (ratios ours/kube-scheduler), the whole report is
+# build/bench-cluster.json (docs/performance.md). Not part of `make test`. Extra arguments:
+# BENCH_CLUSTER_ARGS, e.g. "--only unthrottled" (about 20 minutes) or "--profile-controller
+# build/bench-profiles" (py-spy records our controller during the unthrottled runs; pip install py-spy).
+BENCH_CLUSTER_ARGS ?=
 bench-cluster: $(STAMP) tools cluster-build
 	bash hack/cluster/build.sh dra-example-driver
 	$(PY) hack/bench_storm.py
-	$(PY) hack/bench_cluster.py
+	$(PY) hack/bench_cluster.py $(BENCH_CLUSTER_ARGS)
 
 # The driver's image without Docker: a debootstrapped Debian base, podman build of the Dockerfile,
 # an OCI archive in ~/.cache/hami-dra/image/, imported into a running `hami-dra cluster up`.

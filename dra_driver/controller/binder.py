@@ -79,6 +79,7 @@ class Binder:
         *,
         identity: str = "hami-dra-controller",
         still_leading: Callable[[], bool] | None = None,
+        background_events: bool = False,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -88,7 +89,11 @@ class Binder:
         #: must not write an allocation the new leader's ledger does not know about.
         self.still_leading = still_leading or (lambda: True)
         self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
-        self.events = EventRecorder(kube, controller=f"{driver}/controller", instance=identity)
+        #: ``background_events``: events are queued for the recorder's sender thread, so a bind
+        #: does not wait an extra round trip (the production controller); tests write them inline.
+        self.events = EventRecorder(
+            kube, controller=f"{driver}/controller", instance=identity, background=background_events
+        )
 
     # --- bind ----------------------------------------------------------------------------------
     def bind(self, placed: Placed) -> BindResult:

@@ -77,6 +77,7 @@ class Controller:
         write_workers: int = 4,
         pending_batch: int = PENDING_RETRIES_PER_PASS,
         backoff: CommitBackoff | None = None,
+        background_events: bool = False,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -85,7 +86,12 @@ class Controller:
         self.cache = ClusterCache(driver, self.metrics)
         self.allocator = Allocator(self.cache, defaults or ControllerDefaults(), self.metrics)
         self.binder = Binder(
-            kube, driver, self.metrics, identity=identity, still_leading=lambda: self.is_leader()
+            kube,
+            driver,
+            self.metrics,
+            identity=identity,
+            still_leading=lambda: self.is_leader(),
+            background_events=background_events,
         )
         self.releaser = Releaser(kube, self.cache, self.binder, self.metrics)
         self.reports = PendingReports()
@@ -161,6 +167,7 @@ class Controller:
         self.halt()
         if self._writers is not None:
             self._writers.shutdown(wait=True, cancel_futures=True)
+        self.binder.events.flush(timeout=2.0)  # the events of the last writes, best effort
 
     def wake(self) -> None:
         self._wake.set()

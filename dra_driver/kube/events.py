@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,6 +57,8 @@ NOTE_LIMIT = 1024
 REPORTING_INSTANCE_LIMIT = 128
 #: Where events about cluster-scoped objects go (client-go: metav1.NamespaceDefault).
 CLUSTER_EVENT_NAMESPACE = "default"
+#: How many events a ``background`` recorder holds for its sender thread at most.
+DEFAULT_QUEUE_SIZE = 1000
 #: How many series the recorder remembers at most.
 DEFAULT_CACHE_SIZE = 4096
 #: A series not seen for this long is finished; the next occurrence starts a new Event.
@@ -123,6 +127,8 @@ class EventRecorder:
         clock: Clock = utc_now,
         cache_size: int = DEFAULT_CACHE_SIZE,
         series_window: float | None = DEFAULT_SERIES_WINDOW,
+        background: bool = False,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
     ) -> None:
         if not controller:
             raise ValueError("an event recorder needs a reporting controller name")
@@ -137,12 +143,51 @@ class EventRecorder:
         self._series: OrderedDict[_Key, _Series] = OrderedDict()
         # One event at a time: two threads reporting the same event must not create two Events.
         self._lock = threading.Lock()
+        #: ``background``: ``emit`` only queues; one sender thread writes (as client-go's
+        #: broadcaster does), so a caller on a write path (the controller's binder) does not wait
+        #: an API round trip per event. A full queue drops the event (counted in ``dropped``).
+        self._queue: queue.Queue[tuple[Mapping[str, Any], str, str, str, str]] | None = (
+            queue.Queue(queue_size) if background else None
+        )
+        self.dropped = 0
+        if self._queue is not None:
+            threading.Thread(target=self._send_queued, name="event-sender", daemon=True).start()
 
     def __len__(self) -> int:
         """How many series the recorder remembers (bounded by ``cache_size``)."""
         return len(self._series)
 
     def emit(self, regarding: Mapping[str, Any], type: str, reason: str, action: str, note: str) -> None:
+        """Record that ``action`` happened (or failed) to ``regarding``: written now, or queued
+        for the sender thread of a ``background`` recorder (dropped, and counted, when it is full)."""
+        if self._queue is None:
+            self.write(regarding, type, reason, action, note)
+            return
+        try:
+            self._queue.put_nowait((regarding, type, reason, action, note))
+        except queue.Full:
+            self.dropped += 1
+            log.info("event %s not recorded: %d events are waiting to be sent", reason, self._queue.qsize())
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued event was sent (or given up); whether that happened in time."""
+        if self._queue is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return not self._queue.unfinished_tasks
+
+    def _send_queued(self) -> None:
+        assert self._queue is not None
+        while True:
+            item = self._queue.get()
+            try:
+                self.write(*item)
+            finally:
+                self._queue.task_done()
+
+    def write(self, regarding: Mapping[str, Any], type: str, reason: str, action: str, note: str) -> None:
         """Record that ``action`` happened (or failed) to ``regarding``, a raw Kubernetes object.
 
         ``type`` is ``Normal`` or ``Warning``; ``reason`` and ``action`` are short CamelCase words,

@@ -97,7 +97,7 @@ EXEMPT: dict[str, str] = {
     "make demo-cluster": "needs root and a real cluster; no test runs `hami-dra cluster lab` yet",
     "make mutation": "mutation testing, about 30 minutes; kill rates, not a pass or fail",
     "make bench": "figures, not assertions",
-    "make bench-cluster": "figures, not assertions, about 20 minutes (tests/bench checks its figure code)",
+    "make bench-cluster": "figures, not assertions, about 50 minutes (tests/bench checks its figure code)",
     "hami-dra cluster build": "builds Kubernetes from Go modules (minutes, root); make test runs it first",
     "hami-dra cluster status": "needs root and a running real cluster; no test reads its output yet",
     "hami-dra cluster lab": "needs root and a running real cluster; no test runs it yet",

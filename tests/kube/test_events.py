@@ -8,6 +8,7 @@ events.k8s.io/v1 validation and kubectl's view are in tests/kube/test_events_san
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -455,3 +456,50 @@ def test_conversion_copies_and_fills_the_object_reference() -> None:
     assert core["involvedObject"]["name"] == "changed" and core["metadata"]["labels"] == {"team": "b"}
     assert core_from_v1({"note": "m"})["involvedObject"] == {}
     assert v1_from_core({"message": "m"})["regarding"] == {}
+
+
+class GatedKube(FakeKube):
+    """FakeKube whose event creates wait until the test opens the gate (a slow API server)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def create(self, resource: Any, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        assert self.gate.wait(10), "the gate was never opened"
+        created: dict[str, Any] = super().create(resource, namespace, obj)
+        return created
+
+
+def test_a_background_recorder_returns_at_once_and_its_sender_writes_in_order(clock: Clock) -> None:
+    kube = GatedKube()
+    recorder = EventRecorder(kube, controller="c", instance="i", clock=clock, background=True)
+    started = time.monotonic()
+    recorder.emit(pod("a", "uid-a"), "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(pod("b", "uid-b"), "Normal", "Allocated", "Allocate", "gpu-1")
+    assert time.monotonic() - started < 5  # the caller never waited for the held API
+    assert not recorder.flush(timeout=0.2) and events(kube) == []
+    kube.gate.set()
+    assert recorder.flush()
+    assert [e["regarding"]["name"] for e in sorted(events(kube), key=lambda e: e["note"])] == ["a", "b"]
+    assert recorder.dropped == 0
+
+
+def test_a_full_background_queue_drops_and_counts_the_event(clock: Clock) -> None:
+    kube = GatedKube()
+    recorder = EventRecorder(kube, controller="c", instance="i", clock=clock, background=True, queue_size=1)
+    recorder.emit(pod("a", "uid-a"), "Normal", "Allocated", "Allocate", "first")
+    deadline = time.monotonic() + 5
+    while recorder._queue is not None and recorder._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.005)  # the sender took the first one and waits on the API with it
+    recorder.emit(pod("b", "uid-b"), "Normal", "Allocated", "Allocate", "second")  # queued
+    recorder.emit(pod("c", "uid-c"), "Normal", "Allocated", "Allocate", "third")  # no room
+    assert recorder.dropped == 1
+    kube.gate.set()
+    assert recorder.flush()
+    assert sorted(e["note"] for e in events(kube)) == ["first", "second"]
+
+
+def test_an_inline_recorder_has_nothing_to_flush(kube: FakeKube, recorder: EventRecorder) -> None:
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")
+    assert len(events(kube)) == 1 and recorder.flush(timeout=0)
