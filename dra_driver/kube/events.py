@@ -54,6 +54,8 @@ NORMAL = "Normal"
 WARNING = "Warning"
 #: The API's limits (pkg/apis/core/validation/events.go): note in bytes, the others in characters.
 NOTE_LIMIT = 1024
+#: An object name (a DNS subdomain) is at most this long.
+NAME_LIMIT = 253
 REPORTING_INSTANCE_LIMIT = 128
 #: Where events about cluster-scoped objects go (client-go: metav1.NamespaceDefault).
 CLUSTER_EVENT_NAMESPACE = "default"
@@ -150,6 +152,7 @@ class EventRecorder:
             queue.Queue(queue_size) if background else None
         )
         self.dropped = 0
+        self._last_nanos = 0
         if self._queue is not None:
             threading.Thread(target=self._send_queued, name="event-sender", daemon=True).start()
 
@@ -255,7 +258,7 @@ class EventRecorder:
             "apiVersion": EVENTS_V1.api_version,
             "kind": EVENTS_V1.kind,
             "metadata": {
-                "generateName": f"{ref['name']}.",
+                "name": self._event_name(ref),
                 "namespace": ref.get("namespace") or CLUSTER_EVENT_NAMESPACE,
             },
             "eventTime": micro_time(now),
@@ -267,6 +270,14 @@ class EventRecorder:
             "note": note,
             "type": type,
         }
+
+    def _event_name(self, ref: Obj) -> str:
+        """``<object>.<nanoseconds in hex>``, as client-go names events: kube-apiserver validates an
+        events.k8s.io/v1 Event's ``generateName`` as a whole DNS subdomain, so ``<object>.`` (the
+        core/v1 habit) is refused with 422. Unique per recorder even within one nanosecond."""
+        self._last_nanos = max(self._last_nanos + 1, time.time_ns())
+        suffix = f".{self._last_nanos:x}"
+        return str(ref["name"])[: NAME_LIMIT - len(suffix)] + suffix
 
     def _create(self, event: Obj, ref: Obj) -> Obj | None:
         namespace = event["metadata"]["namespace"]
@@ -290,7 +301,7 @@ class EventRecorder:
         except NotFound:
             # Expired or deleted: a new Event carries the series on (client-go does the same).
             namespace = event["metadata"].get("namespace")
-            event["metadata"] = {"generateName": f"{ref['name']}.", "namespace": namespace}
+            event["metadata"] = {"name": self._event_name(ref), "namespace": namespace}
             return self._create(event, ref) or event
         except KubeError as err:
             log.info(

@@ -280,7 +280,7 @@ def test_a_pending_report_is_a_complete_warning_event_and_a_false_condition() ->
     # timestamps (a repeat counts on its series).
     (event,) = world.event_objects()
     assert_valid(event)
-    assert event["metadata"]["generateName"] == "x-pod." and event["metadata"]["namespace"] == NS
+    assert event["metadata"]["name"].startswith("x-pod.") and event["metadata"]["namespace"] == NS
     assert event["involvedObject"] == {
         "apiVersion": "v1", "kind": "Pod", "name": "x-pod", "namespace": NS, "uid": created.uid,
     }  # fmt: skip

@@ -74,7 +74,7 @@ def test_an_event_about_a_node_is_accepted_in_default(kube: Kube, recorder: Even
 
 def _v1_event(**changes: Any) -> dict[str, Any]:
     event: dict[str, Any] = {
-        "metadata": {"generateName": "web-0.", "namespace": "default"},
+        "metadata": {"name": "web-0.18a2b3c4d5e6f708", "namespace": "default"},
         "eventTime": "2026-03-01T12:00:00.000000Z",
         "reportingController": "gpu.hami.io/controller",
         "reportingInstance": "controller-0",
@@ -101,10 +101,12 @@ def _v1_event(**changes: Any) -> dict[str, Any]:
         (  # a cluster-scoped object's events belong in default (or kube-system)
             {
                 "regarding": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
-                "metadata": {"generateName": "node-1.", "namespace": "kube-public"},
+                "metadata": {"name": "node-1.18a2b3c4d5e6f708", "namespace": "kube-public"},
             },
             "involvedObject.namespace",
         ),
+        # kube-apiserver validates a v1 Event's generateName as a whole subdomain: "web-0." is refused.
+        ({"metadata": {"generateName": "web-0.", "namespace": "default"}}, "metadata.generateName"),
     ],
 )
 def test_the_sandbox_refuses_what_kube_apiserver_refuses(
