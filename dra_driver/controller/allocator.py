@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,9 @@ from dra_driver.controller.nodefit import node_fit_problem
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
 from dra_driver.engine import Decision, GpuCard
 from dra_driver.resource.objects import ClaimView, PodView
+from dra_driver.resource.refs import AllocationResult, allocation_results
 from dra_driver.resource.requests import RequestError, claim_requests
-from dra_driver.resource.uses import Use, claim_uses
+from dra_driver.resource.uses import Use, uses_of
 
 log = logging.getLogger("dra_driver.controller")
 #: The pending reason of a pod that fits no node's free capacity (the others: quota, config, ...).
@@ -76,6 +77,8 @@ class ClaimWrite:
 
     claim: ClaimView
     allocation: dict[str, Any]
+    #: The allocation's results, read as every reader of a written claim reads them.
+    results: tuple[AllocationResult, ...]
     uses: tuple[Use, ...]
 
 
@@ -233,8 +236,8 @@ class Allocator:
             classes_of[claim.key] = dict(claim.request_classes)
         if len(pinned) > 1:
             return Unschedulable("NodeConflict", f"claims are allocated on different nodes: {sorted(pinned)}")
-        facts = [claim_facts(name, c.raw, pod.uid, cache.is_ours) for name, c in claims if c is not None]
-        conflict = limits_conflict(pod.raw, facts)
+        facts = [claim_facts(name, c, pod.uid, cache.is_ours) for name, c in claims if c is not None]
+        conflict = limits_conflict(pod, facts)
         if conflict is not None:
             return Unschedulable(GPU_LIMITS_CONFLICT, conflict)
         if not inputs:
@@ -255,8 +258,9 @@ class Allocator:
             allocation = build_allocation(claim_plan, plan.node, cache.classes.get, classes_of[claim.key])
             # The uses the ledger will count once the informer shows the written claim, derived by
             # the same function from the same allocation: what is assumed is what gets written.
-            uses = claim_uses({**claim, "status": {"allocation": allocation}}, self.driver)
-            writes.append(ClaimWrite(claim, allocation, uses))
+            results = allocation_results(allocation)
+            uses = uses_of(results, self.driver, claim.namespace, claim.request_classes)
+            writes.append(ClaimWrite(claim, allocation, results, uses))
         charges = [cache.ledger.charge(use) for write in writes for use in write.uses]
         breach = cache.quotas.check(pod.namespace, charges)
         if breach is not None:
@@ -286,13 +290,8 @@ class Allocator:
         Every claim of the pod is allocated on ``node`` (the plan's, which pinned claims share), so
         its cards are looked up in that node's inventory only.
         """
-        new = {write.claim.key: write.allocation for write in writes}
-        allocated: dict[str, Mapping[str, Any]] = {}
-        for pod_claim, claim in claims:
-            if claim is None:
-                continue
-            allocation = new.get(claim.key)
-            allocated[pod_claim] = {**claim, "status": {"allocation": allocation}} if allocation else claim
+        new = {write.claim.key: write.results for write in writes}
+        allocated = {name: new.get(claim.key, claim.results) for name, claim in claims if claim is not None}
         inventory = self.cache.ledger.inventory.get(node)
 
         def card_of(device_id: DeviceId) -> GpuCard | None:

@@ -15,11 +15,11 @@ keeps such a pod pending with the reason instead of handing out a share nothing 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from dra_driver.contract import LIMITED_CAPACITIES
+from dra_driver.resource.objects import ClaimView, PodView
+from dra_driver.resource.refs import ContainerView, RequestRef
 
 #: Pending reason of a pod that breaks these rules.
 GPU_LIMITS_CONFLICT = "GpuLimitsConflict"
@@ -41,82 +41,56 @@ class PodClaim:
     requests: tuple[str, ...] = ()
 
 
-def request_classes(spec: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """(request name, DeviceClass name, body) of each request of a claim's ``spec``, and of each
-    ``firstAvailable`` alternative."""
-    for request in (spec.get("devices") or {}).get("requests") or ():
-        name = str(request.get("name", ""))
-        if request.get("exactly"):
-            yield name, str(request["exactly"].get("deviceClassName") or ""), request["exactly"]
-        for body in request.get("firstAvailable") or ():
-            yield name, str(body.get("deviceClassName") or ""), body
-
-
-def asks_limits(body: Mapping[str, Any]) -> bool:
-    """Whether a request of our class asks for memory/cores: HAMi-core limits apply to its GPUs."""
-    requested = (body.get("capacity") or {}).get("requests") or {}
-    return any(key in requested for key in LIMITED_CAPACITIES)
-
-
 def names_a_gpu(class_name: str) -> bool:
     """Whether another driver's DeviceClass hands out GPUs (by its name: ``gpu.nvidia.com``...)."""
     return "gpu" in class_name.lower()
 
 
+def request_facts(refs: Iterable[RequestRef], is_ours: Callable[[str], bool | None]) -> tuple[bool, bool]:
+    """(limited, gpu) of a claim's requests: whether HAMi-core limits apply, whether any is a GPU.
+
+    ``is_ours`` answers None for a class not known (the webhook's unreadable class): neither ours
+    nor another driver's GPU.
+    """
+    limited = gpu = False
+    for ref in refs:
+        ours = is_ours(ref.class_name)
+        if ours:
+            gpu = True
+            limited = limited or ref.asks_limits
+        elif ours is False and names_a_gpu(ref.class_name):
+            gpu = True
+    return limited, gpu
+
+
 def claim_facts(
-    pod_claim: str, claim: Mapping[str, Any], pod_uid: str, is_ours: Callable[[str], bool]
+    pod_claim: str, claim: ClaimView, pod_uid: str, is_ours: Callable[[str], bool | None]
 ) -> PodClaim:
     """Read a ResourceClaim as :class:`PodClaim` (its requests' classes and capacity requests)."""
-    meta = claim.get("metadata") or {}
-    limited = gpu = False
-    requests: dict[str, None] = {}
-    for request, class_name, body in request_classes(claim.get("spec") or {}):
-        requests[request] = None
-        if is_ours(class_name):
-            gpu = True
-            limited = limited or asks_limits(body)
-        elif names_a_gpu(class_name):
-            gpu = True
-    reserved = ((claim.get("status") or {}).get("reservedFor")) or ()
-    others = tuple(
-        str(entry.get("name") or entry.get("uid"))
-        for entry in reserved
-        if entry.get("resource") == "pods" and str(entry.get("uid")) != pod_uid
-    )
-    key = f"{meta.get('namespace')}/{meta.get('name')}"
-    return PodClaim(pod_claim, key, limited, gpu, others, tuple(requests))
+    limited, gpu = request_facts(claim.request_refs, is_ours)
+    others = tuple(name for uid, name in claim.reserved_pods if uid != pod_uid)
+    requests = tuple(dict.fromkeys(ref.request for ref in claim.request_refs))
+    return PodClaim(pod_claim, claim.key, limited, gpu, others, requests)
 
 
-def pod_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The pod's init containers and containers."""
-    spec = pod.get("spec") or {}
-    return [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-
-
-def _extended_gpus(container: Mapping[str, Any]) -> list[str]:
-    resources = container.get("resources") or {}
-    names = {*(resources.get("limits") or {}), *(resources.get("requests") or {})}
-    return sorted(name for name in names if name.endswith("/gpu"))
-
-
-def container_conflict(container: Mapping[str, Any], claims: Mapping[str, PodClaim]) -> str | None:
+def container_conflict(container: ContainerView, claims: Mapping[str, PodClaim]) -> str | None:
     """Why a limited claim that ``container`` consumes cannot be enforced in it (None: it can).
 
     Such a container consumes no other GPU (another claim with a GPU, limited or not, or an
     extended-resource GPU) and every request of the claim. ``claims`` maps the pod's claim entries
     to their facts; an entry it lacks (a claim not known yet) counts as no GPU.
     """
-    name = str(container.get("name", "?"))
+    name = container.name
     used: dict[str, PodClaim] = {}
     consumed: dict[str, set[str]] = {}
     whole: set[str] = set()
-    for ref in (container.get("resources") or {}).get("claims") or ():
-        claim = claims.get(str(ref.get("name")))
+    for ref in container.claims:
+        claim = claims.get(ref.name)
         if claim is None:
             continue
         used[claim.claim] = claim
-        if ref.get("request"):
-            consumed.setdefault(claim.claim, set()).add(str(ref["request"]))
+        if ref.request:
+            consumed.setdefault(claim.claim, set()).add(ref.request)
         else:
             whole.add(claim.claim)
     limited = sorted(key for key, claim in used.items() if claim.limited)
@@ -124,7 +98,7 @@ def container_conflict(container: Mapping[str, Any], claims: Mapping[str, PodCla
         return None
     mine = limited[0]
     others = sorted(key for key, claim in used.items() if claim.gpu and key != mine)
-    extended = _extended_gpus(container)
+    extended = list(container.extended_gpus)
     if others or extended:
         what = ", ".join([*(f"claim {c}" for c in others), *extended])
         return (
@@ -141,7 +115,12 @@ def container_conflict(container: Mapping[str, Any], claims: Mapping[str, PodCla
     return None
 
 
-def limits_conflict(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> str | None:
+def pod_containers(pod: PodView) -> tuple[ContainerView, ...]:
+    """The pod's init containers and containers."""
+    return (*pod.init_containers, *pod.containers)
+
+
+def limits_conflict(pod: PodView, claims: Sequence[PodClaim]) -> str | None:
     """Why the pod's limited claims could not be enforced (None: they can); one line for people.
 
     Claims are compared as ResourceClaims: two pod entries naming one claim are one GPU set.
@@ -155,11 +134,9 @@ def limits_conflict(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> str |
         problem = container_conflict(container, by_name)
         if problem is not None:
             return problem
-        name = str(container.get("name", "?"))
-        refs = (container.get("resources") or {}).get("claims") or ()
-        used = {by_name[str(ref.get("name"))] for ref in refs if str(ref.get("name")) in by_name}
+        used = {by_name[ref.name] for ref in container.claims if ref.name in by_name}
         for key in sorted({claim.claim for claim in used if claim.limited}):
-            consumers.setdefault(key, []).append(name)
+            consumers.setdefault(key, []).append(container.name)
     for key, names in sorted(consumers.items()):
         if len(names) > 1:
             return (

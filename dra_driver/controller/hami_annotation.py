@@ -13,62 +13,48 @@ the scheduling gate, so it costs no extra API write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from dra_driver.contract import DeviceId
 from dra_driver.engine import MIB, GpuCard
 from dra_driver.resource.capacity import Capacity, result_consumption
+from dra_driver.resource.objects import PodView
+from dra_driver.resource.refs import AllocationResult
 
 ANNOTATION = "hami.io/vgpu-devices-allocated"
 VENDOR = "NVIDIA"
 #: What a whole card of an unpublished device counts: no memory known, all of its compute.
 UNKNOWN_CARD = Capacity(memory=0, cores=100, slots=1)
 
-Obj = Mapping[str, Any]
 
-
-def _results(claim: Obj, request: str | None, driver: str) -> list[Obj]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    out = []
-    for result in (allocation.get("devices") or {}).get("results") or ():
-        if result.get("driver") != driver:
-            continue
-        name = str(result.get("request", ""))
-        if request is None or name == request or name.split("/", 1)[0] == request:
-            out.append(result)
-    return out
-
-
-def _device(result: Obj, card_of: Callable[[DeviceId], GpuCard | None]) -> str:
-    device = str(result.get("device", ""))
-    card = card_of(DeviceId(str(result.get("driver", "")), str(result.get("pool", "")), device))
+def _device(result: AllocationResult, card_of: Callable[[DeviceId], GpuCard | None]) -> str:
+    card = card_of(result.device)
     capacity = Capacity(card.memory, card.cores, card.slots) if card else UNKNOWN_CARD
-    taken = result_consumption(result).of(capacity)
-    return f"{(card.uuid if card else '') or device},{VENDOR},{taken.memory // MIB},{taken.cores}:"
+    taken = result_consumption(result.raw).of(capacity)
+    name = (card.uuid if card else "") or result.device.device
+    return f"{name},{VENDOR},{taken.memory // MIB},{taken.cores}:"
 
 
 def encode_devices_allocated(
-    pod: Obj,
-    claims: Mapping[str, Obj],
+    pod: PodView,
+    results: Mapping[str, Sequence[AllocationResult]],
     driver: str,
     card_of: Callable[[DeviceId], GpuCard | None],
 ) -> str | None:
     """The annotation value; None when no container consumes a device of ``driver``.
 
-    ``claims`` maps the pod's claim names (``spec.resourceClaims[].name``) to the claims with
-    their allocation; ``card_of`` gives a published device's card (UUID, total memory), if known.
+    ``results`` maps the pod's claim names (``spec.resourceClaims[].name``) to their claims'
+    allocation results; ``card_of`` gives a published device's card (UUID, total memory), if known.
     """
     parts = []
     any_device = False
-    for container in (pod.get("spec") or {}).get("containers") or ():
-        devices = []
-        for ref in (container.get("resources") or {}).get("claims") or ():
-            claim = claims.get(str(ref.get("name", "")))
-            if claim is None:
-                continue
-            for result in _results(claim, ref.get("request"), driver):
-                devices.append(_device(result, card_of))
+    for container in pod.containers:
+        devices = [
+            _device(result, card_of)
+            for ref in container.claims
+            for result in results.get(ref.name, ())
+            if result.device.driver == driver and result.for_request(ref.request)
+        ]
         any_device = any_device or bool(devices)
         parts.append("".join(devices) + ";")
     return "".join(parts) if any_device else None

@@ -19,7 +19,17 @@ from dra_driver.config.classes import is_driver_class
 from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME
 from dra_driver.kube.api import ObjView
 from dra_driver.resource.nodes import quantity_or_zero
-from dra_driver.resource.uses import Use, claim_uses, request_classes
+from dra_driver.resource.refs import (
+    AllocationResult,
+    ContainerView,
+    PodClaimEntry,
+    RequestRef,
+    allocation_results,
+    container_view,
+    pod_claim_entries,
+    request_refs,
+)
+from dra_driver.resource.uses import Use, uses_of
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -147,9 +157,12 @@ class PodView(ObjectView):
         "active",
         "allocated_condition",
         "bound_to",
+        "claim_entries",
         "claim_keys",
         "claim_names",
+        "containers",
         "gated",
+        "init_containers",
         "node_name",
         "node_selector",
         "other_gates",
@@ -173,6 +186,15 @@ class PodView(ObjectView):
         self.claim_names: tuple[tuple[str, str | None], ...] = tuple(pod_claim_names(raw))
         self.claim_keys: tuple[str, ...] = tuple(
             f"{self.namespace}/{name}" for _, name in self.claim_names if name
+        )
+        #: ``spec.resourceClaims`` as written (a claim's name, or the template it is made from).
+        self.claim_entries: tuple[PodClaimEntry, ...] = pod_claim_entries(spec)
+        #: ``spec.containers`` in order (the HAMi annotation keeps their places) and init containers.
+        self.containers: tuple[ContainerView, ...] = tuple(
+            container_view(container) for container in spec.get("containers") or ()
+        )
+        self.init_containers: tuple[ContainerView, ...] = tuple(
+            container_view(container) for container in spec.get("initContainers") or ()
         )
         #: Effective CPU/memory requests (``pod_requests``).
         self.requests: Mapping[str, float] = pod_requests(raw)
@@ -231,7 +253,10 @@ class ClaimView(ObjectView):
         "owners",
         "pinned_node",
         "request_classes",
+        "request_refs",
+        "reserved_pods",
         "reserved_uids",
+        "results",
         "spec",
         "uses",
     )
@@ -252,8 +277,13 @@ class ClaimView(ObjectView):
         self.config: tuple[ObjView, ...] = tuple(devices.get("config") or ())
         #: ``spec.devices.constraints`` (``matchAttribute`` / ``distinctAttribute`` per requests).
         self.constraints: tuple[ObjView, ...] = tuple(devices.get("constraints") or ())
-        self.reserved_uids: tuple[str, ...] = tuple(
-            str(entry.get("uid")) for entry in status.get("reservedFor") or ()
+        reserved = status.get("reservedFor") or ()
+        self.reserved_uids: tuple[str, ...] = tuple(str(entry.get("uid")) for entry in reserved)
+        #: (uid, name) of each pod the claim is reserved for.
+        self.reserved_pods: tuple[tuple[str, str], ...] = tuple(
+            (str(entry.get("uid")), str(entry.get("name") or entry.get("uid")))
+            for entry in reserved
+            if entry.get("resource") == "pods"
         )
         owners = meta.get("ownerReferences") or ()
         self.owner_uids: tuple[str, ...] = tuple(str(owner.get("uid")) for owner in owners)
@@ -264,10 +294,14 @@ class ClaimView(ObjectView):
             if pod_claim
             else ()
         )
+        #: Its requests and the DeviceClass each names, for every driver.
+        self.request_refs: tuple[RequestRef, ...] = request_refs(self.spec)
         #: Request name -> DeviceClass name (``gpu/small`` for a firstAvailable entry).
-        self.request_classes: Mapping[str, str] = request_classes(raw)
+        self.request_classes: Mapping[str, str] = {ref.key: ref.class_name for ref in self.request_refs}
+        #: The allocation's results, every driver's (none while unallocated).
+        self.results: tuple[AllocationResult, ...] = allocation_results(self.allocation)
         #: What the allocation takes from our driver's devices (none while unallocated).
-        self.uses: tuple[Use, ...] = claim_uses(raw, driver)
+        self.uses: tuple[Use, ...] = uses_of(self.results, driver, self.namespace, self.request_classes)
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any], driver: str) -> ClaimView:

@@ -8,12 +8,13 @@ of what it is about to write all come from ``claim_uses``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.contract import DeviceId
 from dra_driver.resource.capacity import WHOLE_DEVICE, Consumption, result_consumption
+from dra_driver.resource.refs import AllocationResult, allocation_results, claim_request_refs
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,35 +39,30 @@ class Use:
 
 def request_classes(claim: Mapping[str, Any]) -> dict[str, str]:
     """Request name (``gpu``, or ``gpu/small`` for a firstAvailable entry) -> DeviceClass name."""
-    classes: dict[str, str] = {}
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
-        name = str(request.get("name", ""))
-        if request.get("exactly"):
-            classes[name] = str(request["exactly"].get("deviceClassName", ""))
-        for sub in request.get("firstAvailable") or ():
-            classes[f"{name}/{sub.get('name', '')}"] = str(sub.get("deviceClassName", ""))
-    return classes
+    return {ref.key: ref.class_name for ref in claim_request_refs(claim)}
+
+
+def uses_of(
+    results: Iterable[AllocationResult], driver: str, namespace: str, classes: Mapping[str, str]
+) -> tuple[Use, ...]:
+    """The device uses of allocation ``results`` for our driver (adminAccess takes nothing)."""
+    uses = []
+    for result in results:
+        if result.device.driver != driver or result.admin_access:
+            continue
+        where = {"namespace": namespace, "class_name": classes.get(result.request, "")}
+        taken = result_consumption(result.raw)
+        if taken.whole_device:
+            uses.append(Use(result.device, None, None, None, **where))
+        else:
+            uses.append(Use(result.device, taken.memory, taken.cores, taken.slots, **where))
+    return tuple(uses)
 
 
 def claim_uses(claim: Mapping[str, Any], driver: str) -> tuple[Use, ...]:
     """The device uses recorded in a claim's ``status.allocation`` for our driver."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = [
-        result
-        for result in (allocation.get("devices") or {}).get("results") or ()
-        if result.get("driver") == driver and not result.get("adminAccess")
-    ]
-    if not results:
+    results = allocation_results((claim.get("status") or {}).get("allocation"))
+    if not any(result.device.driver == driver and not result.admin_access for result in results):
         return ()
     namespace = str((claim.get("metadata") or {}).get("namespace") or "")
-    classes = request_classes(claim)
-    uses = []
-    for result in results:
-        device = DeviceId(driver, str(result.get("pool", "")), str(result.get("device", "")))
-        where = {"namespace": namespace, "class_name": classes.get(str(result.get("request", "")), "")}
-        taken = result_consumption(result)
-        if taken.whole_device:
-            uses.append(Use(device, None, None, None, **where))
-        else:
-            uses.append(Use(device, taken.memory, taken.cores, taken.slots, **where))
-    return tuple(uses)
+    return uses_of(results, driver, namespace, request_classes(claim))

@@ -27,15 +27,10 @@ from typing import Any
 
 from dra_driver.config import ConfigError, parse_gpu_config
 from dra_driver.config.resolve import read_pod_annotations
-from dra_driver.controller.containers import (
-    PodClaim,
-    asks_limits,
-    container_conflict,
-    names_a_gpu,
-    pod_containers,
-    request_classes,
-)
+from dra_driver.controller.containers import PodClaim, container_conflict, pod_containers, request_facts
 from dra_driver.kube.errors import KubeError
+from dra_driver.resource.objects import PodView
+from dra_driver.resource.refs import RequestRef
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
 from dra_driver.webhook.lookup import Lookup, TemplateWriter
@@ -78,56 +73,53 @@ class ClaimUse:
     facts: PodClaim | None = None
 
 
-def claim_use(pod_claim: str, spec: Mapping[str, Any] | None, lookup: Lookup, claim: str = "") -> ClaimUse:
+def claim_use(pod_claim: str, refs: Sequence[RequestRef] | None, lookup: Lookup, claim: str = "") -> ClaimUse:
     """``claim``: what the rules call the claim (two pod entries naming one ResourceClaim share
     it); the pod's entry name by default."""
-    if spec is None:
+    if refs is None:
         return ClaimUse(pod_claim, None)
-    ours: bool | None = False
-    limited = gpu = False
-    requests: dict[str, None] = {}
-    for request, class_name, body in request_classes(spec):
-        requests[request] = None
+    answers: dict[str, bool | None] = {}
+    for ref in refs:
+        if ref.class_name in answers:
+            continue
         try:
-            answer = lookup.is_our_class(class_name)
+            answers[ref.class_name] = lookup.is_our_class(ref.class_name)
         except KubeError as err:
-            log.warning("DeviceClass %s not readable, treated as unknown: %s", class_name, err)
-            answer = None
-        if answer is None and ours is False:
-            ours = None
-        if answer:
-            ours = gpu = True
-            limited = limited or asks_limits(body)
-        elif answer is False and names_a_gpu(class_name):
-            gpu = True
-    facts = PodClaim(pod_claim, claim or pod_claim, limited, gpu, requests=tuple(requests))
-    return ClaimUse(pod_claim, ours, facts)
+            log.warning("DeviceClass %s not readable, treated as unknown: %s", ref.class_name, err)
+            answers[ref.class_name] = None
+    values = answers.values()
+    ours: bool | None = True if any(values) else (None if None in values else False)
+    limited, gpu = request_facts(refs, answers.__getitem__)
+    requests = tuple(dict.fromkeys(ref.request for ref in refs))
+    return ClaimUse(pod_claim, ours, PodClaim(pod_claim, claim or pod_claim, limited, gpu, requests=requests))
 
 
-def pod_claim_uses(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> list[ClaimUse]:
+def pod_claim_uses(pod: PodView, namespace: str, lookup: Lookup) -> list[ClaimUse]:
     uses = []
     first_entry: dict[str, str] = {}  # ResourceClaim name -> the first pod entry naming it
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-        name = str(entry.get("name", ""))
-        claim = name
+    for entry in pod.claim_entries:
+        claim = entry.name
+        refs: Sequence[RequestRef] | None
         try:
-            if entry.get("resourceClaimName"):
-                claim = first_entry.setdefault(str(entry["resourceClaimName"]), name)
-                spec = lookup.claim_spec(namespace, str(entry["resourceClaimName"]))
-            elif entry.get("resourceClaimTemplateName"):
-                spec = lookup.template_spec(namespace, str(entry["resourceClaimTemplateName"]))
+            if entry.claim:
+                claim = first_entry.setdefault(entry.claim, entry.name)
+                refs = lookup.claim_requests(namespace, entry.claim)
+            elif entry.template:
+                refs = lookup.template_requests(namespace, entry.template)
             else:
-                spec = None
+                refs = None
         except KubeError as err:
             # An API blip must not deny pods (of any driver) regardless of the failurePolicy:
             # unknown means gated, and the controller lifts the gate of a pod that is not ours.
-            log.warning("claim %s of a pod in %s not readable, treated as unknown: %s", name, namespace, err)
-            spec = None
-        uses.append(claim_use(name, spec, lookup, claim))
+            log.warning(
+                "claim %s of a pod in %s not readable, treated as unknown: %s", entry.name, namespace, err
+            )
+            refs = None
+        uses.append(claim_use(entry.name, refs, lookup, claim))
     return uses
 
 
-def hami_core_problems(pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> list[str]:
+def hami_core_problems(pod: PodView, uses: Sequence[ClaimUse]) -> list[str]:
     """Containers that would get conflicting HAMi-core limits (one message per container): the
     controller's per-container rule (:func:`container_conflict`), over the claims readable now."""
     claims = {use.pod_claim: use.facts for use in uses if use.facts is not None}
@@ -138,36 +130,33 @@ def hami_core_problems(pod: Mapping[str, Any], uses: Sequence[ClaimUse]) -> list
 # --- pods -------------------------------------------------------------------------------------
 
 
-def _namespace(request: Mapping[str, Any], pod: Mapping[str, Any]) -> str:
-    return str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+def _namespace(request: Mapping[str, Any], pod: PodView) -> str:
+    return str(request.get("namespace") or pod.namespace or "default")
 
 
 def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
-    pod = request.get("object") or {}
+    pod = PodView(request.get("object") or {})
     if request.get("operation", "CREATE") != "CREATE":
         return Verdict()
-    spec = pod.get("spec") or {}
-    if not spec.get("resourceClaims"):
+    if not pod.claim_entries:
         return Verdict()
     namespace = _namespace(request, pod)
     uses = pod_claim_uses(pod, namespace, lookup)
     problems = hami_core_problems(pod, uses)
     if problems:
         return Verdict(allowed=False, message="; ".join(problems))
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    verdict = Verdict(warnings=read_pod_annotations(annotations).warnings())
+    verdict = Verdict(warnings=read_pod_annotations(pod.annotations).warnings())
     if not any(use.ours is not False for use in uses):
         verdict.warnings = []  # not our pod: our annotations mean nothing to it
         return verdict
-    gates = spec.get("schedulingGates")
-    if any(gate.get("name") == GATE_NAME for gate in gates or ()):
+    if pod.gated:
         return verdict  # never mutate twice
-    if spec.get("nodeName"):
+    if pod.bound_to:
         verdict.warnings.append(
             f"pod sets spec.nodeName, so it cannot get the {GATE_NAME} gate: no placement policy applies"
         )
         return verdict
-    if gates is None:
+    if not pod.other_gates:  # no gates (or an empty list): add the list
         verdict.patch = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE_NAME}]}]
     else:
         verdict.patch = [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE_NAME}}]
@@ -195,7 +184,8 @@ def translate_hami_pod(
     pod = request.get("object") or {}
     if request.get("operation", "CREATE") != "CREATE":
         return Verdict()
-    namespace = _namespace(request, pod)
+    view = PodView(pod)
+    namespace = _namespace(request, view)
     if gate is not None:
         try:
             refusal = gate.refusal(namespace)
@@ -232,9 +222,7 @@ def translate_hami_pod(
         f"claim {entry['claim']} from ResourceClaimTemplate {entry['template']}"
         for container, entry in translation.summary.items()
     ]
-    log.info(
-        "pod %s/%s: %s", namespace, (pod.get("metadata") or {}).get("name") or "(generated)", "; ".join(notes)
-    )
+    log.info("pod %s/%s: %s", namespace, view.name or "(generated)", "; ".join(notes))
     return Verdict(patch=[*translation.patch, *(gating.patch or [])], warnings=[*gating.warnings])
 
 

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from dra_driver.config.classes import is_driver_class
 from dra_driver.kube.api import Kube
 from dra_driver.kube.errors import KubeError
+from dra_driver.resource.refs import RequestRef, claim_request_refs, template_request_refs
 from dra_driver.webhook.optin import MAX_TEMPLATES_PER_NAMESPACE
 
 RESOURCE_GROUP = "resource.k8s.io"
@@ -30,11 +31,11 @@ T = TypeVar("T")
 
 
 class Lookup(Protocol):
-    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """A ResourceClaim's ``spec`` (None when it does not exist)."""
+    def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
+        """A ResourceClaim's requests (None when it does not exist)."""
 
-    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """A ResourceClaimTemplate's ``spec.spec`` (the claim spec it stamps out)."""
+    def template_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
+        """The requests of the claims a ResourceClaimTemplate stamps out (its ``spec.spec``)."""
 
     def is_our_class(self, name: str) -> bool | None:
         """Whether the DeviceClass is ours; None when it does not exist."""
@@ -116,18 +117,18 @@ class KubeLookup:
             raise
         return result
 
-    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
         obj = self._get(
             f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaims/{name}", name
         )
-        return None if obj is None else obj.get("spec") or {}
+        return None if obj is None else claim_request_refs(obj)
 
-    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def template_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
         path = (
             f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaimtemplates/{name}"
         )
         obj = self._get(path, name)
-        return None if obj is None else (obj.get("spec") or {}).get("spec") or {}
+        return None if obj is None else template_request_refs(obj)
 
     def is_our_class(self, name: str) -> bool | None:
         def load() -> bool | None:

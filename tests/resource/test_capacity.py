@@ -32,6 +32,7 @@ from dra_driver.resource.capacity import (
     policy_consumption,
     result_consumption,
 )
+from dra_driver.resource.objects import ClaimView, PodView
 from dra_driver.resource.slices import capacity_entries
 from dra_driver.resource.uses import claim_uses
 from dra_driver.top.objects import parse_claim
@@ -188,7 +189,9 @@ def test_ledger_node_check_annotation_and_top_agree(entry: dict[str, Any]) -> No
 
     # The HAMi annotation (MiB and percent).
     pod = {"spec": {"containers": [{"name": "a", "resources": {"claims": [{"name": "c"}]}}]}}
-    annotation = encode_devices_allocated(pod, {"c": claim}, DRIVER, lambda _: card)
+    annotation = encode_devices_allocated(
+        PodView(pod), {"c": ClaimView(claim, DRIVER).results}, DRIVER, lambda _: card
+    )
     assert annotation == f"GPU-0,NVIDIA,{expected.memory // MIB},{expected.cores}:;"
 
     # top.

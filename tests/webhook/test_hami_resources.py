@@ -16,6 +16,8 @@ from dra_driver.contract import DeviceId
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.engine import GpuCard
 from dra_driver.kube.errors import KubeError
+from dra_driver.resource.objects import ClaimView, PodView
+from dra_driver.resource.refs import AllocationResult, RequestRef, template_request_refs
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import (
     TEMPLATE_LABEL,
@@ -31,6 +33,11 @@ from dra_driver.webhook.hami_resources import (
 DRIVER = "gpu.hami.io"
 
 
+def results(claims: Mapping[str, Any]) -> dict[str, tuple[AllocationResult, ...]]:
+    """The pod claim name -> allocation results map the controller hands the encoder."""
+    return {name: ClaimView(claim, DRIVER).results for name, claim in claims.items()}
+
+
 class FakeApi:
     """Lookup + TemplateWriter: templates the webhook created become readable, as in the API."""
 
@@ -39,12 +46,12 @@ class FakeApi:
         self.created: list[str] = []
         self.fail = fail
 
-    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
         return None
 
-    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def template_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
         found = self.templates.get((namespace, name))
-        return None if found is None else found["spec"]["spec"]
+        return None if found is None else template_request_refs(found)
 
     def is_our_class(self, name: str) -> bool | None:
         return name == DRIVER
@@ -283,9 +290,12 @@ def test_vgpu_devices_allocated_is_hamis_encoding() -> None:
         index = int(device.device.split("-")[1])
         return GpuCard(node=device.pool, index=index, memory=15360 * 2**20, uuid=f"GPU-{device.device}")
 
-    value = encode_devices_allocated(pod, claims, DRIVER, card_of)
+    value = encode_devices_allocated(PodView(pod), results(claims), DRIVER, card_of)
     assert value == "GPU-gpu-2,NVIDIA,8000,0:;;GPU-gpu-0,NVIDIA,15360,100:GPU-gpu-1,NVIDIA,1024,30:;"
-    assert encode_devices_allocated(pod, {}, DRIVER, lambda device: None) is None
+    assert encode_devices_allocated(PodView(pod), {}, DRIVER, lambda device: None) is None
     # A result without shareID takes the whole card: all of its memory and compute.
     whole = {"hami-a": claim(("gpu-3", None, None))}
-    assert encode_devices_allocated(pod, whole, DRIVER, card_of) == "GPU-gpu-3,NVIDIA,15360,100:;;;"
+    assert (
+        encode_devices_allocated(PodView(pod), results(whole), DRIVER, card_of)
+        == "GPU-gpu-3,NVIDIA,15360,100:;;;"
+    )

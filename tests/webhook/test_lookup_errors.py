@@ -115,9 +115,9 @@ def test_a_name_that_is_no_object_name_never_reaches_a_request_path(lookup: Kube
         return real(method, path, *args, **kwargs)
 
     lookup._kube.request = recording  # type: ignore[method-assign]
-    assert lookup.claim_spec("default", name) is None
-    assert lookup.template_spec("default", name) is None
+    assert lookup.claim_requests("default", name) is None
+    assert lookup.template_requests("default", name) is None
     assert lookup.is_our_class(name) is None
     assert requested == []
-    assert lookup.claim_spec("default", "nic") is not None  # a valid name is requested
+    assert lookup.claim_requests("default", "nic") is not None  # a valid name is requested
     assert requested == ["/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/nic"]

@@ -7,7 +7,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 
 from dra_driver.cli import main as cli_main
 from dra_driver.config.classes import is_driver_class
+from dra_driver.resource.refs import RequestRef, request_refs
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.admission import mutate_pod, review_response, validate_object
 from dra_driver.webhook.server import WebhookServer, tls_context
@@ -29,11 +30,13 @@ class FakeLookup:
         self.templates: dict[tuple[str, str], dict[str, Any]] = {}
         self.classes = {"gpu.hami.io": True, "other": False}
 
-    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.claims.get((namespace, name))
+    def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
+        found = self.claims.get((namespace, name))
+        return None if found is None else request_refs(found)
 
-    def template_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.templates.get((namespace, name))
+    def template_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
+        found = self.templates.get((namespace, name))
+        return None if found is None else request_refs(found)
 
     def is_our_class(self, name: str) -> bool | None:
         return self.classes.get(name)
