@@ -12,7 +12,8 @@ Split along kube-scheduler's seams, over the typed model of dra_driver/resource:
   ``hami_annotation`` and ``decision_record`` (what the gate-lifting write records),
   ``containers`` (per-container GPU limits), ``inventory`` and ``ledger`` (devices and their use);
 * ``binder`` — every write after a decision (finalizer, allocation, gate, condition, event,
-  fence), on the one retry helper; ``releaser`` — deallocation and overcommit repair;
+  fence), on the one retry helper; ``binding`` — the binds in flight on the writer threads,
+  collected by the worker; ``releaser`` — deallocation and overcommit repair;
 * ``pending`` (why each pending pod waits), ``requeue`` and ``retries`` (which pending pods a
   change helps; the bounded, namespace-fair batch), ``quotas``, ``metrics``, ``command``
   (``hami-dra controller``).

@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from enum import StrEnum
 
 from dra_driver.config import ControllerDefaults
@@ -29,12 +28,13 @@ from dra_driver.controller.allocator import (
     WaitingForClaim,
 )
 from dra_driver.controller.binder import Binder, BindOutcome, BindResult
+from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.cache import ClusterCache, Wake
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
 from dra_driver.controller.requeue import Requeue
-from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff, PendingRetries
+from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -115,11 +115,8 @@ class Controller:
         self._metrics_generation: tuple[int, int] | None = None
         self._metrics_at = 0.0
         self.passes = 0
-        self._writers = (
-            ThreadPoolExecutor(write_workers, thread_name_prefix="writer") if write_workers else None
-        )
-        self._in_flight: dict[str, Future[BindResult]] = {}
-        self._jobs: dict[str, Placed] = {}  # pod key -> what its in-flight future writes
+        #: Binds in flight on the writer threads (none: each bind runs at once on the worker).
+        self.binding = BindingPool(self.binder.bind, write_workers, self._wake)
         self.informers = {
             resource.kind: Informer(kube, resource, self._on_change)
             for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS, RESOURCE_QUOTAS)
@@ -128,14 +125,6 @@ class Controller:
         self.informers[GPU_QUOTAS.kind] = Informer(kube, GPU_QUOTAS, self._on_change, optional=True)
         self._thread: threading.Thread | None = None
         self.metrics.ready = self.ready
-
-    @property
-    def pending_pods(self) -> set[str]:
-        return self.requeue.pending_pods
-
-    @property
-    def retries(self) -> PendingRetries:
-        return self.requeue.retries
 
     def ready(self) -> str | None:
         """``/readyz``: None once every informer has listed (a standby too: its caches are warm and
@@ -165,8 +154,7 @@ class Controller:
 
     def stop(self) -> None:
         self.halt()
-        if self._writers is not None:
-            self._writers.shutdown(wait=True, cancel_futures=True)
+        self.binding.shutdown()
         self.binder.events.flush(timeout=2.0)  # the events of the last writes, best effort
 
     def wake(self) -> None:
@@ -179,7 +167,7 @@ class Controller:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            busy = self._dirty_pods or self.releaser.queue or self._in_flight
+            busy = self._dirty_pods or self.releaser.queue or self.binding
             # Pending retries left over from the last batch are taken at once (after new events);
             # a replica that does not lead plans nothing, so it waits as usual.
             left = self.requeue and self._was_leader
@@ -214,9 +202,9 @@ class Controller:
         self.passes += 1
         self.releaser.run()
         pods, self._dirty_pods = self._dirty_pods, set()
-        batch = self.requeue.batch(pods, self._in_flight)
+        batch = self.requeue.batch(pods, self.binding.keys())
         for key in sorted(pods | batch.keys(), key=lambda key: (self.requeue.created(key), key)):
-            if key in self._in_flight:
+            if key in self.binding:
                 continue  # looked at again when its writes complete
             pod = self.cache.pods.get(key)
             if pod is None:
@@ -255,7 +243,8 @@ class Controller:
         outcome = self.decide(pod, only_nodes)
         if isinstance(outcome, Placed):
             self.requeue.not_pending(pod.key)
-            self._submit(pod.key, outcome)
+            self.binding.submit(pod.key, outcome)
+            self._collect()  # without writer threads the bind is done already
             return Step.BINDING
         if isinstance(outcome, Unschedulable):
             return Step.PENDING
@@ -323,39 +312,16 @@ class Controller:
         self.metrics.update_pending(self.reports.groups(self.cache.pod_by_uid))
 
     # --- writes on the pool, folded back here --------------------------------------------------
-    def _submit(self, key: str, placed: Placed) -> None:
-        if self._writers is None:
-            future: Future[BindResult] = Future()
-            try:
-                future.set_result(self.binder.bind(placed))
-            except Exception as err:  # handled by ``_collect`` like a failed writer thread
-                future.set_exception(err)
-        else:
-            future = self._writers.submit(self.binder.bind, placed)
-            future.add_done_callback(lambda _: self._wake.set())
-        self._in_flight[key] = future
-        self._jobs[key] = placed
-        if self._writers is None:
-            self._collect()
-
     def _collect(self) -> None:
         """Fold finished binds into the cache on this (the ledger's) thread."""
-        for key, future in list(self._in_flight.items()):
-            if not future.done():
-                continue
-            del self._in_flight[key]
-            placed = self._jobs.pop(key)
-            try:
-                result = future.result()
-            except Exception as err:  # a writer failed unexpectedly: undo the assumption, retry
-                log.warning("pod %s: commit failed: %s", key, err)
+        for key, placed, result in self.binding.finished():
+            if isinstance(result, Exception):  # a writer failed unexpectedly: undo the assumption
+                log.warning("pod %s: commit failed: %s", key, result)
                 # With the writes counted as not attempted, the cache takes the claims out of
                 # flight and back to what it holds (they would otherwise be skipped forever).
                 result = BindResult(placed, outcome=BindOutcome.RETRY)
                 self.releaser.queue.update(write.claim.key for write in placed.writes)
-            self.cache.apply_bind(
-                (write.claim for write in placed.writes), result.written, result.failed, result.pod
-            )
+            self.apply(result)
             if result.outcome is BindOutcome.RETRY:
                 self._dirty_pods.add(key)
                 log.info(
@@ -371,11 +337,8 @@ class Controller:
         self.cache.apply_bind(claims, result.written, result.failed, result.pod)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Wait until no commit is in flight (tests and benchmarks)."""
-        deadline = time.monotonic() + timeout
-        while self._in_flight and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return not self._in_flight
+        """Wait until no bind is in flight (tests and benchmarks)."""
+        return self.binding.wait_idle(timeout)
 
     # --- events in -----------------------------------------------------------------------------
     def _resync(self) -> None:

@@ -188,7 +188,7 @@ def test_a_claim_shared_by_two_gated_pods_is_planned_once_while_it_is_written(ha
     release = threading.Event()
     harness.server.faults.inject(r"/resourceclaims/shared$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(write_workers=1)
-    wait_for(lambda: len(controller._in_flight) == 4, what="a-pod and d0..d2 planned (b-pod waits)")
+    wait_for(lambda: len(controller.binding.keys()) == 4, what="a-pod and d0..d2 planned (b-pod waits)")
     release.set()
     names = ["a-pod", "b-pod", "d0-pod", "d1-pod", "d2-pod"]
     wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
@@ -208,7 +208,7 @@ def test_a_claim_referenced_twice_by_one_pod_is_counted_once_while_it_is_written
     release = threading.Event()
     harness.server.faults.inject(r"/resourceclaims/dup$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(write_workers=1)
-    wait_for(lambda: len(controller._in_flight) == 4, what="every pod planned while dup's write is held")
+    wait_for(lambda: len(controller.binding.keys()) == 4, what="every pod planned while dup's write is held")
     release.set()
     names = ["a-dup-pod", "e0-pod", "e1-pod", "e2-pod"]
     wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")

@@ -103,7 +103,7 @@ class Cluster:
     def drain(self, limit: int = 1000) -> int:
         """Passes until no pending retry is queued (at least one)."""
         passes = 0
-        while passes == 0 or self.controller.retries:
+        while passes == 0 or self.controller.requeue.retries:
             assert passes < limit, "the retry queue does not drain"
             self.controller.run_once()
             passes += 1
@@ -195,7 +195,7 @@ def test_another_tenants_pod_is_placed_in_the_releases_pass_whatever_one_tenant_
         cluster.pod(name, "10Gi", count=2, namespace="tenant-a", annotations=distinct(index))
     cluster.pod("b", "10Gi", namespace="tenant-b")
     cluster.settle()
-    assert len(cluster.controller.pending_pods) == 201
+    assert len(cluster.controller.requeue.pending_pods) == 201
     cluster.planned()
     freed = node_of(cluster, "hold-node-1")
     cluster.release("hold-node-1")
@@ -211,7 +211,7 @@ def test_another_tenants_pod_is_placed_in_the_releases_pass_whatever_one_tenant_
     assert sorted(name for name, _ in plans) == sorted(["b", *hoard])
     assert all(nodes == {freed} for _, nodes in plans)
     assert 200 // 8 <= passes <= 200 // 8 + 2
-    assert cluster.controller.pending_pods == {f"tenant-a/{name}" for name in hoard}
+    assert cluster.controller.requeue.pending_pods == {f"tenant-a/{name}" for name in hoard}
 
 
 def test_a_full_retry_is_spread_over_passes_namespaces_in_turn_and_replans_every_pending_pod() -> None:
@@ -258,7 +258,7 @@ def test_pods_of_one_shape_count_once_against_the_batch() -> None:
     cluster.release("hold-node-0")
     cluster.controller.run_once()
     assert [name for name, _ in cluster.planned()] == ["pair-0", "other"]
-    assert not cluster.controller.retries, "the shape's other pods were skipped, not left queued"
+    assert not cluster.controller.requeue.retries, "the shape's other pods were skipped, not left queued"
 
 
 def test_a_shape_that_stayed_pending_is_skipped_in_later_passes_until_something_changes() -> None:
@@ -272,7 +272,7 @@ def test_a_shape_that_stayed_pending_is_skipped_in_later_passes_until_something_
     cluster.release("hold-node-0")
     assert cluster.drain() == 2
     assert [name for name, _ in cluster.planned()] == ["s-0", "t-0", "u-0"], "one plan per shape in all"
-    assert cluster.controller.pending_pods == {f"{NS}/{name}" for name in names}
+    assert cluster.controller.requeue.pending_pods == {f"{NS}/{name}" for name in names}
     cluster.change("Node", NODES, None, "node-0", labelled({"new": "label"}))  # a change: all again
     cluster.drain()
     assert [name for name, _ in cluster.planned()] == ["s-0", "t-0", "u-0"]
@@ -430,8 +430,8 @@ def test_pods_of_one_shape_queued_for_different_nodes_are_not_skipped_for_each_o
     cluster.planned()
     cluster.release("hold-node-2")
     cluster.controller._drain()  # the release queues both for node-2; s-0 is made to look elsewhere
-    cluster.controller.retries.discard(f"{NS}/s-0")
-    cluster.controller.retries.add([(f"{NS}/s-0", frozenset({"node-0"}))])
+    cluster.controller.requeue.retries.discard(f"{NS}/s-0")
+    cluster.controller.requeue.retries.add([(f"{NS}/s-0", frozenset({"node-0"}))])
     cluster.controller.run_once()
     assert cluster.planned() == [("s-0", frozenset({"node-0"})), ("s-1", frozenset({"node-2"}))]
     assert cluster.gated("s-0") and node_of(cluster, "s-1") == "node-2"
@@ -444,6 +444,6 @@ def test_a_pod_pending_for_its_quota_is_planned_everywhere_whatever_nodes_it_was
     cluster.settle()
     assert cluster.reason("refused") == "GpuQuotaExceeded"
     cluster.planned()
-    cluster.controller.retries.add([(f"{NS}/refused", frozenset({"node-0"}))])
+    cluster.controller.requeue.retries.add([(f"{NS}/refused", frozenset({"node-0"}))])
     cluster.controller.run_once()
     assert cluster.planned() == [("refused", frozenset(cluster.nodes))]
