@@ -138,23 +138,24 @@ class Binder:
         """
         claim = write.claim
 
-        def attempt(current: Obj) -> tuple[Obj | None, Obj | None]:
+        def attempt(current: Obj) -> tuple[bool, Obj]:
+            """(written?, the claim as written, or as the API holds it when not written)."""
             if self._view(current).allocation:
-                return None, current  # allocated elsewhere in the meantime: plan again with it counted
+                return False, current  # allocated elsewhere in the meantime: plan again with it counted
             if not self.still_leading():
                 log.warning("claim %s: allocation not written: no longer leading", claim.key)
-                return None, current
+                return False, current
             finalized = with_finalizer(current)
             if finalized is not None:
                 current = self.kube.update(RESOURCE_CLAIMS, finalized)
                 if not self.still_leading():
                     log.warning("claim %s: allocation not written: no longer leading", claim.key)
-                    return None, current
+                    return False, current
             allocated = with_allocation(current, write.allocation, {"name": pod.name, "uid": pod.uid})
-            return self.kube.update(RESOURCE_CLAIMS, allocated, status=True), None
+            return True, self.kube.update(RESOURCE_CLAIMS, allocated, status=True)
 
         try:
-            written, current = retry_on_conflict(
+            written, obj = retry_on_conflict(
                 attempt,
                 dict(claim),
                 lambda: self.read_claim(claim),
@@ -168,9 +169,7 @@ class Binder:
                 return None, self._view(self.read_claim(claim))
             except KubeError:
                 return None, claim
-        if written is not None:
-            return self._view(written), None
-        return None, None if current is None else self._view(current)
+        return (self._view(obj), None) if written else (None, self._view(obj))
 
     def _lift_gate(self, pod: PodView, annotations: Mapping[str, str]) -> tuple[PodView | None, BindOutcome]:
         """Remove our gate, in the same update setting ``annotations``; a Normal event says where."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from dra_driver.cel.values import ValueParseError, parse_quantity
@@ -51,27 +52,26 @@ class ClaimRequest:
 _MEMORY_POLICY = capacity_entries(memory=MIB, cores=100, slots=1)[MEMORY]
 
 
-def _memory(value: Any, where: str) -> int:
+def _amount(value: Any, what: str, where: str) -> Fraction:
+    """A capacity request as a number: a quantity, not negative."""
     try:
         amount = parse_quantity(str(value))
     except ValueParseError as err:
-        raise RequestError(f"{where}: memory {value!r}: {err}") from None
+        raise RequestError(f"{where}: {what} {value!r}: {err}") from None
     if amount < 0:
-        raise RequestError(f"{where}: memory {value} is negative")
+        raise RequestError(f"{where}: {what} {value} is negative")
+    return amount
+
+
+def _memory(value: Any, where: str) -> int:
     # Rounded up by the request policy our slices publish, as kube-scheduler rounds it.
-    consumed = consumed_amount(_MEMORY_POLICY, amount)
+    consumed = consumed_amount(_MEMORY_POLICY, _amount(value, "memory", where))
     assert consumed is not None  # the memory range has no maximum
     return math.ceil(consumed)
 
 
 def _cores(value: Any, where: str) -> int:
-    try:
-        amount = parse_quantity(str(value))
-    except ValueParseError as err:
-        raise RequestError(f"{where}: cores {value!r}: {err}") from None
-    if amount < 0:
-        raise RequestError(f"{where}: cores {value} is negative")
-    cores = max(0, math.ceil(amount))
+    cores = math.ceil(_amount(value, "cores", where))
     if cores > 100:
         raise RequestError(f"{where}: cores {value} exceeds 100 (percent of one GPU)")
     return cores
