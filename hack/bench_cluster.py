@@ -839,18 +839,34 @@ class Ours:
     """Our webhook and controller, started and stopped between kube-scheduler's runs. Stopped, their
     webhook configurations go too (their failurePolicy is Fail: nothing could be created)."""
 
-    def __init__(self, layout: Any, api_client: Any, api: Api) -> None:
+    def __init__(self, layout: Any, api_client: Any, api: Api, source: Path | None = None) -> None:
         self.layout, self.api_client, self.api = layout, api_client, api
+        #: Another checkout whose webhook and controller run instead of this one's (--ours-before).
+        self.source = source
         self.processes: list[Any] = []
 
     def start(self) -> None:
         from dra_driver.cluster.driver import DriverOptions, start_driver
         from dra_driver.cluster.pki import ClusterPki
 
-        log("starting our webhook and controller")
-        self.processes = start_driver(
-            self.layout, ClusterPki(self.layout.pki), self.api_client, DriverOptions(plugin=False)
-        )
+        log(f"starting our webhook and controller{f' from {self.source}' if self.source else ''}")
+        saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+        if self.source is not None:  # the children import dra_driver from there ("-c" puts cwd first)
+            os.environ["PYTHONPATH"] = str(self.source)
+            os.chdir(self.source)
+        try:
+            self.processes = start_driver(
+                self.layout, ClusterPki(self.layout.pki), self.api_client, DriverOptions(plugin=False)
+            )
+            if self.source is not None:
+                where = {p.name: os.readlink(f"/proc/{p.pid}/cwd") for p in self.processes}
+                log(f"running from: {where}")
+        finally:
+            os.chdir(cwd)
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
 
     @property
     def running(self) -> bool:
@@ -952,6 +968,7 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
                                  stream, True, card_memory))  # fmt: skip
 
     ours = Ours(layout, api_client, api)
+    before_runs: list[Throughput] = []
     scheduler = None
     try:
         # (b) our webhook and controller.
@@ -965,6 +982,9 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
             runs.append(throughput(api, "ours mutex,binpack", "mutex-binpack.bench", mutex_pods, False,
                                    args.memory_gib, pids={**pids, **ours.pids()},
                                    scheduler_client=default_client))  # fmt: skip
+            if args.ours_before is not None:
+                before = Ours(layout, api_client, api, args.ours_before)
+                before_runs = throughput_before(args, api, before, ours, pids, mutex_pods, default_client)
         if "quality" in sections:
             for label, _, _ in OUR_STREAM_POLICIES:
                 classes = {False: f"{label}.bench", True: f"mutex-{label}.bench"}
@@ -993,6 +1013,7 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
             scheduler.stop()
     for nodes_ in reversed(all_nodes):
         nodes_.delete()
+    runs += before_runs
     report["throughput"] = [r.as_dict() for r in runs]
     report["quality"] = [q.__dict__ for q in qualities]
     report["prepare"] = prepare
@@ -1005,6 +1026,26 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
         }
     report["lines"] = print_summary(args, report, runs, qualities, prepare, mutex_pods)
     return report
+
+
+def throughput_before(
+    args: argparse.Namespace, api: Api, before: Ours, ours: Ours, pids: dict[str, int], mutex_pods: int,
+    scheduler_client: Any,
+) -> list[Throughput]:  # fmt: skip
+    """Section 1's two runs of ours again with the webhook and controller of ``--ours-before`` (the
+    same cluster, nodes and client, right after this checkout's runs), then this checkout's again."""
+    ours.stop()
+    before.start()
+    try:
+        return [
+            throughput(api, "ours-before binpack", "binpack.bench", args.pods, False, args.memory_gib,
+                       pids={**pids, **before.pids()}, scheduler_client=scheduler_client),
+            throughput(api, "ours-before mutex,binpack", "mutex-binpack.bench", mutex_pods, False,
+                       args.memory_gib, pids={**pids, **before.pids()}, scheduler_client=scheduler_client),
+        ]  # fmt: skip
+    finally:
+        before.stop()
+        ours.start()
 
 
 def unthrottled_rounds(
@@ -1101,11 +1142,18 @@ def print_summary(
         print("The API server's own mean latency per write (ms):")
         for r in runs:
             print(f"  {r.label:<40} " + ", ".join(f"{k} {v:g}" for k, v in sorted(r.server_ms.items())))
-    if len(runs) == 3:
-        first_fit, binpack, mutex = (r.pods_per_second for r in runs)
+    if len(runs) in (3, 5):
+        first_fit, binpack, mutex = (r.pods_per_second for r in runs[:3])
         lines.append(
             f"throughput ratio ours/kube-scheduler: {binpack / first_fit:.2f} (binpack), "
             f"{mutex / first_fit:.2f} (mutex,binpack)"
+        )
+    if len(runs) == 5:
+        old_binpack, old_mutex = (r.pods_per_second for r in runs[3:])
+        lines.append(
+            f"throughput ours/ours-before: {binpack / old_binpack:.2f} (binpack), "
+            f"{mutex / old_mutex:.2f} (mutex,binpack); before/kube-scheduler {old_binpack / first_fit:.2f}, "
+            f"{old_mutex / first_fit:.2f}"
         )
     if len(qualities) == 3:
         print(f"Placement quality: {args.stream} claims arriving and leaving (seed {args.seed})")
@@ -1204,6 +1252,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--profile-controller", type=Path, default=None,
         help="record our controller with py-spy during section 4's runs, into this directory",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ours-before", type=Path, default=None,
+        help="a checkout of an earlier commit (git worktree add DIR COMMIT): section 1 runs ours again "
+             "with its webhook and controller, back to back in the same cluster",
     )  # fmt: skip
     parser.add_argument("--kubernetes-version", default=None)
     parser.add_argument("--report", type=Path, default=ROOT / "build" / "bench-cluster.json")
