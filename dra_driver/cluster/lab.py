@@ -25,6 +25,8 @@ from dra_driver.cluster.layout import NODE_NAME, Layout
 from dra_driver.demo import manifests, render
 from dra_driver.demo.checks import Checks
 from dra_driver.demo.manifests import DemoPod
+from dra_driver.demo.observe import allocated_device, parse_pod
+from dra_driver.resource.objects import ClaimView
 
 T = TypeVar("T")
 MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT_0=1000m"
@@ -70,14 +72,12 @@ class Lab:
         )
 
     def device(self, pod: str) -> str | None:
-        statuses = self.get("pod", pod).get("status", {}).get("resourceClaimStatuses") or []
-        if not statuses or not statuses[0].get("resourceClaimName"):
+        """The device allocated to the pod's claim (None until its claim is created), read as the
+        demo reads it (``dra_driver/demo/observe.py``)."""
+        claim = parse_pod(self.get("pod", pod)).claim
+        if claim is None:
             return None
-        claim = self.get("resourceclaim", statuses[0]["resourceClaimName"])
-        results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get(
-            "results"
-        ) or []
-        return str(results[0]["device"]) if results else None
+        return allocated_device(ClaimView(self.get("resourceclaim", claim), manifests.DRIVER))
 
     def place(self, demo_pod: DemoPod) -> str:
         self.apply(manifests.pod(demo_pod))

@@ -2,6 +2,10 @@
 
 Objects are read as JSON dicts rather than generated models so that DRA fields newer than the
 Python client (consumedCapacity, shareID, device taints) are shown exactly as the server holds them.
+Each object is parsed once, where :class:`Cluster` reads it: claims into the typed model's
+``ClaimView``, pods into :class:`ObservedPod` (the typed model's ``PodView`` plus what only the demo
+shows: phase, every gate, conditions with their reasons), slices into :class:`ObservedSlice` (the
+published text, shown as is). The steps and the renderers read those, never ``spec``/``status``.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dra_driver.demo.checks import DemoFailure
-from dra_driver.demo.manifests import NAMESPACE
-from dra_driver.kube.api import Obj
+from dra_driver.demo.manifests import DRIVER, NAMESPACE
+from dra_driver.kube.api import Obj, ObjView
+from dra_driver.resource.objects import ClaimView, PodView
+from dra_driver.resource.refs import AllocationResult
 
 T = TypeVar("T")
 
@@ -34,8 +41,137 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0, in
         time.sleep(interval)
 
 
+def allocated_device(claim: ClaimView | None) -> str | None:
+    """The device of the claim's first allocation result (the demo's claims ask for one GPU)."""
+    return claim.results[0].device.device if claim is not None and claim.results else None
+
+
+def share_id(result: AllocationResult) -> str | None:
+    """The result's ``shareID`` as written (None: the result takes the whole card)."""
+    value = result.raw.get("shareID")
+    return None if value is None else str(value)
+
+
+def consumed_capacity(result: AllocationResult) -> dict[str, str]:
+    """The result's ``consumedCapacity`` as written (quantities as text, in the server's order)."""
+    return {str(name): str(amount) for name, amount in (result.raw.get("consumedCapacity") or {}).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class PodCondition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+#: What a pod without the condition asked for shows (an empty row).
+NO_CONDITION = PodCondition("", "", "", "")
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedPod:
+    """A pod as the demo shows it, parsed once by :func:`parse_pod`."""
+
+    name: str
+    uid: str
+    phase: str
+    #: ``spec.nodeName``; "" while unbound.
+    node: str
+    #: Every scheduling gate by name (ours and any other component's), in order.
+    gates: tuple[str, ...]
+    conditions: tuple[PodCondition, ...]
+    #: The ResourceClaim of its first claim entry (None until its template's claim is created).
+    claim: str | None
+
+    def condition(self, type_: str) -> PodCondition | None:
+        return next((entry for entry in self.conditions if entry.type == type_), None)
+
+
+def parse_pod(obj: ObjView) -> ObservedPod:
+    """The one walk of a pod: the typed model's view, plus the gates, phase and conditions it lacks
+    (the demo prints them as ``kubectl describe`` does)."""
+    view = PodView.parse(obj)
+    spec: ObjView = obj.get("spec") or {}
+    status: ObjView = obj.get("status") or {}
+    return ObservedPod(
+        name=view.name,
+        uid=view.uid,
+        phase=str(status.get("phase") or ""),
+        node=view.bound_to,
+        gates=tuple(str(gate.get("name", "")) for gate in spec.get("schedulingGates") or ()),
+        conditions=tuple(
+            PodCondition(
+                str(entry.get("type", "")),
+                str(entry.get("status", "")),
+                str(entry.get("reason", "")),
+                str(entry.get("message", "")),
+            )
+            for entry in status.get("conditions") or ()
+        ),
+        claim=view.claim_names[0][1] if view.claim_names else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedDevice:
+    """One ``spec.devices[]`` entry as published: text, no fallbacks (the demo shows what the API
+    holds, not the controller's reading of it: that is ``dra_driver/resource/slices.py``)."""
+
+    name: str
+    #: Attribute name -> its value as text.
+    attributes: Mapping[str, str]
+    #: Capacity name -> its published quantity.
+    capacities: Mapping[str, str]
+    #: (key, effect) of each device taint.
+    taints: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedSlice:
+    """A ResourceSlice as the demo shows it, parsed once by :func:`parse_slice`."""
+
+    name: str
+    #: ``spec.nodeName`` as text ("None" when the slice has none).
+    node: str
+    driver: str
+    pool: str
+    generation: str
+    devices: tuple[ObservedDevice, ...]
+
+
+def _device(entry: ObjView) -> ObservedDevice:
+    return ObservedDevice(
+        name=str(entry["name"]),
+        attributes={
+            str(name): str(next(iter(value.values())))
+            for name, value in (entry.get("attributes") or {}).items()
+            if value
+        },
+        capacities={
+            str(name): str(value["value"])
+            for name, value in (entry.get("capacity") or {}).items()
+            if value and "value" in value
+        },
+        taints=tuple((str(taint["key"]), str(taint["effect"])) for taint in entry.get("taints") or ()),
+    )
+
+
+def parse_slice(obj: ObjView) -> ObservedSlice:
+    """The one walk of a ResourceSlice (its name, node, driver, pool and devices)."""
+    spec: ObjView = obj["spec"]
+    return ObservedSlice(
+        name=str(obj["metadata"]["name"]),
+        node=str(spec.get("nodeName")),
+        driver=str(spec["driver"]),
+        pool=str(spec["pool"]["name"]),
+        generation=str(spec["pool"]["generation"]),
+        devices=tuple(_device(entry) for entry in spec.get("devices") or ()),
+    )
+
+
 class Cluster:
-    """Thin reads/writes over the ``kubernetes`` client, returning dicts."""
+    """Thin reads/writes over the ``kubernetes`` client; what it reads comes back parsed (events as dicts)."""
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
@@ -48,18 +184,20 @@ class Cluster:
         result: Obj = json.loads(response.data)
         return result
 
-    def slices(self) -> list[Obj]:
+    def slices(self) -> list[ObservedSlice]:
         items: list[Obj] = self._json(self.resource.list_resource_slice(_preload_content=False))["items"]
-        return items
+        return [parse_slice(item) for item in items]
 
-    def create_pod(self, body: Obj) -> Obj:
-        return self._json(self.core.create_namespaced_pod(NAMESPACE, body, _preload_content=False))
+    def create_pod(self, body: Obj) -> ObservedPod:
+        return parse_pod(self._json(self.core.create_namespaced_pod(NAMESPACE, body, _preload_content=False)))
 
-    def pod(self, name: str) -> Obj | None:
+    def pod(self, name: str) -> ObservedPod | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return self._json(self.core.read_namespaced_pod(name, NAMESPACE, _preload_content=False))
+            return parse_pod(
+                self._json(self.core.read_namespaced_pod(name, NAMESPACE, _preload_content=False))
+            )
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -68,19 +206,17 @@ class Cluster:
     def delete_pod(self, name: str) -> None:
         self.core.delete_namespaced_pod(name, NAMESPACE, _preload_content=False)
 
-    def claim_of(self, pod: Obj) -> Obj | None:
+    def claim_of(self, pod: ObservedPod) -> ClaimView | None:
         """The ResourceClaim generated for the pod's only claim entry (None until created)."""
-        statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
-        if not statuses or not statuses[0].get("resourceClaimName"):
+        if pod.claim is None:
             return None
-        return self._json(
-            self.resource.read_namespaced_resource_claim(
-                statuses[0]["resourceClaimName"], NAMESPACE, _preload_content=False
-            )
+        raw = self._json(
+            self.resource.read_namespaced_resource_claim(pod.claim, NAMESPACE, _preload_content=False)
         )
+        return ClaimView(raw, DRIVER)
 
-    def events(self, pod: Obj) -> list[Obj]:
-        selector = f"involvedObject.name={pod['metadata']['name']}"
+    def events(self, pod: ObservedPod) -> list[Obj]:
+        selector = f"involvedObject.name={pod.name}"
         response = self.core.list_namespaced_event(NAMESPACE, field_selector=selector, _preload_content=False)
         items: list[Obj] = self._json(response)["items"]
         return items
@@ -103,18 +239,6 @@ class Cluster:
 
     def create_template(self, body: Obj) -> None:
         self.resource.create_namespaced_resource_claim_template(NAMESPACE, body, _preload_content=False)
-
-
-def allocated_device(claim: Obj | None) -> str | None:
-    results = (((claim or {}).get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
-    return str(results[0]["device"]) if results else None
-
-
-def condition(pod: Obj, type_: str) -> Obj | None:
-    for entry in (pod.get("status") or {}).get("conditions") or []:
-        if entry.get("type") == type_:
-            return dict(entry)
-    return None
 
 
 class Kubectl:

@@ -20,8 +20,10 @@ from rich.text import Text
 
 from dra_driver.demo.checks import Check
 from dra_driver.demo.controller import RecordedDecision
-from dra_driver.kube.api import Obj
+from dra_driver.demo.observe import ObservedPod, ObservedSlice, PodCondition, consumed_capacity, share_id
+from dra_driver.kube.api import Obj, ObjView
 from dra_driver.quantity import parse_bytes
+from dra_driver.resource.objects import ClaimView
 
 WIDTH = 120
 
@@ -35,37 +37,30 @@ def make_console(file: IO[str] | None = None) -> Console:
     return Console(file=stream, width=min(console.width, WIDTH), highlight=False)
 
 
-def _attr(device: Obj, name: str) -> str:
-    value = (device.get("attributes") or {}).get(name) or {}
-    return str(next(iter(value.values()), "-")) if value else "-"
-
-
 def mib(quantity: str) -> str:
     return f"{parse_bytes(quantity) // (1024 * 1024)} MiB"
 
 
-def slice_table(resource_slice: Obj) -> Table:
-    spec = resource_slice["spec"]
+def slice_table(resource_slice: ObservedSlice) -> Table:
     title = (
-        f"ResourceSlice {resource_slice['metadata']['name']}  (node {spec.get('nodeName')}, "
-        f"driver {spec['driver']}, pool {spec['pool']['name']} gen {spec['pool']['generation']})"
+        f"ResourceSlice {resource_slice.name}  (node {resource_slice.node}, driver {resource_slice.driver}, "
+        f"pool {resource_slice.pool} gen {resource_slice.generation})"
     )
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("device", "index", "product", "memory", "cores", "slots", "NUMA", "PCI bus", "taints"):
         table.add_column(column, no_wrap=column != "taints")
-    for device in spec.get("devices") or []:
-        capacity = device.get("capacity") or {}
-        taints = ", ".join(f"{t['key']}:{t['effect']}" for t in device.get("taints") or []) or "-"
+    for device in resource_slice.devices:
+        attributes, capacities = device.attributes, device.capacities
         table.add_row(
-            device["name"],
-            _attr(device, "index"),
-            _attr(device, "productName"),
-            mib(capacity["memory"]["value"]) if "memory" in capacity else "-",
-            str((capacity.get("cores") or {}).get("value", "-")),
-            str((capacity.get("slots") or {}).get("value", "-")),
-            _attr(device, "resource.kubernetes.io/numaNode"),
-            _attr(device, "resource.kubernetes.io/pciBusID"),
-            taints,
+            device.name,
+            attributes.get("index", "-"),
+            attributes.get("productName", "-"),
+            mib(capacities["memory"]) if "memory" in capacities else "-",
+            capacities.get("cores", "-"),
+            capacities.get("slots", "-"),
+            attributes.get("resource.kubernetes.io/numaNode", "-"),
+            attributes.get("resource.kubernetes.io/pciBusID", "-"),
+            ", ".join(f"{key}:{effect}" for key, effect in device.taints) or "-",
         )
     return table
 
@@ -124,35 +119,44 @@ def scores_table(recorded: RecordedDecision, expected: Sequence[float]) -> Table
     return table
 
 
-def allocation_table(claim: Obj) -> RenderableType:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
+def _allocation_notes(allocation: ObjView) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The one walk of an allocation beyond its results (the typed claim's): its nodeSelector's
+    ``matchFields`` and its configs, as the table's notes show them."""
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ()
+    fields = tuple(
+        f"{f['key']} {f['operator']} {f.get('values')}" for t in terms for f in t.get("matchFields") or ()
+    )
+    configs = tuple(
+        f"{entry.get('source')} {entry.get('requests')} "
+        f"policy={((entry.get('opaque') or {}).get('parameters') or {}).get('policy')!r}"
+        for entry in (allocation.get("devices") or {}).get("config") or ()
+    )
+    return fields, configs
+
+
+def allocation_table(claim: ClaimView) -> RenderableType:
     table = Table(
-        title=f"ResourceClaim {claim['metadata']['name']}: status.allocation.devices.results",
+        title=f"ResourceClaim {claim.name}: status.allocation.devices.results",
         box=box.SIMPLE_HEAD,
         title_justify="left",
     )
     for column in ("request", "driver / pool / device", "shareID", "consumedCapacity"):
         table.add_column(column, no_wrap=column != "consumedCapacity")
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        consumed = ", ".join(f"{k}={v}" for k, v in (result.get("consumedCapacity") or {}).items())
+    for result in claim.results:
+        consumed = ", ".join(f"{name}={amount}" for name, amount in consumed_capacity(result).items())
+        device = result.device
         table.add_row(
-            result["request"],
-            f"{result['driver']} / {result['pool']} / {result['device']}",
-            str(result.get("shareID", "-")),
+            result.request,
+            f"{device.driver} / {device.pool} / {device.device}",
+            share_id(result) or "-",
             consumed or "-",
         )
     extra = Table.grid(padding=(0, 2))
-    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
-    fields = [
-        f"{f['key']} {f['operator']} {f.get('values')}" for t in terms for f in t.get("matchFields") or []
-    ]
+    fields, configs = _allocation_notes(claim.allocation or {})
     extra.add_row("nodeSelector:", "; ".join(fields) or "-")
-    for entry in (allocation.get("devices") or {}).get("config") or []:
-        params = (entry.get("opaque") or {}).get("parameters") or {}
-        extra.add_row(
-            "config:", f"{entry.get('source')} {entry.get('requests')} policy={params.get('policy')!r}"
-        )
-    reserved = ", ".join(r.get("name", "?") for r in (claim.get("status") or {}).get("reservedFor") or [])
+    for config in configs:
+        extra.add_row("config:", config)
+    reserved = ", ".join(name for _, name in claim.reserved_pods)
     extra.add_row("reservedFor:", reserved or "-")
     return Group(table, extra)
 
@@ -165,23 +169,20 @@ def cdi_panel(file_name: str, spec: Obj, cdi_ids: Sequence[str]) -> Panel:
     return Panel(Group(ids, body), title=f"CDI spec {file_name}", title_align="left", box=box.SQUARE)
 
 
-def pending_table(pod: Obj, conditions: Sequence[Obj], events: Sequence[Obj]) -> RenderableType:
+def pending_table(
+    pod: ObservedPod, conditions: Sequence[PodCondition], events: Sequence[Obj]
+) -> RenderableType:
     """What ``kubectl describe pod`` shows for a pending pod: phase, gates, conditions, events."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
     head = Table.grid(padding=(0, 2))
-    head.add_row("Pod:", pod["metadata"]["name"])
-    head.add_row("Status:", status.get("phase") or "Pending")
-    head.add_row("Node:", spec.get("nodeName") or "<none>")
-    head.add_row(
-        "Scheduling gates:", ", ".join(g["name"] for g in spec.get("schedulingGates") or []) or "<none>"
-    )
+    head.add_row("Pod:", pod.name)
+    head.add_row("Status:", pod.phase or "Pending")
+    head.add_row("Node:", pod.node or "<none>")
+    head.add_row("Scheduling gates:", ", ".join(pod.gates) or "<none>")
     cond = Table(title="Conditions", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("type", "status", "reason", "message"):
         cond.add_column(column, no_wrap=column != "message")
     for entry in conditions:
-        cond.add_row(
-            entry.get("type", ""), entry.get("status", ""), entry.get("reason", ""), entry.get("message", "")
-        )
+        cond.add_row(entry.type, entry.status, entry.reason, entry.message)
     ev = Table(title="Events", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("type", "reason", "from", "message"):
         ev.add_column(column, no_wrap=column != "message")

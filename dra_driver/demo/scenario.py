@@ -20,10 +20,18 @@ from rich.console import Console
 from dra_driver.demo import manifests, render
 from dra_driver.demo.checks import Checks, DemoFailure
 from dra_driver.demo.manifests import DemoPod
-from dra_driver.demo.observe import Cluster, Kubectl, allocated_device, condition, wait_for
+from dra_driver.demo.observe import (
+    NO_CONDITION,
+    Cluster,
+    Kubectl,
+    ObservedPod,
+    allocated_device,
+    consumed_capacity,
+    wait_for,
+)
 from dra_driver.demo.stack import DemoStack
-from dra_driver.kube.api import Obj
 from dra_driver.kubeletplugin.cdi import CdiNames
+from dra_driver.resource.objects import ClaimView
 
 CONDITION = "gpu.hami.io/Allocated"
 CONFLICT = "ExclusiveDeviceAllocateConflict"
@@ -77,15 +85,15 @@ class Scenario:
         wait_for(node.registered, "kubelet to register the plugin", self.timeout)
         slices = wait_for(self.cluster.slices, "the ResourceSlice", self.timeout)
         self.console.print(render.slice_table(slices[0]))
-        devices = slices[0]["spec"]["devices"]
-        names = [d["name"] for d in devices]
+        devices = slices[0].devices
+        names = [d.name for d in devices]
         self.checks.expect("slice devices", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"], names)
-        memory = {render.mib(d["capacity"]["memory"]["value"]) for d in devices}
+        memory = {render.mib(d.capacities["memory"]) for d in devices}
         self.checks.expect("memory per Tesla T4", {"15360 MiB"}, memory)
         if self.kubectl is not None:
             text = self.kubectl.run("get", "resourceslices", "-o", "wide")
             self.console.print(render.text_panel("$ kubectl get resourceslices -o wide", text))
-            self.checks.expect("kubectl lists the slice", True, slices[0]["metadata"]["name"] in text)
+            self.checks.expect("kubectl lists the slice", True, slices[0].name in text)
         else:
             self.console.print(self.kubectl_note)
 
@@ -104,14 +112,14 @@ class Scenario:
         self.checks.expect("webhook rejects an unknown policy name", "rejected naming binpak", observed)
 
     # --- 3. placements and 4. scores ------------------------------------------------------------
-    def _scheduled(self, name: str) -> tuple[Obj, Obj] | None:
+    def _scheduled(self, name: str) -> tuple[ObservedPod, ClaimView] | None:
         pod = self.cluster.pod(name)
-        if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+        if pod is None or not pod.node:
             return None
         claim = self.cluster.claim_of(pod)
         return None if claim is None or not allocated_device(claim) else (pod, claim)
 
-    def _wait_scheduled(self, name: str) -> tuple[Obj, Obj]:
+    def _wait_scheduled(self, name: str) -> tuple[ObservedPod, ClaimView]:
         try:
             return wait_for(
                 lambda: self._scheduled(name), f"pod {name} to be allocated and scheduled", self.timeout
@@ -126,22 +134,22 @@ class Scenario:
             return "the pod does not exist"
         claim = self.cluster.claim_of(pod)
         parts = [
-            f"gates: {', '.join(_gates(pod)) or 'none'}",
-            f"node: {pod['spec'].get('nodeName') or 'none'}",
-            f"claim: {claim['metadata']['name'] if claim else 'not created'}"
+            f"gates: {', '.join(pod.gates) or 'none'}",
+            f"node: {pod.node or 'none'}",
+            f"claim: {claim.name if claim else 'not created'}"
             + (f" allocated {allocated_device(claim)}" if claim and allocated_device(claim) else ""),
         ]
-        entry = condition(pod, CONDITION)
+        entry = pod.condition(CONDITION)
         if entry:
-            parts.append(f"condition {entry.get('reason')}: {entry.get('message')}")
+            parts.append(f"condition {entry.reason}: {entry.message}")
         events = self.cluster.events(pod)
         if events:
             parts.append(f"last event {events[-1].get('reason')}: {events[-1].get('message')}")
         return "; ".join(parts)
 
-    def place(self, demo_pod: DemoPod) -> tuple[Obj, Obj]:
+    def place(self, demo_pod: DemoPod) -> tuple[ObservedPod, ClaimView]:
         created = self.cluster.create_pod(manifests.pod(demo_pod))
-        self.checks.expect(f"webhook gated {demo_pod.name}", [manifests.GATE], _gates(created))
+        self.checks.expect(f"webhook gated {demo_pod.name}", [manifests.GATE], list(created.gates))
         pod, claim = self._wait_scheduled(demo_pod.name)
         device = allocated_device(claim) or "-"
         self.placements.append(
@@ -171,19 +179,15 @@ class Scenario:
         self.checks.expect(f"card chosen by {manifests.LATENCY.policy}", [expected], chosen)
 
     # --- 5. allocation and CDI ------------------------------------------------------------------
-    def allocation_and_cdi(self, placed: tuple[Obj, Obj]) -> None:
+    def allocation_and_cdi(self, placed: tuple[ObservedPod, ClaimView]) -> None:
         pod, claim = placed
         self._rule("5. The claim's allocation and the CDI spec the plugin wrote")
         self.console.print(render.allocation_table(claim))
-        result = claim["status"]["allocation"]["devices"]["results"][0]
-        self.checks.expect(
-            "consumedCapacity memory", manifests.TENANT_MEMORY, result["consumedCapacity"]["memory"]
-        )
+        consumed = consumed_capacity(claim.results[0])
+        self.checks.expect("consumedCapacity memory", manifests.TENANT_MEMORY, consumed["memory"])
         kubelet = self.stack.node.kubelet
-        cdi_ids = wait_for(
-            lambda: kubelet.cdi_ids(pod["metadata"]["uid"]), "kubelet to prepare the claim", self.timeout
-        )
-        path = self.stack.node.cdi_dir / CdiNames(manifests.DRIVER).spec_file_name(claim["metadata"]["uid"])
+        cdi_ids = wait_for(lambda: kubelet.cdi_ids(pod.uid), "kubelet to prepare the claim", self.timeout)
+        path = self.stack.node.cdi_dir / CdiNames(manifests.DRIVER).spec_file_name(claim.uid)
         text = wait_for(
             lambda: path.read_text() if path.is_file() else None, f"the CDI spec {path}", self.timeout
         )
@@ -201,23 +205,21 @@ class Scenario:
         self.place(manifests.FILLER)
         exclusive = manifests.EXCLUSIVE
         created = self.cluster.create_pod(manifests.pod(exclusive))
-        self.checks.expect(f"webhook gated {exclusive.name}", [manifests.GATE], _gates(created))
+        self.checks.expect(f"webhook gated {exclusive.name}", [manifests.GATE], list(created.gates))
 
-        def reported() -> Obj | None:
+        def reported() -> ObservedPod | None:
             pod = self.cluster.pod(exclusive.name)
-            entry = condition(pod, CONDITION) if pod else None
-            return pod if entry and entry.get("status") == "False" else None
+            entry = pod.condition(CONDITION) if pod else None
+            return pod if entry and entry.status == "False" else None
 
         pod = wait_for(reported, f"a pending reason on pod {exclusive.name}", self.timeout)
         time.sleep(PENDING_HOLD_SECONDS)
         pod = self.cluster.pod(exclusive.name) or pod
-        self.checks.expect(
-            f"{exclusive.name} stays Pending", "<none>", pod["spec"].get("nodeName") or "<none>"
-        )
-        entry = condition(pod, CONDITION) or {}
+        self.checks.expect(f"{exclusive.name} stays Pending", "<none>", pod.node or "<none>")
+        entry = pod.condition(CONDITION) or NO_CONDITION
         events = self.cluster.events(pod)
         self.console.print(render.pending_table(pod, [entry], events))
-        self.checks.expect("pending reason in condition", True, CONFLICT in entry.get("message", ""))
+        self.checks.expect("pending reason in condition", True, CONFLICT in entry.message)
         self.checks.expect(
             "pending reason in an event", True, any(CONFLICT in e.get("message", "") for e in events)
         )
@@ -232,8 +234,4 @@ class Scenario:
         pod, claim = self._wait_scheduled(exclusive.name)
         device = allocated_device(claim) or "-"
         self.checks.expect(f"{exclusive.name} (mutex) placed on", exclusive.expected_device, device)
-        self.console.print(f"pod {exclusive.name} scheduled on {pod['spec']['nodeName']} / {device}")
-
-
-def _gates(pod: Obj) -> list[str]:
-    return [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+        self.console.print(f"pod {exclusive.name} scheduled on {pod.node} / {device}")

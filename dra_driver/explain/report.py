@@ -17,7 +17,7 @@ from typing import Any
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
-from dra_driver.contract import GATE_NAME, policy_taint_key
+from dra_driver.contract import policy_taint_key
 from dra_driver.controller.decision_record import (
     RequestRecord,
     decision_annotation,
@@ -29,9 +29,8 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.planner import PlanInput, Planner
 from dra_driver.engine import Reason
-from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView, pod_claim_names
+from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import RequestError, claim_requests
-from dra_driver.resource.uses import claim_uses
 
 #: What would let a card take the request, per reason.
 FIXES: Mapping[str, str] = {
@@ -90,18 +89,25 @@ class Explanation:
         }
 
 
-def _condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _pending(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The reason and message of our condition while it is ``False`` (the controller's pending
+    reason). The typed pod keeps only the condition's status, so this is the one walk of the
+    pod's conditions."""
     for condition in (pod.get("status") or {}).get("conditions") or ():
         if condition.get("type") == CONDITION_TYPE:
-            found: Mapping[str, Any] = condition
-            return found
+            if condition.get("status") != "False":
+                return None
+            return str(condition.get("reason", "")), str(condition.get("message", ""))
     return None
 
 
-def _devices(claim: Mapping[str, Any], driver: str) -> tuple[str, ...]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or ()
-    return tuple(f"{r.get('pool')}/{r.get('device')}" for r in results if r.get("driver") == driver)
+def _devices(claim: ClaimView, driver: str) -> tuple[str, ...]:
+    """``pool/device`` of each of the claim's allocation results of our driver."""
+    return tuple(
+        f"{result.device.pool}/{result.device.device}"
+        for result in claim.results
+        if result.device.driver == driver
+    )
 
 
 def explain(
@@ -116,24 +122,21 @@ def explain(
 ) -> Explanation:
     """Explain ``pod``; ``claims``: its ResourceClaims by name, ``all_claims``: every allocated claim
     of the cluster (what the cards hold now), ``slices`` and ``classes`` as listed."""
-    meta = pod.get("metadata") or {}
     view = PodView.parse(pod)
-    result = Explanation(f"{meta.get('namespace')}/{meta.get('name')}", "allocated")
-    for pod_claim, name in pod_claim_names(dict(pod)):
-        claim = claims.get(name) if name else None
+    claim_views = {name: ClaimView.parse(claim, driver) for name, claim in claims.items()}
+    result = Explanation(view.key, "allocated")
+    for pod_claim, name in view.claim_names:
+        claim = claim_views.get(name) if name else None
         result.claims.append(ClaimLine(pod_claim, name, _devices(claim, driver) if claim else ()))
     key = decision_annotation(driver)
-    annotation = (meta.get("annotations") or {}).get(key)
+    annotation = view.annotations.get(key)
     if annotation:
         try:
             result.decided_at, result.requests = decode(annotation)
         except ValueError as err:
             result.note = f"the pod's {key} annotation is unreadable: {err}"
-    condition = _condition(pod)
-    gated = any(g.get("name") == GATE_NAME for g in (pod.get("spec") or {}).get("schedulingGates") or ())
-    if condition is not None and condition.get("status") == "False":
-        result.pending = (str(condition.get("reason", "")), str(condition.get("message", "")))
-    if not gated and result.requests:
+    result.pending = _pending(pod)
+    if not view.gated and result.requests:
         return result
     if any(line.claim is None or line.claim not in claims for line in result.claims):
         result.state = "waiting"
@@ -141,14 +144,14 @@ def explain(
             result.note or "a claim of the pod does not exist yet (its template's claim is created first)"
         )
         return result
-    class_views = {str((c.get("metadata") or {}).get("name")): DeviceClassView(c, driver) for c in classes}
-    if not gated and not result.requests:
+    class_views = {klass.name: klass for klass in (DeviceClassView(c, driver) for c in classes)}
+    if not view.gated and not result.requests:
         result.state = "allocated" if any(line.devices for line in result.claims) else "not ours"
         result.note = result.note or "no decision record: placed by another scheduler or an older controller"
         return result
     result.state = "pending"
     _evaluate_now(
-        result, view, claims, all_claims, slices, class_views, driver, defaults or ControllerDefaults()
+        result, view, claim_views, all_claims, slices, class_views, driver, defaults or ControllerDefaults()
     )
     return result
 
@@ -156,7 +159,7 @@ def explain(
 def _evaluate_now(
     result: Explanation,
     pod: PodView,
-    claims: Mapping[str, Mapping[str, Any]],
+    claims: Mapping[str, ClaimView],
     all_claims: Sequence[Mapping[str, Any]],
     slices: Sequence[Mapping[str, Any]],
     classes: Mapping[str, DeviceClassView],
@@ -166,10 +169,10 @@ def _evaluate_now(
     ledger = Ledger()
     inventory = build_inventory(slices, driver)
     ledger.set_inventory(inventory)
-    for claim in all_claims:
-        uses = claim_uses(claim, driver)
-        if uses:
-            ledger.set_claim(str((claim.get("metadata") or {}).get("uid")), uses)
+    for allocated in all_claims:
+        held = ClaimView.parse(allocated, driver)
+        if held.uses:
+            ledger.set_claim(held.uid, held.uses)
     planner = Planner(ledger, Matcher(driver, policy_taint_key(driver)), driver, defaults, classes.get)
 
     def is_ours(name: Any) -> bool:
@@ -178,7 +181,7 @@ def _evaluate_now(
 
     inputs = []
     for line in result.claims:
-        claim = ClaimView(claims[str(line.claim)], driver)
+        claim = claims[str(line.claim)]
         if claim.allocation:
             continue
         try:

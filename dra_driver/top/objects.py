@@ -28,6 +28,7 @@ from typing import Any
 from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
 from dra_driver.contract import GATE_NAME
 from dra_driver.resource.capacity import result_consumption
+from dra_driver.resource.refs import AllocationResult, allocation_results
 from dra_driver.resource.slices import SliceDevice, current_devices
 
 Obj = Mapping[str, Any]
@@ -154,15 +155,17 @@ def parse_slices(slices: Iterable[Obj], driver: str) -> list[PublishedDevice]:
     return [_device(node, pool, device) for node, pool, device in current_devices(slices, driver)]
 
 
-def _result(entry: Obj) -> AllocatedResult:
-    taken = result_consumption(entry)
+def _result(result: AllocationResult) -> AllocatedResult:
+    """One result of ours, as the typed model reads it, with what it takes of its card."""
+    taken = result_consumption(result.raw)
     whole = taken.whole_device
+    share_id = result.raw.get("shareID")
     return AllocatedResult(
-        request=str(entry.get("request", "")),
-        pool=str(entry.get("pool", "")),
-        device=str(entry.get("device", "")),
-        share_id=str(entry["shareID"]) if entry.get("shareID") else None,
-        admin_access=bool(entry.get("adminAccess")),
+        request=result.request,
+        pool=result.device.pool,
+        device=result.device.device,
+        share_id=str(share_id) if share_id else None,
+        admin_access=result.admin_access,
         memory=None if whole else taken.memory,
         cores=None if whole else taken.cores,
         slots=None if whole else taken.slots,
@@ -170,13 +173,17 @@ def _result(entry: Obj) -> AllocatedResult:
 
 
 def parse_claim(claim: Obj, driver: str) -> AllocatedClaim | None:
-    """The claim's allocation for our driver; None when it has no result of ours."""
+    """The claim's allocation for our driver; None when it has no result of ours.
+
+    The one walk of a claim: its results are read by the typed model's parser
+    (``dra_driver/resource/refs.py``); reservations and owners here, because ``top`` counts only
+    core-group pods (``ClaimView`` keeps every pod reservation and only template owners).
+    """
     status: Obj = claim.get("status") or {}
-    allocation: Obj = status.get("allocation") or {}
     results = tuple(
-        _result(entry)
-        for entry in (allocation.get("devices") or {}).get("results") or ()
-        if entry.get("driver") == driver
+        _result(result)
+        for result in allocation_results(status.get("allocation"))
+        if result.device.driver == driver
     )
     if not results:
         return None
@@ -199,6 +206,9 @@ def parse_claim(claim: Obj, driver: str) -> AllocatedClaim | None:
 
 
 def parse_pod(pod: Obj) -> PodRecord:
+    """The one walk of a pod. Not the typed ``PodView``: ``top`` reads thousands of pods and needs
+    none of the placement fields that view parses (requests, affinity, tolerations), but it does
+    need the phase and the condition's reason and message, which the view does not keep."""
     meta: Obj = pod.get("metadata") or {}
     spec: Obj = pod.get("spec") or {}
     status: Obj = pod.get("status") or {}
