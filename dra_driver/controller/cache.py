@@ -22,6 +22,7 @@ from dra_driver.controller.quotas import QuotaBook
 from dra_driver.controller.slice_changes import SliceChanges
 from dra_driver.kube.api import Obj
 from dra_driver.kube.watch import object_key
+from dra_driver.quota.model import QuotaObject
 from dra_driver.resource.nodes import NodeView
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView, bound_requests_by_node
 from dra_driver.resource.uses import Use
@@ -181,7 +182,11 @@ class ClusterCache:
                 self.quotas.set_resource_quota(key, new)
             # A quota added, removed or with new limits may let its namespace's refused pods in
             # (its status is ours or kube-controller-manager's: a change there helps nobody).
-            if old is not None and new is not None and old.get("spec") == new.get("spec"):
+            if (
+                old is not None
+                and new is not None
+                and QuotaObject.parse(old).spec == QuotaObject.parse(new).spec
+            ):
                 return Wake()
             return Wake(retry_quota={key.partition("/")[0]})
         return Wake()

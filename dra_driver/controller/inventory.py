@@ -21,7 +21,7 @@ from dra_driver.cel import DeviceInput, device_input
 from dra_driver.contract import SHARES_ENFORCED, DeviceId
 from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
-from dra_driver.resource.slices import SliceDevice, current_pools, parse_device
+from dra_driver.resource.slices import SliceDevice, current_pools, parse_device, slice_devices
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def build_inventory(
     for (node, pool), items in current_pools(slices, driver).items():
         inventory = nodes.setdefault(node, NodeInventory(node))
         for item in items:
-            for entry in item["spec"].get("devices") or ():
+            for entry in slice_devices(item):
                 device = kept.get(DeviceId(driver, pool, str(entry.get("name", ""))))
                 if device is None or device.node != node or device.published.entry is not entry:
                     device = card_device(driver, node, pool, parse_device(entry))

@@ -10,7 +10,6 @@ after the other on the controller's single worker thread can never overshoot a q
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Mapping
@@ -35,7 +34,8 @@ from dra_driver.quota import (
     usage_of,
 )
 from dra_driver.quota.crd import RESOURCES
-from dra_driver.quota.model import format_amount
+from dra_driver.quota.edits import with_quota_used
+from dra_driver.quota.model import QuotaObject, format_amount
 
 log = logging.getLogger(__name__)
 #: A quota's status is rewritten at most this often while its usage keeps changing (a burst).
@@ -55,7 +55,7 @@ class QuotaBook:
     def __init__(self, ledger: Ledger, metrics: ControllerMetrics) -> None:
         self.ledger = ledger
         self.metrics = metrics
-        self._gpu_quotas: dict[str, tuple[Quota, Obj]] = {}  # key -> (quota, object as last seen)
+        self._gpu_quotas: dict[str, tuple[Quota, QuotaObject]] = {}  # key -> (quota, object as last seen)
         self._resource_quotas: dict[str, Quota] = {}
         self._written_at: dict[str, float] = {}
         self._reported: set[tuple[str, str, str]] = set()  # metric label sets in use
@@ -70,7 +70,7 @@ class QuotaBook:
             self._gpu_quotas.pop(key, None)
             return
         try:
-            self._gpu_quotas[key] = (quota_from_gpu_quota(obj), dict(obj))
+            self._gpu_quotas[key] = (quota_from_gpu_quota(obj), QuotaObject.parse(dict(obj)))
         except QuotaError as err:  # the schema should have refused it: ignore it, loudly
             log.error("%s; this quota is not enforced until it is fixed", err)
             self._gpu_quotas.pop(key, None)
@@ -112,7 +112,7 @@ class QuotaBook:
         now = time.monotonic()
         charges: dict[str, list[Charge]] = {}
         reported: set[tuple[str, str, str]] = set()
-        quotas: list[tuple[str, Quota, Obj | None]]
+        quotas: list[tuple[str, Quota, QuotaObject | None]]
         quotas = [(key, quota, obj) for key, (quota, obj) in self._gpu_quotas.items()]
         quotas += [(key, quota, None) for key, quota in self._resource_quotas.items()]
         for key, quota, obj in quotas:
@@ -131,15 +131,15 @@ class QuotaBook:
             if obj is None:
                 continue
             used = used_status(usage)
-            if (obj.get("status") or {}).get("used") == used:
+            if obj.used == used:
                 continue
             if not force and now - self._written_at.get(key, 0.0) < STATUS_INTERVAL_SECONDS:
                 self._deferred = True
                 continue
             self._written_at[key] = now
-            written = self._write_status(kube, obj, used)
+            written = self._write_status(kube, obj.raw, used)
             if written is not None:
-                self._gpu_quotas[key] = (quota, written)
+                self._gpu_quotas[key] = (quota, QuotaObject.parse(written))
         for labels in self._reported - reported:
             for gauge in (self.metrics.quota_used, self.metrics.quota_hard):
                 _forget(gauge, labels)
@@ -153,23 +153,17 @@ class QuotaBook:
         self._reported = set()
         self._synced = None
 
-    def _write_status(self, kube: KubeApi, obj: Obj, used: dict[str, Any]) -> Obj | None:
+    def _write_status(self, kube: KubeApi, obj: Mapping[str, Any], used: dict[str, Any]) -> Obj | None:
         meta = obj.get("metadata") or {}
         where = f"GpuQuota {meta.get('namespace')}/{meta.get('name')}"
 
         def write(current: Obj) -> Obj:
-            updated = copy.deepcopy(dict(current))
-            updated["status"] = {
-                **(updated.get("status") or {}),
-                "used": used,
-                "observedGeneration": int((updated.get("metadata") or {}).get("generation") or 0),
-            }
-            written: Obj = kube.update(GPU_QUOTAS, updated, status=True)
+            written: Obj = kube.update(GPU_QUOTAS, with_quota_used(current, used), status=True)
             return written
 
         try:
             written = retry_on_conflict(
-                write, obj, lambda: kube.get(GPU_QUOTAS, meta.get("namespace"), str(meta.get("name")))
+                write, dict(obj), lambda: kube.get(GPU_QUOTAS, meta.get("namespace"), str(meta.get("name")))
             )
         except KubeError as err:
             if not err.not_found:

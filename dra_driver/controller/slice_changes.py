@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from dra_driver.resource.slices import slice_place
+
 
 class SliceChanges:
     """Collects slice events between two inventory rebuilds (``ClusterCache.refresh_slices``)."""
@@ -19,12 +21,10 @@ class SliceChanges:
     def place(self, obj: Mapping[str, object]) -> tuple[str | None, str | None]:
         """(pool, node) of a slice of our driver; (None, None) for another driver's (not ours to
         place, left out of the inventory)."""
-        spec = obj.get("spec")
-        if not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
+        place = slice_place(obj)
+        if place is None or place.driver != self.driver:
             return None, None
-        pool = spec.get("pool")
-        name = str(pool.get("name", "")) if isinstance(pool, Mapping) else ""
-        return name, str(spec.get("nodeName") or "") or None
+        return place.pool, place.node
 
     def note(self, old: Mapping[str, object] | None, new: Mapping[str, object] | None) -> None:
         """Note where a slice changed: its node and pool (all nodes when one has no node)."""

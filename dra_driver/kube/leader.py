@@ -8,12 +8,14 @@ carries its resourceVersion: of two candidates racing for an expired lease, exac
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from dra_driver.kube.api import LEASES, KubeApi, Obj
 from dra_driver.kube.errors import KubeError
@@ -44,6 +46,60 @@ def _parse(text: str | None) -> float:
             return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
         except ValueError:
             return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSpec:
+    """What election reads of a Lease's ``spec``: who holds it, and since when it was renewed."""
+
+    #: ``holderIdentity``; None when nobody holds the Lease (absent or empty).
+    holder: str | None
+    #: ``renewTime`` as wall-clock seconds; 0 when absent or unreadable (long expired).
+    renew_time: float
+    #: ``leaseDurationSeconds``; None when absent or 0 (the reader's own duration applies).
+    duration: float | None
+
+    @classmethod
+    def parse(cls, lease: Mapping[str, Any]) -> LeaseSpec:
+        spec = lease.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        holder, seconds = spec.get("holderIdentity"), spec.get("leaseDurationSeconds")
+        return cls(
+            holder=str(holder) if holder else None,
+            renew_time=_parse(spec.get("renewTime")),
+            duration=float(seconds) if seconds else None,
+        )
+
+    def expires(self, default_duration: float) -> float:
+        """When the holder's term ends (wall clock), counted from its last renewal."""
+        return self.renew_time + (default_duration if self.duration is None else self.duration)
+
+
+def _edited_spec(lease: Mapping[str, Any], **fields: object) -> Obj:
+    edited: Obj = copy.deepcopy(dict(lease))
+    spec = edited.get("spec")
+    edited["spec"] = {**(spec if isinstance(spec, Mapping) else {}), **fields}
+    return edited
+
+
+def renewed(lease: Mapping[str, Any], identity: str, duration: float, now: str) -> Obj:
+    """The Lease held by ``identity`` for ``duration`` seconds from ``now``; taking it over from
+    another holder (or from nobody) also records the acquisition and counts a transition."""
+    spec = LeaseSpec.parse(lease)
+    fields: dict[str, object] = {}
+    if spec.holder != identity:
+        raw = lease.get("spec")
+        transitions = raw.get("leaseTransitions") if isinstance(raw, Mapping) else None
+        fields = {"acquireTime": now, "leaseTransitions": int(transitions or 0) + 1}
+    return _edited_spec(
+        lease, **fields, holderIdentity=identity, leaseDurationSeconds=int(duration), renewTime=now
+    )
+
+
+def released(lease: Mapping[str, Any]) -> Obj:
+    """The Lease given up: no holder, and a 1 s duration, so the next candidate takes over at its
+    next retry instead of waiting out our term."""
+    return _edited_spec(lease, holderIdentity=None, leaseDurationSeconds=1)
 
 
 class LeaderElector:
@@ -91,10 +147,8 @@ class LeaderElector:
         if release and self._leading.is_set():
             try:
                 lease = self.kube.get(LEASES, self.namespace, self.name)
-                if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                    lease["spec"]["holderIdentity"] = None
-                    lease["spec"]["leaseDurationSeconds"] = 1
-                    self.kube.update(LEASES, lease)
+                if LeaseSpec.parse(lease).holder == self.identity:
+                    self.kube.update(LEASES, released(lease))
             except KubeError as err:
                 log.info("could not release lease: %s", err)
         self._set(False)
@@ -162,21 +216,11 @@ class LeaderElector:
                     return False
                 raise
             return True
-        spec = lease.setdefault("spec", {})
-        holder = spec.get("holderIdentity")
-        expires = _parse(spec.get("renewTime")) + float(
-            spec.get("leaseDurationSeconds") or self.lease_duration
-        )
-        if holder and holder != self.identity and self.clock.wall() < expires:
-            return False
-        if holder != self.identity:
-            spec["acquireTime"] = now
-            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        spec["holderIdentity"] = self.identity
-        spec["leaseDurationSeconds"] = int(self.lease_duration)
-        spec["renewTime"] = now
+        spec = LeaseSpec.parse(lease)
+        if spec.holder not in (None, self.identity) and self.clock.wall() < spec.expires(self.lease_duration):
+            return False  # another replica holds it, and its term has not run out
         try:
-            self.kube.update(LEASES, lease)
+            self.kube.update(LEASES, renewed(lease, self.identity, self.lease_duration, now))
         except KubeError as err:
             if err.conflict:
                 return False

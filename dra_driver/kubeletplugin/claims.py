@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from dra_driver.quantity import QuantityError, parse_bytes
 from dra_driver.resource.capacity import Consumption, consumption
+from dra_driver.resource.refs import allocation_results
 
 
 class ClaimError(Exception):
@@ -126,11 +127,10 @@ def devices_for_node(claim: dict[str, Any], ref: ClaimRef, driver: str, pool: st
     allocation = (claim.get("status") or {}).get("allocation")
     if not allocation:
         raise ClaimError(f"ResourceClaim {ref} is not allocated")
-    results = ((allocation.get("devices") or {}).get("results")) or []
-    ours = [r for r in results if r.get("driver") == driver]
+    ours = [r for r in allocation_results(allocation) if r.device.driver == driver]
     if not ours:
         raise ClaimError(f"ResourceClaim {ref} has no devices allocated by driver {driver}")
-    elsewhere = sorted({str(r.get("pool")) for r in ours if r.get("pool") != pool})
+    elsewhere = sorted({r.device.pool for r in ours if r.device.pool != pool})
     if elsewhere:
         raise ClaimError(
             f"ResourceClaim {ref} is allocated to pool(s) {', '.join(elsewhere)} of driver {driver}, "
@@ -139,19 +139,19 @@ def devices_for_node(claim: dict[str, Any], ref: ClaimRef, driver: str, pool: st
     devices = []
     for result in ours:
         consumed: dict[str, int] = {}
-        for name, quantity in (result.get("consumedCapacity") or {}).items():
+        for name, quantity in (result.raw.get("consumedCapacity") or {}).items():
             try:
                 consumed[str(name)] = parse_bytes(quantity)
             except QuantityError as err:
                 raise ClaimError(f"ResourceClaim {ref}: consumedCapacity {name}: {err}") from err
         devices.append(
             AllocatedDevice(
-                request=str(result.get("request", "")),
+                request=result.request,
                 pool=pool,
-                device=str(result.get("device", "")),
-                share_id=result.get("shareID") or None,
+                device=result.device.device,
+                share_id=result.raw.get("shareID") or None,
                 consumed=consumed,
-                admin_access=bool(result.get("adminAccess", False)),
+                admin_access=result.admin_access,
             )
         )
     return devices

@@ -36,6 +36,7 @@ from dra_driver.kubeletplugin.withheld import (
     device_plugin_withheld,
 )
 from dra_driver.metrics import MetricsServer
+from dra_driver.resource.nodes import NodeView
 
 LOG = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ class KubeletPlugin:
         if not options.simulated and not options.allow_device_plugin and self.api_client is not None:
             node = self._read_node()
             node_uid = (node.get("metadata") or {}).get("uid")
-            advertised = device_plugin_gpus((node.get("status") or {}).get("allocatable"))
+            advertised = device_plugin_gpus(NodeView.parse(node).allocatable_quantities)
             withheld.update(device_plugin_withheld(gpus, advertised))
         if withheld == self.withheld:
             return False

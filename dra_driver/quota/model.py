@@ -67,6 +67,27 @@ class Quota:
         return not self.class_names or class_name in self.class_names
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaObject:
+    """A ``GpuQuota`` or ResourceQuota object as the controller keeps it, read once.
+
+    Its ``spec`` is kept as published: a change there may change the limits, while one of the
+    status alone (ours, or kube-controller-manager's) lets no refused pod in. ``used`` is the
+    ``status.used`` last written, so an unchanged usage is not written again; ``raw`` is the object
+    itself, which a status write starts from (fields newer than our model round-trip untouched).
+    """
+
+    raw: Mapping[str, Any]
+    #: ``spec`` as published (None when absent), compared whole.
+    spec: Mapping[str, Any] | None
+    #: ``status.used`` as last written (None before the first write).
+    used: Mapping[str, Any] | None
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> QuotaObject:
+        return cls(raw=obj, spec=obj.get("spec"), used=(obj.get("status") or {}).get("used"))
+
+
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")

@@ -10,7 +10,7 @@ taint; an empty effect matches every effect). The controller's node filter
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.kube.api import ObjView
@@ -57,6 +57,10 @@ class NodeView:
     unschedulable: bool
     #: Allocatable CPU (cores) and memory (bytes); a quantity that does not parse counts as 0.
     allocatable: Mapping[str, float]
+    #: Allocatable as published (quantity text by resource name), for readers that round a count
+    #: themselves, exactly (the kubelet plugin's device-plugin check). Not compared: a node whose
+    #: quantities are only written differently (``4`` then ``4000m``) is the same node to placement.
+    allocatable_quantities: Mapping[str, str] = field(compare=False)
 
     @classmethod
     def parse(cls, node: ObjView) -> NodeView:
@@ -69,6 +73,7 @@ class NodeView:
             taints=tuple(spec.get("taints") or ()),
             unschedulable=bool(spec.get("unschedulable")),
             allocatable={str(key): quantity_or_zero(value) for key, value in allocatable.items()},
+            allocatable_quantities={str(key): str(value) for key, value in allocatable.items()},
         )
 
 

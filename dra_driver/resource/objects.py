@@ -325,10 +325,15 @@ class DeviceClassView(ObjectView):
     sources (``dra_driver/config/classes.py``, ``dra_driver/controller/eligibility.py``).
     """
 
-    __slots__ = ("config", "ours")
+    __slots__ = ("config", "extended_resource_name", "ours")
 
     def __init__(self, raw: Mapping[str, Any], driver: str) -> None:
         super().__init__(raw)
         self.ours = is_driver_class(raw, driver)
+        spec = raw.get("spec") or {}
         #: ``spec.config``: the class's opaque configs, given to every request of the class.
-        self.config: tuple[ObjView, ...] = tuple((raw.get("spec") or {}).get("config") or ())
+        self.config: tuple[ObjView, ...] = tuple(spec.get("config") or ())
+        #: ``spec.extendedResourceName``: the extended resource (``nvidia.com/gpu``) kube-scheduler
+        #: serves through this class; None when it maps none.
+        name = spec.get("extendedResourceName")
+        self.extended_resource_name: str | None = str(name) if name else None

@@ -21,7 +21,7 @@ inventory (``dra_driver/controller/inventory.py``, hence ``explain`` and ``simul
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +183,39 @@ def parse_device(entry: Obj) -> SliceDevice:
     )
 
 
+# --- one slice ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SlicePlace:
+    """Where one slice belongs: the driver that published it, its pool and its node."""
+
+    #: ``spec.driver``; None when absent (or not a name).
+    driver: str | None
+    #: ``spec.pool.name``; "" when the slice names no pool.
+    pool: str
+    #: ``spec.nodeName``; None when absent or empty (a slice of no node: network-attached devices).
+    node: str | None
+
+
+def slice_place(obj: Obj) -> SlicePlace | None:
+    """Where a slice belongs; None when it has no ``spec`` to tell (nowhere to place it)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    driver, pool = spec.get("driver"), spec.get("pool")
+    return SlicePlace(
+        driver=driver if isinstance(driver, str) else None,
+        pool=str(pool.get("name", "")) if isinstance(pool, Mapping) else "",
+        node=str(spec.get("nodeName") or "") or None,
+    )
+
+
+def slice_devices(obj: Obj) -> Sequence[Obj]:
+    """A slice's ``spec.devices[]`` entries (none when absent), the very objects it holds: a reader
+    may tell a device of an unchanged slice by identity (``build_inventory``)."""
+    devices: Sequence[Obj] = (obj.get("spec") or {}).get("devices") or ()
+    return devices
+
+
 # --- which slices count ----------------------------------------------------------------------
 #: A pool as published by one node: (spec.nodeName, spec.pool.name).
 PoolKey = tuple[str, str]
@@ -202,7 +235,7 @@ def current_devices(slices: Iterable[Obj], driver: str) -> Iterator[tuple[str, s
     """``(node, pool, device)`` for every device of :func:`current_pools`, in slice order."""
     for (node, pool), items in current_pools(slices, driver).items():
         for item in items:
-            for entry in item["spec"].get("devices") or ():
+            for entry in slice_devices(item):
                 yield node, pool, parse_device(entry)
 
 

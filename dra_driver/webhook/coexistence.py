@@ -10,10 +10,12 @@ admin should know both are installed, so the webhook says so once at start-up.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.kube.api import DEVICE_CLASSES, NODES, Kube
 from dra_driver.kube.errors import KubeError
+from dra_driver.resource.nodes import NodeView
+from dra_driver.resource.objects import DeviceClassView
 from dra_driver.webhook.hami_resources import GPU, NAMESPACE_LABEL, NAMESPACE_LABEL_VALUE
 
 log = logging.getLogger(__name__)
@@ -27,23 +29,19 @@ def coexistence_warnings(kube: Kube) -> list[str]:
     )
     warnings = []
     try:
-        nodes: list[dict[str, Any]] = list(kube.list(NODES).get("items") or [])
-        plugin_nodes = sorted(
-            str(n["metadata"]["name"])
-            for n in nodes
-            if GPU in ((n.get("status") or {}).get("allocatable") or {})
-        )
+        nodes = [NodeView.parse(item) for item in kube.list(NODES).get("items") or ()]
+        plugin_nodes = sorted(node.name for node in nodes if GPU in node.allocatable)
         if plugin_nodes:
             shown = ", ".join(plugin_nodes[:5]) + (" ..." if len(plugin_nodes) > 5 else "")
             warnings.append(
                 f"a device plugin advertises {GPU} on {len(plugin_nodes)} node(s) ({shown}); {switch}"
             )
-        classes: list[dict[str, Any]] = list(kube.list(DEVICE_CLASSES).get("items") or [])
-        mapped = sorted(
-            str(c["metadata"]["name"])
-            for c in classes
-            if (c.get("spec") or {}).get("extendedResourceName") == GPU
-        )
+        # Whether a class is ours does not matter here: any class mapping the name is reported.
+        classes = [
+            DeviceClassView(item, DEFAULT_DRIVER_NAME)
+            for item in kube.list(DEVICE_CLASSES).get("items") or ()
+        ]
+        mapped = sorted(c.name for c in classes if c.extended_resource_name == GPU)
         if mapped:
             warnings.append(f"DeviceClass {', '.join(mapped)} maps the extended resource {GPU}; {switch}")
     except KubeError as err:

@@ -32,8 +32,19 @@ def test_a_node_view_reads_labels_taints_schedulability_and_allocatable_once() -
         True,
     )
     assert view.allocatable == {"cpu": 3.5, "memory": float(2**30), "pods": 0.0}  # unparsable: 0
+    assert view.allocatable_quantities == {"cpu": "3500m", "memory": "1Gi", "pods": "lots"}  # as published
     bare = NodeView.parse({"metadata": {"name": "n2"}})
     assert (bare.labels, bare.taints, bare.unschedulable, bare.allocatable) == ({}, (), False, {})
+    assert bare.allocatable_quantities == {}
+
+
+def test_quantities_written_differently_are_the_same_node_to_placement() -> None:
+    def node(cpu: object) -> NodeView:
+        return NodeView.parse({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": cpu}}})
+
+    assert node("4").allocatable_quantities != node("4000m").allocatable_quantities
+    assert node("4") == node("4000m") and node(4).allocatable_quantities == {"cpu": "4"}
+    assert node("4") != node("5")
 
 
 def test_a_quantity_that_does_not_parse_counts_as_zero() -> None:

@@ -178,6 +178,21 @@ def test_a_device_class_view_knows_whether_it_is_ours() -> None:
     assert not DeviceClassView(foreign, DRIVER).ours
 
 
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [
+        ({"extendedResourceName": "nvidia.com/gpu"}, "nvidia.com/gpu"),
+        ({"extendedResourceName": ""}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_a_device_class_view_reads_the_extended_resource_it_maps(spec: Any, name: str | None) -> None:
+    view = DeviceClassView({"metadata": {"name": "gpus"}, "spec": spec}, DRIVER)
+    assert view.extended_resource_name == name
+    assert not view.ours and view.config == ()
+
+
 def test_missing_metadata_reads_as_empty_not_as_a_name() -> None:
     view = ObjectView({"spec": {}})
     assert (view.namespace, view.name, view.key, view.uid, view.resource_version, view.created) == (

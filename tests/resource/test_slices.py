@@ -28,6 +28,7 @@ from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import GIB, MIB
 from dra_driver.resource import slices as names
 from dra_driver.resource.slices import (
+    SlicePlace,
     capacity_entries,
     current_devices,
     current_pools,
@@ -37,6 +38,8 @@ from dra_driver.resource.slices import (
     owned_pools,
     parse_device,
     pool_owner,
+    slice_devices,
+    slice_place,
 )
 from dra_driver.top.objects import parse_slices
 
@@ -272,3 +275,38 @@ def test_a_device_entry_without_name_peers_of_another_kind_and_taints() -> None:
         parse_device({"name": "gpu-1", "attributes": {"nvlinkPeers": {"string": "0,2"}}}).nvlink_peers
         == "0,2"
     )
+
+
+# --- one slice -----------------------------------------------------------------------------------
+
+
+def test_a_slice_is_placed_by_its_driver_pool_and_node() -> None:
+    (published,) = node_slices("node-a", profile_gpus("t4", node_name="node-a", gpus=1))
+    assert slice_place(published) == SlicePlace(driver=DRIVER, pool="node-a", node="node-a")
+
+
+@pytest.mark.parametrize(
+    ("obj", "place"),
+    [
+        ({"spec": {"driver": DRIVER, "pool": {"name": "p"}}}, SlicePlace(DRIVER, "p", None)),
+        ({"spec": {"driver": DRIVER, "pool": {}, "nodeName": ""}}, SlicePlace(DRIVER, "", None)),
+        ({"spec": {"driver": 7, "pool": "p", "nodeName": "n1"}}, SlicePlace(None, "", "n1")),
+        ({"spec": {}}, SlicePlace(None, "", None)),
+        ({"spec": "bad"}, None),
+        ({"metadata": {"name": "s"}}, None),
+    ],
+)
+def test_a_slice_without_pool_node_or_spec_is_placed_as_far_as_it_says(
+    obj: dict[str, Any], place: SlicePlace | None
+) -> None:
+    assert slice_place(obj) == place
+
+
+def test_a_slices_devices_are_the_entries_it_holds() -> None:
+    (published,) = node_slices("node-a", profile_gpus("t4", node_name="node-a", gpus=2))
+    devices = slice_devices(published)
+    assert [entry["name"] for entry in devices] == ["gpu-0", "gpu-1"]
+    assert all(entry is held for entry, held in zip(devices, published["spec"]["devices"], strict=True))
+    assert slice_devices({"spec": {"driver": DRIVER}}) == ()
+    assert slice_devices({"spec": {"devices": None}}) == ()
+    assert slice_devices({}) == ()
