@@ -24,6 +24,7 @@ from dra_driver.devices.model import Gpu
 from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.node import NodeReader
 from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slices import slice_devices, slice_place
 
 LOG = logging.getLogger(__name__)
 
@@ -34,6 +35,11 @@ def _content_hash(slice_: dict[str, Any]) -> str:
     spec = dict(slice_["spec"])
     spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _generation(slice_: dict[str, Any]) -> int:
+    place = slice_place(slice_)
+    return place.generation if place is not None else 0
 
 
 class SlicePublisher:
@@ -78,7 +84,7 @@ class SlicePublisher:
     def _existing(self) -> list[dict[str, Any]]:
         response = self._api.list_resource_slice(field_selector=self._selector(), _preload_content=False)
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
-        return [s for s in items if (s.get("spec") or {}).get("driver") == self.driver_name]
+        return [s for s in items if getattr(slice_place(s), "driver", None) == self.driver_name]
 
     def desired(self, generation: int) -> list[dict[str, Any]]:
         slices = build_resource_slices(
@@ -98,9 +104,8 @@ class SlicePublisher:
         """Make the API match; True if anything was written."""
         with self._lock:
             existing = {s["metadata"]["name"]: s for s in self._existing()}
-            current_generation = max(
-                [int(s["spec"]["pool"].get("generation", 0)) for s in existing.values()] + [self._generation]
-            )
+            generations = {name: _generation(s) for name, s in existing.items()}
+            current_generation = max([*generations.values(), self._generation])
             desired = self.desired(current_generation)
             unchanged = len(existing) == len(desired) and all(
                 (existing.get(s["metadata"]["name"]) or {})
@@ -108,7 +113,7 @@ class SlicePublisher:
                 .get("annotations", {})
                 .get(HASH_ANNOTATION)
                 == s["metadata"]["annotations"][HASH_ANNOTATION]
-                and existing[s["metadata"]["name"]]["spec"]["pool"].get("generation") == current_generation
+                and generations[s["metadata"]["name"]] == current_generation
                 for s in desired
             )
             if unchanged and existing:
@@ -157,8 +162,8 @@ class SlicePublisher:
                 raise
 
     def _check_feature_gates(self, sent: list[dict[str, Any]], stored: list[dict[str, Any]]) -> None:
-        sent_devices = [d for s in sent for d in s["spec"].get("devices") or []]
-        stored_devices = [d for s in stored for d in (s.get("spec") or {}).get("devices") or []]
+        sent_devices = [d for s in sent for d in slice_devices(s)]
+        stored_devices = [d for s in stored for d in slice_devices(s)]
         wanted_multi = any(d.get("allowMultipleAllocations") for d in sent_devices)
         got_multi = any(d.get("allowMultipleAllocations") for d in stored_devices)
         if wanted_multi and not got_multi and self.consumable_capacity_supported:

@@ -194,6 +194,8 @@ class SlicePlace:
     pool: str
     #: ``spec.nodeName``; None when absent or empty (a slice of no node: network-attached devices).
     node: str | None
+    #: ``spec.pool.generation``; 0 when absent.
+    generation: int = 0
 
 
 def slice_place(obj: Obj) -> SlicePlace | None:
@@ -206,6 +208,7 @@ def slice_place(obj: Obj) -> SlicePlace | None:
         driver=driver if isinstance(driver, str) else None,
         pool=str(pool.get("name", "")) if isinstance(pool, Mapping) else "",
         node=str(spec.get("nodeName") or "") or None,
+        generation=int(pool.get("generation") or 0) if isinstance(pool, Mapping) else 0,
     )
 
 

@@ -282,7 +282,9 @@ def test_a_device_entry_without_name_peers_of_another_kind_and_taints() -> None:
 
 def test_a_slice_is_placed_by_its_driver_pool_and_node() -> None:
     (published,) = node_slices("node-a", profile_gpus("t4", node_name="node-a", gpus=1))
-    assert slice_place(published) == SlicePlace(driver=DRIVER, pool="node-a", node="node-a")
+    assert slice_place(published) == SlicePlace(driver=DRIVER, pool="node-a", node="node-a", generation=1)
+    published["spec"]["pool"]["generation"] = 7
+    assert slice_place(published) == SlicePlace(driver=DRIVER, pool="node-a", node="node-a", generation=7)
 
 
 @pytest.mark.parametrize(
