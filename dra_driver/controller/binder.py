@@ -43,13 +43,6 @@ log = logging.getLogger("dra_driver.controller")
 FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
 
 
-#: The apiVersion and kind of an object the binder reports on (a list's items carry neither).
-_KINDS: dict[type, tuple[str, str]] = {
-    PodView: ("v1", "Pod"),
-    ClaimView: ("resource.k8s.io/v1", "ResourceClaim"),
-}
-
-
 class BindOutcome(StrEnum):
     BOUND = "bound"  # allocations written and the gate lifted
     RETRY = "retry"  # a write failed (a conflict, an API error, no longer leading): plan again
@@ -222,13 +215,7 @@ class Binder:
     def event(self, obj: ObjectView, kind: str, reason: str, message: str, action: str = "Allocate") -> None:
         """Record an ``events.k8s.io/v1`` Event about ``obj`` (a Pod or a ResourceClaim; ``kind``
         is the event type); a repeat of the same event counts on its series instead."""
-        api_version, object_kind = _KINDS.get(type(obj), ("v1", "Pod"))
-        regarding = {
-            "apiVersion": str(obj.get("apiVersion") or api_version),
-            "kind": str(obj.get("kind") or object_kind),
-            "metadata": {"name": obj.name, "namespace": obj.namespace, "uid": obj.uid},
-        }
-        self.events.emit(regarding, kind, reason, action, message)
+        self.events.emit(obj.reference(), kind, reason, action, message)
 
     # --- fencing -------------------------------------------------------------------------------
     def fence(self, claims: Sequence[ClaimView]) -> list[ClaimView]:

@@ -13,11 +13,11 @@ write returned; past that boundary the controller reads attributes, not
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from dra_driver.config.classes import is_driver_class
 from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME
-from dra_driver.kube.api import ObjView
+from dra_driver.kube.api import Obj, ObjView
 from dra_driver.resource.nodes import quantity_or_zero
 from dra_driver.resource.refs import (
     AllocationResult,
@@ -124,6 +124,18 @@ class ObjectView(Mapping[str, Any]):
         self.deleting = bool(meta.get("deletionTimestamp"))
         self.annotations: Mapping[str, str] = meta.get("annotations") or {}
 
+    #: The apiVersion and kind of the objects the view reads (a list's items carry neither).
+    API_VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = ""
+
+    def reference(self) -> Obj:
+        """The object as an Event's ``regarding`` names it: apiVersion, kind, name, namespace, uid."""
+        return {
+            "apiVersion": str(self.raw.get("apiVersion") or self.API_VERSION),
+            "kind": str(self.raw.get("kind") or self.KIND),
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+        }
+
     def newer_than(self, other: ObjectView) -> bool:
         """Whether this copy is strictly newer than ``other`` (etcd's numeric resourceVersions;
         opaque ones never compare as newer)."""
@@ -152,6 +164,8 @@ class ObjectView(Mapping[str, Any]):
 
 class PodView(ObjectView):
     """A Pod: where it is bound, whether our gate holds it, and which claims it names."""
+
+    KIND = "Pod"
 
     __slots__ = (
         "active",
@@ -244,6 +258,9 @@ def bound_requests_by_node(pods: Iterable[PodView]) -> dict[str, dict[str, float
 class ClaimView(ObjectView):
     """A ResourceClaim: our finalizer, its allocation and reservations, what it uses of our GPUs."""
 
+    API_VERSION = "resource.k8s.io/v1"
+    KIND = "ResourceClaim"
+
     __slots__ = (
         "allocation",
         "config",
@@ -324,6 +341,9 @@ class DeviceClassView(ObjectView):
     Its selectors stay in the mapping: the planner's Matcher reads them with the class's other CEL
     sources (``dra_driver/config/classes.py``, ``dra_driver/controller/eligibility.py``).
     """
+
+    API_VERSION = "resource.k8s.io/v1"
+    KIND = "DeviceClass"
 
     __slots__ = ("config", "extended_resource_name", "ours")
 

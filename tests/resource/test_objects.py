@@ -204,3 +204,19 @@ def test_missing_metadata_reads_as_empty_not_as_a_name() -> None:
         "",
     )
     assert not view.deleting and view.annotations == {}
+
+
+def test_a_view_names_its_object_for_events_even_as_a_list_item() -> None:
+    """A list's items carry no apiVersion/kind: the view knows its own (an Event's ``regarding``)."""
+    meta = {"name": "c", "namespace": "ns", "uid": "u1"}
+    assert ClaimView({"metadata": meta}, DRIVER).reference() == {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": meta,
+    }
+    assert PodView({"metadata": meta}).reference()["kind"] == "Pod"
+    assert PodView({"metadata": meta}).reference()["apiVersion"] == "v1"
+    assert DeviceClassView({"metadata": {"name": "x"}}, DRIVER).reference()["kind"] == "DeviceClass"
+    # What the object says wins (a newer version served to a client that asked for it).
+    said = {"apiVersion": "resource.k8s.io/v2", "kind": "ResourceClaim", "metadata": meta}
+    assert ClaimView(said, DRIVER).reference()["apiVersion"] == "resource.k8s.io/v2"
