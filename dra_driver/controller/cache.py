@@ -176,17 +176,10 @@ class ClusterCache:
         if kind == "Node":
             return self._node_changed(key, None if new is None else NodeView.parse(new))
         if kind in ("GpuQuota", "ResourceQuota"):
-            if kind == "GpuQuota":
-                self.quotas.set_gpu_quota(key, new)
-            else:
-                self.quotas.set_resource_quota(key, new)
+            (self.quotas.set_gpu_quota if kind == "GpuQuota" else self.quotas.set_resource_quota)(key, new)
             # A quota added, removed or with new limits may let its namespace's refused pods in
             # (its status is ours or kube-controller-manager's: a change there helps nobody).
-            if (
-                old is not None
-                and new is not None
-                and QuotaObject.parse(old).spec == QuotaObject.parse(new).spec
-            ):
+            if old is not None and new is not None and QuotaObject.same_limits(old, new):
                 return Wake()
             return Wake(retry_quota={key.partition("/")[0]})
         return Wake()

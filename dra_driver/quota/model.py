@@ -87,6 +87,11 @@ class QuotaObject:
     def parse(cls, obj: Mapping[str, Any]) -> QuotaObject:
         return cls(raw=obj, spec=obj.get("spec"), used=(obj.get("status") or {}).get("used"))
 
+    @staticmethod
+    def same_limits(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        """Whether two versions of a quota publish the same ``spec`` (only their status differs)."""
+        return QuotaObject.parse(old).spec == QuotaObject.parse(new).spec
+
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}

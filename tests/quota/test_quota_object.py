@@ -62,3 +62,11 @@ def test_a_quota_without_status_or_generation_gets_both() -> None:
     obj = gpu_quota()
     del obj["metadata"]["generation"]
     assert with_quota_used(obj, USED)["status"] == {"used": USED, "observedGeneration": 0}
+
+
+def test_two_versions_have_the_same_limits_when_only_their_status_differs() -> None:
+    memory = "requests.gpu.hami.io/memory"
+    old = {"metadata": {"name": "q"}, "spec": {"hard": {memory: "10Gi"}}, "status": {"used": {}}}
+    assert QuotaObject.same_limits(old, {**old, "status": {"used": {memory: "1Gi"}}})
+    assert not QuotaObject.same_limits(old, {**old, "spec": {"hard": {memory: "20Gi"}}})
+    assert not QuotaObject.same_limits(old, {"metadata": {"name": "q"}})
