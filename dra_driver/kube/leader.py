@@ -58,6 +58,8 @@ class LeaseSpec:
     renew_time: float
     #: ``leaseDurationSeconds``; None when absent or 0 (the reader's own duration applies).
     duration: float | None
+    #: ``leaseTransitions``: how often the Lease changed hands.
+    transitions: int = 0
 
     @classmethod
     def parse(cls, lease: Mapping[str, Any]) -> LeaseSpec:
@@ -68,6 +70,7 @@ class LeaseSpec:
             holder=str(holder) if holder else None,
             renew_time=_parse(spec.get("renewTime")),
             duration=float(seconds) if seconds else None,
+            transitions=int(spec.get("leaseTransitions") or 0),
         )
 
     def expires(self, default_duration: float) -> float:
@@ -88,9 +91,7 @@ def renewed(lease: Mapping[str, Any], identity: str, duration: float, now: str) 
     spec = LeaseSpec.parse(lease)
     fields: dict[str, object] = {}
     if spec.holder != identity:
-        raw = lease.get("spec")
-        transitions = raw.get("leaseTransitions") if isinstance(raw, Mapping) else None
-        fields = {"acquireTime": now, "leaseTransitions": int(transitions or 0) + 1}
+        fields = {"acquireTime": now, "leaseTransitions": spec.transitions + 1}
     return _edited_spec(
         lease, **fields, holderIdentity=identity, leaseDurationSeconds=int(duration), renewTime=now
     )

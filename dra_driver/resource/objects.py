@@ -335,6 +335,12 @@ class ClaimView(ObjectView):
         return bool(self.reserved_uids)
 
 
+def template_claim(template: Mapping[str, Any], driver: str) -> ClaimView:
+    """The claim a ResourceClaimTemplate stamps out (its ``spec.spec``), as a view of its own."""
+    spec = (template.get("spec") or {}).get("spec") or {}
+    return ClaimView({"metadata": template.get("metadata") or {}, "spec": spec}, driver)
+
+
 class DeviceClassView(ObjectView):
     """A DeviceClass: whether it is one of ours (its name, config or selectors name our driver).
 

@@ -29,7 +29,7 @@ from dra_driver.config import ConfigError, parse_gpu_config
 from dra_driver.config.resolve import read_pod_annotations
 from dra_driver.controller.containers import PodClaim, container_conflict, pod_containers, request_facts
 from dra_driver.kube.errors import KubeError
-from dra_driver.resource.objects import PodView
+from dra_driver.resource.objects import ClaimView, DeviceClassView, ObjectView, PodView, template_claim
 from dra_driver.resource.refs import RequestRef
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
@@ -245,17 +245,16 @@ def config_problems(entries: Sequence[Mapping[str, Any]] | None, driver: str, pa
 def validate_object(request: Mapping[str, Any], driver: str) -> Verdict:
     obj = request.get("object") or {}
     kind = (request.get("kind") or {}).get("kind") or obj.get("kind")
-    spec = obj.get("spec") or {}
     if kind == "DeviceClass":
-        problems = config_problems(spec.get("config"), driver, "spec.config")
+        problems = config_problems(DeviceClassView(obj, driver).config, driver, "spec.config")
     elif kind == "ResourceClaim":
-        problems = config_problems((spec.get("devices") or {}).get("config"), driver, "spec.devices.config")
+        problems = config_problems(ClaimView(obj, driver).config, driver, "spec.devices.config")
     elif kind == "ResourceClaimTemplate":
-        inner = (spec.get("spec") or {}).get("devices") or {}
-        problems = config_problems(inner.get("config"), driver, "spec.spec.devices.config")
+        problems = config_problems(template_claim(obj, driver).config, driver, "spec.spec.devices.config")
     else:
         return Verdict()
     if problems:
-        name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName", "")
+        view = ObjectView(obj)
+        name = view.name or (obj.get("metadata") or {}).get("generateName", "")
         return Verdict(allowed=False, message=f"{kind} {name}: invalid GpuConfig: " + "; ".join(problems))
     return Verdict()

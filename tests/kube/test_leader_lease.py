@@ -34,9 +34,9 @@ def held_by_a() -> dict[str, Any]:
     )
 
 
-def test_a_held_lease_reads_holder_renewal_and_duration() -> None:
+def test_a_held_lease_reads_holder_renewal_duration_and_transitions() -> None:
     spec = LeaseSpec.parse(held_by_a())
-    assert spec == LeaseSpec(holder="a", renew_time=RENEWED_AT, duration=15.0)
+    assert spec == LeaseSpec(holder="a", renew_time=RENEWED_AT, duration=15.0, transitions=2)
     assert spec.expires(99.0) == RENEWED_AT + 15.0
 
 

@@ -18,6 +18,7 @@ from dra_driver.resource.objects import (
     bound_requests_by_node,
     pinned_node,
     pod_requests,
+    template_claim,
 )
 from dra_driver.resource.uses import claim_uses
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
@@ -220,3 +221,15 @@ def test_a_view_names_its_object_for_events_even_as_a_list_item() -> None:
     # What the object says wins (a newer version served to a client that asked for it).
     said = {"apiVersion": "resource.k8s.io/v2", "kind": "ResourceClaim", "metadata": meta}
     assert ClaimView(said, DRIVER).reference()["apiVersion"] == "resource.k8s.io/v2"
+
+
+def test_a_template_reads_as_the_claim_it_stamps_out() -> None:
+    config = [{"opaque": {"driver": DRIVER, "parameters": {"policy": "binpack"}}}]
+    requests = [{"name": "gpu", "exactly": {"deviceClassName": "x"}}]
+    template = {
+        "metadata": {"name": "t", "namespace": "ns"},
+        "spec": {"spec": {"devices": {"requests": requests, "config": config}}},
+    }
+    claim = template_claim(template, DRIVER)
+    assert (claim.key, claim.config, claim.request_classes) == ("ns/t", tuple(config), {"gpu": "x"})
+    assert template_claim({"metadata": {"name": "t"}}, DRIVER).config == ()
