@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.contract import CORES, MEMORY
-from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
+from dra_driver.kubeletplugin.claims import AllocatedDevice, ClaimError, is_kubernetes_uid
 from dra_driver.kubeletplugin.inventory import NodeGpu
 from dra_driver.quantity import MIB
+from dra_driver.resource.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,12 @@ class GpuShare:
 
 
 def shares_by_gpu(devices: list[tuple[AllocatedDevice, NodeGpu]]) -> list[GpuShare]:
-    """Group a claim's results per GPU, in CUDA ordinal order (PCI bus id)."""
+    """Group a claim's results per GPU, in CUDA ordinal order (PCI bus id).
+
+    Amounts are what the results take by the consumable-capacity rule
+    (``dra_driver/resource/capacity.py``), as the node's overcommit check and the controller count
+    them, so the limit HAMi-core enforces is the share every other tenant of the card was told of.
+    """
     grouped: dict[str, list[tuple[AllocatedDevice, NodeGpu]]] = {}
     for allocated, gpu in devices:
         if not allocated.admin_access:
@@ -107,8 +112,9 @@ def shares_by_gpu(devices: list[tuple[AllocatedDevice, NodeGpu]]) -> list[GpuSha
     shares = []
     for items in grouped.values():
         gpu = items[0][1]
-        memory = sum(a.consumed.get(MEMORY, gpu.memory_bytes) for a, _ in items)
-        cores = sum(a.consumed.get(CORES, 0) for a, _ in items)
+        card = Capacity(gpu.memory_bytes, gpu.cores, gpu.slots)
+        taken = [allocated.consumption.of(card) for allocated, _ in items]
+        memory, cores = sum(t.memory for t in taken), sum(t.cores for t in taken)
         whole = any(a.exclusive for a, _ in items) or (memory >= gpu.memory_bytes and cores >= gpu.cores)
         if whole:
             shares.append(GpuShare(gpu, gpu.memory_bytes, 100, shared=False))
@@ -129,6 +135,15 @@ def claim_edits(
     shares = shares_by_gpu(devices)
     if not any(share.shared for share in shares):
         return {}
+    empty = [share.gpu.name for share in shares if share.shared and share.memory_bytes == 0]
+    if empty:
+        # Only a hand-written allocation lists no memory (our slices' request policy defaults to
+        # the whole card): every tenant of the card counts it as taking none.
+        raise ClaimError(
+            f"the claim's share of {', '.join(empty)} takes no memory (its consumedCapacity lists "
+            "none), so HAMi-core could not let it allocate any: allocate it with a memory request "
+            "(capacity.requests.memory) or without a shareID (the whole card)"
+        )
     env = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
     for ordinal, share in enumerate(shares):
         env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}={memory_limit(share.memory_bytes)}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.kubeletplugin import cdi
-from dra_driver.kubeletplugin.claims import AllocatedDevice
+from dra_driver.kubeletplugin.claims import AllocatedDevice, ClaimError
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits, memory_limit
 from tests.kubeletplugin.helpers import GIB, gpu, validate_cdi
 
@@ -172,3 +172,19 @@ def test_written_specs_match_the_upstream_cdi_schema(tmp_path: Path) -> None:
         "k8s.gpu.hami.io/gpu", [{"name": f"{UID}-gpu-0", "containerEdits": {"env": ["A=1"]}}], edits
     )
     validate_cdi_schema(spec)
+
+
+def test_a_share_without_memory_is_limited_as_counted_so_it_is_refused(tmp_path: Path) -> None:
+    """The node's check and the controller count a share that lists no memory as taking none;
+    HAMi-core would have to give it nothing, so prepare refuses it with the reason (it used to
+    get the whole card's memory as its limit while every other tenant counted it as 0)."""
+    no_memory = AllocatedDevice("gpu", "node-1", "gpu-0", str(uuid.uuid4()), {"cores": 30})
+    with pytest.raises(ClaimError, match=r"share of gpu-0 takes no memory .*capacity\.requests\.memory"):
+        claim_edits(UID, [(no_memory, gpu(0))], HamiCoreConfig(tmp_path))
+    # Beside a share that does list memory on another card, still refused (naming only the empty one).
+    with pytest.raises(ClaimError, match=r"share of gpu-0 takes") as refused:
+        claim_edits(UID, [(no_memory, gpu(0)), (share("gpu-1", GIB, 10), gpu(1))], HamiCoreConfig(tmp_path))
+    assert "gpu-1" not in str(refused.value)
+    # The limits are the counted amounts: memory and cores as consumedCapacity lists them.
+    counted = claim_edits(UID, [(share("gpu-0", 3 * GIB, 30), gpu(0))], HamiCoreConfig(tmp_path))
+    assert env_of(counted)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3072m"
