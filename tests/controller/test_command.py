@@ -44,6 +44,7 @@ def harness(sandbox: SandboxServer) -> Iterator[Harness]:
         yield h
 
 
+@pytest.mark.slow
 def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> None:
     harness.publish("node-1", "t4", 4)
     harness.create_class(device_class(DRIVER, {"policy": "mutex,binpack"}))

@@ -62,6 +62,7 @@ def e2e(sandbox: SandboxServer) -> Iterator[tuple[Harness, SandboxCluster]]:
         webhook.stop()
 
 
+@pytest.mark.slow
 def test_recipes_end_to_end(e2e: tuple[Harness, SandboxCluster]) -> None:
     h, cluster = e2e
     h.create_class(device_class(DRIVER))
@@ -101,6 +102,7 @@ def test_recipes_end_to_end(e2e: tuple[Harness, SandboxCluster]) -> None:
     assert not kubelet.errors
 
 
+@pytest.mark.slow
 def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, SandboxCluster]) -> None:
     h, _ = e2e
     from dra_driver.kube.errors import KubeError
@@ -111,6 +113,7 @@ def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, S
     assert "unknown policy name(s) 'packed'" in err.value.message
 
 
+@pytest.mark.slow
 def test_webhook_rejects_two_limited_claims_in_one_container(e2e: tuple[Harness, SandboxCluster]) -> None:
     h, _ = e2e
     from dra_driver.kube.errors import KubeError

@@ -7,138 +7,22 @@ API and record every plan the planner is asked for: (pod name, candidate nodes).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from dra_driver.controller.controller import Controller
 from dra_driver.controller.retries import PendingRetries
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kube.api import (
-    DEVICE_CLASSES,
-    GPU_QUOTAS,
-    NODES,
-    PODS,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-    Obj,
-)
+from dra_driver.kube.api import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, Obj
 from dra_driver.kube.watch import object_key
 from dra_driver.kubeletplugin.slices import build_resource_slices
-from tests.controller.fake_cluster import RecordingPlanner
-from tests.controller.fake_kube import FakeKube
-from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
+from tests.controller.fake_cluster import CARD, THREE_NODES, FakeCluster, full_cluster
+from tests.controller.harness import DRIVER, NS, device_class
 
-CARD = "81559Mi"  # an H100 80GB's whole memory, as the simulated profile publishes it
 WEIGHTS = "hami.io/device-scoring-weights"  # read by the planner: pods differing in it differ in shape
-QUOTA_API = "gpu.hami.io/v1alpha1"
 
 
-class Cluster:
-    """``nodes`` one-card nodes (by default) and our DeviceClass; pods in any namespace."""
-
-    def __init__(self, nodes: int = 3, gpus: int = 1, batch: int = 16) -> None:
-        self.kube = FakeKube()
-        self.controller = Controller(self.kube, DRIVER, write_workers=0, pending_batch=batch)
-        self.planner = RecordingPlanner(self.controller.allocator.planner)
-        self.controller.allocator.planner = self.planner  # type: ignore[assignment]
-        slices = []
-        self.nodes = [f"node-{index}" for index in range(nodes)]
-        for name in self.nodes:
-            self.add("Node", NODES, {"metadata": {"name": name}, "status": {"allocatable": {}}})
-            slices += build_resource_slices(
-                profile_gpus("h100-80gb", node_name=name, gpus=gpus), node_name=name, driver_name=DRIVER
-            )
-        self.slices = {object_key(item): item for item in slices}
-        self.controller.informers["ResourceSlice"].cache = dict(self.slices)  # what it would have listed
-        self.controller.cache.refresh_inventory(slices)
-        self.add("DeviceClass", DEVICE_CLASSES, device_class(DRIVER))
-        self.stamp = 0
-
-    def add(self, kind: str, resource: Any, body: Obj) -> Obj:
-        stored = self.kube.put(resource, body)
-        self.controller._on_change(kind, None, stored)
-        return stored
-
-    def change(self, kind: str, resource: Any, namespace: str | None, name: str, edit: Any) -> None:
-        """``edit`` the stored object, and deliver the update as its informer would."""
-        old = self.kube.stored(resource, namespace, name)
-        new = copy.deepcopy(old)
-        edit(new)
-        self.controller._on_change(kind, old, self.kube.put(resource, new))
-
-    def pod(
-        self,
-        name: str,
-        memory: str,
-        count: int = 1,
-        namespace: str = NS,
-        klass: str = DRIVER,
-        annotations: dict[str, str] | None = None,
-        node_selector: dict[str, str] | None = None,
-    ) -> None:
-        body = claim(name, request(memory=memory, count=count, klass=klass))
-        body["metadata"]["namespace"] = namespace
-        self.add("ResourceClaim", RESOURCE_CLAIMS, body)
-        body = pod(name, {"gpu": f"claim:{name}"}, annotations=annotations)
-        body["metadata"]["namespace"] = namespace
-        if node_selector:
-            body["spec"]["nodeSelector"] = node_selector
-        self.stamp += 1
-        body["metadata"]["creationTimestamp"] = f"2026-12-01T{self.stamp // 3600:02d}:" + (
-            f"{self.stamp // 60 % 60:02d}:{self.stamp % 60:02d}Z"
-        )
-        self.add("Pod", PODS, body)
-
-    def quota(self, namespace: str, memory: str) -> None:
-        self.add("GpuQuota", GPU_QUOTAS, {
-            "apiVersion": QUOTA_API, "kind": "GpuQuota",
-            "metadata": {"name": "team", "namespace": namespace},
-            "spec": {"hard": {"memory": memory}},
-        })  # fmt: skip
-
-    def settle(self) -> None:
-        for _ in range(3):
-            self.controller.run_once()
-
-    def drain(self, limit: int = 1000) -> int:
-        """Passes until no pending retry is queued (at least one)."""
-        passes = 0
-        while passes == 0 or self.controller.requeue.retries:
-            assert passes < limit, "the retry queue does not drain"
-            self.controller.run_once()
-            passes += 1
-        return passes
-
-    def gated(self, name: str, namespace: str = NS) -> bool:
-        return bool(self.kube.stored(PODS, namespace, name)["spec"].get("schedulingGates"))
-
-    def reason(self, name: str, namespace: str = NS) -> str | None:
-        uid = str(self.kube.stored(PODS, namespace, name)["metadata"]["uid"])
-        return self.controller.reports.reason(uid)
-
-    def release(self, name: str) -> None:
-        """The claim's pod finished and the claim went (what its informer would deliver)."""
-        gone = self.kube.objects.pop((RESOURCE_CLAIMS.plural, NS, name))
-        self.controller._on_change("ResourceClaim", gone, None)
-
-    def planned(self) -> list[tuple[str, frozenset[str]]]:
-        plans, self.planner.plans = self.planner.plans, []
-        return plans
-
-
-def full_cluster(batch: int = 16) -> Cluster:
-    """Three one-card nodes, each card held whole by ``hold-<node>``."""
-    cluster = Cluster(batch=batch)
-    for name in cluster.nodes:
-        cluster.pod(f"hold-{name}", CARD)
-        cluster.settle()
-    assert not any(cluster.gated(f"hold-{name}") for name in cluster.nodes)
-    return cluster
-
-
-def node_of(cluster: Cluster, claim_name: str, namespace: str = NS) -> str:
-    allocation = cluster.kube.stored(RESOURCE_CLAIMS, namespace, claim_name)["status"]["allocation"]
-    return str(allocation["devices"]["results"][0]["pool"])
+def three_free_nodes() -> FakeCluster:
+    """``THREE_NODES``, nothing placed; every plan recorded."""
+    return FakeCluster(THREE_NODES, record_plans=True)
 
 
 def labelled(labels: dict[str, str]) -> Any:
@@ -189,19 +73,19 @@ def test_queued_nodes_add_up_and_everywhere_absorbs_them() -> None:
 
 # --- fairness and the bound ----------------------------------------------------------------------
 def test_another_tenants_pod_is_placed_in_the_releases_pass_whatever_one_tenant_has_pending() -> None:
-    cluster = full_cluster(batch=8)
+    cluster = full_cluster(pending_batch=8)
     hoard = [f"a-{index}" for index in range(200)]
     for index, name in enumerate(hoard):  # two cards each: no one-card node can ever take them
-        cluster.pod(name, "10Gi", count=2, namespace="tenant-a", annotations=distinct(index))
-    cluster.pod("b", "10Gi", namespace="tenant-b")
-    cluster.settle()
+        cluster.gpu_pod(name, "10Gi", count=2, namespace="tenant-a", annotations=distinct(index))
+    cluster.gpu_pod("b", "10Gi", namespace="tenant-b")
+    cluster.run()
     assert len(cluster.controller.requeue.pending_pods) == 201
     cluster.planned()
-    freed = node_of(cluster, "hold-node-1")
+    freed = cluster.node_of("hold-node-1")
     cluster.release("hold-node-1")
     cluster.controller.run_once()
     assert not cluster.gated("b", "tenant-b"), "placed in the release's own pass"
-    assert node_of(cluster, "b", "tenant-b") == freed
+    assert cluster.node_of("b", "tenant-b") == freed
     plans = cluster.planned()
     assert len(plans) <= 8, f"{len(plans)} plans in one pass: the batch is 8"
     assert ("b", frozenset({freed})) in plans
@@ -215,12 +99,12 @@ def test_another_tenants_pod_is_placed_in_the_releases_pass_whatever_one_tenant_
 
 
 def test_a_full_retry_is_spread_over_passes_namespaces_in_turn_and_replans_every_pending_pod() -> None:
-    cluster = full_cluster(batch=3)
+    cluster = full_cluster(pending_batch=3)
     for index in range(12):
-        cluster.pod(f"a-{index}", "10Gi", count=2, namespace="tenant-a", annotations=distinct(index))
+        cluster.gpu_pod(f"a-{index}", "10Gi", count=2, namespace="tenant-a", annotations=distinct(index))
     for index in range(3):
-        cluster.pod(f"b-{index}", "10Gi", count=2, namespace="tenant-b", annotations=distinct(index))
-    cluster.settle()
+        cluster.gpu_pod(f"b-{index}", "10Gi", count=2, namespace="tenant-b", annotations=distinct(index))
+    cluster.run()
     cluster.planned()
     cluster.controller.resync_seconds = 0
     cluster.controller.run_once()  # a resync pass: every pending pod queued, everywhere
@@ -236,24 +120,24 @@ def test_a_full_retry_is_spread_over_passes_namespaces_in_turn_and_replans_every
 
 
 def test_changes_arriving_every_pass_do_not_keep_the_same_pods_at_the_front() -> None:
-    cluster = full_cluster(batch=2)
+    cluster = full_cluster(pending_batch=2)
     names = [f"p-{index}" for index in range(6)]
     for index, name in enumerate(names):
-        cluster.pod(name, "10Gi", count=2, annotations=distinct(index))
-    cluster.settle()
+        cluster.gpu_pod(name, "10Gi", count=2, annotations=distinct(index))
+    cluster.run()
     cluster.planned()
     for turn in range(3):  # a label written on node-0 before every pass
-        cluster.change("Node", NODES, None, "node-0", labelled({"turn": str(turn)}))
+        cluster.change(NODES, None, "node-0", labelled({"turn": str(turn)}))
         cluster.controller.run_once()
     assert sorted(name for name, _ in cluster.planned()) == names, "each pod once in three passes of two"
 
 
 def test_pods_of_one_shape_count_once_against_the_batch() -> None:
-    cluster = full_cluster(batch=2)
+    cluster = full_cluster(pending_batch=2)
     for index in range(6):  # one Deployment: one shape
-        cluster.pod(f"pair-{index}", "10Gi", count=2)
-    cluster.pod("other", "20Gi", count=2)
-    cluster.settle()
+        cluster.gpu_pod(f"pair-{index}", "10Gi", count=2)
+    cluster.gpu_pod("other", "20Gi", count=2)
+    cluster.run()
     cluster.planned()
     cluster.release("hold-node-0")
     cluster.controller.run_once()
@@ -262,30 +146,30 @@ def test_pods_of_one_shape_count_once_against_the_batch() -> None:
 
 
 def test_a_shape_that_stayed_pending_is_skipped_in_later_passes_until_something_changes() -> None:
-    cluster = full_cluster(batch=2)
+    cluster = full_cluster(pending_batch=2)
     names = [f"{shape}-{index}" for index in range(3) for shape in ("s", "t", "u")]  # interleaved
     sizes = {"s": "10Gi", "t": "20Gi", "u": "30Gi"}
     for name in names:
-        cluster.pod(name, sizes[name[0]], count=2)
-    cluster.settle()
+        cluster.gpu_pod(name, sizes[name[0]], count=2)
+    cluster.run()
     cluster.planned()
     cluster.release("hold-node-0")
     assert cluster.drain() == 2
     assert [name for name, _ in cluster.planned()] == ["s-0", "t-0", "u-0"], "one plan per shape in all"
     assert cluster.controller.requeue.pending_pods == {f"{NS}/{name}" for name in names}
-    cluster.change("Node", NODES, None, "node-0", labelled({"new": "label"}))  # a change: all again
+    cluster.change(NODES, None, "node-0", labelled({"new": "label"}))  # a change: all again
     cluster.drain()
     assert [name for name, _ in cluster.planned()] == ["s-0", "t-0", "u-0"]
 
 
 # --- which pods an event replans -----------------------------------------------------------------
 def test_a_quota_change_replans_only_the_pods_its_namespace_refused_for_quota() -> None:
-    cluster = Cluster()
+    cluster = three_free_nodes()
     for namespace in ("x", "y"):
         cluster.quota(namespace, "5Gi")
-        cluster.pod(f"{namespace}-over", "10Gi", namespace=namespace)
-    cluster.pod("x-huge", "90Gi", namespace="x")  # no card has 90 GiB: pending whatever the quota
-    cluster.settle()
+        cluster.gpu_pod(f"{namespace}-over", "10Gi", namespace=namespace)
+    cluster.gpu_pod("x-huge", "90Gi", namespace="x")  # no card has 90 GiB: pending whatever the quota
+    cluster.run()
     assert [cluster.reason(name, ns) for name, ns in (("x-over", "x"), ("y-over", "y"), ("x-huge", "x"))] == [
         "GpuQuotaExceeded", "GpuQuotaExceeded", "Unschedulable"
     ]  # fmt: skip
@@ -294,69 +178,68 @@ def test_a_quota_change_replans_only_the_pods_its_namespace_refused_for_quota() 
     def status_only(quota: Obj) -> None:
         quota["status"] = {"used": {"memory": "0"}}
 
-    cluster.change("GpuQuota", GPU_QUOTAS, "x", "team", status_only)  # our own status write
-    cluster.settle()
+    cluster.change(GPU_QUOTAS, "x", "team", status_only)  # our own status write
+    cluster.run()
     assert cluster.planned() == []
 
     def raise_limit(quota: Obj) -> None:
         quota["spec"]["hard"]["memory"] = "20Gi"
 
-    cluster.change("GpuQuota", GPU_QUOTAS, "x", "team", raise_limit)
-    cluster.settle()
+    cluster.change(GPU_QUOTAS, "x", "team", raise_limit)
+    cluster.run()
     assert cluster.planned() == [("x-over", frozenset(cluster.nodes))]
     assert not cluster.gated("x-over", "x") and cluster.gated("y-over", "y")
 
 
 def test_a_release_replans_quota_refused_pods_of_its_own_namespace_only() -> None:
-    cluster = Cluster()
+    cluster = three_free_nodes()
     cluster.quota(NS, CARD)
     cluster.quota("other", "20Gi")
-    cluster.pod("hold", CARD)
-    cluster.pod("mine", "10Gi")
-    cluster.pod("theirs", "10Gi", namespace="other")
-    cluster.pod("theirs-more", "20Gi", namespace="other")  # a card is free; their quota is not
-    cluster.settle()
+    cluster.gpu_pod("hold", CARD)
+    cluster.gpu_pod("mine", "10Gi")
+    cluster.gpu_pod("theirs", "10Gi", namespace="other")
+    cluster.gpu_pod("theirs-more", "20Gi", namespace="other")  # a card is free; their quota is not
+    cluster.run()
     assert cluster.reason("mine") == "GpuQuotaExceeded" == cluster.reason("theirs-more", "other")
     cluster.planned()
     cluster.release("hold")
-    cluster.settle()
+    cluster.run()
     assert cluster.planned() == [("mine", frozenset(cluster.nodes))]
     assert not cluster.gated("mine")
 
 
 def test_a_node_change_replans_pods_that_fitted_nowhere_on_that_node_only() -> None:
-    cluster = Cluster()
+    cluster = three_free_nodes()
     cluster.quota(NS, "5Gi")
-    cluster.pod("refused", "10Gi")  # a card is free: its quota is not
-    cluster.pod("picky", "10Gi", namespace="labelled", node_selector={"pool": "a"})  # no such node yet
-    cluster.settle()
+    cluster.gpu_pod("refused", "10Gi")  # a card is free: its quota is not
+    cluster.gpu_pod("picky", "10Gi", namespace="labelled", node_selector={"pool": "a"})  # no such node yet
+    cluster.run()
     assert (cluster.reason("refused"), cluster.reason("picky", "labelled")) == (
         "GpuQuotaExceeded",
         "Unschedulable",
     )
     cluster.planned()
-    gone = cluster.kube.objects.pop((NODES.plural, "", "node-1"))
-    cluster.controller._on_change("Node", gone, None)
-    cluster.settle()
+    cluster.remove(NODES, "node-1", namespace=None)
+    cluster.run()
     assert cluster.planned() == [], "a node gone makes room for nobody"
 
     def heartbeat(node: Obj) -> None:
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
 
-    cluster.change("Node", NODES, None, "node-0", heartbeat)  # nothing placement reads
-    cluster.settle()
+    cluster.change(NODES, None, "node-0", heartbeat)  # nothing placement reads
+    cluster.run()
     assert cluster.planned() == []
 
-    cluster.change("Node", NODES, None, "node-2", labelled({"pool": "a"}))
-    cluster.settle()
+    cluster.change(NODES, None, "node-2", labelled({"pool": "a"}))
+    cluster.run()
     assert cluster.planned() == [("picky", frozenset({"node-2"}))]
-    assert node_of(cluster, "picky", "labelled") == "node-2"
+    assert cluster.node_of("picky", "labelled") == "node-2"
 
 
 def test_a_slice_change_replans_on_that_slices_node_only() -> None:
     cluster = full_cluster()
-    cluster.pod("small", "10Gi")
-    cluster.settle()
+    cluster.gpu_pod("small", "10Gi")
+    cluster.run()
     cluster.planned()
     # node-1's plugin publishes a second card (a new pool generation replacing the old slice).
     (key,) = [key for key, item in cluster.slices.items() if item["spec"]["nodeName"] == "node-1"]
@@ -366,67 +249,65 @@ def test_a_slice_change_replans_on_that_slices_node_only() -> None:
     )
     new["spec"]["pool"]["generation"] = 2
     assert object_key(new) == key
-    cluster.controller.informers["ResourceSlice"].cache[key] = new
-    cluster.controller._on_change("ResourceSlice", old, new)
-    cluster.settle()
+    cluster.slice(new, old)
+    cluster.run()
     assert cluster.planned() == [("small", frozenset({"node-1"}))]
-    assert node_of(cluster, "small") == "node-1"
+    assert cluster.node_of("small") == "node-1"
 
 
 def test_another_drivers_slice_replans_nothing() -> None:
     cluster = full_cluster()
-    cluster.pod("small", "10Gi")
-    cluster.settle()
+    cluster.gpu_pod("small", "10Gi")
+    cluster.run()
     cluster.planned()
     (foreign,) = build_resource_slices(
         profile_gpus("h100-80gb", node_name="node-1", gpus=2), node_name="node-1", driver_name="other.example"
     )
-    cluster.controller.informers["ResourceSlice"].cache[object_key(foreign)] = foreign
-    cluster.controller._on_change("ResourceSlice", None, cluster.kube.put(RESOURCE_SLICES, foreign))
-    cluster.settle()
+    cluster.slice(foreign)
+    cluster.run()
     assert cluster.planned() == [] and cluster.gated("small")
 
 
 def test_a_device_class_change_replans_only_the_pods_whose_claims_ask_for_it() -> None:
-    cluster = Cluster()
-    cluster.pod("orphan", "10Gi", klass="special")  # its class does not exist yet
-    cluster.pod("waiting", "90Gi")  # our class, but no card has 90 GiB
-    cluster.settle()
+    cluster = three_free_nodes()
+    cluster.gpu_pod("orphan", "10Gi", klass="special")  # its class does not exist yet
+    cluster.gpu_pod("waiting", "90Gi")  # our class, but no card has 90 GiB
+    cluster.run()
     assert (cluster.reason("orphan"), cluster.reason("waiting")) == ("DeviceClassNotFound", "Unschedulable")
     cluster.planned()
     special = device_class(DRIVER)
     special["metadata"]["name"] = "special"
-    cluster.add("DeviceClass", DEVICE_CLASSES, special)
-    cluster.settle()
+    cluster.add(DEVICE_CLASSES, special)
+    cluster.run()
     assert cluster.planned() == [("orphan", frozenset(cluster.nodes))]
     assert not cluster.gated("orphan")
 
     def retitle(klass: Obj) -> None:
         klass["metadata"]["labels"] = {"edited": "yes"}
 
-    cluster.change("DeviceClass", DEVICE_CLASSES, None, DRIVER, retitle)
-    cluster.settle()
+    cluster.change(DEVICE_CLASSES, None, DRIVER, retitle)
+    cluster.run()
     assert cluster.planned() == [("waiting", frozenset(cluster.nodes))]
 
 
 def test_a_pod_whose_pending_reason_is_unknown_is_replanned_on_any_change_everywhere() -> None:
     cluster = full_cluster()
-    cluster.pod("lost", "10Gi", count=2)
-    cluster.settle()
+    cluster.gpu_pod("lost", "10Gi", count=2)
+    cluster.run()
     uid = str(cluster.kube.stored(PODS, NS, "lost")["metadata"]["uid"])
     cluster.controller.reports.clear(uid)  # as if its report had failed
     cluster.planned()
-    cluster.change("Node", NODES, None, "node-0", labelled({"a": "b"}))
-    cluster.settle()
+    cluster.change(NODES, None, "node-0", labelled({"a": "b"}))
+    cluster.run()
     assert cluster.planned() == [("lost", frozenset(cluster.nodes))]
 
 
 # --- a queued pod's nodes ------------------------------------------------------------------------
 def test_pods_of_one_shape_queued_for_different_nodes_are_not_skipped_for_each_other() -> None:
     cluster = full_cluster()
-    cluster.pod("s-0", "10Gi")
-    cluster.pod("s-1", "10Gi")
-    cluster.settle()
+    cluster.gpu_pod("s-0", "10Gi")
+    cluster.gpu_pod("s-1", "10Gi")
+    cluster.run()
     cluster.planned()
     cluster.release("hold-node-2")
     cluster.controller._drain()  # the release queues both for node-2; s-0 is made to look elsewhere
@@ -434,14 +315,14 @@ def test_pods_of_one_shape_queued_for_different_nodes_are_not_skipped_for_each_o
     cluster.controller.requeue.retries.add([(f"{NS}/s-0", frozenset({"node-0"}))])
     cluster.controller.run_once()
     assert cluster.planned() == [("s-0", frozenset({"node-0"})), ("s-1", frozenset({"node-2"}))]
-    assert cluster.gated("s-0") and node_of(cluster, "s-1") == "node-2"
+    assert cluster.gated("s-0") and cluster.node_of("s-1") == "node-2"
 
 
 def test_a_pod_pending_for_its_quota_is_planned_everywhere_whatever_nodes_it_was_queued_for() -> None:
-    cluster = Cluster()
+    cluster = three_free_nodes()
     cluster.quota(NS, "5Gi")
-    cluster.pod("refused", "10Gi")
-    cluster.settle()
+    cluster.gpu_pod("refused", "10Gi")
+    cluster.run()
     assert cluster.reason("refused") == "GpuQuotaExceeded"
     cluster.planned()
     cluster.controller.requeue.retries.add([(f"{NS}/refused", frozenset({"node-0"}))])

@@ -62,6 +62,7 @@ def device(claim: dict[str, Any]) -> str:
     return str(claim["status"]["allocation"]["devices"]["results"][0]["device"])
 
 
+@pytest.mark.slow
 def test_the_seed_pod_verbatim_runs_with_hamis_limits_and_annotation(
     hami: tuple[Harness, SandboxCluster],
 ) -> None:
@@ -91,6 +92,7 @@ def test_the_seed_pod_verbatim_runs_with_hamis_limits_and_annotation(
     assert (vendor, memory, cores) == ("NVIDIA", "8000", "0") and uuid.startswith("GPU-")
 
 
+@pytest.mark.slow
 def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(hami: tuple[Harness, SandboxCluster]) -> None:
     h, _ = hami
     tenants = [
@@ -121,6 +123,7 @@ def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(hami: tuple[Harnes
     assert not h.bound_node("whole-2")
 
 
+@pytest.mark.slow
 def test_card_type_and_uuid_annotations_filter_as_in_hami(hami: tuple[Harness, SandboxCluster]) -> None:
     h, _ = hami
     h.create_pod(hami_pod("no-t4", {"nvidia.com/gpumem": 1000}, **{"nvidia.com/nouse-gputype": "t4"}))
@@ -131,6 +134,7 @@ def test_card_type_and_uuid_annotations_filter_as_in_hami(hami: tuple[Harness, S
     wait_for(lambda: any("CardUuidMismatch" in e for e in h.events("bad-uuid")), what="CardUuidMismatch")
 
 
+@pytest.mark.slow
 def test_percentages_are_per_card(hami: tuple[Harness, SandboxCluster]) -> None:
     h, _ = hami
     h.create_pod(hami_pod("quarter", {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25}))
@@ -139,6 +143,7 @@ def test_percentages_are_per_card(hami: tuple[Harness, SandboxCluster]) -> None:
     assert consumed["memory"] == "3840Mi", "25% of a 15360 MiB T4"
 
 
+@pytest.mark.slow
 def test_deleted_pods_take_their_claims_and_bad_requests_are_refused(
     hami: tuple[Harness, SandboxCluster],
 ) -> None:

@@ -1,10 +1,13 @@
-"""Failure cases against the sandbox: conflicts, injected API faults, watch loss, failover, crashes."""
+"""Failure cases against the sandbox: conflicts, injected API faults, watch loss, failover, crashes,
+and writes held in flight while the worker's threads plan the next pods."""
 
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -57,6 +60,7 @@ def test_written_objects_pass_kubernetes_validate(harness: Harness) -> None:
     assert_valid(harness.get_pod("big-pod"))
 
 
+@pytest.mark.slow
 def test_conflicts_and_server_errors_are_retried(harness: Harness) -> None:
     harness.server.faults.inject(r"/resourceclaims/c1/status$", status=409, count=2, methods={"PUT"})
     harness.server.faults.inject(r"/pods/p1$", status=409, count=1, methods={"PUT"})
@@ -111,6 +115,7 @@ def test_watch_loss_and_410_relist_keep_working(harness: Harness) -> None:
     wait_for(lambda: controller.informers["ResourceClaim"].relists > relists, what="relist after 410")
 
 
+@pytest.mark.slow
 def test_leader_failover_never_both_allocate(harness: Harness) -> None:
     electors = []
     controllers = []
@@ -212,3 +217,128 @@ def test_burst_of_exclusive_claims_never_shares_a_card(harness: Harness) -> None
     pending = next(f"b{i}-pod" for i in range(5) if not harness.bound_node(f"b{i}-pod"))
     wait_for(lambda: harness.events(pending), what="pending event")
     assert "ExclusiveDeviceAllocateConflict" in harness.events(pending)[0]
+
+
+# --- writes held in flight: what the worker's threads plan meanwhile ------------------------------
+
+
+def _listed_claim(h: Harness, name: str) -> dict[str, Any] | None:
+    """Read a claim through the list path (GETs of the claim itself may carry injected faults)."""
+    for item in h.kube.list(RESOURCE_CLAIMS).get("items") or ():
+        if item["metadata"]["name"] == name:
+            item.setdefault("apiVersion", "resource.k8s.io/v1")
+            item.setdefault("kind", "ResourceClaim")
+            return dict(item)
+    return None
+
+
+def test_a_claim_shared_by_two_gated_pods_is_planned_once_while_it_is_written(harness: Harness) -> None:
+    """Pod B must not re-plan a claim whose allocation pod A is still writing.
+
+    Otherwise B's plan replaces A's assumed use in the ledger, A's write wins, and the card A
+    took looks free to the next pod: two exclusive claims on one card.
+    """
+    # A whole card: a claim with memory/cores limits may serve only one pod (GpuLimitsConflict).
+    harness.create_claim(claim("shared", request(klass="gpu-mutex")))
+    harness.create_pod(pod("a-pod", {"gpu": "claim:shared"}))
+    harness.create_pod(pod("b-pod", {"gpu": "claim:shared"}))
+    for i in range(3):
+        harness.create_claim(claim(f"d{i}", request(klass="gpu-mutex", memory="1Gi")))
+        harness.create_pod(pod(f"d{i}-pod", {"gpu": f"claim:d{i}"}))
+    # Keep the shared claim's first write in flight until every pod is planned in one pass.
+    release = threading.Event()
+    harness.server.faults.inject(r"/resourceclaims/shared$", hold=release, count=1, methods={"PUT"})
+    controller = harness.start_controller(write_workers=1)
+    wait_for(lambda: len(controller.binding.keys()) == 4, what="a-pod and d0..d2 planned (b-pod waits)")
+    release.set()
+    names = ["a-pod", "b-pod", "d0-pod", "d1-pod", "d2-pod"]
+    wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
+    controller.wait_idle()
+    placed = [device for name in ["shared", "d0", "d1", "d2"] for device in harness.devices_of(name)]
+    assert sorted(placed) == [f"node-1/gpu-{i}" for i in range(4)], placed
+
+
+def test_a_claim_referenced_twice_by_one_pod_is_counted_once_while_it_is_written(harness: Harness) -> None:
+    """Two pod entries naming one ResourceClaim: one allocation, and the ledger keeps the one written."""
+    harness.create_claim(claim("dup", request(klass="gpu-mutex", memory="1Gi")))
+    harness.create_pod(pod("a-dup-pod", {"g1": "claim:dup", "g2": "claim:dup"}))
+    for i in range(3):
+        harness.create_claim(claim(f"e{i}", request(klass="gpu-mutex", memory="1Gi")))
+        harness.create_pod(pod(f"e{i}-pod", {"gpu": f"claim:e{i}"}))
+    release = threading.Event()
+    harness.server.faults.inject(r"/resourceclaims/dup$", hold=release, count=1, methods={"PUT"})
+    controller = harness.start_controller(write_workers=1)
+    wait_for(lambda: len(controller.binding.keys()) == 4, what="every pod planned while dup's write is held")
+    release.set()
+    names = ["a-dup-pod", "e0-pod", "e1-pod", "e2-pod"]
+    wait_for(lambda: all(harness.bound_node(name) for name in names), timeout=30, what="all bound")
+    controller.wait_idle()
+    assert len(harness.devices_of("dup")) == 1
+    placed = [device for name in ["dup", "e0", "e1", "e2"] for device in harness.devices_of(name)]
+    assert sorted(placed) == [f"node-1/gpu-{i}" for i in range(4)], placed
+
+
+def test_a_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Harness) -> None:
+    """A conflict whose re-read fails must not wedge the claim: it is released when its pod goes."""
+    status_conflict = harness.server.faults.inject(
+        r"/resourceclaims/wedged/status$", status=409, count=None, methods={"PUT"}
+    )
+    reread = harness.server.faults.inject(r"/resourceclaims/wedged$", status=500, count=None, methods={"GET"})
+    controller = harness.start_controller()
+    harness.create_claim(claim("wedged", request(memory="1Gi")))
+    harness.create_pod(pod("wedged-pod", {"gpu": "claim:wedged"}))
+    wait_for(lambda: status_conflict.hits >= 1 and reread.hits >= 1, what="conflict and failed re-read")
+    harness.kube.delete(PODS, NS, "wedged-pod")
+    wait_for(lambda: "default/wedged-pod" not in controller.cache.pods, what="pod gone from the cache")
+    controller.wait_idle()
+    harness.server.faults.clear()
+
+    def released() -> bool:
+        listed = _listed_claim(harness, "wedged")
+        return listed is not None and FINALIZER not in listed["metadata"].get("finalizers", [])
+
+    wait_for(released, what="our finalizer removed once the pod is gone")
+    harness.kube.delete(RESOURCE_CLAIMS, NS, "wedged")
+    wait_for(lambda: _listed_claim(harness, "wedged") is None, what="claim deleted (our finalizer removed)")
+    assert not controller.cache.assumed.in_flight
+
+
+def test_a_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harness: Harness) -> None:
+    """Another allocator takes the claim while our write fails and cannot be re-read: count theirs."""
+    release = threading.Event()
+    slow = harness.server.faults.inject(
+        r"/resourceclaims/taken$", status=500, hold=release, count=1, methods={"PUT"}
+    )
+    harness.server.faults.inject(r"/resourceclaims/taken$", status=500, count=1, methods={"GET"})
+    # The gate stays (its removal keeps failing): no later write of the claim corrects the ledger.
+    ungate = harness.server.faults.inject(r"/pods/taken-pod$", status=500, count=None, methods={"PUT"})
+    controller = harness.start_controller()
+    harness.create_claim(claim("taken", request(memory="1Gi")))
+    harness.create_pod(pod("taken-pod", {"gpu": "claim:taken"}))
+    wait_for(lambda: slow.hits >= 1, what="our finalizer write in flight")
+    current = _listed_claim(harness, "taken")
+    assert current is not None
+    current["status"] = {
+        "allocation": {
+            "allocationTimestamp": "2026-01-01T00:00:00Z",
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "gpu-2"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+                ]
+            },
+        }
+    }
+    harness.kube.update(RESOURCE_CLAIMS, current, status=True)  # e.g. kube-scheduler, first fit
+    release.set()  # only now does our write fail
+    wait_for(lambda: ungate.hits >= 1, what="gate removal tried with the other allocation")
+    uid = current["metadata"]["uid"]
+
+    def counted() -> bool:
+        uses = controller.cache.ledger.claims().get(uid, ())
+        return [use.device.device for use in uses] == ["gpu-2"] and uses[0].memory is None
+
+    wait_for(counted, timeout=5, what="the exclusive result on gpu-2 counted in the ledger")
+    assert controller.cache.ledger.state.nodes["node-1"].usage[2].tenants == 10

@@ -35,6 +35,7 @@ def usage_from_api(h: Harness) -> dict[tuple[str, str], list[int]]:
     return used
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_pods_never_overcommit_a_card(harness: Harness, seed: int) -> None:
     rng = random.Random(seed)

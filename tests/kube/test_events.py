@@ -126,7 +126,9 @@ def test_a_repeat_counts_on_the_series_of_the_same_event(
     ]
 
 
-def test_another_note_reason_type_or_object_is_another_event(kube: FakeKube, recorder: EventRecorder) -> None:
+def test_another_note_reason_type_object_or_namespace_is_another_event(
+    kube: FakeKube, recorder: EventRecorder
+) -> None:
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "quota team-a exceeded")
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no node has 80Gi free")
     recorder.emit(pod(), "Warning", "GpuQuotaExceeded", "Allocate", "quota team-a exceeded")
@@ -134,8 +136,11 @@ def test_another_note_reason_type_or_object_is_another_event(kube: FakeKube, rec
     recorder.emit(
         pod(uid="uid-web-0-again"), "Warning", "FailedAllocation", "Allocate", "quota team-a exceeded"
     )
+    # The same name and uid in another namespace.
+    recorder.emit(pod(namespace="team-b"), "Warning", "FailedAllocation", "Allocate", "quota team-a exceeded")
 
-    assert len(events(kube)) == 5
+    assert len(events(kube)) == 6
+    assert sorted(e["metadata"]["namespace"] for e in events(kube)) == ["team-a"] * 5 + ["team-b"]
     assert all("series" not in e for e in events(kube))
 
 
@@ -161,15 +166,24 @@ def test_the_cache_is_bounded_and_forgets_the_least_recently_seen(kube: FakeKube
     assert len(by_object["c"]) == 1
 
 
-def test_a_series_not_seen_for_the_window_is_finished(
-    kube: FakeKube, recorder: EventRecorder, clock: Clock
+@pytest.mark.parametrize(
+    ("gap", "finished"),
+    [(6 * 60, False), (6 * 60 + 1, True)],
+    ids=["seen-exactly-at-the-window-goes-on", "not-seen-for-the-window-is-finished"],
+)
+def test_a_series_lasts_the_window_after_its_last_occurrence(
+    kube: FakeKube, recorder: EventRecorder, clock: Clock, gap: int, finished: bool
 ) -> None:
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
     clock.advance(5 * 60)
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # within 6 minutes
-    clock.advance(6 * 60 + 1)
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # a new Event
+    clock.advance(gap)  # more than 6 minutes after the first: the window counts from the last one
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
 
+    if not finished:
+        (event,) = events(kube)
+        assert event["series"]["count"] == 3
+        return
     first, second = sorted(events(kube), key=lambda e: e["eventTime"])
     assert first["series"]["count"] == 2
     assert second["eventTime"] == micro_time(clock.now) and "series" not in second
@@ -188,12 +202,14 @@ def test_an_expired_event_is_created_again_with_its_series(
     (event,) = events(kube)
     assert event["metadata"]["name"] != gone["metadata"]["name"]
     assert event["metadata"]["name"].startswith("web-0.")
+    assert event["metadata"]["namespace"] == "team-a"
+    assert ("events", "team-a", event["metadata"]["name"]) in kube.objects
     assert event["series"] == {"count": 2, "lastObservedTime": micro_time(clock.now)}
     assert event["eventTime"] == gone["eventTime"]
     assert [c[0] for c in kube.writes("events")] == ["create", "update", "create"]
 
 
-def test_an_expired_event_that_cannot_be_created_again_is_created_on_the_next_repeat(
+def test_an_expired_event_that_cannot_be_created_again_is_created_on_the_next_repeat_then_updated(
     kube: FakeKube, recorder: EventRecorder
 ) -> None:
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
@@ -202,21 +218,34 @@ def test_an_expired_event_that_cannot_be_created_again_is_created_on_the_next_re
     kube.fail("create", "events", 503, "the server is shutting down")
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # update 404, create 503
     assert events(kube) == []
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # created again
     (event,) = events(kube)
     assert event["series"]["count"] == 3
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # an update of it
+    (event,) = events(kube)
+    assert event["metadata"]["namespace"] == "team-a"
+    assert event["series"]["count"] == 4
+    assert [c[0] for c in kube.writes("events")][-2:] == ["create", "update"]
 
 
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (403, 'events.events.k8s.io is forbidden: User "system:serviceaccount"'),
+        (0, "connection refused"),  # an unreachable API
+    ],
+    ids=["refused", "unreachable"],
+)
 def test_api_errors_are_logged_and_never_raised(
-    kube: FakeKube, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+    kube: FakeKube, recorder: EventRecorder, caplog: pytest.LogCaptureFixture, status: int, message: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="dra_driver.kube.events")
-    kube.fail("create", "events", 403, 'events.events.k8s.io is forbidden: User "system:serviceaccount"')
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
+    kube.fail("create", "events", status, message)
+    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # no exception
     assert events(kube) == []
     assert len(recorder) == 0  # nothing to count on: the next occurrence tries to create again
     assert "event FailedAllocation about pod team-a/web-0 not recorded" in caplog.text
-    assert "forbidden" in caplog.text
+    assert message in caplog.text
 
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
     kube.fail("update", "events", 500, "etcd leader changed")
@@ -225,12 +254,6 @@ def test_api_errors_are_logged_and_never_raised(
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
     (event,) = events(kube)
     assert event["series"]["count"] == 3  # the failed write's occurrence is in the count
-
-
-def test_an_unreachable_api_is_swallowed_too(kube: FakeKube, recorder: EventRecorder) -> None:
-    kube.fail("create", "events", 0, "connection refused")
-    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # no exception
-    assert events(kube) == []
 
 
 def test_not_even_a_bug_in_the_api_layer_reaches_the_caller(
@@ -245,12 +268,23 @@ def test_not_even_a_bug_in_the_api_layer_reaches_the_caller(
     assert "RuntimeError: unexpected" in caplog.text
 
 
-def test_events_about_a_cluster_scoped_object_go_to_default(kube: FakeKube, recorder: EventRecorder) -> None:
-    recorder.emit(NODE, "Warning", "DevicePluginPresent", "PublishDevices", "4 GPU(s) not published")
+@pytest.mark.parametrize(
+    ("regarding", "reference"),
+    [
+        (NODE, {"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": "uid-node-1"}),
+        # An object without an apiVersion is referred to as core/v1.
+        ({"kind": "Pod", "metadata": {"name": "bare"}}, {"apiVersion": "v1", "kind": "Pod", "name": "bare"}),
+    ],
+    ids=["cluster-scoped", "no-api-version"],
+)
+def test_events_about_an_object_without_a_namespace_go_to_default(
+    kube: FakeKube, recorder: EventRecorder, regarding: dict[str, Any], reference: dict[str, str]
+) -> None:
+    recorder.emit(regarding, "Warning", "DevicePluginPresent", "PublishDevices", "4 GPU(s) not published")
     (event,) = events(kube)
     assert event["metadata"]["namespace"] == "default"
-    assert event["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": "uid-node-1"}
-    assert event["metadata"]["name"].startswith("node-1.")
+    assert event["regarding"] == reference
+    assert event["metadata"]["name"].startswith(f"{reference['name']}.")
 
 
 def test_the_note_is_cut_at_1024_bytes_without_splitting_a_character(
@@ -260,8 +294,21 @@ def test_the_note_is_cut_at_1024_bytes_without_splitting_a_character(
     recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", note)
     (event,) = events(kube)
     assert event["note"] == "é" * 512 and len(event["note"].encode()) == 1024
-    assert truncate_note("x" * 1025) == "x" * 1024 and truncate_note("short") == "short"
-    assert truncate_note("a" + "€" * 400) == "a" + "€" * 341  # 1 + 3*341 = 1024 bytes
+
+
+@pytest.mark.parametrize(
+    ("note", "cut"),
+    [
+        ("short", "short"),
+        ("x" * 1024, "x" * 1024),
+        ("x" * 1025, "x" * 1024),
+        ("a" + "€" * 400, "a" + "€" * 341),  # 1 + 3*341 = 1024 bytes
+        ("€" * 400, "€" * 341),  # 1023 bytes: the 342nd euro's first byte is dropped
+    ],
+    ids=["short", "at-the-limit", "over", "cut-between-characters", "cut-inside-a-character"],
+)
+def test_truncate_note_keeps_1024_bytes_and_drops_a_partial_character(note: str, cut: str) -> None:
+    assert truncate_note(note) == cut
 
 
 def test_what_cannot_be_an_event_is_dropped_with_a_log_line(
@@ -274,10 +321,24 @@ def test_what_cannot_be_an_event_is_dropped_with_a_log_line(
     assert "has no kind or name" in caplog.text and "'Error' is not Normal or Warning" in caplog.text
 
 
-def test_the_instance_is_cut_to_the_api_limit_and_a_controller_is_required(kube: FakeKube) -> None:
+def test_the_instance_is_cut_to_the_api_limit_and_a_cache_of_one_series_is_allowed(kube: FakeKube) -> None:
     assert EventRecorder(kube, controller="gpu.hami.io/x", instance="i" * 300).instance == "i" * 128
-    with pytest.raises(ValueError, match="reporting controller"):
-        EventRecorder(kube, controller="", instance="i")
+    assert len(EventRecorder(kube, controller="gpu.hami.io/x", instance="i", cache_size=1)) == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refusal"),
+    [
+        ({"controller": "gpu.hami.io/x", "cache_size": 0}, r"^cache_size must be at least 1$"),
+        ({"controller": ""}, r"^an event recorder needs a reporting controller name$"),
+    ],
+    ids=["no-cache", "no-controller"],
+)
+def test_a_recorder_without_a_cache_or_a_controller_is_refused(
+    kube: FakeKube, arguments: dict[str, Any], refusal: str
+) -> None:
+    with pytest.raises(ValueError, match=refusal):
+        EventRecorder(kube, instance="i", **arguments)
 
 
 def test_the_two_shapes_convert_both_ways() -> None:
@@ -321,36 +382,6 @@ def test_the_clock_and_micro_time_are_utc_whatever_the_machines_zone(monkeypatch
         time.tzset()
 
 
-def test_a_cut_that_would_split_a_character_drops_the_partial_character() -> None:
-    assert truncate_note("€" * 400) == "€" * 341  # 1023 bytes: the 342nd euro's first byte is dropped
-    assert truncate_note("x" * 1024) == "x" * 1024
-
-
-def test_an_object_without_an_api_version_is_referred_to_as_core_v1(
-    kube: FakeKube, recorder: EventRecorder
-) -> None:
-    recorder.emit({"kind": "Pod", "metadata": {"name": "bare"}}, "Normal", "Allocated", "Allocate", "gpu-0")
-    (event,) = events(kube)
-    assert event["regarding"] == {"apiVersion": "v1", "kind": "Pod", "name": "bare"}
-
-
-def test_a_cache_of_one_series_is_allowed_and_none_is_refused(kube: FakeKube) -> None:
-    assert len(EventRecorder(kube, controller="gpu.hami.io/x", instance="i", cache_size=1)) == 0
-    with pytest.raises(ValueError, match=r"^cache_size must be at least 1$"):
-        EventRecorder(kube, controller="gpu.hami.io/x", instance="i", cache_size=0)
-    with pytest.raises(ValueError, match=r"^an event recorder needs a reporting controller name$"):
-        EventRecorder(kube, controller="", instance="i")
-
-
-def test_the_same_name_and_uid_in_another_namespace_is_another_event(
-    kube: FakeKube, recorder: EventRecorder
-) -> None:
-    recorder.emit(pod(namespace="team-a"), "Normal", "Allocated", "Allocate", "gpu-0")
-    recorder.emit(pod(namespace="team-b"), "Normal", "Allocated", "Allocate", "gpu-0")
-    assert sorted(e["metadata"]["namespace"] for e in events(kube)) == ["team-a", "team-b"]
-    assert all("series" not in e for e in events(kube))
-
-
 def test_the_event_is_created_in_its_objects_namespace(
     kube: FakeKube, recorder: EventRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -392,44 +423,6 @@ def test_a_refused_write_is_an_info_line_naming_the_object(
     recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")  # created again, the count kept
     (event,) = events(kube)
     assert event["series"]["count"] == 5
-
-
-def test_a_series_seen_exactly_at_the_window_goes_on(
-    kube: FakeKube, recorder: EventRecorder, clock: Clock
-) -> None:
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
-    clock.advance(6 * 60)
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
-    (event,) = events(kube)
-    assert event["series"]["count"] == 2
-
-
-def test_an_event_created_again_is_updated_by_the_next_repeat(
-    kube: FakeKube, recorder: EventRecorder
-) -> None:
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
-    (gone,) = events(kube)
-    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
-    kube.fail("create", "events", 503, "the server is shutting down")
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # update 404, create 503
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # created again
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")  # an update of it
-    (event,) = events(kube)
-    assert event["metadata"]["namespace"] == "team-a"
-    assert event["series"]["count"] == 4
-    assert [c[0] for c in kube.writes("events")][-2:] == ["create", "update"]
-
-
-def test_an_event_recreated_after_expiry_stays_in_its_namespace(
-    kube: FakeKube, recorder: EventRecorder
-) -> None:
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
-    (gone,) = events(kube)
-    del kube.objects[("events", "team-a", gone["metadata"]["name"])]
-    recorder.emit(pod(), "Warning", "FailedAllocation", "Allocate", "no GPU free")
-    (event,) = events(kube)
-    assert event["metadata"]["namespace"] == "team-a"
-    assert ("events", "team-a", event["metadata"]["name"]) in kube.objects
 
 
 def test_the_count_is_written_even_after_another_writer_changed_the_event(
