@@ -80,3 +80,52 @@ def test_submit_after_shutdown_is_refused() -> None:
     pool.shutdown()
     with pytest.raises(RuntimeError):
         pool.submit("ns/a", placed("a"))
+
+
+def test_one_writer_runs_one_bind_at_a_time_on_a_thread_named_writer() -> None:
+    """``workers`` bounds the binds in flight on the API (thread names show up in profiles)."""
+    release = threading.Event()
+    running: list[tuple[str, str]] = []
+
+    def bind(job: Placed) -> BindResult:
+        running.append((job.pod.name, threading.current_thread().name))
+        if job.pod.name == "first":
+            assert release.wait(10)
+        return BindResult(job)
+
+    pool = BindingPool(bind, workers=1, wake=threading.Event())
+    try:
+        pool.submit("ns/first", placed("first"))
+        pool.submit("ns/second", placed("second"))
+        while not running:
+            threading.Event().wait(0.01)
+        assert not pool.wait_idle(timeout=0.1)
+        assert [name for name, _ in running] == ["first"], "the second waits for the only writer"
+        release.set()
+        while len(running) < 2:
+            threading.Event().wait(0.01)
+        assert all(thread.startswith("writer") for _, thread in running), running
+    finally:
+        release.set()
+        pool.shutdown()
+
+
+def test_shutdown_lets_the_running_bind_finish_and_drops_the_queued_ones() -> None:
+    release = threading.Event()
+    started = threading.Event()
+    finished: list[str] = []
+
+    def bind(job: Placed) -> BindResult:
+        if job.pod.name == "running":
+            started.set()
+            assert release.wait(10)
+        finished.append(job.pod.name)
+        return BindResult(job)
+
+    pool = BindingPool(bind, workers=1, wake=threading.Event())
+    pool.submit("ns/running", placed("running"))
+    pool.submit("ns/queued", placed("queued"))
+    assert started.wait(10)
+    threading.Timer(0.2, release.set).start()
+    pool.shutdown()
+    assert finished == ["running"], "shutdown waited for the running bind and cancelled the queued one"

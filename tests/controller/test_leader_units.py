@@ -6,11 +6,14 @@ which a loaded machine could make flaky.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from dra_driver.kube.api import LEASES, Obj, Resource
-from dra_driver.kube.leader import Clock, LeaderElector
+from dra_driver.kube.leader import Clock, LeaderElector, _format, _parse
 from tests.controller.fake_kube import FakeKube
 
 NS = "hami-system"
@@ -120,3 +123,75 @@ def test_stopping_releases_the_lease_for_an_immediate_takeover() -> None:
     assert lease["spec"]["holderIdentity"] is None
     b.step()
     assert b.is_leader()
+
+
+def test_the_first_replica_creates_the_lease_as_the_api_expects_it() -> None:
+    kube = SlowLeaseKube()
+    elector(kube, "a", lease_duration=15.0).step()
+    lease = kube.stored(LEASES, NS, "hami-dra-controller")
+    assert (lease["apiVersion"], lease["kind"]) == ("coordination.k8s.io/v1", "Lease")
+    assert lease["metadata"]["namespace"] == NS
+    spec = lease["spec"]
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"], spec["leaseTransitions"]) == ("a", 15, 0)
+    assert spec["acquireTime"] == spec["renewTime"] == "1970-01-12T13:46:40.000000Z"  # FakeTime's start
+
+
+def test_a_lease_that_names_no_duration_lasts_our_own() -> None:
+    """Another holder's Lease without ``leaseDurationSeconds`` is held for our duration, not 0."""
+    kube = SlowLeaseKube()
+    kube.put(LEASES, {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "hami-dra-controller", "namespace": NS},
+        "spec": {"holderIdentity": "other", "renewTime": "1970-01-12T13:46:40.000000Z"},
+    })  # fmt: skip
+    b = elector(kube, "b")  # lease_duration 1.0
+    kube.time.advance(0.9)
+    b.step()
+    assert not b.is_leader() and holder(kube) == "other"
+    kube.time.advance(0.2)
+    b.step()
+    assert b.is_leader()
+
+
+def test_stopping_a_replica_that_does_not_lead_leaves_the_lease_alone() -> None:
+    kube = SlowLeaseKube()
+    a, b = elector(kube, "a"), elector(kube, "b")
+    a.step()
+    b.step()
+
+    def no_reads(*args: Any) -> Obj:
+        raise AssertionError(f"a replica that does not lead read {args[:3]} on stop")
+
+    kube.get = no_reads  # type: ignore[method-assign]
+    b.stop()
+    assert holder(kube) == "a" and not b.is_leader()
+
+
+def test_the_timings_default_to_kube_controller_managers() -> None:
+    defaults = LeaderElector(SlowLeaseKube(), NS, "a")
+    assert (defaults.lease_duration, defaults.renew_deadline, defaults.retry_period) == (15.0, 10.0, 2.0)
+
+
+def test_leading_holds_up_to_the_renew_deadline_inclusive() -> None:
+    kube = SlowLeaseKube()
+    a = elector(kube, "a", renew_deadline=0.5)
+    a.step()
+    kube.time.advance(0.5)
+    assert a.is_leader() is True, "exactly at the deadline: still leading"
+    kube.time.advance(0.01)
+    assert a.is_leader() is False
+    kube.delays = [0.5]  # a renewal answered exactly at the deadline still counts
+    a.step()
+    assert a.is_leader() is True
+
+
+def test_lease_times_are_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert _parse("2026-01-01T00:00:00.000000Z") == 1767225600.0
+        assert _parse("2026-01-01T00:00:00Z") == 1767225600.0
+        assert _format(1767225600.0) == "2026-01-01T00:00:00.000000Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
