@@ -133,7 +133,8 @@ def main(argv: list[str]) -> int:
         add("Pod", PODS, in_namespace(body, namespace))
     controller.run_once()
     setup = time.perf_counter() - started
-    assert len(controller.pending_pods) == args.pending, f"{len(controller.pending_pods)} pending"
+    pending = len(controller.requeue.pending_pods)
+    assert pending == args.pending, f"{pending} pending"
     right = (
         "tenant-b-pod"
         if args.tenants
@@ -188,7 +189,7 @@ def main(argv: list[str]) -> int:
         "controller_cpu_seconds_for_the_event": round(cpu_spent, 4),
         "seconds_until_no_retry_queued": round(drained_after, 4),
         "passes": passes,
-        "still_pending": len(controller.pending_pods),
+        "still_pending": len(controller.requeue.pending_pods),
     }
     if args.json:
         print(json.dumps(figures))
