@@ -10,8 +10,10 @@ writer threads (``workers=0``, tests) a bind runs at once on the caller's thread
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -27,6 +29,14 @@ class BindingPool:
         self._wake = wake
         self._writers = ThreadPoolExecutor(workers, thread_name_prefix="writer") if workers else None
         self._in_flight: dict[str, tuple[Placed, Future[BindResult]]] = {}
+        #: Keys of the binds that completed, in completion order, appended by the writer threads:
+        #: collecting costs what finished, not a look at every bind still queued (hundreds in a burst).
+        self._done: deque[str] = deque()
+
+    @property
+    def threaded(self) -> bool:
+        """Binds run on writer threads (else ``submit`` runs them at once)."""
+        return self._writers is not None
 
     def __contains__(self, key: object) -> bool:
         return key in self._in_flight
@@ -45,17 +55,22 @@ class BindingPool:
                 future.set_result(self._bind(placed))
             except Exception as err:  # reported by ``finished`` like a failed writer thread
                 future.set_exception(err)
-        else:
-            future = self._writers.submit(self._bind, placed)
-            future.add_done_callback(lambda _: self._wake.set())
-        self._in_flight[key] = (placed, future)
+            self._in_flight[key] = (placed, future)
+            self._done.append(key)
+            return
+        future = self._writers.submit(self._bind, placed)
+        self._in_flight[key] = (placed, future)  # before the callback can name it
+        future.add_done_callback(functools.partial(self._completed, key))
+
+    def _completed(self, key: str, _: Future[BindResult]) -> None:
+        self._done.append(key)
+        self._wake.set()
 
     def finished(self) -> Iterator[tuple[str, Placed, BindResult | Exception]]:
         """The binds that completed since the last call: their result, or what a writer raised."""
-        for key, (placed, future) in list(self._in_flight.items()):
-            if not future.done():
-                continue
-            del self._in_flight[key]
+        while self._done:
+            key = self._done.popleft()
+            placed, future = self._in_flight.pop(key)
             try:
                 outcome: BindResult | Exception = future.result()
             except Exception as err:

@@ -244,7 +244,8 @@ class Controller:
         if isinstance(outcome, Placed):
             self.requeue.not_pending(pod.key)
             self.binding.submit(pod.key, outcome)
-            self._collect()  # without writer threads the bind is done already
+            if not self.binding.threaded:
+                self._collect()  # the bind is done already
             return Step.BINDING
         if isinstance(outcome, Unschedulable):
             return Step.PENDING
