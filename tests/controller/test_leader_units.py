@@ -195,3 +195,17 @@ def test_lease_times_are_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyP
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_leader_that_finds_the_lease_taken_stops_leading_at_once() -> None:
+    """Not at its renew deadline: another holder's valid Lease means two leaders until then."""
+    kube = SlowLeaseKube()
+    a = elector(kube, "a")
+    a.step()
+    assert a.is_leader()
+    lease = kube.get(LEASES, NS, "hami-dra-controller")
+    lease["spec"] |= {"holderIdentity": "b", "renewTime": lease["spec"]["renewTime"]}
+    kube.update(LEASES, lease)  # b took over (an admin, or a replica with a skewed clock)
+    kube.time.advance(0.1)  # well within a's renew deadline
+    a.step()
+    assert not a.is_leader() and holder(kube) == "b"
