@@ -13,23 +13,45 @@ b. every published GPU cross-checked against ``nvidia-smi``, which reads the dri
 c. the NVML health watcher the plugin starts (``NvmlHealthWatcher``) initialised and registered on
    every GPU, then stopped;
 d. the CDI spec of a prepared claim, written by the plugin's :class:`Preparer` into a temporary
-   directory (claims come from a stand-in for the API server), for one share and one whole card,
+   directory (claims come from a stand-in for the API server), for one whole card and one share,
    composed with the NVIDIA Container Toolkit's spec as the plugin finds it (or as ``nvidia-ctk``,
-   when it is here, generates it), and everything it names checked to exist on the host;
+   when it is here, generates it with the driver root and the dev root), checked to give a
+   container what CUDA needs (``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``libcuda``, ``nvidia-smi``,
+   the ldcache hook) and everything it names checked to exist on the host;
 e. a CUDA driver-API probe through ``ctypes``: without HAMi-core it proves ``libcuda`` works; with
-   a HAMi-core ``libvgpu.so`` preloaded and the share claim's environment, it checks that the
-   memory limit is enforced (what ``/etc/ld.so.preload`` does inside the container).
+   a HAMi-core ``libvgpu.so`` preloaded and the share claim's environment (what
+   ``/etc/ld.so.preload`` does inside the container) allocation must stop at the memory limit
+   minus the CUDA context HAMi-core reports charged to the share;
+f. HAMi-core's cores limit: a kernel loop's throughput with the share's 30 % limit against the same
+   loop without a cores limit;
+g. two processes sharing one limit (one cache file): the second sees the first's memory and the
+   two together stop at the limit;
+h. a PID namespace (``unshare``): the probe as PID 1, as in a container, keeps both limits;
+i. a container run through the share claim's composed CDI spec with ``podman`` where it is
+   installed (and this runs as root: podman reads specs from ``/var/run/cdi``): ``nvidia-smi``,
+   ``cuInit`` and both limits inside it.
 
 Each check prints ``PASS``, ``FAIL`` or ``SKIP`` with its figures; a check whose Python module is
 missing is skipped naming the module, not failed, except discovery's ``pynvml``: without it nothing
 is checked, and such a run must not end green. The exit status is 1 when anything failed.
+
+What it needs installed, from PyPI only: ``nvidia-ml-py`` (required); ``grpcio``, ``protobuf``,
+``PyYAML``, ``prometheus-client`` and ``kubernetes-validate`` (optional: the steps that use them
+are skipped, named). The GPU work (allocation loops, the timed kernel loop, whose PTX the driver
+compiles) goes through ``ctypes`` against the driver's ``libcuda.so.1``: nothing to install. From
+the system, optional: ``nvidia-ctk`` (a spec when none is registered), ``unshare`` (step h),
+``podman`` (step i), a HAMi-core ``libvgpu.so`` (steps e-i; without it they are SKIPs that say the
+share's limits are not enforced). The whole run takes well under 8 minutes on one GPU
+(``GPU_CHECK_TIMEOUT``, default 450 s, stops it).
+
 Options: ``--node-name`` (default ``$NODE_NAME`` or the host name), ``--dev-root`` (where the
 ``nvidia*`` device nodes are, default ``/dev``), ``--nvidia-driver-root`` (default
 ``$NVIDIA_DRIVER_ROOT``), ``--cdi-registry`` (default ``/etc/cdi`` and ``/var/run/cdi``);
-``--cuda-probe`` is the internal entry point of step e's subprocess. Env: ``HAMI_CORE_LIB``,
-``NVIDIA_CTK``.
-Tests run this end to end against ``hack/mock-nvml`` and a fake ``nvidia-smi``
-(``tests/devices/test_gpu_check.py``).
+``--cuda-probe`` is the internal entry point of the probe subprocesses. Env: ``HAMI_CORE_LIB``,
+``NVIDIA_CTK``, ``GPU_CHECK_SPIN_S`` (seconds of each timed kernel loop, default 6),
+``GPU_CHECK_PODMAN`` (the podman program, ``none`` to skip step i).
+Tests run this end to end against ``hack/mock-nvml``, a fake ``nvidia-smi`` and the stand-ins for
+libcuda and HAMi-core in ``hack/gpu-check-standin`` (``tests/devices/test_gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -93,6 +115,14 @@ CHUNK = 256 * MIB
 SHARE_MEMORY = 4096 * MIB
 SHARE_CORES = 30
 PROBE_TIMEOUT_S = 120
+#: Steps f, h, i: seconds of each timed kernel loop; the limited loop's throughput against the
+#: unlimited one must fall at or under MAX_CORES_RATIO (a 30 % limit gives about 0.3) and above
+#: MIN_CORES_RATIO (a share starved far below its limit is broken too).
+SPIN_S = 6.0
+MAX_CORES_RATIO = 0.6
+MIN_CORES_RATIO = 0.05
+#: HAMi-core's words when it cannot find its host PID: it then enforces no cores limit.
+TASK_PID_FAILED = "SET_TASK_PID FAILED"
 #: Where HAMi installs libvgpu on the host (vgpu-init.sh), after ``$HAMI_CORE_LIB``.
 HAMI_CORE_PATHS = ("/usr/local/vgpu/libvgpu.so",)
 STOP_WITHIN_S = 5.0
@@ -202,8 +232,24 @@ class Context:
     gpus: list[Gpu] = field(default_factory=list)
     slices: list[dict[str, Any]] = field(default_factory=list)
     share_env: dict[str, str] | None = None
+    share: PreparedShare | None = None
     hami_core_lib: Path | None = None
+    libcuda_works: bool = False
+    context_bytes: int | None = None
+    spin_rate: float | None = None
+    spin_iterations: int = 0
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpu-check-")))
+
+
+@dataclass
+class PreparedShare:
+    """The share claim step d leaves prepared for the container run of step i, which unprepares it."""
+
+    preparer: Any
+    ref: Any
+    spec_path: Path
+    cdi_ids: list[str]
+    limit_mib: int
 
 
 # -- a. discovery and ResourceSlices ---------------------------------------------------------------
@@ -499,9 +545,13 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _run(command: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def _run(
+    command: Sequence[str], timeout: float = SMI_TIMEOUT_S, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(list(command), capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            list(command), capture_output=True, text=True, timeout=timeout, check=False, env=env
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return subprocess.CompletedProcess(list(command), 127, "", str(err))
 
@@ -645,8 +695,9 @@ def step_cdi(report: Report, ctx: Context) -> None:
     )  # fmt: skip
     whole = claims.add("gpu-check", "whole", [result])
     report.note(f"HAMi-core library: {ctx.hami_core_lib or 'none (the share gets its limits as env only)'}")
-    for label, ref in (("share", share), ("whole", whole)):
-        # One after the other: a whole card and a share of it cannot be prepared at the same time.
+    # One after the other: a whole card and a share of it cannot be prepared at the same time. The
+    # share stays prepared for the container run of step i, which unprepares it.
+    for label, ref in (("whole", whole), ("share", share)):
         answer = preparer.prepare([ref])[ref.uid]
         if not report.expect(
             not answer.error, f"{label} claim {ref.uid} prepared on {gpu.name}: {answer.error or 'ok'}"
@@ -667,12 +718,20 @@ def step_cdi(report: Report, ctx: Context) -> None:
             _check_share_spec(report, ctx, spec, gpu, memory)
         else:
             _check_whole_spec(report, spec, gpu)
+        _check_container_needs(report, spec, label)
         _check_host_side(report, ctx, spec, gpu, label)
-        error = preparer.unprepare([ref])[ref.uid]
-        report.expect(
-            not error and not path.exists(),
-            f"{label} claim unprepared, spec removed{': ' + error if error else ''}",
-        )
+        if label == "share":
+            ctx.share = PreparedShare(preparer, ref, path, ids, memory // MIB)
+        else:
+            _unprepare(report, preparer, ref, path, label)
+
+
+def _unprepare(report: Report, preparer: Any, ref: Any, path: Path, label: str) -> None:
+    error = preparer.unprepare([ref])[ref.uid]
+    report.expect(
+        not error and not path.exists(),
+        f"{label} claim unprepared, spec removed{': ' + error if error else ''}",
+    )
 
 
 def _toolkit_registry(report: Report, ctx: Context, gpu: Gpu) -> Any:
@@ -720,6 +779,10 @@ def _generate_toolkit_spec(report: Report, ctx: Context) -> Path | None:
     command = [ctk, "cdi", "generate", f"--output={out / 'nvidia.yaml'}"]
     if ctx.driver_root is not None:
         command.append(f"--driver-root={ctx.driver_root}")
+    # nvidia-ctk looks for the device nodes below <dev root>/dev, and its dev root defaults to the
+    # driver root: with a driver root other than / (the GPU Operator's /run/nvidia/driver) the
+    # nodes in the host's /dev would not be found. Ours names the dev directory itself.
+    command.append(f"--dev-root={ctk_dev_root(ctx.dev_root)}")
     hook = Path(ctk).resolve().parent / "nvidia-cdi-hook"
     if hook.is_file():
         command.append(f"--nvidia-cdi-hook-path={hook}")
@@ -732,6 +795,12 @@ def _generate_toolkit_spec(report: Report, ctx: Context) -> Path | None:
             report.note(f"nvidia-ctk: {line}")
         return None
     return out
+
+
+def ctk_dev_root(dev_root: Path) -> Path:
+    """nvidia-ctk's ``--dev-root`` (the directory that holds ``dev/``) for our ``--dev-root``
+    (the directory that holds the ``nvidia*`` nodes): ``/dev`` gives ``/``."""
+    return dev_root.parent if dev_root.name == "dev" else dev_root
 
 
 def _print_spec(spec: Mapping[str, Any], limit: int = 12) -> None:
@@ -819,14 +888,61 @@ def _check_whole_spec(report: Report, spec: Mapping[str, Any], gpu: Gpu) -> None
     )
 
 
+def _all_edits(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The spec-wide edits and every device's: what a container given all its devices receives."""
+    return [spec.get("containerEdits", {}), *(d.get("containerEdits", {}) for d in spec.get("devices", []))]
+
+
+#: What CUDA inside a container needs from the spec besides the GPU's own node, each with the fix
+#: that names what to do when it is missing. Control nodes are matched by path, the library and
+#: the program by the mount's container path, the hook by its arguments.
+_CONTAINER_NEEDS: tuple[tuple[str, str, str], ...] = (
+    ("node", "/dev/nvidiactl", "the NVIDIA driver's control node; regenerate the toolkit spec"),
+    (
+        "node",
+        "/dev/nvidia-uvm",
+        "cuInit fails without it; load nvidia-uvm (nvidia-modprobe -u -c=0) and regenerate the "
+        "toolkit spec (toolkit <= 1.20.0 leaves out nodes that did not exist at generation)",
+    ),
+    ("mount", "libcuda.so", "the CUDA driver library; regenerate the toolkit spec with the driver root"),
+    ("mount", "nvidia-smi", "the driver's nvidia-smi; regenerate the toolkit spec with the driver root"),
+    (
+        "hook",
+        "update-ldcache",
+        "without it the loader cannot find the mounted libcuda.so.1; regenerate the toolkit spec",
+    ),
+)
+
+
+def _check_container_needs(report: Report, spec: Mapping[str, Any], label: str) -> None:
+    """The composed spec gives the container what CUDA needs: one line per need, the fix on a FAIL."""
+    edits = _all_edits(spec)
+    nodes = {str(n.get("path")) for e in edits for n in e.get("deviceNodes") or []}
+    mounts = [str(m.get("containerPath", "")) for e in edits for m in e.get("mounts") or []]
+    hooks = [" ".join(map(str, h.get("args") or [])) for e in edits for h in e.get("hooks") or []]
+    for kind, name, fix in _CONTAINER_NEEDS:
+        if kind == "node":
+            found = [name] if name in nodes else []
+        elif kind == "mount":
+            found = [m for m in mounts if Path(m).name.startswith(name)]
+        else:
+            found = [h for h in hooks if name in h.split()]
+        what = {"node": "device node", "mount": "mount of", "hook": "createContainer hook"}[kind]
+        report.expect(
+            bool(found),
+            f"{label} spec gives the container {what} {name}: "
+            + (", ".join(found[:2]) if found else f"MISSING ({fix})"),
+        )
+
+
 def _check_host_side(report: Report, ctx: Context, spec: Mapping[str, Any], gpu: Gpu, label: str) -> None:
     """What the runtime needs on the host to apply the spec: a container would not start without it.
 
     Every device node (``/dev`` read below ``--dev-root``), every mount's host path and every hook
-    program must exist, and the GPU's own node must be among the device nodes. ``nvidia-uvm*``
-    appear only at the first CUDA use (nvidia-modprobe), so their absence is a SKIP, not a FAIL.
+    program must exist, and the GPU's own node must be among the device nodes. A missing
+    ``nvidia-uvm*`` fails too: the runtime cannot create a node the host lacks, and CUDA needs it.
     """
-    edits = [spec.get("containerEdits", {}), *(d.get("containerEdits", {}) for d in spec.get("devices", []))]
+    edits = _all_edits(spec)
     nodes = [n for e in edits for n in e.get("deviceNodes") or []]
     mounts = [m for e in edits for m in e.get("mounts") or []]
     hooks = [h for e in edits for h in e.get("hooks") or []]
@@ -837,42 +953,103 @@ def _check_host_side(report: Report, ctx: Context, spec: Mapping[str, Any], gpu:
         f"mount(s), {len(hooks)} hook(s))",
     )
     missing: list[str] = []
-    late: list[str] = []
     for node in nodes:
         host = str(node.get("hostPath") or node.get("path", ""))
         seen = ctx.dev_root / host[len("/dev/") :] if host.startswith("/dev/") else Path(host)
         if not seen.exists():
-            (late if Path(host).name.startswith("nvidia-uvm") else missing).append(str(seen))
+            missing.append(str(seen))
     missing += [str(m["hostPath"]) for m in mounts if not Path(str(m.get("hostPath", ""))).exists()]
     missing += [str(h["path"]) for h in hooks if not os.access(str(h.get("path", "")), os.X_OK)]
+    uvm = any(Path(m).name.startswith("nvidia-uvm") for m in missing)
     report.expect(
         not missing,
         f"{label} spec's host side exists (device nodes, mount sources, hook programs)"
-        + (f"; missing: {', '.join(missing)}" if missing else ""),
+        + (f"; missing: {', '.join(missing)}" if missing else "")
+        + ("; load nvidia-uvm first (nvidia-modprobe -u -c=0)" if uvm else ""),
     )
-    if late:
-        report.skipped(f"{', '.join(late)} absent: nvidia-modprobe creates them at the first CUDA use")
 
 
-# -- e. CUDA and HAMi-core -------------------------------------------------------------------------
+# -- e. CUDA and HAMi-core's memory limit ----------------------------------------------------------
+
+#: A kernel that runs ``iterations`` dependent multiply-adds per thread, as PTX: the driver compiles
+#: it for whatever GPU it finds, so no CUDA toolkit is needed. The store happens only if the value
+#: reaches 0, which it never does; it keeps the compiler from dropping the loop.
+SPIN_PTX = b"""
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry spin(
+    .param .u32 spin_iterations,
+    .param .u64 spin_out
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<3>;
+    .reg .f32 %f<2>;
+    .reg .b64 %rd<3>;
+
+    ld.param.u32 %r1, [spin_iterations];
+    ld.param.u64 %rd1, [spin_out];
+    mov.u32 %r2, 0;
+    mov.f32 %f1, 0f3F800000;
+SPIN_LOOP:
+    fma.rn.f32 %f1, %f1, 0f3F7FFFEF, 0f38D1B717;
+    add.u32 %r2, %r2, 1;
+    setp.lt.u32 %p1, %r2, %r1;
+    @%p1 bra SPIN_LOOP;
+    setp.eq.f32 %p2, %f1, 0f00000000;
+    @!%p2 bra SPIN_DONE;
+    cvta.to.global.u64 %rd2, %rd1;
+    st.global.f32 [%rd2], %f1;
+SPIN_DONE:
+    ret;
+}
+\x00"""
+SPIN_BLOCK = 256
+#: Calibration aims a launch of the kernel loop at this many seconds.
+SPIN_LAUNCH_S = 0.01
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What one probe process does on device 0, in this order: run ``nvidia-smi -L`` (``smi``), the
+    timed kernel loop for ``spin_s`` seconds (``iterations`` per thread; 0: calibrate to about
+    SPIN_LAUNCH_S a launch), then up to ``chunks`` allocations of 256 MiB; with ``hold`` it prints
+    its result and keeps the memory until its stdin closes."""
+
+    chunks: int = 0
+    spin_s: float = 0.0
+    iterations: int = 0
+    hold: bool = False
+    smi: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProbePlan:
+        return cls(**json.loads(text))
 
 
 def step_hami_core(report: Report, ctx: Context) -> None:
     """libcuda through ctypes, then with libvgpu.so preloaded and the share claim's environment."""
     library = _libcuda(ctx.driver_root)
-    plain = _probe(library, {}, max_chunks=4)
+    plain = _probe(library, {}, ProbePlan(chunks=4))
     if "load_error" in plain:
         report.skipped(f"CUDA probe: {library} does not load ({plain['load_error']})")
         report.skipped(f"HAMi-core memory limit: needs libcuda.so.1 ({_hami_core_found(ctx)})")
         return
-    if not report.expect(
+    ctx.libcuda_works = report.expect(
         "error" not in plain,
         f"CUDA probe without HAMi-core on {plain.get('device', '?')}: "
         f"cuDeviceTotalMem {_mib(plain.get('total'))}, "
         f"cuMemGetInfo free {_mib(plain.get('free'))} of {_mib(plain.get('info_total'))}, "
         f"{plain.get('chunks', 0)} x 256 MiB allocated{_probe_error(plain)}",
-    ):
+    )
+    if not ctx.libcuda_works:
         _print_stderr(plain)
+        return
     if ctx.gpus and "total" in plain:
         report.note(f"published memory of {ctx.gpus[0].name}: {ctx.gpus[0].memory_bytes // MIB} MiB")
     if ctx.hami_core_lib is None:
@@ -882,27 +1059,13 @@ def step_hami_core(report: Report, ctx: Context) -> None:
         else:
             report.skipped(f"HAMi-core memory limit: {_hami_core_found(ctx)}")
         return
-    env = dict(ctx.share_env or {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m"})
-    limit_mib = int(env.get("CUDA_DEVICE_MEMORY_LIMIT_0", "4096m").rstrip("m"))
-    env.update(
-        {
-            "LD_PRELOAD": str(ctx.hami_core_lib),
-            "CUDA_REDIRECT": str(ctx.hami_core_lib),  # libvgpu dlopens itself by this path
-            "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(ctx.work / "hami-core" / "cudevshr.cache"),
-        }
-    )
-    (ctx.work / "hami-core").mkdir(exist_ok=True)
+    env = _hami_env(ctx, "memory")
+    limit_mib = _limit_mib(env)
     report.note("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-    limited = _probe(library, env, max_chunks=limit_mib * MIB // CHUNK + 8)
-    if "error" in limited or "load_error" in limited:
-        report.failed(f"CUDA probe with HAMi-core: {limited.get('error') or limited.get('load_error')}")
-        _print_stderr(limited)
+    limited = _probe(library, env, ProbePlan(chunks=limit_mib * MIB // CHUNK + 8))
+    if _hami_probe_failed(report, ctx, limited, "CUDA probe with HAMi-core"):
         return
-    if "cannot be preloaded" in limited.get("stderr", ""):
-        report.failed(f"{ctx.hami_core_lib} was not preloaded (ld.so refused it)")
-        _print_stderr(limited)
-        return
-    total, allocated = int(limited.get("total", 0)), int(limited.get("chunks", 0)) * CHUNK
+    total = int(limited.get("total", 0))
     report.expect(
         total == limit_mib * MIB,
         f"cuDeviceTotalMem with HAMi-core reads {_mib(total)} "
@@ -912,12 +1075,86 @@ def step_hami_core(report: Report, ctx: Context) -> None:
         limited.get("info_total") == limit_mib * MIB,
         f"cuMemGetInfo with HAMi-core: free {_mib(limited.get('free'))} of {_mib(limited.get('info_total'))}",
     )
-    report.expect(
-        (limit_mib - 512) * MIB <= allocated <= limit_mib * MIB and limited.get("stop") is not None,
-        f"allocation stopped at {_mib(allocated)} ({limited.get('chunks')} x 256 MiB; limit {limit_mib} MiB)"
-        f"{_probe_error(limited)}",
-    )
+    ctx.context_bytes = _check_memory_limit(report, limited, limit_mib, "")
     _print_stderr(limited, lines=4)
+
+
+def _check_memory_limit(report: Report, result: Mapping[str, Any], limit_mib: int, where: str) -> int | None:
+    """Allocation must stop at the limit minus what HAMi-core reports in use before the first
+    allocation (the process's CUDA context, which it charges to the share). Returns that context."""
+    free, info_total = result.get("free"), result.get("info_total")
+    if not isinstance(free, int) or not isinstance(info_total, int):
+        report.failed(f"{where}memory limit: no cuMemGetInfo figures{_probe_error(result)}")
+        return None
+    limit = limit_mib * MIB
+    context = info_total - free
+    report.expect(
+        0 <= context < limit,
+        f"{where}HAMi-core reports {_mib(context)} in use before the first allocation "
+        f"(the CUDA context it charges to the share), of {_mib(info_total)}",
+    )
+    allowed = limit - context
+    chunks = int(result.get("chunks", 0))
+    allocated = chunks * CHUNK
+    stop = str(result.get("stop") or "")
+    report.expect(
+        allowed - 2 * CHUNK < allocated <= allowed and "OUT_OF_MEMORY" in stop,
+        f"{where}allocation stopped at {_mib(allocated)} ({chunks} x 256 MiB) against limit {limit_mib} MiB "
+        f"- context {_mib(context)} = {_mib(allowed)}"
+        + (f", then {stop}" if stop else ", and never stopped: the memory limit is NOT enforced")
+        + (f"; {result['error']}" if result.get("error") else ""),
+    )
+    return context
+
+
+def _hami_probe_failed(report: Report, ctx: Context, result: Mapping[str, Any], what: str) -> bool:
+    """FAIL (True) when a probe with HAMi-core did not run or the loader did not preload it."""
+    if "error" in result or "load_error" in result:
+        report.failed(f"{what}: {result.get('error') or result.get('load_error')}")
+        _print_stderr(result)
+        return True
+    if "cannot be preloaded" in result.get("stderr", ""):
+        report.failed(f"{what}: {ctx.hami_core_lib} was not preloaded (ld.so refused it)")
+        _print_stderr(result)
+        return True
+    return False
+
+
+def _hami_env(ctx: Context, name: str) -> dict[str, str]:
+    """The share claim's HAMi-core environment (step d), preloading the library, with a cache file
+    of its own (``name``): each probe group gets a fresh shared region, as a new container does."""
+    assert ctx.hami_core_lib is not None
+    env = dict(
+        ctx.share_env
+        or {
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": f"{SHARE_MEMORY // MIB}m",
+            "CUDA_DEVICE_SM_LIMIT_0": str(SHARE_CORES),
+        }
+    )
+    cache = ctx.work / "hami-core" / name
+    cache.mkdir(parents=True, exist_ok=True)
+    env.update(
+        {
+            "LD_PRELOAD": str(ctx.hami_core_lib),
+            "CUDA_REDIRECT": str(ctx.hami_core_lib),  # libvgpu dlopens itself by this path
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(cache / "cudevshr.cache"),
+        }
+    )
+    return env
+
+
+def _limit_mib(env: Mapping[str, str]) -> int:
+    return int(env.get("CUDA_DEVICE_MEMORY_LIMIT_0", f"{SHARE_MEMORY // MIB}m").rstrip("m"))
+
+
+def _hami_ready(report: Report, ctx: Context, what: str) -> bool:
+    """Steps f-h need a libcuda that worked in step e and a HAMi-core library; a SKIP says which."""
+    if not ctx.libcuda_works:
+        report.skipped(f"{what}: needs the working libcuda.so.1 of step e")
+    elif ctx.hami_core_lib is None:
+        report.skipped(f"{what}: {_hami_core_found(ctx)}, so no share is enforced on this machine")
+    return ctx.libcuda_works and ctx.hami_core_lib is not None
 
 
 def _hami_core_found(ctx: Context) -> str:
@@ -951,29 +1188,317 @@ def _libcuda(driver_root: Path | None) -> str:
     return "libcuda.so.1"
 
 
-def _probe(library: str, env: Mapping[str, str], max_chunks: int) -> dict[str, Any]:
-    """Run :func:`cuda_probe` in a subprocess: LD_PRELOAD works only from a process's start."""
+# -- f. HAMi-core's cores limit --------------------------------------------------------------------
+
+
+def step_cores(report: Report, ctx: Context) -> None:
+    """The kernel loop without a cores limit, then with the share's: throughput must fall to it."""
+    if not _hami_ready(report, ctx, "HAMi-core cores limit"):
+        return
+    library = _libcuda(ctx.driver_root)
+    limited_env = _hami_env(ctx, "cores-limited")
+    sm = limited_env.get("CUDA_DEVICE_SM_LIMIT_0")
+    if not report.expect(bool(sm), f"share claim's environment sets CUDA_DEVICE_SM_LIMIT_0={sm}"):
+        return
+    free_env = {k: v for k, v in _hami_env(ctx, "cores-free").items() if not k.startswith("CUDA_DEVICE_SM_")}
+    seconds = spin_seconds()
+    free = _probe(library, free_env, ProbePlan(spin_s=seconds))
+    if _hami_probe_failed(report, ctx, free, "kernel loop without a cores limit"):
+        return
+    spin = free.get("spin") or {}
+    ctx.spin_rate, ctx.spin_iterations = spin.get("rate"), int(spin.get("iterations") or 0)
+    report.expect(
+        bool(ctx.spin_rate),
+        f"kernel loop without a cores limit (HAMi-core preloaded): {_spin_text(spin)}",
+    )
+    limited = _probe(library, limited_env, ProbePlan(spin_s=seconds, iterations=ctx.spin_iterations))
+    if _hami_probe_failed(report, ctx, limited, "kernel loop with the cores limit"):
+        return
+    _check_cores(report, ctx, limited, str(sm), "")
+
+
+def spin_seconds() -> float:
+    return float(os.environ.get("GPU_CHECK_SPIN_S") or SPIN_S)
+
+
+def _spin_text(spin: Mapping[str, Any]) -> str:
+    if not spin:
+        return "no figure"
+    return (
+        f"{spin.get('launches')} launches of {spin.get('grid')} x {SPIN_BLOCK} threads x "
+        f"{spin.get('iterations')} iterations in {spin.get('seconds')}s = {float(spin.get('rate', 0)):.1f}/s"
+    )
+
+
+def _check_cores(report: Report, ctx: Context, result: Mapping[str, Any], sm: str, where: str) -> None:
+    """Throughput under the cores limit against ctx.spin_rate (no limit); HAMi-core must have found
+    its host PID, without which it limits nothing."""
+    spin = result.get("spin") or {}
+    rate = float(spin.get("rate") or 0)
+    stderr = str(result.get("stderr", ""))
+    if not ctx.spin_rate or not rate:
+        report.failed(
+            f"{where}cores limit {sm} %: no throughput figure ({_spin_text(spin)}){_probe_error(result)}"
+        )
+        return
+    ratio = rate / ctx.spin_rate
+    report.expect(
+        MIN_CORES_RATIO <= ratio <= MAX_CORES_RATIO and TASK_PID_FAILED not in stderr,
+        f"{where}cores limit {sm} %: kernel loop {rate:.1f} launches/s against {ctx.spin_rate:.1f}/s "
+        f"without a limit = {ratio:.0%} (PASS from {MIN_CORES_RATIO:.0%} to {MAX_CORES_RATIO:.0%})"
+        + ("; the cores limit is NOT enforced" if ratio > MAX_CORES_RATIO else "")
+        + (f"; HAMi-core: {TASK_PID_FAILED}, so it limits no cores" if TASK_PID_FAILED in stderr else ""),
+    )
+
+
+# -- g. two processes sharing one limit ------------------------------------------------------------
+
+
+def step_two_processes(report: Report, ctx: Context) -> None:
+    """One process holds about half the share; a second one in the same region must see it and
+    stop where the two together reach the limit."""
+    if not _hami_ready(report, ctx, "two processes sharing one limit"):
+        return
+    library = _libcuda(ctx.driver_root)
+    env = _hami_env(ctx, "two-processes")
+    limit_mib = _limit_mib(env)
+    half = max(1, (limit_mib * MIB - (ctx.context_bytes or 0)) // CHUNK // 2)
+    holder, first = _start_holder(library, env, ProbePlan(chunks=half, hold=True))
+    try:
+        if _hami_probe_failed(report, ctx, first, "first process"):
+            return
+        second = _probe(library, env, ProbePlan(chunks=limit_mib * MIB // CHUNK + 8))
+    finally:
+        _stop_holder(holder)
+    if _hami_probe_failed(report, ctx, second, "second process"):
+        return
+    limit = limit_mib * MIB
+    first_context = int(first["info_total"]) - int(first["free"])
+    first_used = int(first["info_total"]) - int(first["free_after"])
+    second_before = int(second["info_total"]) - int(second["free"])
+    second_context = second_before - first_used
+    sees = 0 <= second_context < limit and first.get("chunks") == half
+    report.expect(
+        sees,
+        f"the second process sees the first's memory: {_mib(second_before)} in use before it allocates; "
+        f"the first holds {_mib(first_used)} ({first.get('chunks')} x 256 MiB "
+        f"+ context {_mib(first_context)})" + ("" if sees else "; the processes do NOT share the limit"),
+    )
+    together = (int(first.get("chunks", 0)) + int(second.get("chunks", 0))) * CHUNK
+    contexts = first_context + (second_context if sees else first_context)
+    allowed = limit - contexts
+    stop = str(second.get("stop") or "")
+    report.expect(
+        allowed - 2 * CHUNK < together <= allowed and "OUT_OF_MEMORY" in stop,
+        f"the two together allocated {_mib(together)} "
+        f"({first.get('chunks')} + {second.get('chunks')} x 256 MiB) "
+        f"against limit {limit_mib} MiB - their contexts {_mib(contexts)} = {_mib(allowed)}"
+        + (f", then {stop}" if stop else ", and the second never stopped"),
+    )
+
+
+def _start_holder(
+    library: str, env: Mapping[str, str], plan: ProbePlan
+) -> tuple[subprocess.Popen[str] | None, dict[str, Any]]:
+    """A probe that keeps its allocations: started, its first result line read."""
+    command, full = _probe_command(library, env, plan)
+    proc = subprocess.Popen(
+        command, env=full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the probe prints it once it holds its memory (or has failed)
+    try:
+        result: dict[str, Any] = json.loads(line) if line.strip() else {}
+    except json.JSONDecodeError:
+        result = {}
+    if not result:
+        _stop_holder(proc)
+        result = {"error": f"holding probe exited {proc.returncode} without a result"}
+        return None, result
+    return proc, result
+
+
+def _stop_holder(proc: subprocess.Popen[str] | None) -> None:
+    if proc is None:
+        return
+    try:
+        proc.communicate(timeout=PROBE_TIMEOUT_S)  # closes its stdin: it frees and exits
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+# -- h. a PID namespace ----------------------------------------------------------------------------
+
+
+def step_pid_namespace(report: Report, ctx: Context) -> None:
+    """The probe as PID 1 of a new PID namespace, as in a container: both limits must hold (HAMi-core
+    must find its host PID through NVML, without which it enforces no cores limit)."""
+    if not _hami_ready(report, ctx, "PID namespace"):
+        return
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        report.skipped("PID namespace: no unshare program (util-linux)")
+        return
+    wrap = [unshare, *([] if os.geteuid() == 0 else ["--user", "--map-root-user"])]
+    wrap += ["--pid", "--fork", "--mount-proc"]
+    trial = _run([*wrap, "true"])
+    if trial.returncode != 0:
+        report.skipped(f"PID namespace: {' '.join(wrap)} true failed: {trial.stderr.strip()[:200]}")
+        return
+    library = _libcuda(ctx.driver_root)
+    env = _hami_env(ctx, "pid-namespace")
+    limit_mib = _limit_mib(env)
+    plan = ProbePlan(
+        chunks=limit_mib * MIB // CHUNK + 8, spin_s=spin_seconds(), iterations=ctx.spin_iterations
+    )
+    result = _probe(library, env, plan, wrap=wrap)
+    if _hami_probe_failed(report, ctx, result, "probe in a PID namespace"):
+        return
+    report.expect(result.get("pid") == 1, f"probe runs as PID {result.get('pid')} of a new PID namespace")
+    _check_memory_limit(report, result, limit_mib, "in the PID namespace: ")
+    _check_cores(report, ctx, result, env.get("CUDA_DEVICE_SM_LIMIT_0", "?"), "in the PID namespace: ")
+
+
+# -- i. a container through the composed spec ------------------------------------------------------
+
+CONTAINERS_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
+#: The CDI directory podman reads that is meant for specs written at run time (the other is /etc/cdi).
+PODMAN_CDI_DIR = Path("/var/run/cdi")
+
+
+def step_container(report: Report, ctx: Context) -> None:
+    """The share claim's spec applied by podman's CDI library to a container whose root is the
+    host's (an overlay: nothing to pull): nvidia-smi, cuInit and both limits inside it; then the
+    share is unprepared."""
+    share, ctx.share = ctx.share, None
+    if share is None:
+        report.skipped("container: needs the share claim of step d")
+        return
+    try:
+        podman = os.environ.get("GPU_CHECK_PODMAN") or shutil.which("podman")
+        if not podman or podman == "none":
+            report.skipped(
+                "container: no container runtime (podman not found; GPU_CHECK_PODMAN names one), so the "
+                "composed spec was not applied by a runtime"
+            )
+        elif os.geteuid() != 0:
+            report.skipped(
+                f"container: podman reads CDI specs from {PODMAN_CDI_DIR} only as root; run as root"
+            )
+        else:
+            _run_container(report, ctx, share, podman)
+    finally:
+        _unprepare(report, share.preparer, share.ref, share.spec_path, "share")
+
+
+def _run_container(report: Report, ctx: Context, share: PreparedShare, podman: str) -> None:
+    hami = ctx.hami_core_lib is not None and ctx.libcuda_works
+    plan = ProbePlan(
+        chunks=share.limit_mib * MIB // CHUNK + 8 if hami else 0,
+        spin_s=spin_seconds() if hami and ctx.spin_rate else 0.0,
+        iterations=ctx.spin_iterations,
+        smi=True,
+    )
+    PODMAN_CDI_DIR.mkdir(parents=True, exist_ok=True)
+    registered = PODMAN_CDI_DIR / f"gpu-check-{share.ref.uid}.json"
+    storage = Path(tempfile.mkdtemp(prefix="gpu-check-podman-", dir="/tmp"))
+    conf = storage / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    volumes = [
+        f"--volume={path}:{path}:ro"
+        for path in sorted({REPO, Path(sys.prefix), Path(sys.base_prefix)})
+        if path.stat().st_dev != Path("/").stat().st_dev  # the overlay of / shows only its own mount
+    ]
+    command = [
+        podman, f"--root={storage / 'root'}", f"--runroot={storage / 'run'}", f"--tmpdir={storage / 'tmp'}",
+        "run", "--rm", "--network=none", "--rootfs=/:O", "--workdir=/",
+        *(f"--device={cdi_id}" for cdi_id in share.cdi_ids), *volumes,
+        sys.executable, str(Path(__file__).resolve()), "--cuda-probe", "libcuda.so.1", plan.to_json(),
+    ]  # fmt: skip
+    report.note(" ".join(command))
+    try:
+        shutil.copyfile(share.spec_path, registered)
+        proc = _run(
+            command,
+            timeout=PROBE_TIMEOUT_S + 2 * plan.spin_s,
+            env={**os.environ, "CONTAINERS_CONF": str(conf)},
+        )
+    finally:
+        registered.unlink(missing_ok=True)
+        shutil.rmtree(storage, ignore_errors=True)
+    result = _result_of(proc.stdout)
+    result["stderr"] = proc.stderr
+    if not report.expect(
+        proc.returncode == 0 and bool(result) and "load_error" not in result,
+        f"container through {', '.join(share.cdi_ids)} (podman, root overlaid from the host) ran: exit "
+        f"{proc.returncode}"
+        + (f"; libcuda.so.1 does not load in it: {result['load_error']}" if "load_error" in result else ""),
+    ):
+        _print_stderr(result)
+        return
+    report.expect(result.get("pid") == 1, f"in the container the probe is PID {result.get('pid')}")
+    smi = result.get("smi") or {}
+    report.expect(
+        smi.get("rc") == 0,
+        f"nvidia-smi -L in the container: exit {smi.get('rc')}: {smi.get('out') or 'no output'}",
+    )
+    if not report.expect(
+        "error" not in result,
+        f"CUDA in the container on {result.get('device', '?')}: cuDeviceTotalMem {_mib(result.get('total'))}"
+        f"{_probe_error(result)}",
+    ):
+        _print_stderr(result)
+        return
+    if not hami:
+        report.skipped(f"HAMi-core limits in the container: {_hami_core_found(ctx)}")
+        return
+    report.expect(
+        result.get("total") == share.limit_mib * MIB,
+        f"in the container cuDeviceTotalMem reads {_mib(result.get('total'))} (limit {share.limit_mib} MiB): "
+        "HAMi-core preloaded through the spec's /etc/ld.so.preload",
+    )
+    _check_memory_limit(report, result, share.limit_mib, "in the container: ")
+    if plan.spin_s:
+        _check_cores(report, ctx, result, str(SHARE_CORES), "in the container: ")
+
+
+# -- the probe -------------------------------------------------------------------------------------
+
+
+def _probe_command(
+    library: str, env: Mapping[str, str], plan: ProbePlan, wrap: Sequence[str] = ()
+) -> tuple[list[str], dict[str, str]]:
     full = {**os.environ, **env}
     if "/" in library:
         full["LD_LIBRARY_PATH"] = ":".join(
             filter(None, [str(Path(library).parent), full.get("LD_LIBRARY_PATH")])
         )
-    command = [sys.executable, str(Path(__file__).resolve()), "--cuda-probe", library, str(max_chunks)]
+    script = str(Path(__file__).resolve())
+    return [*wrap, sys.executable, script, "--cuda-probe", library, plan.to_json()], full
+
+
+def _probe(library: str, env: Mapping[str, str], plan: ProbePlan, wrap: Sequence[str] = ()) -> dict[str, Any]:
+    """Run :func:`cuda_probe` in a subprocess: LD_PRELOAD works only from a process's start."""
+    command, full = _probe_command(library, env, plan, wrap)
+    timeout = PROBE_TIMEOUT_S + 2 * plan.spin_s
     try:
-        proc = subprocess.run(
-            command, env=full, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
-        )
+        proc = subprocess.run(command, env=full, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as err:
-        return {"error": f"no answer within {PROBE_TIMEOUT_S}s", "stderr": _text(err.stderr)}
-    last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
-    try:
-        result: dict[str, Any] = json.loads(last[0]) if last else {}
-    except json.JSONDecodeError:
-        result = {}
-    if not result:
-        result = {"error": f"probe exited {proc.returncode} without a result"}
+        return {"error": f"no answer within {timeout:.0f}s", "stderr": _text(err.stderr)}
+    result = _result_of(proc.stdout) or {"error": f"probe exited {proc.returncode} without a result"}
     result["stderr"] = proc.stderr
     return result
+
+
+def _result_of(stdout: str) -> dict[str, Any]:
+    """The probe's result: the JSON object on its last line of output ({} when there is none)."""
+    last = stdout.strip().splitlines()[-1:] if stdout.strip() else []
+    try:
+        result = json.loads(last[0]) if last else {}
+    except json.JSONDecodeError:
+        return {}
+    return result if isinstance(result, dict) else {}
 
 
 def _text(data: str | bytes | None) -> str:
@@ -995,15 +1520,25 @@ def _mib(value: object) -> str:
     return f"{int(value) // MIB} MiB" if isinstance(value, int) else "?"
 
 
-def cuda_probe(library: str, max_chunks: int) -> dict[str, Any]:
-    """The driver API on device 0: total memory, free memory, then 256 MiB allocations until one
-    fails or ``max_chunks`` succeeded. Uses the primary context (present in every CUDA version)."""
+def _smi_in_probe() -> dict[str, Any]:
+    """``nvidia-smi -L`` as the process sees it (in a container: the one the spec mounted)."""
+    proc = _run(["nvidia-smi", "-L"])
+    lines = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+    return {"rc": proc.returncode, "out": "; ".join(lines[:4])}
+
+
+def cuda_probe(library: str, plan: ProbePlan) -> dict[str, Any]:
+    """The driver API on device 0 (the primary context, present in every CUDA version): total and
+    free memory, then what ``plan`` asks. Prints nothing itself except a held result."""
+    result: dict[str, Any] = {"pid": os.getpid()}
+    if plan.smi:
+        result["smi"] = _smi_in_probe()
     try:
         cuda = ctypes.CDLL(library)
     except OSError as err:
-        return {"load_error": str(err)}
+        result["load_error"] = str(err)
+        return result
     size_t = ctypes.c_size_t
-    result: dict[str, Any] = {}
 
     def name(code: int) -> str:
         text = ctypes.c_char_p()
@@ -1017,6 +1552,7 @@ def cuda_probe(library: str, max_chunks: int) -> dict[str, Any]:
 
     device, context = ctypes.c_int(), ctypes.c_void_p()
     allocations: list[ctypes.c_ulonglong] = []
+    cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), size_t]
     try:
         call("cuInit", 0)
         call("cuDeviceGet", ctypes.byref(device), 0)
@@ -1028,11 +1564,12 @@ def cuda_probe(library: str, max_chunks: int) -> dict[str, Any]:
         result["total"] = total.value
         call("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
         call("cuCtxSetCurrent", context)
+        if plan.spin_s > 0:
+            result["spin"] = _spin(cuda, call, device, plan)
         free, info_total = size_t(), size_t()
         call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(info_total))
         result["free"], result["info_total"] = free.value, info_total.value
-        cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), size_t]
-        while len(allocations) < max_chunks:
+        while len(allocations) < plan.chunks:
             address = ctypes.c_ulonglong()  # a CUdeviceptr
             code = int(cuda.cuMemAlloc_v2(ctypes.byref(address), size_t(CHUNK)))
             if code:
@@ -1040,8 +1577,14 @@ def cuda_probe(library: str, max_chunks: int) -> dict[str, Any]:
                 break
             allocations.append(address)
         result["chunks"] = len(allocations)
+        call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(info_total))
+        result["free_after"] = free.value
     except RuntimeError as err:
         result["error"] = str(err)
+    try:
+        if plan.hold:
+            print(json.dumps(result), flush=True)
+            sys.stdin.read()  # until the parent closes it
     finally:
         for address in allocations:
             cuda.cuMemFree_v2(address)
@@ -1049,6 +1592,52 @@ def cuda_probe(library: str, max_chunks: int) -> dict[str, Any]:
             release = getattr(cuda, "cuDevicePrimaryCtxRelease_v2", None) or cuda.cuDevicePrimaryCtxRelease
             release(device)
     return result
+
+
+def _spin(cuda: Any, call: Callable[..., None], device: ctypes.c_int, plan: ProbePlan) -> dict[str, Any]:
+    """The timed kernel loop: launch, wait, again, for ``plan.spin_s`` seconds; 4 blocks per SM."""
+    sms = ctypes.c_int()
+    call("cuDeviceGetAttribute", ctypes.byref(sms), 16, device)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    module, function, out = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_ulonglong()
+    call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(SPIN_PTX))
+    try:
+        call("cuModuleGetFunction", ctypes.byref(function), module, b"spin")
+        call("cuMemAlloc_v2", ctypes.byref(out), ctypes.c_size_t(4096))
+        iterations = ctypes.c_uint32(plan.iterations or 1 << 16)
+        params = (ctypes.c_void_p * 2)(ctypes.addressof(iterations), ctypes.addressof(out))
+        grid = max(1, sms.value) * 4
+        dims = [ctypes.c_uint(n) for n in (grid, 1, 1, SPIN_BLOCK, 1, 1, 0)]
+
+        def launch() -> float:
+            started = time.monotonic()
+            call("cuLaunchKernel", function, *dims, None, params, None)
+            call("cuCtxSynchronize")
+            return time.monotonic() - started
+
+        launch()  # the first launch pays for loading the module
+        for _ in range(6 if not plan.iterations else 0):
+            took = launch()
+            if took >= SPIN_LAUNCH_S / 2 or iterations.value >= 1 << 30:
+                break
+            iterations.value = min(
+                1 << 30, iterations.value * min(64, max(2, int(SPIN_LAUNCH_S / max(took, 1e-6))))
+            )
+        launches, started = 0, time.monotonic()
+        while time.monotonic() - started < plan.spin_s:
+            launch()
+            launches += 1
+        seconds = time.monotonic() - started
+        return {
+            "launches": launches,
+            "seconds": round(seconds, 3),
+            "rate": launches / seconds,
+            "iterations": iterations.value,
+            "grid": grid,
+        }
+    finally:
+        if out.value:
+            cuda.cuMemFree_v2(out)
+        cuda.cuModuleUnload(module)
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -1064,7 +1653,7 @@ def node_name() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cuda_probe:
-        print(json.dumps(cuda_probe(args.cuda_probe[0], int(args.cuda_probe[1]))))
+        print(json.dumps(cuda_probe(args.cuda_probe[0], ProbePlan.from_json(args.cuda_probe[1]))), flush=True)
         return 0
     report = Report()
     logging.basicConfig(level=logging.INFO, handlers=[report.log])
@@ -1084,6 +1673,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("c", "NVML health watcher", step_health),
         ("d", "CDI spec of prepared claims", step_cdi),
         ("e", "CUDA driver API and HAMi-core memory limit", step_hami_core),
+        ("f", "HAMi-core cores limit", step_cores),
+        ("g", "two processes sharing one limit", step_two_processes),
+        ("h", "a PID namespace", step_pid_namespace),
+        ("i", "a container through the share claim's CDI spec", step_container),
     ]
     try:
         for key, title, run in steps:
@@ -1122,7 +1715,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="CDI registry dir with the NVIDIA toolkit's spec (repeatable; default /etc/cdi, /var/run/cdi)",
     )
-    parser.add_argument("--cuda-probe", nargs=2, metavar=("LIBRARY", "MAX_CHUNKS"), help=argparse.SUPPRESS)
+    parser.add_argument("--cuda-probe", nargs=2, metavar=("LIBRARY", "PLAN"), help=argparse.SUPPRESS)
     return parser
 
 

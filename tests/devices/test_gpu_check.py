@@ -1,26 +1,37 @@
-"""``hack/gpu-check.sh`` end to end against the mock NVML and a fake ``nvidia-smi``.
+"""``hack/gpu-check.sh`` end to end against the mock NVML, a fake ``nvidia-smi`` and stand-ins.
 
 The check is meant for machines with real GPUs; here it runs against ``hack/mock-nvml`` (two H200
 cards plus one in MIG mode, minor numbers 0, 3 and 2) with an ``nvidia-smi`` on ``PATH`` that
-prints what the profile implies, device nodes as plain files below ``--dev-root``, and a toolkit
-CDI spec whose host paths exist. What it cannot reach here (libcuda, HAMi-core) must be a SKIP
-that says so, and a disagreement with ``nvidia-smi`` must fail the run.
+prints what the profile implies, device nodes as plain files below ``--dev-root``, a toolkit CDI
+spec whose host paths exist, and the stand-ins of ``hack/gpu-check-standin`` for libcuda and
+HAMi-core (the libcuda one needs the dev root's nodes, the HAMi-core one enforces the share's
+limits, or fails to in the way a fault compiled into it says). A correct machine passes; each
+injected fault must fail the run with a line that names it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mock_profiles import nvml_env
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "gpu-check.sh"
+STANDIN = REPO / "hack" / "gpu-check-standin"
+#: The HAMi-core stand-in's compiled-in faults (libvgpu.c), by the name the tests use.
+FAULTS = {
+    "memory-limit": "FAULT_MEMORY_LIMIT",
+    "core-limit": "FAULT_CORE_LIMIT",
+    "shared-region": "FAULT_SHARED_REGION",
+    "pid-namespace": "FAULT_PID_NAMESPACE",
+}
 
 MIB = 2**20
 TOTAL_MIB, RESERVED_MIB = 143771, 520  # an H200, as nvidia-smi shows it
@@ -81,14 +92,34 @@ def fake_nvidia_smi(bin_dir: Path, rows: list[str]) -> None:
     script.chmod(0o755)
 
 
-def toolkit_registry(root: Path) -> Path:
-    """A host-layout toolkit spec (index and UUID names) whose library and hook exist on the host."""
+def toolkit_registry(root: Path, without: str = "") -> Path:
+    """A host-layout toolkit spec (index and UUID names) whose library, program and hook exist on
+    the host; ``without`` leaves out one of what CUDA in a container needs (a node's path, or
+    ``libcuda``, ``nvidia-smi``, ``update-ldcache``)."""
     library = root / "driver" / f"libcuda.so.{DRIVER}"
+    smi = root / "driver" / "nvidia-smi"
     hook = root / "driver" / "nvidia-cdi-hook"
     library.parent.mkdir(parents=True)
     library.write_text("")
-    hook.write_text("#!/bin/sh\n")
-    hook.chmod(0o755)
+    for program in (hook, smi):
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    mounts = [
+        {"hostPath": str(library), "containerPath": f"/usr/lib/x86_64-linux-gnu/{library.name}"},
+        {"hostPath": str(smi), "containerPath": "/usr/bin/nvidia-smi"},
+    ]
+    hooks = [
+        {"hookName": "createContainer", "path": str(hook), "args": ["nvidia-cdi-hook", "create-symlinks"]},
+        {
+            "hookName": "createContainer",
+            "path": str(hook),
+            "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
+        },
+    ]
+    nodes = [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
+    nodes = [n for n in nodes if n["path"] != without]
+    mounts = [m for m in mounts if without not in {"libcuda", "nvidia-smi"} or without not in m["hostPath"]]
+    hooks = [h for h in hooks if without not in h["args"]]
     devices = [
         {"name": name, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}}
         for index, (uuid, minor) in enumerate(zip(UUIDS[:2], MINORS[:2], strict=True))
@@ -100,11 +131,9 @@ def toolkit_registry(root: Path) -> Path:
         "devices": devices,
         "containerEdits": {
             "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-            "deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}],
-            "mounts": [
-                {"hostPath": str(library), "containerPath": f"/usr/lib/x86_64-linux-gnu/{library.name}"}
-            ],
-            "hooks": [{"hookName": "createContainer", "path": str(hook), "args": ["nvidia-cdi-hook"]}],
+            "deviceNodes": nodes,
+            "mounts": mounts,
+            "hooks": hooks,
         },
     }
     registry = root / "cdi"
@@ -113,42 +142,100 @@ def toolkit_registry(root: Path) -> Path:
     return registry
 
 
-def run_check(mock_nvml: dict[str, Path], tmp_path: Path, smi: list[str], registry: Path) -> tuple[int, str]:
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The stand-ins built with gcc: ``libcuda`` (a dir holding libcuda.so.1), ``libvgpu`` (a
+    HAMi-core that enforces) and one libvgpu per fault of FAULTS."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("gcc is needed to build hack/gpu-check-standin; run `bash hack/install.d/gcc.sh`")
+    out = tmp_path_factory.mktemp("gpu-check-standin")
+    flags = ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"]
+    libcuda = out / "cuda"
+    libcuda.mkdir()
+    builds = [(libcuda / "libcuda.so.1", STANDIN / "libcuda.c", ["-Wl,-soname,libcuda.so.1"])]
+    builds.append((out / "libvgpu.so", STANDIN / "libvgpu.c", []))
+    builds += [
+        (out / f"libvgpu-{name}.so", STANDIN / "libvgpu.c", [f"-D{macro}"]) for name, macro in FAULTS.items()
+    ]
+    for target, source, extra in builds:
+        subprocess.run([gcc, *flags, *extra, "-o", str(target), str(source), "-ldl"], check=True)
+    return {"libcuda": libcuda, "libvgpu": out / "libvgpu.so", **{n: out / f"libvgpu-{n}.so" for n in FAULTS}}
+
+
+def run_check(
+    mock_nvml: dict[str, Path],
+    tmp_path: Path,
+    smi: list[str],
+    registry: Path,
+    *,
+    libcuda: Path | None = None,
+    hami_core: Path | None = None,
+    dev_nodes: tuple[str, ...] = ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"),
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> tuple[int, str]:
+    """The check as ``make gpu-check`` runs it, with the stand-in libcuda's dir on the loader's path
+    when given (else no libcuda loads, as on this machine) and HAMi-core when given; no podman."""
     profile_path = tmp_path / "profile.json"
     profile_path.write_text(json.dumps(profile()))
     fake_nvidia_smi(tmp_path / "bin", smi)
     dev = tmp_path / "dev"
-    dev.mkdir()
-    for node in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+    dev.mkdir(exist_ok=True)
+    for node in dev_nodes:
         (dev / node).write_text("")
-    env = nvml_env(mock_nvml["current"], profile_path)
-    for name in ("HAMI_CORE_LIB", "NVIDIA_DRIVER_ROOT", "NVIDIA_CTK", "GPU_CHECK_TIMEOUT"):
-        env.pop(name, None)
-    env.update(
-        PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}",
+    full = nvml_env(mock_nvml["current"], profile_path)
+    for name in ("HAMI_CORE_LIB", "NVIDIA_DRIVER_ROOT", "NVIDIA_CTK", "GPU_CHECK_TIMEOUT", "STANDIN_DEV"):
+        full.pop(name, None)
+    if libcuda is not None:
+        full["LD_LIBRARY_PATH"] = f"{libcuda}:{full['LD_LIBRARY_PATH']}"
+    if hami_core is not None:
+        full["HAMI_CORE_LIB"] = str(hami_core)
+    full.update(
+        PATH=f"{tmp_path / 'bin'}{os.pathsep}{full['PATH']}",
         GPU_CHECK_PYTHON=sys.executable,
         NODE_NAME="node-1",
+        STANDIN_DEV=str(dev),
+        GPU_CHECK_SPIN_S="0.5",
+        GPU_CHECK_PODMAN="none",
+        **(env or {}),
     )
-    command = ["bash", str(SCRIPT), "--dev-root", str(dev), "--cdi-registry", str(registry)]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    command = ["bash", str(SCRIPT), "--dev-root", str(dev), "--cdi-registry", str(registry), *args]
+    proc = subprocess.run(command, env=full, capture_output=True, text=True, timeout=180, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def libcuda_loads() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
+def fail_lines(out: str) -> list[str]:
+    return [line.strip() for line in out.splitlines() if line.lstrip().startswith("FAIL  ")]
 
 
-def test_gpu_check_passes_against_the_mock(mock_nvml: dict[str, Path], tmp_path: Path) -> None:
-    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), toolkit_registry(tmp_path))
+def failed_steps(out: str) -> set[str]:
+    """The steps the SUMMARY lists failures of (``  FAIL e: ...``)."""
+    summary = [line for line in out.splitlines() if line.startswith("  FAIL ") and line[7] != " "]
+    return {line.split()[1].rstrip(":") for line in summary}
+
+
+def test_gpu_check_passes_against_the_mock(
+    mock_nvml: dict[str, Path], standins: dict[str, Path], tmp_path: Path
+) -> None:
+    code, out = run_check(
+        mock_nvml,
+        tmp_path,
+        smi_rows(UUIDS),
+        toolkit_registry(tmp_path),
+        libcuda=standins["libcuda"],
+        hami_core=standins["libvgpu"],
+    )
     assert code == 0, out
-    assert not [line for line in out.splitlines() if line.lstrip().startswith("FAIL")], out
+    assert not fail_lines(out), out
     ours = TOTAL_MIB - RESERVED_MIB
     gpu0, gpu3 = f"gpu-0 ({UUIDS[0]})", f"gpu-3 ({UUIDS[1]})"
     rules = "ResourceSlice API rules (names, <=128 devices, qualified names, values, policies)"
+    # The stand-in HAMi-core charges a 600 MiB context: 4096 - 600 = 3496 MiB, 13 chunks of 256.
+    stopped = (
+        "allocation stopped at 3328 MiB (13 x 256 MiB) against limit 4096 MiB - context 600 MiB = 3496 MiB"
+    )
+    oom = "then cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2)"
     expected = [
         # a. discovery and slices
         "PASS  NVML discovery: 2 GPU(s)",
@@ -171,30 +258,116 @@ def test_gpu_check_passes_against_the_mock(mock_nvml: dict[str, Path], tmp_path:
         f"PASS  {gpu0} registered for NVML events; supported XID+DBE+SBE (mask 0xb)",
         f"PASS  {gpu3} registered for NVML events; supported XID+DBE+SBE (mask 0xb)",
         "PASS  watcher stopped and gave NVML back in",
-        # d. CDI specs, composed with the toolkit's
+        # d. CDI specs, composed with the toolkit's, with what CUDA in a container needs
         f"PASS  toolkit spec {tmp_path / 'cdi' / 'nvidia.json'} (kind nvidia.com/gpu) defines gpu-0",
+        "PASS  whole card: no HAMi-core env or mounts (none)",
+        "PASS  whole spec gives the container /dev/nvidia0 (3 device node(s), 2 mount(s), 2 hook(s))",
+        "PASS  whole claim unprepared, spec removed",
         "PASS  share env: CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_DEVICE_MEMORY_LIMIT_0=4096m, "
         "CUDA_DEVICE_SM_LIMIT_0=30",
         f"PASS  share device env HAMI_DRA_GPU_0_UUID={UUIDS[0]}",
-        "PASS  share spec gives the container /dev/nvidia0 (3 device node(s), 2 mount(s), 1 hook(s))",
+        "PASS  ld.so.preload mounted and names /usr/local/vgpu/libvgpu.so",
+        "PASS  share spec gives the container /dev/nvidia0 (3 device node(s), 6 mount(s), 2 hook(s))",
         "PASS  share spec's host side exists",
-        "PASS  whole card: no HAMi-core env or mounts (none)",
-        "PASS  whole spec gives the container /dev/nvidia0 (3 device node(s), 1 mount(s), 1 hook(s))",
-        "PASS  whole claim unprepared, spec removed",
-        "SKIP  preload of libvgpu.so: no HAMi-core library here",
+        # e. CUDA and the memory limit, with the context HAMi-core charges
+        "PASS  CUDA probe without HAMi-core on Stand-in GPU: cuDeviceTotalMem 16384 MiB, cuMemGetInfo free "
+        "16384 MiB of 16384 MiB, 4 x 256 MiB allocated",
+        "PASS  cuDeviceTotalMem with HAMi-core reads 4096 MiB (limit 4096 MiB; real 16384 MiB)",
+        "PASS  HAMi-core reports 600 MiB in use before the first allocation (the CUDA context it charges "
+        "to the share), of 4096 MiB",
+        f"PASS  {stopped}, {oom}",
+        # f. cores limit
+        "PASS  share claim's environment sets CUDA_DEVICE_SM_LIMIT_0=30",
+        "PASS  kernel loop without a cores limit (HAMi-core preloaded): ",
+        "PASS  cores limit 30 %: kernel loop ",
+        # g. two processes
+        "PASS  the second process sees the first's memory: 2736 MiB in use before it allocates; the first "
+        "holds 2136 MiB (6 x 256 MiB + context 600 MiB)",
+        "PASS  the two together allocated 2816 MiB (6 + 5 x 256 MiB) against limit 4096 MiB - their "
+        f"contexts 1200 MiB = 2896 MiB, {oom}",
+        # h. PID namespace
+        "PASS  probe runs as PID 1 of a new PID namespace",
+        f"PASS  in the PID namespace: {stopped}, {oom}",
+        "PASS  in the PID namespace: cores limit 30 %: kernel loop ",
+        # i. no container runtime here: said, and the share unprepared all the same
+        "SKIP  container: no container runtime (podman not found; GPU_CHECK_PODMAN names one)",
+        "PASS  share claim unprepared, spec removed",
     ]
-    if libcuda_loads():  # a machine with a real driver: the plain probe runs
-        expected.append("PASS  CUDA probe without HAMi-core")
-    else:
-        expected += [
-            "SKIP  CUDA probe: libcuda.so.1 does not load",
-            "SKIP  HAMi-core memory limit: needs libcuda.so.1 (no libvgpu.so",
-        ]
     missing = [line for line in expected if line not in out]
     assert not missing, "\n".join(["missing:", *missing, "output:", out])
-    for step in "abcde":
+    for step in "abcdefghi":
         assert f"[{step}] done in " in out
     assert "SUMMARY: " in out and ", 0 failed, " in out
+
+
+@pytest.mark.parametrize(
+    ("fault", "line", "steps"),
+    [
+        ("memory-limit", "allocation stopped at 6144 MiB (24 x 256 MiB) against limit 4096 MiB - context "
+         "600 MiB = 3496 MiB, and never stopped: the memory limit is NOT enforced", {"e", "g", "h"}),
+        ("core-limit", "the cores limit is NOT enforced", {"f", "h"}),
+        ("shared-region", "the second process sees the first's memory: 600 MiB in use before it "
+         "allocates; the first holds 2136 MiB (6 x 256 MiB + context 600 MiB); the processes do NOT share "
+         "the limit", {"g"}),
+        ("pid-namespace", "in the PID namespace: cores limit 30 %: ", {"h"}),
+    ],
+)  # fmt: skip
+def test_a_limit_not_enforced_fails_its_steps(
+    mock_nvml: dict[str, Path],
+    standins: dict[str, Path],
+    tmp_path: Path,
+    fault: str,
+    line: str,
+    steps: set[str],
+) -> None:
+    code, out = run_check(
+        mock_nvml,
+        tmp_path,
+        smi_rows(UUIDS),
+        toolkit_registry(tmp_path),
+        libcuda=standins["libcuda"],
+        hami_core=standins[fault],
+    )
+    assert code == 1, out
+    assert [f for f in fail_lines(out) if line in f], out
+    assert failed_steps(out) == steps, out
+    if fault == "pid-namespace":
+        assert "SET_TASK_PID FAILED, so it limits no cores" in out
+
+
+@pytest.mark.parametrize(
+    ("without", "line"),
+    [
+        ("/dev/nvidiactl", "device node /dev/nvidiactl: MISSING (the NVIDIA driver's control node"),
+        ("/dev/nvidia-uvm", "device node /dev/nvidia-uvm: MISSING (cuInit fails without it; load nvidia-uvm "
+         "(nvidia-modprobe -u -c=0) and regenerate the toolkit spec"),
+        ("libcuda", "mount of libcuda.so: MISSING (the CUDA driver library"),
+        ("nvidia-smi", "mount of nvidia-smi: MISSING (the driver's nvidia-smi"),
+        ("update-ldcache", "createContainer hook update-ldcache: MISSING (without it the loader cannot find "
+         "the mounted libcuda.so.1"),
+    ],
+)  # fmt: skip
+def test_a_spec_without_what_cuda_needs_fails(
+    mock_nvml: dict[str, Path], tmp_path: Path, without: str, line: str
+) -> None:
+    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), toolkit_registry(tmp_path, without))
+    assert code == 1, out
+    for label in ("whole", "share"):
+        assert f"FAIL  {label} spec gives the container {line}" in out, out
+    assert failed_steps(out) == {"d"}, out
+    assert len(fail_lines(out)) == 2, out
+
+
+def test_a_host_without_nvidia_uvm_fails(mock_nvml: dict[str, Path], tmp_path: Path) -> None:
+    nodes = ("nvidia0", "nvidia3", "nvidiactl")
+    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), toolkit_registry(tmp_path), dev_nodes=nodes)
+    assert code == 1, out
+    dev = tmp_path / "dev"
+    assert (
+        f"FAIL  share spec's host side exists (device nodes, mount sources, hook programs); missing: "
+        f"{dev / 'nvidia-uvm'}; load nvidia-uvm first (nvidia-modprobe -u -c=0)"
+    ) in out, out
+    assert failed_steps(out) == {"d"}, out
 
 
 def test_a_disagreement_with_nvidia_smi_fails(mock_nvml: dict[str, Path], tmp_path: Path) -> None:
@@ -209,11 +382,16 @@ def test_a_disagreement_with_nvidia_smi_fails(mock_nvml: dict[str, Path], tmp_pa
         f"published: {other}"
     ) in out, out
     assert f"PASS  gpu-0 ({UUIDS[0]}) index: ours 0, nvidia-smi 0" in out
-    # Without a toolkit spec the plugin would withhold the GPUs; the claims get device nodes only.
+    assert "FAIL b: published GPUs = nvidia-smi's GPUs without MIG" in out
+    # Without a toolkit spec the plugin would withhold the GPUs; the claims get device nodes only,
+    # which is no container CUDA can run in: each missing part is a FAIL of step d.
     assert "SKIP  NVIDIA Container Toolkit CDI spec: none in" in out
     assert "PASS  share spec's host side exists" in out
-    assert "FAIL b: published GPUs = nvidia-smi's GPUs without MIG" in out
-    assert ", 1 failed, " in out
+    assert "FAIL  share spec gives the container mount of libcuda.so: MISSING" in out
+    assert failed_steps(out) == {"b", "d"}, out
+    # No libcuda loads here (none is on the loader's path): step e says so, f-h follow it.
+    if "SKIP  CUDA probe: libcuda.so.1 does not load" in out:
+        assert "SKIP  HAMi-core cores limit: needs the working libcuda.so.1 of step e" in out
 
 
 def test_no_usable_python_is_said_plainly() -> None:
