@@ -1412,8 +1412,9 @@ def _run_container(report: Report, ctx: Context, share: PreparedShare, podman: s
     ]
     command = [
         podman, f"--root={storage / 'root'}", f"--runroot={storage / 'run'}", f"--tmpdir={storage / 'tmp'}",
-        "run", "--rm", "--network=none", "--rootfs=/:O", "--workdir=/",
+        "run", "--rm", "--network=none", "--workdir=/",
         *(f"--device={cdi_id}" for cdi_id in share.cdi_ids), *volumes,
+        "--rootfs", "/:O",  # the host's root as the container's, under an overlay that takes the mounts
         sys.executable, str(Path(__file__).resolve()), "--cuda-probe", "libcuda.so.1", plan.to_json(),
     ]  # fmt: skip
     report.note(" ".join(command))
@@ -1552,8 +1553,8 @@ def cuda_probe(library: str, plan: ProbePlan) -> dict[str, Any]:
 
     device, context = ctypes.c_int(), ctypes.c_void_p()
     allocations: list[ctypes.c_ulonglong] = []
-    cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), size_t]
     try:
+        cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), size_t]
         call("cuInit", 0)
         call("cuDeviceGet", ctypes.byref(device), 0)
         label = ctypes.create_string_buffer(256)
@@ -1581,6 +1582,8 @@ def cuda_probe(library: str, plan: ProbePlan) -> dict[str, Any]:
         result["free_after"] = free.value
     except RuntimeError as err:
         result["error"] = str(err)
+    except AttributeError as err:  # a library by that name without the driver API (a stub)
+        result["error"] = f"{library} lacks a driver-API function: {err}"
     try:
         if plan.hold:
             print(json.dumps(result), flush=True)

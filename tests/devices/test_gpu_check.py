@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from mock_profiles import nvml_env
 
+from tests.nvidia_layouts import generate_spec, mock_driver_root, require_toolkit
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "gpu-check.sh"
 STANDIN = REPO / "hack" / "gpu-check-standin"
@@ -198,8 +200,8 @@ def run_check(
         STANDIN_DEV=str(dev),
         GPU_CHECK_SPIN_S="0.5",
         GPU_CHECK_PODMAN="none",
-        **(env or {}),
     )
+    full.update(env or {})
     command = ["bash", str(SCRIPT), "--dev-root", str(dev), "--cdi-registry", str(registry), *args]
     proc = subprocess.run(command, env=full, capture_output=True, text=True, timeout=180, check=False)
     return proc.returncode, proc.stdout + proc.stderr
@@ -392,6 +394,75 @@ def test_a_disagreement_with_nvidia_smi_fails(mock_nvml: dict[str, Path], tmp_pa
     # No libcuda loads here (none is on the loader's path): step e says so, f-h follow it.
     if "SKIP  CUDA probe: libcuda.so.1 does not load" in out:
         assert "SKIP  HAMi-core cores limit: needs the working libcuda.so.1 of step e" in out
+
+
+def test_a_driver_root_other_than_slash_gets_a_spec_of_the_hosts_nodes(
+    mock_nvml: dict[str, Path], standins: dict[str, Path], tmp_path: Path
+) -> None:
+    """The GPU Operator's layout: the driver's files under a driver root, the device nodes in the
+    host's /dev. The real nvidia-ctk must be told both, or it finds no nodes and the check fails."""
+    toolkit = require_toolkit()
+    profile_path = tmp_path / "profile.json"
+    profile_path.write_text(json.dumps(profile()))
+    driver = mock_driver_root(tmp_path / "driver-root", profile_path)
+    (driver.root / "dev").rename(tmp_path / "dev")  # the nodes live in the "host's" /dev only
+    shutil.copyfile(standins["libcuda"] / "libcuda.so.1", driver.libcuda)  # step e loads it from the root
+    empty = tmp_path / "no-spec"
+    empty.mkdir()
+    env = {"NVIDIA_DRIVER_ROOT": str(driver.root), "NVIDIA_CTK": str(toolkit / "nvidia-ctk")}
+    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), empty, dev_nodes=(), env=env)
+    assert code == 0, out
+    generated = f"PASS  no toolkit spec registered; generated one with {toolkit / 'nvidia-ctk'} cdi generate"
+    assert generated in out, out
+    assert f"--driver-root={driver.root} --dev-root={tmp_path} " in out, out
+    assert "(kind nvidia.com/gpu) defines gpu-0 (/dev/nvidia0): yes" in out, out
+    for need in ("device node /dev/nvidia-uvm: /dev/nvidia-uvm", "createContainer hook update-ldcache: "):
+        assert f"PASS  share spec gives the container {need}" in out, out
+
+
+def test_a_container_runs_through_the_composed_spec(
+    mock_nvml: dict[str, Path], standins: dict[str, Path], tmp_path: Path
+) -> None:
+    """podman applies the share claim's spec (composed with the real nvidia-ctk's) to a container:
+    the stand-in libcuda finds its nodes in the container's /dev, HAMi-core is preloaded by the
+    spec's /etc/ld.so.preload, and the limits hold inside."""
+    toolkit = require_toolkit()
+    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"missing {missing}: run hack/install.d/podman.sh")
+    profile_path = tmp_path / "profile.json"
+    profile_path.write_text(json.dumps(profile()))
+    driver = mock_driver_root(tmp_path / "driver-root", profile_path)
+    shutil.copyfile(standins["libcuda"] / "libcuda.so.1", driver.libcuda)
+    spec = generate_spec("host", driver, tmp_path / "cdi", toolkit)
+    assert spec is not None
+    dev = driver.root / "dev"
+    env = {"NVIDIA_DRIVER_ROOT": str(driver.root), "GPU_CHECK_PODMAN": "", "STANDIN_DEV": str(dev)}
+    code, out = run_check(
+        mock_nvml,
+        tmp_path,
+        smi_rows(UUIDS),
+        spec.parent,
+        hami_core=standins["libvgpu"],
+        dev_nodes=(),
+        env=env,
+        args=("--dev-root", str(dev)),
+    )
+    assert code == 0, out
+    expected = [
+        "(podman, root overlaid from the host) ran: exit 0",
+        "PASS  in the container the probe is PID 1",
+        f"PASS  nvidia-smi -L in the container: exit 0: GPU 0: NVIDIA H200 (UUID: {UUIDS[0]})",
+        "PASS  CUDA in the container on Stand-in GPU: cuDeviceTotalMem 4096 MiB",
+        "PASS  in the container cuDeviceTotalMem reads 4096 MiB (limit 4096 MiB): HAMi-core preloaded "
+        "through the spec's /etc/ld.so.preload",
+        "PASS  in the container: allocation stopped at 3328 MiB (13 x 256 MiB) against limit 4096 MiB - "
+        "context 600 MiB = 3496 MiB, then cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2)",
+        "PASS  in the container: cores limit 30 %: kernel loop ",
+        "PASS  share claim unprepared, spec removed",
+    ]
+    absent = [line for line in expected if line not in out]
+    assert not absent, "\n".join(["missing:", *absent, "output:", out])
 
 
 def test_no_usable_python_is_said_plainly() -> None:
