@@ -32,7 +32,8 @@ tools:
 	bash hack/install-test-tools.sh
 
 # On a machine with real NVIDIA GPUs (no network needed, no venv required): NVML discovery, the
-# slices, nvidia-smi cross-check, health watcher, claim CDI specs, HAMi-core limit if present.
+# slices, nvidia-smi cross-check, health watcher, claim CDI specs, and with a HAMi-core libvgpu.so
+# its memory and cores limits (two processes, a PID namespace, a podman container where one runs).
 gpu-check:
 	bash hack/gpu-check.sh
 

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Check hami-dra against this machine's real NVIDIA GPUs: NVML discovery -> ResourceSlices that the
 # API server accepts, every value against nvidia-smi, the NVML health watcher on every GPU, the CDI
-# spec of prepared claims and, where a HAMi-core libvgpu.so and libcuda are present, a memory
-# limit enforced. Needs only this repository and an NVIDIA driver; no network, no cluster.
+# spec of prepared claims (with what CUDA in a container needs) and, where a HAMi-core libvgpu.so
+# and libcuda are present, its memory limit (the limit minus the context it reports), its cores
+# limit (a kernel loop at 30 % against none), two processes sharing one limit, a PID namespace and
+# (as root, with podman) a container run through the claim's composed CDI spec. Each a PASS, FAIL
+# or SKIP line with its figure. Needs only this repository and an NVIDIA driver; no network, no
+# cluster; well under 8 minutes on one GPU.
 #
 #   hack/gpu-check.sh [--node-name N] [--dev-root /dev] [--nvidia-driver-root DIR]
 #
+# Needs installed, from PyPI only: nvidia-ml-py. Optional (a missing one skips the checks that need
+# it, named in the output): grpcio, protobuf, PyYAML, prometheus-client, kubernetes-validate; put
+# extra packages on PYTHONPATH to add them. The GPU work uses ctypes against libcuda.so.1 (nothing
+# to install). From the system, optional: nvidia-ctk, unshare (util-linux), podman.
 # Python: $GPU_CHECK_PYTHON, else the repository's .venv when it runs here, else python3 (3.11+).
-# A Python module that is missing (nvidia-ml-py, prometheus-client, grpcio, kubernetes-validate)
-# skips the checks that need it, named in the output; put extra packages on PYTHONPATH to add them.
 # Env: NVIDIA_DRIVER_ROOT (where libnvidia-ml.so.1 lives), HAMI_CORE_LIB (libvgpu.so; default
-# /usr/local/vgpu/libvgpu.so), GPU_CHECK_TIMEOUT (seconds for the whole run, default 450).
+# /usr/local/vgpu/libvgpu.so), NVIDIA_CTK, GPU_CHECK_SPIN_S (seconds of each kernel loop, default
+# 6), GPU_CHECK_PODMAN (podman program; "none" skips the container), GPU_CHECK_TIMEOUT (seconds for
+# the whole run, default 450).
 # Exit status: 0 when nothing failed, 1 when a check failed, 2 when no usable Python was found.
 set -euo pipefail
 
