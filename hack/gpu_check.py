@@ -65,6 +65,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -1306,12 +1307,16 @@ def _start_holder(
         command, env=full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
-    line = proc.stdout.readline()  # the probe prints it once it holds its memory (or has failed)
+    # The probe prints its line once it holds its memory (or has failed); a hung one is given up.
+    ready, _, _ = select.select([proc.stdout], [], [], PROBE_TIMEOUT_S)
+    line = proc.stdout.readline() if ready else ""
     try:
         result: dict[str, Any] = json.loads(line) if line.strip() else {}
     except json.JSONDecodeError:
         result = {}
     if not result:
+        if not ready:
+            proc.kill()
         _stop_holder(proc)
         result = {"error": f"holding probe exited {proc.returncode} without a result"}
         return None, result
@@ -1410,21 +1415,29 @@ def _run_container(report: Report, ctx: Context, share: PreparedShare, podman: s
         for path in sorted({REPO, Path(sys.prefix), Path(sys.base_prefix)})
         if path.stat().st_dev != Path("/").stat().st_dev  # the overlay of / shows only its own mount
     ]
-    command = [
+    run = [
         podman, f"--root={storage / 'root'}", f"--runroot={storage / 'run'}", f"--tmpdir={storage / 'tmp'}",
-        "run", "--rm", "--network=none", "--workdir=/",
-        *(f"--device={cdi_id}" for cdi_id in share.cdi_ids), *volumes,
-        "--rootfs", "/:O",  # the host's root as the container's, under an overlay that takes the mounts
+        "run", "--rm", "--network=none", "--workdir=/", *volumes,
+    ]  # fmt: skip
+    rootfs = ["--rootfs", "/:O"]  # the host's root as the container's, under an overlay that takes the mounts
+    command = [
+        *run, *(f"--device={cdi_id}" for cdi_id in share.cdi_ids), *rootfs,
         sys.executable, str(Path(__file__).resolve()), "--cuda-probe", "libcuda.so.1", plan.to_json(),
     ]  # fmt: skip
-    report.note(" ".join(command))
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     try:
+        # First without the spec: a podman that cannot run such a container here says nothing of it.
+        trial = _run([*run, *rootfs, sys.executable, "-c", "pass"], timeout=PROBE_TIMEOUT_S, env=env)
+        if trial.returncode != 0:
+            last = (trial.stderr.strip().splitlines() or ["no output"])[-1]
+            report.skipped(
+                f"container: {podman} cannot run the host's root as a container here (exit "
+                f"{trial.returncode}: {last[:300]}), so the spec was not applied by a runtime"
+            )
+            return
+        report.note(" ".join(command))
         shutil.copyfile(share.spec_path, registered)
-        proc = _run(
-            command,
-            timeout=PROBE_TIMEOUT_S + 2 * plan.spin_s,
-            env={**os.environ, "CONTAINERS_CONF": str(conf)},
-        )
+        proc = _run(command, timeout=PROBE_TIMEOUT_S + 2 * plan.spin_s, env=env)
     finally:
         registered.unlink(missing_ok=True)
         shutil.rmtree(storage, ignore_errors=True)

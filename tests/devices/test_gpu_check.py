@@ -362,7 +362,10 @@ def test_a_spec_without_what_cuda_needs_fails(
 
 def test_a_host_without_nvidia_uvm_fails(mock_nvml: dict[str, Path], tmp_path: Path) -> None:
     nodes = ("nvidia0", "nvidia3", "nvidiactl")
-    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), toolkit_registry(tmp_path), dev_nodes=nodes)
+    # A "podman" that cannot run anything: the container step must say so, not fail the spec.
+    env = {"GPU_CHECK_PODMAN": "false"}
+    registry = toolkit_registry(tmp_path)
+    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), registry, dev_nodes=nodes, env=env)
     assert code == 1, out
     dev = tmp_path / "dev"
     assert (
@@ -370,6 +373,11 @@ def test_a_host_without_nvidia_uvm_fails(mock_nvml: dict[str, Path], tmp_path: P
         f"{dev / 'nvidia-uvm'}; load nvidia-uvm first (nvidia-modprobe -u -c=0)"
     ) in out, out
     assert failed_steps(out) == {"d"}, out
+    if os.geteuid() == 0:
+        assert "SKIP  container: false cannot run the host's root as a container here (exit 1: " in out, out
+    else:
+        assert "SKIP  container: podman reads CDI specs from /var/run/cdi only as root" in out, out
+    assert "PASS  share claim unprepared, spec removed" in out, out
 
 
 def test_a_disagreement_with_nvidia_smi_fails(mock_nvml: dict[str, Path], tmp_path: Path) -> None:
