@@ -1717,7 +1717,10 @@ def _parser() -> argparse.ArgumentParser:
         "--node-name", default=node_name(), help="node (pool) name; default $NODE_NAME or host name"
     )
     parser.add_argument(
-        "--dev-root", type=Path, default=Path("/dev"), help="where the nvidia* device nodes are"
+        "--dev-root",
+        type=Path,
+        default=Path("/dev"),
+        help="where the nvidia* device nodes are (default /dev; nvidia-ctk gets the directory above it)",
     )
     parser.add_argument(
         "--nvidia-driver-root",

@@ -120,7 +120,7 @@ def toolkit_registry(root: Path, without: str = "") -> Path:
     ]
     nodes = [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
     nodes = [n for n in nodes if n["path"] != without]
-    mounts = [m for m in mounts if without not in {"libcuda", "nvidia-smi"} or without not in m["hostPath"]]
+    mounts = [m for m in mounts if not without or without not in m["hostPath"]]
     hooks = [h for h in hooks if without not in h["args"]]
     devices = [
         {"name": name, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}}
