@@ -28,8 +28,10 @@ g. two processes sharing one limit (one cache file): the second sees the first's
    two together stop at the limit;
 h. a PID namespace (``unshare``): the probe as PID 1, as in a container, keeps both limits;
 i. a container run through the share claim's composed CDI spec with ``podman`` where it is
-   installed (and this runs as root: podman reads specs from ``/var/run/cdi``): ``nvidia-smi``,
-   ``cuInit`` and both limits inside it.
+   installed (and this runs as root: podman reads specs from ``/var/run/cdi``), its root the host's
+   under an overlay (nothing to pull) and its ``/dev`` only what the spec gives: ``nvidia-smi``,
+   ``cuInit`` with the spec's ``libcuda`` mount, HAMi-core preloaded by the spec's
+   ``/etc/ld.so.preload``, and both limits inside it.
 
 Each check prints ``PASS``, ``FAIL`` or ``SKIP`` with its figures; a check whose Python module is
 missing is skipped naming the module, not failed, except discovery's ``pynvml``: without it nothing
@@ -251,6 +253,7 @@ class PreparedShare:
     spec_path: Path
     cdi_ids: list[str]
     limit_mib: int
+    libcuda_mounts: list[str]
 
 
 # -- a. discovery and ResourceSlices ---------------------------------------------------------------
@@ -722,7 +725,13 @@ def step_cdi(report: Report, ctx: Context) -> None:
         _check_container_needs(report, spec, label)
         _check_host_side(report, ctx, spec, gpu, label)
         if label == "share":
-            ctx.share = PreparedShare(preparer, ref, path, ids, memory // MIB)
+            libcuda = [
+                str(m.get("containerPath"))
+                for e in _all_edits(spec)
+                for m in e.get("mounts") or []
+                if Path(str(m.get("containerPath", ""))).name.startswith("libcuda.so")
+            ]
+            ctx.share = PreparedShare(preparer, ref, path, ids, memory // MIB, libcuda)
         else:
             _unprepare(report, preparer, ref, path, label)
 
@@ -1464,6 +1473,12 @@ def _run_container(report: Report, ctx: Context, share: PreparedShare, podman: s
     ):
         _print_stderr(result)
         return
+    # The container's root is the host's: the spec's mount must be what the loader found.
+    report.expect(
+        result.get("libcuda") in share.libcuda_mounts,
+        f"in the container libcuda is the spec's mount: {result.get('libcuda')} "
+        f"(the spec mounts {', '.join(share.libcuda_mounts) or 'none'})",
+    )
     if not hami:
         report.skipped(f"HAMi-core limits in the container: {_hami_core_found(ctx)}")
         return
@@ -1552,6 +1567,7 @@ def cuda_probe(library: str, plan: ProbePlan) -> dict[str, Any]:
     except OSError as err:
         result["load_error"] = str(err)
         return result
+    result["libcuda"] = _loaded_library("libcuda")
     size_t = ctypes.c_size_t
 
     def name(code: int) -> str:

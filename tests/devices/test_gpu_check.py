@@ -462,6 +462,7 @@ def test_a_container_runs_through_the_composed_spec(
         "PASS  in the container the probe is PID 1",
         f"PASS  nvidia-smi -L in the container: exit 0: GPU 0: NVIDIA H200 (UUID: {UUIDS[0]})",
         "PASS  CUDA in the container on Stand-in GPU: cuDeviceTotalMem 4096 MiB",
+        f"PASS  in the container libcuda is the spec's mount: /usr/lib/x86_64-linux-gnu/libcuda.so.{DRIVER}",
         "PASS  in the container cuDeviceTotalMem reads 4096 MiB (limit 4096 MiB): HAMi-core preloaded "
         "through the spec's /etc/ld.so.preload",
         "PASS  in the container: allocation stopped at 3328 MiB (13 x 256 MiB) against limit 4096 MiB - "
