@@ -8,9 +8,10 @@ layout into the CDI dir containerd reads: with ``additionalGids`` for the DRM no
 ``nvidia-uvm``, which is loaded only after the spec was generated (issue 33); the plugin completes
 it from the host, or withholds the GPUs naming the fix while the host has none either. The chart
 runs the plugin with ``source=nvml`` and ``nvidiaDriverRoot`` at that root, on a node labelled
-``nvidia.com/gpu.present`` (its default node affinity). In every layout a pod with a claim either starts, containerd having resolved our
-CDI IDs and applied the toolkit's edits and hooks, or never reaches the node, with the reason in
-``kubectl describe``; an XID 79 injected through the mock's event file taints that one GPU.
+``nvidia.com/gpu.present`` (its default node affinity). In every layout a pod with a claim either
+starts, containerd having resolved our CDI IDs and applied the toolkit's edits and hooks, or never
+reaches the node, with the reason in ``kubectl describe``; an XID 79 injected through the mock's
+event file taints that one GPU.
 
 The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
