@@ -153,9 +153,9 @@ def test_layout_spec_names_the_profiles_gpus_from_the_mock_root(
                 assert sorted(edits["additionalGids"]) == sorted(
                     {*nvidia_gids(driver), VIDEO_GID, RENDER_GID}
                 )
-                (by_path,) = edits["hooks"]
-                assert by_path["args"][1] == "create-symlinks"
-                assert f"../{card}::/dev/dri/by-path/pci-{gpu.bus_id}-card" in by_path["args"]
+                (by_path,) = [h for h in edits["hooks"] if h["args"][1] == "create-symlinks"]
+                # The link's path is where the toolkit found it, its dev root included.
+                assert f"../{card}::{dev_root}/dev/dri/by-path/pci-{gpu.bus_id}-card" in by_path["args"]
         common_nodes = {n["path"]: n["hostPath"] for n in spec["containerEdits"]["deviceNodes"]}
         assert common_nodes == {"/dev/nvidiactl": f"{dev_root}/dev/nvidiactl"}, "no nvidia-uvm yet"
         all_nodes = {n["path"] for n in devices["all"]["deviceNodes"]}
