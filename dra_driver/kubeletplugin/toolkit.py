@@ -245,6 +245,9 @@ def toolkit_edits(spec: ToolkitSpec, host: HostView | None = None) -> ToolkitEdi
     return ToolkitEdits(spec.path, spec.kind, spec.common, by_minor, stale, host)
 
 
+_HOST_AT_ROOT = HostView()
+
+
 class ToolkitRegistry:
     """The toolkit's specs in the CDI registry dirs, re-read only when a file changed."""
 
@@ -252,13 +255,14 @@ class ToolkitRegistry:
         self,
         dirs: tuple[Path, ...] = REGISTRY_DIRS,
         kinds: tuple[str, ...] = TOOLKIT_KINDS,
-        host: HostView | None = None,
+        host: HostView | Path | None = _HOST_AT_ROOT,
         ignore_prefix: str = "",
     ) -> None:
         self.dirs = dirs
         self.kinds = kinds
-        #: Where the host's files are seen (stale specs, control nodes); default: the host's / is /.
-        self.host = host if host is not None else HostView()
+        #: Where the host's files are seen (stale specs, control nodes): a HostView, or where the
+        #: host's / is seen (a Path; None: nowhere, nothing is checked and nothing can be added).
+        self.host = host if isinstance(host, HostView) else HostView(host)
         #: Our own transient specs share the dirs; their file names start with this and are skipped.
         self.ignore_prefix = ignore_prefix
         self._stamp: tuple[tuple[str, int, int], ...] | None = None

@@ -220,10 +220,8 @@ def test_a_pod_starts_on_every_toolkit_layout_with_its_gpu_and_the_driver_files(
     if layout != "operator":  # the GPU's DRM nodes, and the groups that open them (additionalGids)
         gpu = next(g for g in gpu_node.driver.gpus if g.minor == minor)
         card, render = gpu_node.driver.drm_nodes(gpu)
-        dri = gpu_node.exec(
-            name, f"ls /dev/dri/{card} /dev/dri/{render} /dev/dri/by-path/pci-{gpu.bus_id}-card"
-        )
-        assert card in dri and render in dri and "by-path" in dri, dri
+        dri = gpu_node.exec(name, f"ls -ln /dev/dri/{card} /dev/dri/{render}")
+        assert f" {VIDEO_GID} " in dri and f" {RENDER_GID} " in dri and dri.count("crw-rw----") == 2, dri
         groups = gpu_node.exec(name, "id -G").split()
         assert {str(VIDEO_GID), str(RENDER_GID)} <= set(groups), groups
     gpu_node.cluster.kubectl("delete", "pod", name, "--wait=true")
