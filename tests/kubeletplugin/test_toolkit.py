@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dra_driver.kubeletplugin import cdi
 from dra_driver.kubeletplugin.container_edits import EditsConflict
 from dra_driver.kubeletplugin.control_nodes import HostView
 from dra_driver.kubeletplugin.toolkit import (
@@ -211,3 +212,23 @@ def test_a_gpu_whose_intel_rdt_differs_from_the_common_one_is_unusable_naming_bo
     edits = toolkit_edits(parse_spec(Path("n.yaml"), yaml.safe_dump(raw)), HostView(None))
     assert edits.for_minor(0) is not None and edits.for_minor(1) is None
     assert "'common'" in str(edits.problem(1)) and "'gpu1'" in str(edits.problem(1))
+
+
+@pytest.mark.parametrize(
+    ("edits", "version"),
+    [
+        ({"additionalGids": [44]}, "0.7.0"),
+        ({"intelRdt": {"closID": "gpu"}}, "0.7.0"),
+        ({"intelRdt": {"closID": "gpu", "schemata": ["L3:0=ff"]}}, "1.1.0"),
+        ({"intelRdt": {"enableMonitoring": True}}, "1.1.0"),
+        ({"netDevices": [{"hostInterfaceName": "ib0", "name": "ib0"}]}, "1.1.0"),
+    ],
+)
+def test_a_claim_spec_declares_the_cdi_version_its_carried_fields_need(
+    edits: dict[str, object], version: str
+) -> None:
+    """As specs-go's MinimumRequiredVersion: a lower one is refused by the runtime's CDI library."""
+    device = {"name": "claim-gpu-0", "containerEdits": {"env": ["A=1"]}}
+    assert cdi.make_spec("k8s.gpu.hami.io/gpu", [device], dict(edits))["cdiVersion"] == version
+    at_device = {"name": "claim-gpu-0", "containerEdits": {"env": ["A=1"], **edits}}
+    assert cdi.make_spec("k8s.gpu.hami.io/gpu", [at_device], {})["cdiVersion"] == version
