@@ -23,6 +23,16 @@ go-nvml loads, a stub ``libcuda.so.<driver version>``, an ``nvidia-smi`` stand-i
 stubs and real character device nodes, so that the spec is the one a real node of that profile
 gets and a real container runtime can apply it. Nothing here downloads; the gcc builds take well
 under a second. Device nodes need root (``mknod``) and a filesystem not mounted ``nodev``.
+
+The device nodes are those of a real node (issue 33, :class:`DeviceFiles`): ``nvidia-drm`` loaded,
+so each GPU has ``/dev/dri/card<N>`` and ``renderD<N>`` (0660, groups video and render) with
+their ``by-path`` links, for which toolkit >= 1.19 writes ``additionalGids``; ``/dev/nvidia*``
+as ``NVreg_DeviceFileMode``/``-GID`` leave them (the driver's default 0666 root, or a hardened
+0660 with a group); and, by default, ``nvidia-uvm`` not yet loaded when the spec is generated
+(:func:`generate_spec`), as where nothing loaded it before the boot-time ``nvidia-cdi-refresh``.
+``nvidia-ctk`` finds a GPU's DRM nodes in ``/sys/bus/pci/devices/<bus id>/drm``; the root holds
+that tree (``sys/``) and :func:`generate_spec` mounts it there for ``nvidia-ctk`` alone (a mount
+namespace of its own).
 """
 
 from __future__ import annotations
@@ -71,6 +81,30 @@ NVIDIACTL_MINOR = 255
 #: nvidia-uvm's major is dynamic on a real node; the kernel hands out 511 first (it allocates
 #: dynamic majors downwards), which is what most real nodes show. nvidia-uvm-tools is minor 1.
 NVIDIA_UVM_MAJOR = 511
+UVM_NODES = ("nvidia-uvm", "nvidia-uvm-tools")
+#: The DRM subsystem's fixed major; card<N> minors count from 0, renderD<N> from 128.
+DRM_MAJOR = 226
+RENDER_MINOR_BASE = 128
+#: Groups of the DRM nodes on Debian/Ubuntu: video is 44 everywhere; render is a dynamic system
+#: group (109 on a stock Ubuntu 22.04 server).
+VIDEO_GID = 44
+RENDER_GID = 109
+
+
+@dataclass(frozen=True)
+class DeviceFiles:
+    """How the node's NVIDIA device nodes look (see the module docstring)."""
+
+    #: ``NVreg_DeviceFileMode`` and ``NVreg_DeviceFileGID``: mode and group of ``/dev/nvidia*``.
+    nvidia_mode: int = 0o666
+    nvidia_gid: int = 0
+    #: ``nvidia-drm`` loaded: per GPU ``/dev/dri/card<index+1>`` (card0 is the BMC's VGA on most
+    #: servers) and ``renderD<128+index>``, 0660 in groups video and render, with by-path links.
+    drm: bool = True
+
+
+#: A node whose driver was loaded with ``NVreg_DeviceFileMode=0660 NVreg_DeviceFileGID=44``.
+HARDENED = DeviceFiles(nvidia_mode=0o660, nvidia_gid=VIDEO_GID)
 
 
 class LayoutError(RuntimeError):
@@ -84,6 +118,8 @@ class MockGpu:
     index: int
     uuid: str
     minor: int
+    #: ``0000:bb:dd.f``: where sysfs lists the GPU (``/sys/bus/pci/devices/<this>``).
+    bus_id: str = ""
 
     @property
     def device_node(self) -> str:
@@ -98,6 +134,7 @@ class DriverRoot:
     root: Path
     driver_version: str
     gpus: tuple[MockGpu, ...]
+    files: DeviceFiles = DeviceFiles()
 
     @property
     def lib_dir(self) -> Path:
@@ -123,6 +160,29 @@ class DriverRoot:
         """What ``--dev-root`` names: the directory holding ``dev/`` (here, the driver root)."""
         return self.root
 
+    @property
+    def sysfs_pci(self) -> Path:
+        """The root's stand-in for ``/sys/bus/pci/devices`` (``<bus id>/drm/<node>`` per DRM node)."""
+        return self.root / "sys" / "bus" / "pci" / "devices"
+
+    def load_uvm(self) -> None:
+        """``nvidia-modprobe -u -c=0``: create ``/dev/nvidia-uvm`` and ``-tools`` (0666 root, as the
+        driver makes them whatever ``NVreg_DeviceFileMode`` says)."""
+        for minor, name in enumerate(UVM_NODES):
+            _char_device(self.dev_root / "dev" / name, NVIDIA_UVM_MAJOR, minor, 0o666, 0)
+
+    def unload_uvm(self) -> None:
+        """``rmmod nvidia-uvm`` as far as the device nodes go: they are gone."""
+        for name in UVM_NODES:
+            (self.dev_root / "dev" / name).unlink(missing_ok=True)
+
+    def uvm_loaded(self) -> bool:
+        return all((self.dev_root / "dev" / name).is_char_device() for name in UVM_NODES)
+
+    def drm_nodes(self, gpu: MockGpu) -> tuple[str, str]:
+        """The GPU's ``/dev/dri`` card and render node names."""
+        return f"card{gpu.index + 1}", f"renderD{RENDER_MINOR_BASE + gpu.index}"
+
     def nvml_env(self) -> dict[str, str]:
         """Variables under which go-nvml (or pynvml) loads the mock and the mock finds its profile."""
         return {"MOCK_NVML_PROFILE": str(self.profile), "LD_LIBRARY_PATH": str(self.lib_dir)}
@@ -146,8 +206,15 @@ def gpus_of(profile: Mapping[str, Any]) -> tuple[MockGpu, ...]:
     for index, device in enumerate(profile.get("devices", [])):
         if "minor" not in device:
             raise LayoutError(f"profile device {index} has no 'minor': nvidia-ctk names /dev/nvidia<minor>")
-        gpus.append(MockGpu(index, str(device["uuid"]), int(device["minor"])))
+        bus = str(device.get("busId") or f"00000000:{index + 0x10:02x}:00.0")
+        gpus.append(MockGpu(index, str(device["uuid"]), int(device["minor"]), pci_bus_id(bus)))
     return tuple(gpus)
+
+
+def pci_bus_id(nvml_bus_id: str) -> str:
+    """The bus id as go-nvlib (and sysfs) spell it: lower case, a 4-digit domain (NVML gives 8)."""
+    bus = nvml_bus_id.lower()
+    return bus[4:] if len(bus.split(":", 1)[0]) == 8 and bus.startswith("0000") else bus
 
 
 def _gcc() -> str:
@@ -170,16 +237,33 @@ def _symlink(link: Path, target: str) -> None:
     link.symlink_to(target)
 
 
-def _char_device(path: Path, major: int, minor: int) -> None:
+def _char_device(path: Path, major: int, minor: int, mode: int, gid: int) -> None:
     if not (path.is_char_device() and path.stat().st_rdev == os.makedev(major, minor)):
         path.unlink(missing_ok=True)
         try:
-            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
         except PermissionError as err:
             raise LayoutError(f"cannot create the device node {path} (mknod needs root): {err}") from err
-    # crw-rw-rw- as the driver makes them (mknod's mode went through the umask); the spec copies
-    # the mode into fileMode, and the runtime gives the container's node that mode.
-    path.chmod(0o666)
+    # The mode and group the kernel module gives them (mknod's mode went through the umask); the
+    # spec copies them into fileMode and gid, and the runtime gives the container's node those.
+    path.chmod(mode)
+    os.chown(path, 0, gid)
+
+
+def _drm_nodes(driver: DriverRoot) -> None:
+    """Each GPU's DRM nodes, their ``by-path`` links and the sysfs entries that name them."""
+    dri = driver.dev_root / "dev" / "dri"
+    by_path = dri / "by-path"
+    by_path.mkdir(parents=True, exist_ok=True)
+    for gpu in driver.gpus:
+        card, render = driver.drm_nodes(gpu)
+        _char_device(dri / card, DRM_MAJOR, gpu.index + 1, 0o660, VIDEO_GID)
+        _char_device(dri / render, DRM_MAJOR, RENDER_MINOR_BASE + gpu.index, 0o660, RENDER_GID)
+        _symlink(by_path / f"pci-{gpu.bus_id}-card", f"../{card}")
+        _symlink(by_path / f"pci-{gpu.bus_id}-render", f"../{render}")
+        sysfs = driver.sysfs_pci / gpu.bus_id / "drm"
+        for name in (card, render):
+            (sysfs / name).mkdir(parents=True, exist_ok=True)
 
 
 def _nvidia_smi(profile: Mapping[str, Any], gpus: tuple[MockGpu, ...]) -> str:
@@ -192,7 +276,9 @@ def _nvidia_smi(profile: Mapping[str, Any], gpus: tuple[MockGpu, ...]) -> str:
     return f"#!/bin/sh\n# mock nvidia-smi, driver {version} (tests/nvidia_layouts.py)\n{body}"
 
 
-def build_driver_root(root: Path, profile: Path | Mapping[str, Any]) -> DriverRoot:
+def build_driver_root(
+    root: Path, profile: Path | Mapping[str, Any], files: DeviceFiles = DeviceFiles()
+) -> DriverRoot:
     """Lay out a mock NVIDIA driver root in ``root`` (created if missing; rebuilt files replace
     old ones) for ``profile`` (a hack/mock-nvml JSON file or the parsed dict):
 
@@ -201,9 +287,11 @@ def build_driver_root(root: Path, profile: Path | Mapping[str, Any]) -> DriverRo
       installer leaves them: nvidia-ctk finds the driver's libraries by that version suffix;
     * ``usr/bin/nvidia-smi`` (a shell stand-in) and ``lib/firmware/nvidia/<driverVersion>/gsp_*.bin``
       (empty), which nvidia-ctk mounts like the real ones;
-    * ``dev/nvidia<minor>`` per GPU and ``dev/nvidiactl`` (major 195), ``dev/nvidia-uvm`` and
-      ``dev/nvidia-uvm-tools``: real character nodes, because nvidia-ctk skips anything else and a
-      runtime recreates them in the container from their numbers;
+    * ``dev/nvidia<minor>`` per GPU and ``dev/nvidiactl`` (major 195, ``files``' mode and group),
+      ``dev/nvidia-uvm`` and ``dev/nvidia-uvm-tools``: real character nodes, because nvidia-ctk
+      skips anything else and a runtime recreates them in the container from their numbers;
+    * with ``files.drm``, ``dev/dri/card<N>``/``renderD<N>``, their ``by-path`` links and
+      ``sys/bus/pci/devices/<bus id>/drm/`` naming them;
     * the profile at ``etc/mock-nvml/profile.json``.
     """
     data: dict[str, Any] = json.loads(profile.read_text()) if isinstance(profile, Path) else dict(profile)
@@ -215,7 +303,7 @@ def build_driver_root(root: Path, profile: Path | Mapping[str, Any]) -> DriverRo
     root.mkdir(parents=True, exist_ok=True)
     if os.statvfs(root).f_flag & os.ST_NODEV:
         raise LayoutError(f"{root} is on a filesystem mounted nodev: its device nodes could not be used")
-    driver = DriverRoot(root.resolve(), version, gpus)
+    driver = DriverRoot(root.resolve(), version, gpus, files)
 
     driver.lib_dir.mkdir(parents=True, exist_ok=True)
     _shared_object(gcc, "libnvidia-ml.so.1", driver.nvml_library, MOCK_NVML_SOURCE)
@@ -235,10 +323,13 @@ def build_driver_root(root: Path, profile: Path | Mapping[str, Any]) -> DriverRo
     dev = driver.root / "dev"
     dev.mkdir(exist_ok=True)
     for gpu in gpus:
-        _char_device(dev / f"nvidia{gpu.minor}", NVIDIA_MAJOR, gpu.minor)
-    _char_device(dev / "nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)
-    _char_device(dev / "nvidia-uvm", NVIDIA_UVM_MAJOR, 0)
-    _char_device(dev / "nvidia-uvm-tools", NVIDIA_UVM_MAJOR, 1)
+        _char_device(dev / f"nvidia{gpu.minor}", NVIDIA_MAJOR, gpu.minor, files.nvidia_mode, files.nvidia_gid)
+    _char_device(dev / "nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR, files.nvidia_mode, files.nvidia_gid)
+    driver.load_uvm()
+    shutil.rmtree(driver.root / "sys", ignore_errors=True)
+    shutil.rmtree(dev / "dri", ignore_errors=True)
+    if files.drm:
+        _drm_nodes(driver)
 
     driver.profile.parent.mkdir(parents=True, exist_ok=True)
     driver.profile.write_text(json.dumps(data, indent=1) + "\n")
@@ -258,7 +349,9 @@ def require_toolkit(*, required: bool = False) -> Path:
     return bin_dir
 
 
-def mock_driver_root(root: Path, profile: Path, *, required: bool = False) -> DriverRoot:
+def mock_driver_root(
+    root: Path, profile: Path, files: DeviceFiles = DeviceFiles(), *, required: bool = False
+) -> DriverRoot:
     """:func:`build_driver_root` for a test: fails without gcc; skips (``required``: fails) where
     device nodes cannot be made (not root, or ``root`` on a filesystem mounted nodev)."""
     give_up = pytest.fail if required else pytest.skip
@@ -271,7 +364,7 @@ def mock_driver_root(root: Path, profile: Path, *, required: bool = False) -> Dr
     root.mkdir(parents=True, exist_ok=True)
     if os.statvfs(root).f_flag & os.ST_NODEV:
         give_up(f"{root} is on a filesystem mounted nodev: no usable device nodes there")
-    return build_driver_root(root, profile)
+    return build_driver_root(root, profile, files)
 
 
 def spec_command(layout: Layout, driver: DriverRoot, cdi_dir: Path, bin_dir: Path) -> list[str] | None:
@@ -301,13 +394,21 @@ def spec_command(layout: Layout, driver: DriverRoot, cdi_dir: Path, bin_dir: Pat
 
 
 def generate_spec(
-    layout: Layout, driver: DriverRoot, cdi_dir: Path, bin_dir: Path | None = None
+    layout: Layout,
+    driver: DriverRoot,
+    cdi_dir: Path,
+    bin_dir: Path | None = None,
+    *,
+    uvm_loaded: bool = False,
 ) -> Path | None:
     """Write ``layout``'s spec into ``cdi_dir`` with the built ``nvidia-ctk`` and return its path
     (None for "none", which writes nothing). ``bin_dir`` defaults to the built toolkit.
 
-    The toolkit runs with the mock on ``LD_LIBRARY_PATH`` and ``MOCK_NVML_PROFILE`` set, and
-    without any inherited ``NVIDIA_CTK_*`` variable (each one overrides a flag).
+    The toolkit runs with the mock on ``LD_LIBRARY_PATH`` and ``MOCK_NVML_PROFILE`` set, without
+    any inherited ``NVIDIA_CTK_*`` variable (each one overrides a flag), and with the root's
+    ``sys/bus/pci/devices`` over the real one in a mount namespace of its own (the DRM nodes).
+    Unless ``uvm_loaded``, ``nvidia-uvm`` is not loaded while it runs (its nodes are removed and
+    made again afterwards), as at boot on many real nodes: the spec lacks them.
     """
     bin_dir = bin_dir or toolkit_bin()
     if bin_dir is None:
@@ -321,7 +422,53 @@ def generate_spec(
     cdi_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_CTK_")}
     env.update(driver.nvml_env())
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    if driver.sysfs_pci.is_dir():
+        command = [*_with_sysfs(driver.sysfs_pci), *command]
+    had_uvm = driver.uvm_loaded()
+    if not uvm_loaded:
+        driver.unload_uvm()
+    try:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        if had_uvm:
+            driver.load_uvm()
     if proc.returncode != 0:
         raise LayoutError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr}")
     return cdi_dir / SPEC_FILES[layout]
+
+
+_REAL_SYSFS_PCI = "/sys/bus/pci/devices"
+
+
+def _with_sysfs(sysfs_pci: Path) -> list[str]:
+    """A prefix that runs a command with ``sysfs_pci`` mounted over ``/sys/bus/pci/devices``, in a
+    private mount namespace (root), so nothing else on the machine sees the mock's entries."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise LayoutError("unshare (util-linux) is needed to show nvidia-ctk the mock's DRM nodes")
+    script = 'mount --bind "$0" ' + _REAL_SYSFS_PCI + ' && exec "$@"'
+    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, str(sysfs_pci)]
+
+
+def cdi_list(spec_dir: Path, bin_dir: Path | None = None) -> tuple[list[str], list[str]]:
+    """The CDI devices the real CDI library (``nvidia-ctk cdi list``, tags.cncf.io/container-device-
+    interface as containerd and podman use it) finds in ``spec_dir``, and its registry errors (a spec
+    it refuses: unknown fields, a version lower than its content needs, invalid edits)."""
+    bin_dir = bin_dir or require_toolkit()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_CTK_")}
+    proc = subprocess.run(
+        [str(bin_dir / "nvidia-ctk"), "cdi", "list", f"--spec-dir={spec_dir}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise LayoutError(f"nvidia-ctk cdi list failed ({proc.returncode}):\n{proc.stderr}")
+    errors = [
+        line
+        for line in proc.stderr.splitlines()
+        if "level=warning" in line and "registry errors were reported" not in line
+    ]
+    return proc.stdout.split(), errors

@@ -22,6 +22,7 @@ CDI_CLASS = "gpu"
 #: Versions in order, with the features that require each (cncf-tags/container-device-interface
 #: pkg/cdi/version.go). Anything not listed needs only the earliest version, 0.3.0.
 _V030, _V040, _V050, _V060, _V070 = "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0"
+_V110 = "1.1.0"
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class CdiNames:
 
 def _edits_version(edits: dict[str, Any]) -> str:
     version = _V030
+    rdt = edits.get("intelRdt") or {}
+    if edits.get("netDevices") or rdt.get("schemata") is not None or rdt.get("enableMonitoring"):
+        return _V110
     if edits.get("intelRdt") or edits.get("additionalGids"):
         return _V070
     for node in edits.get("deviceNodes") or []:

@@ -23,7 +23,7 @@ import argparse
 import logging
 import signal
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -144,6 +144,13 @@ def register(subparsers: Any) -> None:
         help="where the host's / is seen, to check the host paths the toolkit's spec names ('' = do not "
         "check; env HOST_ROOT)",
     )
+    parser.add_argument(
+        "--host-driver-root",
+        default=env_default(parser, "--host-driver-root", ""),
+        help="the NVIDIA driver root's path on the host (kubeletPlugin.nvidiaDriverRoot), mounted here at "
+        "--nvidia-driver-root: the host paths below it that the toolkit's spec names (device nodes, "
+        "libraries) are checked there when --host-root is '' (env HOST_DRIVER_ROOT)",
+    )
     add_bool(
         parser,
         "--allow-device-plugin",
@@ -200,6 +207,8 @@ def plugin_options(args: argparse.Namespace) -> PluginOptions:
         core_utilization_policy=args.core_utilization_policy,
         nvidia_cdi_kind=args.nvidia_cdi_kind or None,
         host_root=Path(args.host_root) if args.host_root else None,
+        host_driver_root=PurePosixPath(args.host_driver_root) if args.host_driver_root else None,
+        nvidia_driver_root=args.nvidia_driver_root,
         allow_device_plugin=args.allow_device_plugin,
         recheck_seconds=args.recheck_seconds,
         policy_taint=args.policy_taint,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dra_driver.contract import ISOLATION_NONE
@@ -17,6 +17,7 @@ from dra_driver.devices.model import Gpu
 from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.checkpoint import DEFAULT_BOOT_ID_FILE, Checkpoint, read_boot_id
 from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
+from dra_driver.kubeletplugin.control_nodes import HostView
 from dra_driver.kubeletplugin.dra_service import dra_handlers
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.hamicore_library import inspect_library
@@ -62,6 +63,10 @@ class PluginOptions:
     cdi_registry_dirs: tuple[Path, ...] = REGISTRY_DIRS
     #: Where the host's ``/`` is seen, to find host paths a stale toolkit spec names; None: unchecked.
     host_root: Path | None = Path("/")
+    #: The NVIDIA driver root's path on the host, seen here at ``nvidia_driver_root``: host paths below
+    #: it (GPU Operator: ``/run/nvidia/driver``) are checked there when ``host_root`` is None.
+    host_driver_root: PurePosixPath | None = None
+    nvidia_driver_root: Path | None = None
     #: Publish GPUs although NVIDIA's device plugin advertises nvidia.com/gpu on the node.
     allow_device_plugin: bool = False
     #: How often the toolkit spec and the Node are checked again for withheld GPUs.
@@ -181,7 +186,8 @@ class KubeletPlugin:
         kinds = (options.nvidia_cdi_kind, *(k for k in TOOLKIT_KINDS if k != options.nvidia_cdi_kind))
         # Our own transient specs share the CDI dir; they are never the toolkit's.
         ours = f"k8s.{options.driver_name}-"
-        return ToolkitRegistry(options.cdi_registry_dirs, kinds, options.host_root, ignore_prefix=ours)
+        host = HostView(options.host_root, options.host_driver_root, options.nvidia_driver_root)
+        return ToolkitRegistry(options.cdi_registry_dirs, kinds, host, ignore_prefix=ours)
 
     def _current_gpus(self) -> list[Gpu]:
         unhealthy = self.health.unhealthy()

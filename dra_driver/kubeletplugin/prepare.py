@@ -48,11 +48,12 @@ from dra_driver.kubeletplugin.claims import (
     devices_for_node,
     is_kubernetes_uid,
 )
+from dra_driver.kubeletplugin.container_edits import EditsConflict, intel_rdt_conflict, merge_edits
 from dra_driver.kubeletplugin.defence import CapacityError, GpuUsage, check_fits, usage_by_gpu
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
 from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
-from dra_driver.kubeletplugin.toolkit import GENERATE_HINT, ToolkitRegistry, merge_edits
+from dra_driver.kubeletplugin.toolkit import GENERATE_HINT, ToolkitRegistry
 
 LOG = logging.getLogger(__name__)
 
@@ -319,12 +320,20 @@ class Preparer:
             if all(d["name"] != name for d in cdi_devices):
                 cdi_devices.append({"name": name, "containerEdits": edits})
             cdi_ids.append([self.names.qualified(name)])
-        common = merge_edits(common, claim_edits(claim_uid, resolved, self.config.hami))
+        try:
+            common = merge_edits(common, claim_edits(claim_uid, resolved, self.config.hami))
+        except EditsConflict as err:
+            raise ClaimError(f"claim {claim_uid}: {err}") from err
+        # The runtime keeps the last intelRdt it meets: settings that differ between the claim's
+        # devices would be resolved silently, so such a claim is refused.
+        conflict = intel_rdt_conflict([common, *(d["containerEdits"] for d in cdi_devices)])
+        if conflict:
+            raise ClaimError(f"claim {claim_uid}: the toolkit's edits of its GPUs differ: {conflict}")
         return cdi.make_spec(self.names.kind, cdi_devices, common), cdi_ids
 
     def _gpu_edits(
         self, resolved: list[tuple[AllocatedDevice, NodeGpu]]
-    ) -> tuple[dict[str, list[Any]], dict[str, dict[str, list[Any]]]]:
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         """Spec-level edits every GPU container needs, and each GPU's own edits by name."""
         gpus = {gpu.name: gpu for _, gpu in resolved}
         if self.config.simulated:
@@ -337,7 +346,7 @@ class Preparer:
             return {"deviceNodes": control}, stand_in
         if self.toolkit is None:
             # Composition turned off by the admin: the device nodes alone, as the host names them.
-            nodes: dict[str, dict[str, list[Any]]] = {
+            nodes: dict[str, dict[str, Any]] = {
                 name: {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]} for name, gpu in gpus.items()
             }
             control = [{"path": p} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")]
@@ -346,13 +355,18 @@ class Preparer:
         if toolkit is None:
             read = f" ({'; '.join(errors)})" if errors else ""
             raise ClaimError(f"no NVIDIA Container Toolkit CDI spec on this node{read}: {GENERATE_HINT}")
-        edits: dict[str, dict[str, list[Any]]] = {}
+        edits: dict[str, dict[str, Any]] = {}
         for name, gpu in gpus.items():
             found = toolkit.for_minor(gpu.minor)
             if found is None:
                 raise ClaimError(f"GPU {name} cannot be given to a container: {toolkit.problem(gpu.minor)}")
             edits[name] = found
-        return dict(toolkit.common), edits
+        # Control nodes the spec lacks (nvidia-uvm loaded after it was generated) come from the host.
+        completed = toolkit.control(sorted(gpu.minor for gpu in gpus.values()))
+        if completed.problem is not None:
+            names = ", ".join(sorted(gpus))
+            raise ClaimError(f"GPU(s) {names} cannot be given to a container: {completed.problem}")
+        return merge_edits(toolkit.common, completed.edits), edits
 
     def _write_side_effects(self, claim_uid: str, spec: dict[str, Any]) -> None:
         if spec.get("containerEdits", {}).get("mounts"):

@@ -15,8 +15,10 @@ toolkit defines differ by layout:
 - the GPU Operator: only ``management.nvidia.com/gpu`` with one device ``all`` holding every GPU.
 
 A GPU's edits are found by its device node, which all three layouts carry: the one device whose
-nodes include ``/dev/nvidia<minor>`` and no other GPU's (taken whole), else a device holding
-several GPUs (``all``), from which only the node ``/dev/nvidia<minor>`` is taken. Where no spec
+nodes include ``/dev/nvidia<minor>`` and no other GPU's (taken whole, every field), else a device
+holding several GPUs (``all``), cut down to that GPU (:func:`shared_cut`). Every field the CDI spec
+defines is carried (``container_edits.py``); the control nodes CUDA needs are checked against the
+host each time and completed from it (``control_nodes.py``). Where no spec
 defines a GPU, the plugin does not publish it (``plugin.py``) and says why; a stale spec (a host
 path that is gone, as after a driver upgrade without a new spec) is refused the same way, so
 that no pod is scheduled onto a node where its container could not start.
@@ -34,6 +36,16 @@ from typing import Any
 
 import yaml
 
+from dra_driver.kubeletplugin.container_edits import (
+    GIDS,
+    Edits,
+    EditsConflict,
+    EditsError,
+    merge_edits,
+    read_edits,
+)
+from dra_driver.kubeletplugin.control_nodes import CONTROL_NODES, ControlNodes, HostView, complete
+
 LOG = logging.getLogger(__name__)
 
 #: The standard CDI registry directories, lowest priority first (a later one overrides).
@@ -48,7 +60,9 @@ GENERATE_HINT = (
 )
 
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
-_EDIT_LISTS = ("env", "deviceNodes", "mounts", "hooks")
+#: Fields of a device shared by several GPUs that a cut for one GPU keeps as they are; its hooks
+#: (DRM by-path links, nvidia-caps permissions) and network devices concern what the cut leaves out.
+_SHARED_KEPT = ("env", "mounts", "intelRdt")
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -62,8 +76,8 @@ class ToolkitSpec:
 
     path: Path
     kind: str
-    common: dict[str, list[Any]]
-    devices: dict[str, dict[str, list[Any]]]
+    common: Edits
+    devices: dict[str, Edits]
 
     def gpu_minors(self, device: str) -> set[int]:
         return {
@@ -79,12 +93,14 @@ class ToolkitEdits:
 
     source: Path
     kind: str
-    common: dict[str, list[Any]]
-    by_minor: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+    common: Edits
+    by_minor: dict[int, Edits] = field(default_factory=dict)
     #: Why a GPU of the spec is unusable (a host path that does not exist), by minor number.
     stale: dict[int, str] = field(default_factory=dict)
+    #: Where the plugin sees the host's files, to complete the control nodes (``control_nodes.py``).
+    host: HostView = field(default_factory=lambda: HostView(None))
 
-    def for_minor(self, minor: int) -> dict[str, list[Any]] | None:
+    def for_minor(self, minor: int) -> Edits | None:
         """The GPU's own edits, or None when the spec does not define it (or is stale for it)."""
         if minor in self.stale:
             return None
@@ -98,23 +114,18 @@ class ToolkitEdits:
             return f"{self.source} ({self.kind}) defines no device with /dev/nvidia{minor}"
         return None
 
+    def control(self, minors: list[int]) -> ControlNodes:
+        """The control nodes a container with the GPUs ``minors`` lacks in this spec, as the host has
+        them now (added) or why they cannot be added. Checked on every call: nodes come and go."""
+        own = [self.by_minor[minor] for minor in minors if minor in self.by_minor]
+        return complete([self.common, *own], self.host)
 
-def _edits(raw: Any, where: str) -> dict[str, list[Any]]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ToolkitSpecError(f"{where}: containerEdits is not a mapping")
-    edits: dict[str, list[Any]] = {}
-    for key, value in raw.items():
-        if value in (None, []):
-            continue
-        if key not in _EDIT_LISTS:
-            # An edit we do not know how to carry over (e.g. intelRdt) would be silently lost.
-            raise ToolkitSpecError(f"{where}: unsupported containerEdits field {key!r}")
-        if not isinstance(value, list):
-            raise ToolkitSpecError(f"{where}: containerEdits.{key} is not a list")
-        edits[key] = list(value)
-    return edits
+
+def _edits(raw: Any, where: str) -> Edits:
+    try:
+        return read_edits(raw, where)
+    except EditsError as err:
+        raise ToolkitSpecError(str(err)) from err
 
 
 def parse_spec(path: Path, text: str) -> ToolkitSpec:
@@ -125,7 +136,7 @@ def parse_spec(path: Path, text: str) -> ToolkitSpec:
         raise ToolkitSpecError(f"{path}: not valid {path.suffix[1:].upper()}: {err}") from err
     if not isinstance(data, dict):
         raise ToolkitSpecError(f"{path}: not a CDI spec (no mapping at the top)")
-    devices: dict[str, dict[str, list[Any]]] = {}
+    devices: dict[str, Edits] = {}
     for entry in data.get("devices") or []:
         if not isinstance(entry, dict) or not entry.get("name"):
             raise ToolkitSpecError(f"{path}: a device without a name")
@@ -135,7 +146,7 @@ def parse_spec(path: Path, text: str) -> ToolkitSpec:
     return ToolkitSpec(path, str(data.get("kind", "")), common, devices)
 
 
-def _host_paths(edits: dict[str, list[Any]]) -> Iterable[str]:
+def _host_paths(edits: Edits) -> Iterable[str]:
     """Files a driver upgrade replaces: mounted libraries and binaries, hook programs.
 
     Device nodes are not among them: they live in the host's ``/dev``, which the plugin sees
@@ -147,12 +158,13 @@ def _host_paths(edits: dict[str, list[Any]]) -> Iterable[str]:
         yield str(hook.get("path", ""))
 
 
-def _missing(edits: dict[str, list[Any]], host_root: Path | None) -> str | None:
-    """The first host path ``edits`` name that does not exist (seen from ``host_root``; None: unseen)."""
-    if host_root is None:
-        return None
+def _missing(edits: Edits, host: HostView) -> str | None:
+    """The first host path ``edits`` name that does not exist, of those the plugin can see."""
     for path in _host_paths(edits):
-        if path and not path.startswith("/dev/") and not (host_root / path.lstrip("/")).exists():
+        if not path or path.startswith("/dev/"):
+            continue
+        seen = host.seen_at(path)
+        if seen is not None and not seen.exists():
             return path
     return None
 
@@ -161,22 +173,44 @@ def _is_dri(node: dict[str, Any]) -> bool:
     return str(node.get("path", "")).startswith("/dev/dri/")
 
 
-def gpu_edits(spec: ToolkitSpec) -> dict[int, dict[str, list[Any]]]:
+def shared_cut(edits: Edits, minor: int) -> Edits:
+    """One GPU's part of a device that holds several (the GPU Operator's ``all``).
+
+    Its device nodes are the GPU's own ``/dev/nvidia<minor>`` and the control nodes
+    (``control_nodes.CONTROL_NODES``), never another card's node, a DRM node (which card it belongs
+    to is not written there), an ``nvidia-caps`` capability or an IMEX channel: those would give a
+    tenant of one GPU more than its GPU. ``additionalGids`` keeps the groups the kept nodes need
+    (all of them when the nodes do not say their group); env, mounts and intelRdt are kept.
+    """
+    kept = [
+        node
+        for node in edits.get("deviceNodes", [])
+        if node.get("path") == f"/dev/nvidia{minor}" or node.get("path") in CONTROL_NODES
+    ]
+    cut: Edits = {key: edits[key] for key in _SHARED_KEPT if edits.get(key)}
+    cut["deviceNodes"] = kept
+    gids = edits.get(GIDS, [])
+    if gids:
+        nodes = edits.get("deviceNodes", [])
+        if any("gid" in node for node in nodes):
+            needed = {node.get("gid") for node in kept}
+            gids = [gid for gid in gids if gid in needed]
+        if gids:
+            cut[GIDS] = gids
+    return cut
+
+
+def gpu_edits(spec: ToolkitSpec) -> dict[int, Edits]:
     """Each GPU's own edits in ``spec``, by minor number (see the module docstring for the rule)."""
-    whole: dict[int, dict[str, list[Any]]] = {}
-    shared: dict[int, dict[str, list[Any]]] = {}
+    whole: dict[int, Edits] = {}
+    shared: dict[int, Edits] = {}
     for name in spec.devices:
         minors = spec.gpu_minors(name)
         if len(minors) == 1:
             whole.setdefault(minors.pop(), spec.devices[name])
             continue
-        nodes = spec.devices[name].get("deviceNodes", [])
-        # Nodes of no one GPU (nvidiactl, nvidia-uvm, nvidia-caps) come along; DRI nodes belong to
-        # GPUs we cannot tell apart here, and other GPUs' nodes would give the container their cards.
-        control = [n for n in nodes if not _GPU_NODE.match(str(n.get("path", ""))) and not _is_dri(n)]
         for minor in minors:
-            own = [n for n in nodes if n.get("path") == f"/dev/nvidia{minor}"]
-            shared.setdefault(minor, {"deviceNodes": own + control})
+            shared.setdefault(minor, shared_cut(spec.devices[name], minor))
     return {**shared, **whole}
 
 
@@ -189,19 +223,29 @@ def select(specs: list[ToolkitSpec], kinds: tuple[str, ...] = TOOLKIT_KINDS) -> 
     return None
 
 
-def toolkit_edits(spec: ToolkitSpec, host_root: Path | None = Path("/")) -> ToolkitEdits:
-    """Index ``spec`` by GPU minor and mark every GPU whose edits name a missing host path."""
+def toolkit_edits(spec: ToolkitSpec, host: HostView | None = None) -> ToolkitEdits:
+    """Index ``spec`` by GPU minor and mark every GPU whose edits name a missing host path, or whose
+    edits cannot be composed with the common ones (two different ``intelRdt``)."""
+    host = host if host is not None else HostView()
     by_minor = gpu_edits(spec)
     stale: dict[int, str] = {}
-    common_missing = _missing(spec.common, host_root)
+    common_missing = _missing(spec.common, host)
     for minor, edits in by_minor.items():
-        missing = common_missing or _missing(edits, host_root)
+        missing = common_missing or _missing(edits, host)
         if missing:
             stale[minor] = (
                 f"{spec.path} names {missing}, which does not exist on the node (a stale spec, e.g. "
                 "after a driver upgrade)"
             )
-    return ToolkitEdits(spec.path, spec.kind, spec.common, by_minor, stale)
+            continue
+        try:
+            merge_edits(spec.common, edits)
+        except EditsConflict as err:
+            stale[minor] = f"{spec.path}: /dev/nvidia{minor}: {err}"
+    return ToolkitEdits(spec.path, spec.kind, spec.common, by_minor, stale, host)
+
+
+_HOST_AT_ROOT = HostView()
 
 
 class ToolkitRegistry:
@@ -211,12 +255,14 @@ class ToolkitRegistry:
         self,
         dirs: tuple[Path, ...] = REGISTRY_DIRS,
         kinds: tuple[str, ...] = TOOLKIT_KINDS,
-        host_root: Path | None = Path("/"),
+        host: HostView | Path | None = _HOST_AT_ROOT,
         ignore_prefix: str = "",
     ) -> None:
         self.dirs = dirs
         self.kinds = kinds
-        self.host_root = host_root
+        #: Where the host's files are seen (stale specs, control nodes): a HostView, or where the
+        #: host's / is seen (a Path; None: nowhere, nothing is checked and nothing can be added).
+        self.host = host if isinstance(host, HostView) else HostView(host)
         #: Our own transient specs share the dirs; their file names start with this and are skipped.
         self.ignore_prefix = ignore_prefix
         self._stamp: tuple[tuple[str, int, int], ...] | None = None
@@ -271,7 +317,7 @@ class ToolkitRegistry:
         chosen = select(specs, self.kinds)
         if chosen is None:
             return None, errors
-        edits = toolkit_edits(chosen, self.host_root)
+        edits = toolkit_edits(chosen, self.host)
         LOG.info(
             "composing CDI specs with %s (kind %s): %d GPUs defined, %d stale",
             chosen.path,
@@ -282,11 +328,16 @@ class ToolkitRegistry:
         return edits, errors
 
 
-def merge_edits(*parts: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    """Concatenate container edits field by field (the runtime applies them in this order)."""
-    merged: dict[str, list[Any]] = {}
-    for part in parts:
-        for key, value in part.items():
-            if value:
-                merged.setdefault(key, []).extend(value)
-    return merged
+__all__ = [
+    "GENERATE_HINT",
+    "ToolkitEdits",
+    "ToolkitRegistry",
+    "ToolkitSpec",
+    "ToolkitSpecError",
+    "gpu_edits",
+    "merge_edits",
+    "parse_spec",
+    "select",
+    "shared_cut",
+    "toolkit_edits",
+]

@@ -7,6 +7,8 @@ again every few seconds (``plugin.py``) and publishes a GPU again as soon as its
 - **no CDI path**: the NVIDIA Container Toolkit's spec does not define the GPU, or names host files
   that are gone (``toolkit.py``). Publishing it would let pods be scheduled that fail at container
   start with "unresolvable CDI devices"; withheld, they stay pending and the reason is on the Node.
+- **no control device node**: neither the spec nor the host has ``/dev/nvidiactl`` or
+  ``/dev/nvidia-uvm`` (``control_nodes.py``): containers would start and ``cuInit`` fail in them.
 - **NVIDIA's device plugin on the same node**: it advertises ``nvidia.com/gpu`` in the Node's
   allocatable and hands the same GPUs to pods that never asked us. Until the admin moves the
   node over (``README.md``, "Migrating from NVIDIA's device plugin") nothing is published, unless
@@ -26,6 +28,7 @@ from dra_driver.quantity import floor_quantity
 DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
 
 NO_CDI_SPEC = "NvidiaCdiSpecMissing"
+NO_CONTROL_NODES = "NvidiaControlNodesMissing"
 DEVICE_PLUGIN = "NvidiaDevicePluginPresent"
 
 MIGRATE_HINT = (
@@ -59,6 +62,10 @@ def cdi_withheld(
         problem = toolkit.problem(gpu.minor)
         if problem is not None:
             withheld[gpu.name] = Withheld(NO_CDI_SPEC, f"{problem}: {GENERATE_HINT}")
+            continue
+        control = toolkit.control([gpu.minor]).problem
+        if control is not None:
+            withheld[gpu.name] = Withheld(NO_CONTROL_NODES, control)
     return withheld
 
 

@@ -140,6 +140,16 @@ def test_nvml_loads_the_driver_from_the_driver_root_and_runs_on_gpu_nodes_only(r
     assert volume["hostPath"] == {"path": "/run/nvidia/driver", "type": "Directory"}
 
 
+def test_the_plugin_sees_the_hosts_device_nodes_through_the_driver_root_mount(render: Render) -> None:
+    """Issue 33: control nodes the toolkit's spec lacks are completed from where the plugin sees them."""
+    host = container(_plugin(render()))["args"]
+    assert "--host-root=/driver-root" in host and not any(a.startswith("--host-driver-root") for a in host)
+    operator = container(
+        _plugin(render(values={"kubeletPlugin": {"nvidiaDriverRoot": "/run/nvidia/driver"}}))
+    )
+    assert {"--host-root=", "--host-driver-root=/run/nvidia/driver"} <= set(operator["args"])
+
+
 def test_simulated_nodes_and_an_admin_affinity_are_left_alone(render: Render) -> None:
     simulated = _plugin(render(values=SIMULATED))["spec"]["template"]["spec"]
     assert "affinity" not in simulated

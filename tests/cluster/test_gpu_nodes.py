@@ -2,12 +2,16 @@
 
 The node is this machine, given a mock driver root (``tests/nvidia_layouts.py``: the mock NVML as
 ``libnvidia-ml.so.<version>``, a stub ``libcuda``, ``nvidia-smi``, real ``/dev/nvidia*`` character
+nodes, and ``nvidia-drm``'s ``/dev/dri`` nodes 0660 in groups video and render as on most real
 nodes) and the spec the real ``nvidia-ctk`` (built from its Go module) writes for each toolkit
-layout into the CDI dir containerd reads. The chart runs the plugin with ``source=nvml`` and
-``nvidiaDriverRoot`` at that root, on a node labelled ``nvidia.com/gpu.present`` (its default
-node affinity). In every layout a pod with a claim either starts, containerd having resolved our
-CDI IDs and applied the toolkit's edits and hooks, or never reaches the node, with the reason in
-``kubectl describe``; an XID 79 injected through the mock's event file taints that one GPU.
+layout into the CDI dir containerd reads: with ``additionalGids`` for the DRM nodes, and without
+``nvidia-uvm``, which is loaded only after the spec was generated (issue 33); the plugin completes
+it from the host, or withholds the GPUs naming the fix while the host has none either. The chart
+runs the plugin with ``source=nvml`` and ``nvidiaDriverRoot`` at that root, on a node labelled
+``nvidia.com/gpu.present`` (its default node affinity). In every layout a pod with a claim either
+starts, containerd having resolved our CDI IDs and applied the toolkit's edits and hooks, or never
+reaches the node, with the reason in ``kubectl describe``; an XID 79 injected through the mock's
+event file taints that one GPU.
 
 The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
@@ -30,7 +34,9 @@ from tests.cluster.test_e2e import POD_TIMEOUT
 from tests.cluster.test_gpu_tenants import manifest
 from tests.nvidia_layouts import (
     PROFILES,
+    RENDER_GID,
     SPEC_FILES,
+    VIDEO_GID,
     DriverRoot,
     Layout,
     generate_spec,
@@ -60,10 +66,12 @@ class GpuNode:
         return self.driver.root / EVENTS
 
     def use_layout(self, layout: Layout) -> None:
-        """Leave exactly ``layout``'s toolkit spec in the CDI dir containerd and the plugin read."""
+        """Leave exactly ``layout``'s toolkit spec in the CDI dir containerd and the plugin read,
+        generated while nvidia-uvm was not loaded (it is, afterwards)."""
         for name in set(SPEC_FILES.values()):
             (CDI_DIR / name).unlink(missing_ok=True)
         generate_spec(layout, self.driver, CDI_DIR)
+        self.driver.load_uvm()
 
     def devices(self) -> list[dict[str, Any]]:
         slices = self.cluster.get("resourceslices", "--field-selector", f"spec.driver={DRIVER}")["items"]
@@ -206,8 +214,33 @@ def test_a_pod_starts_on_every_toolkit_layout_with_its_gpu_and_the_driver_files(
     assert libcuda in listing and "libcuda.so.1" in listing, (
         "the toolkit's mounts and its create-symlinks hook"
     )
+    # nvidia-uvm: not in the toolkit's spec (loaded after it was generated), added by the plugin.
+    uvm = gpu_node.exec(name, "ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools")
+    assert uvm.count("crw-rw-rw-") == 2, uvm
+    if layout != "operator":  # the GPU's DRM nodes, and the groups that open them (additionalGids)
+        gpu = next(g for g in gpu_node.driver.gpus if g.minor == minor)
+        card, render = gpu_node.driver.drm_nodes(gpu)
+        dri = gpu_node.exec(name, f"ls -ln /dev/dri/{card} /dev/dri/{render}")
+        assert f" {VIDEO_GID} " in dri and f" {RENDER_GID} " in dri and dri.count("crw-rw----") == 2, dri
+        groups = gpu_node.exec(name, "id -G").split()
+        assert {str(VIDEO_GID), str(RENDER_GID)} <= set(groups), groups
     gpu_node.cluster.kubectl("delete", "pod", name, "--wait=true")
     gpu_node.cluster.kubectl("delete", "resourceclaim", name, "--wait=true")
+
+
+def test_without_nvidia_uvm_on_the_node_no_gpu_is_published_and_describe_names_the_fix(
+    gpu_node: GpuNode,
+) -> None:
+    gpu_node.use_layout("host")
+    gpu_node.wait_devices(len(gpu_node.driver.gpus))
+    gpu_node.driver.unload_uvm()  # nothing loaded nvidia-uvm: neither the spec nor the host has it
+    try:
+        gpu_node.wait_devices(0)
+        described = gpu_node.described("node", NODE_NAME, "NvidiaControlNodesMissing")
+        assert "nvidia-modprobe -u -c=0" in described
+    finally:
+        gpu_node.driver.load_uvm()
+    gpu_node.wait_devices(len(gpu_node.driver.gpus))
 
 
 def test_an_xid_79_taints_that_gpu_and_a_pod_that_needs_it_says_why(gpu_node: GpuNode) -> None:

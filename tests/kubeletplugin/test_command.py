@@ -8,7 +8,7 @@ the old ones log one warning naming the new spelling. Running the plugin is test
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -128,6 +128,8 @@ def test_the_metrics_host_reaches_the_options(address: str, port: int | None, ho
         ("CORE_UTILIZATION_POLICY", "force", "core_utilization_policy", "force"),
         ("NVIDIA_CDI_KIND", "management.nvidia.com/gpu", "nvidia_cdi_kind", "management.nvidia.com/gpu"),
         ("HOST_ROOT", "/host", "host_root", Path("/host")),
+        ("HOST_DRIVER_ROOT", "/run/nvidia/driver", "host_driver_root", PurePosixPath("/run/nvidia/driver")),
+        ("NVIDIA_DRIVER_ROOT", "/driver-root", "nvidia_driver_root", Path("/driver-root")),
         ("ALLOW_DEVICE_PLUGIN", "true", "allow_device_plugin", True),
         ("METRICS_BIND_ADDRESS", ":9400", "metrics_port", 9400),
         ("POLICY_TAINT", "false", "policy_taint", False),

@@ -29,6 +29,7 @@ from dra_driver.kubeletplugin.checkpoint import (
     ClaimRecords,
 )
 from dra_driver.kubeletplugin.claims import ClaimError, ClaimNotFound, ClaimRef, devices_for_node
+from dra_driver.kubeletplugin.control_nodes import HostView
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.inventory import Inventory
 from dra_driver.kubeletplugin.metrics import PluginMetrics
@@ -362,7 +363,9 @@ def test_a_real_node_without_composition_gets_device_nodes_only_and_our_ids(tmp_
 def test_every_toolkit_layout_gives_the_gpu_its_node_and_common_edits(tmp_path: Path, layout: str) -> None:
     """Whatever names the toolkit's spec uses, the claim's spec gets the same edits, ours the only ID."""
     write_toolkit_spec(tmp_path / "registry", layout, ["GPU-00000000", "GPU-00000001"], [0, 1])
-    toolkit = ToolkitRegistry((tmp_path / "registry",), host_root=host_root_with_libraries(tmp_path / "host"))
+    toolkit = ToolkitRegistry(
+        (tmp_path / "registry",), host=HostView(host_root_with_libraries(tmp_path / "host"))
+    )
     obj = claim("real", [result("gpu-1", share=False)])
     preparer = make(tmp_path, FakeClaims(obj), simulated=False, toolkit=toolkit)
     preparer.start()
@@ -383,7 +386,7 @@ def test_every_toolkit_layout_gives_the_gpu_its_node_and_common_edits(tmp_path: 
 def test_a_gpu_the_toolkit_spec_lacks_or_a_stale_spec_is_refused_with_the_reason(tmp_path: Path) -> None:
     write_toolkit_spec(tmp_path / "registry", "host", ["GPU-00000000"], [0])
     host = host_root_with_libraries(tmp_path / "host")
-    toolkit = ToolkitRegistry((tmp_path / "registry",), host_root=host)
+    toolkit = ToolkitRegistry((tmp_path / "registry",), host=HostView(host))
     lacking = claim("lacking", [result("gpu-1")])
     preparer = make(tmp_path, FakeClaims(lacking), simulated=False, toolkit=toolkit)
     preparer.start()

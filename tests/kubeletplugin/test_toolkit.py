@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dra_driver.kubeletplugin import cdi
+from dra_driver.kubeletplugin.container_edits import EditsConflict
+from dra_driver.kubeletplugin.control_nodes import HostView
 from dra_driver.kubeletplugin.toolkit import (
     ToolkitRegistry,
     ToolkitSpecError,
@@ -15,6 +18,8 @@ from dra_driver.kubeletplugin.toolkit import (
     merge_edits,
     parse_spec,
     select,
+    shared_cut,
+    toolkit_edits,
 )
 from tests.kubeletplugin.toolkit_specs import host_root_with_libraries, toolkit_spec, write_toolkit_spec
 
@@ -40,10 +45,13 @@ def test_json_and_yaml_specs_parse_to_the_same_edits() -> None:
         ("- a list", "no mapping at the top"),
         ("kind: nvidia.com/gpu\ndevices: [{containerEdits: {}}]", "a device without a name"),
         (
-            "kind: nvidia.com/gpu\ncontainerEdits: {intelRdt: {closID: x}}",
-            "unsupported containerEdits field 'intelRdt'",
+            "kind: nvidia.com/gpu\ncontainerEdits: {rlimits: [{type: RLIMIT_NOFILE}]}",
+            "field 'rlimits' is not one the CDI spec defines",
         ),
         ("kind: nvidia.com/gpu\ncontainerEdits: {env: FOO=1}", "containerEdits.env is not a list"),
+        ("kind: nvidia.com/gpu\ncontainerEdits: {intelRdt: [x]}", "containerEdits.intelRdt is not a mapping"),
+        ("kind: nvidia.com/gpu\ncontainerEdits: {additionalGids: [-1]}", "holds -1, not a uint32"),
+        ("kind: nvidia.com/gpu\ncontainerEdits: {additionalGids: [video]}", "holds 'video', not a uint32"),
     ],
 )
 def test_an_unusable_spec_is_refused_naming_the_file_and_why(text: str, message: str) -> None:
@@ -89,7 +97,7 @@ def test_the_registry_skips_our_own_and_other_vendors_specs_and_rereads_a_change
     )
     (registry / "vendor.yaml").write_text("kind: example.com/fpga\ndevices: [{name: a}]\n")
     (registry / "README").write_text("not a spec")
-    toolkit = ToolkitRegistry((registry,), host_root=None, ignore_prefix="k8s.gpu.hami.io-")
+    toolkit = ToolkitRegistry((registry,), host=HostView(None), ignore_prefix="k8s.gpu.hami.io-")
     assert toolkit.current() == (None, [])
     write_toolkit_spec(registry, "index-only", UUIDS, [0])
     edits, errors = toolkit.current()
@@ -101,11 +109,11 @@ def test_the_registry_skips_our_own_and_other_vendors_specs_and_rereads_a_change
 
 def test_a_spec_naming_a_missing_library_marks_its_gpus_stale(tmp_path: Path) -> None:
     write_toolkit_spec(tmp_path / "cdi", "host", UUIDS, [0, 1])
-    edits, _ = ToolkitRegistry((tmp_path / "cdi",), host_root=tmp_path / "empty-host").current()
+    edits, _ = ToolkitRegistry((tmp_path / "cdi",), host=HostView(tmp_path / "empty-host")).current()
     assert edits is not None and edits.for_minor(0) is None
     assert "libcuda.so.550.54.15, which does not exist" in str(edits.problem(0))
     edits, _ = ToolkitRegistry(
-        (tmp_path / "cdi",), host_root=host_root_with_libraries(tmp_path / "h")
+        (tmp_path / "cdi",), host=HostView(host_root_with_libraries(tmp_path / "h"))
     ).current()
     assert edits is not None and edits.for_minor(0) == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
     assert edits.problem(2) is not None and "no device with /dev/nvidia2" in str(edits.problem(2))
@@ -114,3 +122,113 @@ def test_a_spec_naming_a_missing_library_marks_its_gpus_stale(tmp_path: Path) ->
 def test_merged_edits_keep_field_order_and_drop_empty_fields() -> None:
     merged = merge_edits({"env": ["A=1"], "mounts": []}, {"env": ["B=2"], "hooks": [{"path": "/h"}]})
     assert merged == {"env": ["A=1", "B=2"], "hooks": [{"path": "/h"}]}
+
+
+# ------------------------------------------- every containerEdits field (issue 33)
+#: A GPU's device as nvidia-ctk >= 1.19 writes it where nvidia-drm is loaded: its DRM nodes are
+#: root:video 0660, so the device asks for the video group (44) too.
+DRM_GPU = {
+    "deviceNodes": [
+        {"path": "/dev/nvidia0", "major": 195, "fileMode": 0o666, "permissions": "rwm"},
+        {
+            "path": "/dev/dri/card1",
+            "major": 226,
+            "minor": 1,
+            "fileMode": 0o660,
+            "permissions": "rwm",
+            "gid": 44,
+        },
+        {"path": "/dev/dri/renderD128", "major": 226, "minor": 128, "fileMode": 0o666, "permissions": "rwm"},
+    ],
+    "hooks": [{"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook", "args": ["x"]}],
+    "additionalGids": [44],
+}
+
+
+def test_additional_gids_and_intel_rdt_are_read_and_carried_whole() -> None:
+    raw = toolkit_spec("index-only", UUIDS, [0])
+    raw["devices"][0]["containerEdits"] = DRM_GPU
+    raw["containerEdits"]["intelRdt"] = {"closID": "gpu"}
+    raw["containerEdits"]["additionalGids"] = [0, 27, 27]
+    spec = parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw))
+    assert spec.common["additionalGids"] == [27], "0 is ignored and a group is listed once"
+    assert spec.common["intelRdt"] == {"closID": "gpu"}
+    assert gpu_edits(spec)[0] == DRM_GPU
+
+
+def test_the_shared_all_cut_gives_a_tenant_its_gpu_and_the_control_nodes_only() -> None:
+    nodes = [
+        {"path": "/dev/nvidia0", "fileMode": 0o660, "gid": 1001},
+        {"path": "/dev/nvidia1", "fileMode": 0o660, "gid": 1002},
+        {"path": "/dev/nvidiactl", "fileMode": 0o666},
+        {"path": "/dev/nvidia-uvm", "fileMode": 0o666},
+        {"path": "/dev/nvidia-uvm-tools", "fileMode": 0o666},
+        {"path": "/dev/nvidia-modeset", "fileMode": 0o660, "gid": 1003},
+        {"path": "/dev/nvidia-caps/nvidia-cap1", "fileMode": 0o400},
+        {"path": "/dev/nvidia-caps-imex-channels/channel0", "fileMode": 0o660, "gid": 1004},
+        {"path": "/dev/dri/card1", "fileMode": 0o660, "gid": 44},
+    ]
+    all_device = {
+        "deviceNodes": nodes,
+        "additionalGids": [1001, 1002, 1003, 1004, 44],
+        "hooks": [{"hookName": "createContainer", "path": "/h", "args": ["nvidia-cdi-hook", "chmod"]}],
+        "env": ["A=1"],
+        "intelRdt": {"closID": "x"},
+    }
+    cut = shared_cut(all_device, 1)
+    assert [n["path"] for n in cut["deviceNodes"]] == [
+        "/dev/nvidia1",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+    ]
+    assert cut["additionalGids"] == [1002, 1003], "only the groups the kept nodes need"
+    assert cut["env"] == ["A=1"] and cut["intelRdt"] == {"closID": "x"}
+    assert "hooks" not in cut, "the chmod of nvidia-caps concerns nodes the cut leaves out"
+    # Nodes that do not say their group: the device's groups are kept, or a kept node could not be opened.
+    bare = {"deviceNodes": [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia1"}], "additionalGids": [44]}
+    assert shared_cut(bare, 0) == {"deviceNodes": [{"path": "/dev/nvidia0"}], "additionalGids": [44]}
+
+
+def test_merged_edits_keep_list_order_merge_groups_as_a_set_and_refuse_two_intel_rdts() -> None:
+    merged = merge_edits(
+        {"additionalGids": [44], "intelRdt": {"closID": "a"}, "netDevices": [{"hostInterfaceName": "i"}]},
+        {"additionalGids": [0, 44, 27], "intelRdt": {"closID": "a"}},
+    )
+    assert merged == {
+        "additionalGids": [44, 27],
+        "intelRdt": {"closID": "a"},
+        "netDevices": [{"hostInterfaceName": "i"}],
+    }
+    with pytest.raises(EditsConflict, match="two different intelRdt settings"):
+        merge_edits({"intelRdt": {"closID": "a"}}, {"intelRdt": {"closID": "b"}})
+
+
+def test_a_gpu_whose_intel_rdt_differs_from_the_common_one_is_unusable_naming_both() -> None:
+    raw = toolkit_spec("index-only", UUIDS, [0, 1])
+    raw["containerEdits"]["intelRdt"] = {"closID": "common"}
+    raw["devices"][1]["containerEdits"]["intelRdt"] = {"closID": "gpu1"}
+    edits = toolkit_edits(parse_spec(Path("n.yaml"), yaml.safe_dump(raw)), HostView(None))
+    assert edits.for_minor(0) is not None and edits.for_minor(1) is None
+    assert "'common'" in str(edits.problem(1)) and "'gpu1'" in str(edits.problem(1))
+
+
+@pytest.mark.parametrize(
+    ("edits", "version"),
+    [
+        ({"additionalGids": [44]}, "0.7.0"),
+        ({"intelRdt": {"closID": "gpu"}}, "0.7.0"),
+        ({"intelRdt": {"closID": "gpu", "schemata": ["L3:0=ff"]}}, "1.1.0"),
+        ({"intelRdt": {"enableMonitoring": True}}, "1.1.0"),
+        ({"netDevices": [{"hostInterfaceName": "ib0", "name": "ib0"}]}, "1.1.0"),
+    ],
+)
+def test_a_claim_spec_declares_the_cdi_version_its_carried_fields_need(
+    edits: dict[str, object], version: str
+) -> None:
+    """As specs-go's MinimumRequiredVersion: a lower one is refused by the runtime's CDI library."""
+    device = {"name": "claim-gpu-0", "containerEdits": {"env": ["A=1"]}}
+    assert cdi.make_spec("k8s.gpu.hami.io/gpu", [device], dict(edits))["cdiVersion"] == version
+    at_device = {"name": "claim-gpu-0", "containerEdits": {"env": ["A=1"], **edits}}
+    assert cdi.make_spec("k8s.gpu.hami.io/gpu", [at_device], {})["cdiVersion"] == version
