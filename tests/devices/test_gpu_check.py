@@ -337,12 +337,29 @@ def test_a_limit_not_enforced_fails_its_steps(
         assert "SET_TASK_PID FAILED, so it limits no cores" in out
 
 
+@pytest.mark.parametrize("without", ["/dev/nvidiactl", "/dev/nvidia-uvm"])
+def test_a_spec_and_host_without_a_control_node_fail_at_prepare(
+    mock_nvml: dict[str, Path], tmp_path: Path, without: str
+) -> None:
+    """The plugin adds a control node the spec lacks from the host (kubeletplugin/control_nodes.py);
+    where the host has no such device node either, both claims are refused at prepare, naming the fix."""
+    code, out = run_check(mock_nvml, tmp_path, smi_rows(UUIDS), toolkit_registry(tmp_path, without))
+    assert code == 1, out
+    for label in ("whole", "share"):
+        assert [
+            line
+            for line in fail_lines(out)
+            if f"{label} claim" in line
+            and f"the toolkit's spec has no {without}, which CUDA needs" in line
+            and "nvidia-modprobe -u -c=0" in line
+        ], out
+    assert failed_steps(out) == {"d"}, out
+    assert len(fail_lines(out)) == 2, out
+
+
 @pytest.mark.parametrize(
     ("without", "line"),
     [
-        ("/dev/nvidiactl", "device node /dev/nvidiactl: MISSING (the NVIDIA driver's control node"),
-        ("/dev/nvidia-uvm", "device node /dev/nvidia-uvm: MISSING (cuInit fails without it; load nvidia-uvm "
-         "(nvidia-modprobe -u -c=0) and regenerate the toolkit spec"),
         ("libcuda", "mount of libcuda.so: MISSING (the CUDA driver library"),
         ("nvidia-smi", "mount of nvidia-smi: MISSING (the driver's nvidia-smi"),
         ("update-ldcache", "createContainer hook update-ldcache: MISSING (without it the loader cannot find "
