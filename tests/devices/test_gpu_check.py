@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from mock_profiles import nvml_env
 
-from tests.nvidia_layouts import generate_spec, mock_driver_root, require_toolkit
+from tests.nvidia_layouts import DeviceFiles, generate_spec, mock_driver_root, require_toolkit
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "gpu-check.sh"
@@ -457,7 +457,8 @@ def test_a_container_runs_through_the_composed_spec(
         pytest.skip(f"missing {missing}: run hack/install.d/podman.sh")
     profile_path = tmp_path / "profile.json"
     profile_path.write_text(json.dumps(profile()))
-    driver = mock_driver_root(tmp_path / "driver-root", profile_path)
+    # Without nvidia-drm: podman 4.3 reads specs up to cdiVersion 0.5.0, DRM nodes' groups need 0.7.0.
+    driver = mock_driver_root(tmp_path / "driver-root", profile_path, DeviceFiles(drm=False))
     shutil.copyfile(standins["libcuda"] / "libcuda.so.1", driver.libcuda)
     spec = generate_spec("host", driver, tmp_path / "cdi", toolkit)
     assert spec is not None
