@@ -111,7 +111,7 @@ def estimate_cost(masked: str) -> int:
 
 # --- literal folding -----------------------------------------------------------------------------
 _FOLDABLE = re.compile(r"(?<![\w.])(quantity|isQuantity|semver|isSemver)\s*\(\s*$")
-_AFTER = re.compile(r"^\s*(?:,\s*(true|false)\s*)?\)")
+_AFTER = re.compile(r"\s*(?:,\s*(true|false)\s*)?\)")
 _PLAIN_LITERAL = re.compile(r'"([^"\\\n]*)"|\'([^\'\\\n]*)\'')
 
 
@@ -184,8 +184,8 @@ class CostBudget:
     """The cost one claim's selectors may still spend; each evaluation is charged its estimate
     before it runs, so the evaluation that would pass the budget is never made."""
 
-    def __init__(self, limit: int = CLAIM_COST_BUDGET) -> None:
-        self.limit = limit
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = CLAIM_COST_BUDGET if limit is None else limit
         self.spent = 0
         self.evaluations = 0
 
