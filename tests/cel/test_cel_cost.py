@@ -33,7 +33,7 @@ def listed(count: int) -> str:
 
 #: The attack of issue 34: legal for the API server, tens of ms per device on cel-cpp.
 ATTACK = (
-    f"{listed(90)}.all(x, {listed(99)}.all(y, {MEMORY}.compareTo(quantity(\"1Gi\")) >= 0"
+    f'{listed(90)}.all(x, {listed(99)}.all(y, {MEMORY}.compareTo(quantity("1Gi")) >= 0'
     f' && !{MEMORY}.isLessThan(quantity("2Gi"))))'
 )
 
@@ -43,7 +43,8 @@ def test_the_estimate_multiplies_a_comprehension_body_by_its_list_literal() -> N
     assert estimate_cost(body) == 5
     small = estimate_cost(f"{listed(3)}.all(x, {body})")
     large = estimate_cost(f"{listed(30)}.all(x, {body})")
-    assert large - small == 27 * 5 + 27 * 2  # 27 more elements: one body each, and ", n" listed
+    # 27 more elements: each one body (with its "x," 7 tokens), and ", n" listed
+    assert large - small == 27 * 7 + 27 * 2
     nested = estimate_cost(f"{listed(10)}.all(x, {listed(10)}.all(y, {body}))")
     assert nested >= 100 * 5
 
@@ -67,7 +68,8 @@ def test_a_selector_whose_estimate_passes_the_limit_is_a_compile_error() -> None
 def test_plain_selectors_and_small_comprehensions_stay_well_under_the_limit() -> None:
     for expression in (
         f'{MEMORY}.compareTo(quantity("8Gi")) >= 0',
-        '["1.0.0", "2.0.0"].exists(v, device.attributes["gpu.hami.io"].driverVersion.isGreaterThan(semver(v)))',
+        '["1.0.0", "2.0.0"].exists(v, device.attributes["gpu.hami.io"].driverVersion'
+        ".isGreaterThan(semver(v)))",
         f"{listed(90)}.all(x, {listed(99)}.all(y, x + y >= 0))",
     ):
         compiled = compile_selector(expression)
