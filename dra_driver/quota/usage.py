@@ -20,7 +20,6 @@ from dra_driver.contract import DeviceId
 from dra_driver.quota.crd import RESOURCES
 from dra_driver.quota.model import Quota, format_amount
 
-
 #: A whole GPU's cores (percent); also HAMi-core's "no SM limit" threshold.
 WHOLE_CARD_CORES = 100
 

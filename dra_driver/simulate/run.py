@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from dra_driver.contract import DeviceId
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES, Decision, place
 from dra_driver.quota import Breach, Charge, Quota
-from dra_driver.quota.usage import charged_cores
 from dra_driver.quota.crd import RESOURCES
+from dra_driver.quota.usage import charged_cores
 from dra_driver.simulate.scenario import Scenario, simulated_device
 
 
