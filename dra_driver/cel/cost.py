@@ -1,4 +1,4 @@
-"""What one selector may cost: a static estimate checked at compile time, and the literals folded.
+"""What one selector may cost: a static estimate checked at compile time, and each claim's budget.
 
 kube-scheduler stops a selector at a runtime cost of 1,000,000 cel-go units (cel-go counts them while
 it evaluates). cel-cpp, through ``cel-expr-python``, counts nothing and cannot be interrupted; only
@@ -7,28 +7,22 @@ functions (``quantity``, ``semver`` and their members) are Python callbacks at s
 So one legal selector such as ``[0..89].all(x, [0..98].all(y, <quantity comparisons>))`` took
 tens of ms per device, and a tenant's few claims held the single planner for minutes (issue 34).
 
-Two things keep one evaluation cheap here:
+So one evaluation is bounded here by ``estimate_cost``, an upper bound from the text, refused at
+compile time above ``MAX_ESTIMATED_COST`` (the claim's CEL compile error, like any selector
+error). Every token costs 1, every Kubernetes function call left to Python ``CALLBACK_WEIGHT``
+(a Python round trip costs about that many cel-cpp steps); a comprehension multiplies its body by
+its range: the number of elements of a list literal, else the iteration budget. An expression the
+API server accepted may be refused here when it iterates over more than a few thousand steps of
+work (docs/policies.md). ``folding.py`` first takes the common calls out of Python (literal
+constructors become constants, comparisons with them string comparisons).
 
-* ``estimate_cost``: an upper bound from the text, refused at compile time above
-  ``MAX_ESTIMATED_COST`` (reported as the claim's CEL compile error, like any selector error).
-  Every token costs 1, every Kubernetes function call ``CALLBACK_WEIGHT`` (a Python round trip costs
-  about that many cel-cpp steps); a comprehension multiplies its body by its range: the number of
-  elements of a list literal, else the iteration budget. An expression the API server accepted
-  may be refused here when it iterates over more than a few thousand steps of work;
-  docs/policies.md says so.
-* ``fold_literals``: ``quantity("40Gi")``, ``semver("1.2.3")``, ``isQuantity(..)`` and
-  ``isSemver(..)`` of a string literal become message or bool literals, built once at compile time,
-  so the common ``x.compareTo(quantity("40Gi"))`` makes one callback, not two.
-
-The per-claim budget over all devices is the Matcher's (``dra_driver/controller/eligibility.py``).
+``CostBudget`` bounds one claim over every device and alternative: the Matcher
+(``dra_driver/controller/eligibility.py``) charges it each evaluation's estimate.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-
-from dra_driver.cel.values import ValueParseError, parse_quantity, parse_semver, parse_semver_normalized
 
 #: cel-cpp's comprehension iteration budget per evaluation (measured: 9,999 steps pass, 10,000 fail).
 ITERATION_BUDGET = 10_000
@@ -107,66 +101,6 @@ def _span_cost(text: str, start: int, end: int) -> int:
 def estimate_cost(masked: str) -> int:
     """An upper bound of one evaluation's work, from the text with string literals blanked."""
     return _span_cost(masked, 0, len(masked))
-
-
-# --- literal folding -----------------------------------------------------------------------------
-_FOLDABLE = re.compile(r"(?<![\w.])(quantity|isQuantity|semver|isSemver)\s*\(\s*$")
-_AFTER = re.compile(r"\s*(?:,\s*(true|false)\s*)?\)")
-_PLAIN_LITERAL = re.compile(r'"([^"\\\n]*)"|\'([^\'\\\n]*)\'')
-
-
-def _quantity_literal(value: str) -> str:
-    amount = parse_quantity(value)
-    return f'kubernetes.Quantity{{num: "{amount.numerator}", den: "{amount.denominator}"}}'
-
-
-def _semver_literal(value: str, normalize: bool) -> str:
-    parsed = parse_semver_normalized(value) if normalize else parse_semver(value)
-    pre = ", ".join(f'"{ident}"' for ident in parsed.pre)
-    fields = f"major: {parsed.major}, minor: {parsed.minor}, patch: {parsed.patch}, pre: [{pre}]"
-    return f"kubernetes.Semver{{{fields}}}"
-
-
-def _valid(parse: Callable[[str], object], value: str) -> str:
-    try:
-        parse(value)
-    except ValueParseError:
-        return "false"
-    return "true"
-
-
-def fold_literals(text: str, masked: str) -> str:
-    """``quantity("1Gi")`` -> ``kubernetes.Quantity{...}`` etc.; ``masked`` is ``text`` with string
-    literals blanked (same length). A literal that does not parse is left for the runtime error."""
-    edits: list[tuple[int, int, str]] = []
-    for literal in _PLAIN_LITERAL.finditer(text):
-        start, end = literal.span()
-        if masked[start] not in "\"'" or masked[start + 1 : end].strip():
-            continue  # inside another literal, or not a literal of its own
-        call = _FOLDABLE.search(masked, 0, start)
-        after = _AFTER.match(masked, end)
-        if call is None or after is None:
-            continue
-        value = literal.group(1) if literal.group(1) is not None else literal.group(2)
-        name, flag = call.group(1), after.group(1)
-        if flag is not None and name in ("quantity", "isQuantity"):
-            continue  # not an overload: the checker already refused it
-        normalize = flag == "true"
-        try:
-            if name == "quantity":
-                replacement = _quantity_literal(value)
-            elif name == "semver":
-                replacement = _semver_literal(value, normalize)
-            elif name == "isQuantity":
-                replacement = _valid(parse_quantity, value)
-            else:
-                replacement = _valid(parse_semver_normalized if normalize else parse_semver, value)
-        except ValueParseError:
-            continue
-        edits.append((call.start(), after.end(), f"({replacement})"))
-    for begin, stop, replacement in reversed(edits):
-        text = text[:begin] + replacement + text[stop:]
-    return text
 
 
 # --- the per-claim budget ------------------------------------------------------------------------

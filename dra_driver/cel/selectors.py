@@ -27,8 +27,8 @@ from dra_driver.cel.cost import (
     BudgetExhausted,
     CostBudget,
     estimate_cost,
-    fold_literals,
 )
+from dra_driver.cel.folding import fold
 from dra_driver.cel.values import ValueParseError, parse_quantity, parse_semver
 
 #: kube-scheduler's limit on one expression's length (``CELSelectorExpressionMaxLength``).
@@ -153,8 +153,7 @@ def compile_selector(expression: str) -> CompiledSelector:
                     expression, error=f"must evaluate to bool, not {checked.return_type().name()}"
                 )
             else:
-                rewritten = rewrite_missing_domains(expression)
-                rewritten = fold_literals(rewritten, _mask_strings(rewritten))
+                rewritten = rewrite_missing_domains(fold(expression, _mask_strings))
                 estimated = estimate_cost(_mask_strings(rewritten))
                 if estimated > MAX_ESTIMATED_COST:
                     result = CompiledSelector(expression, error=_too_costly(estimated))

@@ -12,8 +12,8 @@ from dra_driver.cel.cost import (
     ITERATION_BUDGET,
     MAX_ESTIMATED_COST,
     estimate_cost,
-    fold_literals,
 )
+from dra_driver.cel.folding import fold, fold_literals, native_comparisons
 from dra_driver.cel.selectors import _mask_strings, device_input, selectors_match
 
 GPU = device_input(
@@ -82,7 +82,7 @@ def test_literal_constructors_are_folded_into_constants_that_compare_like_the_fu
     text = 'quantity("40Gi") == quantity("40960Mi") && semver("1.2.3-rc.1") != semver("v1.2", true)'
     folded = fold_literals(text, _mask_strings(text))
     assert "quantity(" not in folded and "semver(" not in folded
-    assert 'kubernetes.Quantity{num: "42949672960", den: "1"}' in folded
+    assert 'kubernetes.Quantity{num: "42949672960", den: "1", qkey: "' in folded
     assert 'pre: ["rc", "1"]' in folded
     env = celenv.new_env()
     assert env.compile(folded).eval(GPU.activation()).value() is True
@@ -115,3 +115,46 @@ def test_a_claim_budget_refuses_the_evaluation_that_would_pass_it_with_the_selec
     assert message.startswith("claim ns/c: selector #0: CEL runtime error: cost budget exhausted")
     assert "use cheaper selectors or fewer alternatives" in message
     assert budget.evaluations == 2  # the evaluation that would pass the budget was not made
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'{MEMORY}.compareTo(quantity("8Gi")) >= 0',
+        f'{MEMORY}.isGreaterThan(quantity("16383Mi")) && {MEMORY}.isLessThan(quantity("16385Mi"))',
+        'device.attributes["gpu.hami.io"].driverVersion.isGreaterThan(semver("535.104.5"))',
+        'device.attributes["gpu.hami.io"]["driverVersion"].compareTo(semver("v550.54", true)) == 1',
+    ],
+)
+def test_comparisons_with_literals_run_in_cel_cpp_without_a_python_callback(
+    expression: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    compare = celenv._compare
+    monkeypatch.setattr(celenv, "_compare", lambda *args: calls.append(args) or compare(*args))
+    monkeypatch.setattr(celenv, "_parse_quantity_cached", lambda *_: pytest.fail("quantity() called"))
+    rewritten = fold(expression, _mask_strings)
+    assert "compareTo" not in rewritten and "isGreaterThan" not in rewritten and "key" in rewritten
+    assert evaluate(expression, GPU) is True
+    assert not calls
+
+
+def test_a_comparison_of_the_wrong_type_still_fails_at_run_time() -> None:
+    expression = 'device.attributes["gpu.hami.io"].driverVersion.isGreaterThan(quantity("1"))'
+    assert "qkey" in native_comparisons(*_folded(expression))
+    with pytest.raises(SelectorError, match="CEL runtime error"):
+        selectors_match("claim ns/c", [expression], GPU)
+
+
+def test_comparisons_inside_strings_or_between_two_device_values_are_left_to_the_functions() -> None:
+    for text in (
+        f'"{MEMORY}.compareTo(quantity(1))" == ""',
+        f"{MEMORY}.compareTo({MEMORY}) == 0",
+    ):
+        assert native_comparisons(*_folded(text)) == fold_literals(text, _mask_strings(text))
+    assert evaluate(f"{MEMORY}.compareTo({MEMORY}) == 0", GPU) is True
+
+
+def _folded(text: str) -> tuple[str, str]:
+    folded = fold_literals(text, _mask_strings(text))
+    return folded, _mask_strings(folded)
