@@ -5,10 +5,12 @@
 inputs once and evaluates with the scheduler's error behaviour.
 """
 
+from dra_driver.cel.cost import CostBudget
 from dra_driver.cel.selectors import (
     CelCompileError,
     CelRuntimeError,
     DeviceInput,
+    SelectorBudgetError,
     SelectorError,
     check_expression,
     compile_selector,
@@ -21,7 +23,9 @@ from dra_driver.cel.selectors import (
 __all__ = [
     "CelCompileError",
     "CelRuntimeError",
+    "CostBudget",
     "DeviceInput",
+    "SelectorBudgetError",
     "SelectorError",
     "check_expression",
     "compile_selector",

@@ -6,8 +6,9 @@ Wiring, as measured against Kubernetes' own CEL environment for DRA (tests/cel/)
   ``device.capacity`` (``map(string, map(string, kubernetes.Quantity))``),
   ``device.allowMultipleAllocations``, declared as qualified names so the checker types them;
 * ``kubernetes.Semver`` and ``kubernetes.Quantity`` are protobuf messages built at run time, kept
-  canonical (reduced fraction, no build metadata) so message equality is Kubernetes' value
-  equality; their functions carry Kubernetes' exact names and are Python callbacks;
+  canonical (reduced fraction, no build metadata, an order-preserving key) so message equality is
+  Kubernetes' value equality; their functions carry Kubernetes' exact names and are Python
+  callbacks, except where ``folding.py`` rewrote a call on a literal into cel-cpp's own operators;
 * ``cel.bind`` (ext bindings), the string extension and optionals, as in the apiserver's env;
 * an unknown domain reads as an empty map: ``device.attributes[K]`` is rewritten to
   ``device.attributes[?K].orValue({})`` after the original text has been checked, so errors
@@ -45,6 +46,8 @@ from dra_driver.cel.values import (
     parse_semver,
     parse_semver_normalized,
     quantity_as_integer,
+    quantity_key,
+    semver_key,
 )
 
 _INT64 = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
@@ -61,9 +64,13 @@ def _build_pool() -> tuple[descriptor_pool.DescriptorPool, type[Any], type[Any]]
     for number, name in enumerate(("major", "minor", "patch"), start=1):
         semver.field.add(name=name, number=number, type=_INT64, label=_OPTIONAL)
     semver.field.add(name="pre", number=4, type=_STRING, label=_REPEATED)
+    # Order-preserving keys (values.semver_key / quantity_key): comparisons with a literal are
+    # rewritten to compare these strings in cel-cpp, without a Python callback (folding.py).
+    semver.field.add(name="skey", number=5, type=_STRING, label=_OPTIONAL)
     quantity = proto.message_type.add(name="Quantity")
     quantity.field.add(name="num", number=1, type=_STRING, label=_OPTIONAL)
     quantity.field.add(name="den", number=2, type=_STRING, label=_OPTIONAL)
+    quantity.field.add(name="qkey", number=3, type=_STRING, label=_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     semver_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("kubernetes.Semver"))
@@ -77,7 +84,9 @@ QUANTITY = cel.Type("kubernetes.Quantity")
 
 
 def semver_message(value: SemverValue) -> Any:
-    return SemverMessage(major=value.major, minor=value.minor, patch=value.patch, pre=list(value.pre))
+    return SemverMessage(
+        major=value.major, minor=value.minor, patch=value.patch, pre=list(value.pre), skey=semver_key(value)
+    )
 
 
 def _semver_value(message: Any) -> SemverValue:
@@ -85,7 +94,7 @@ def _semver_value(message: Any) -> SemverValue:
 
 
 def quantity_message(value: Fraction) -> Any:
-    return QuantityMessage(num=str(value.numerator), den=str(value.denominator))
+    return QuantityMessage(num=str(value.numerator), den=str(value.denominator), qkey=quantity_key(value))
 
 
 @lru_cache(maxsize=4096)

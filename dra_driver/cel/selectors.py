@@ -1,7 +1,9 @@
 """Device selectors evaluated the way kube-scheduler evaluates them.
 
 * ``compile_selector`` caches compiled programs per expression text (like the scheduler's
-  ``celCache.GetOrCompile``); a compile error is cached too.
+  ``celCache.GetOrCompile``); a compile error is cached too. Literal ``quantity("..")``/``semver``
+  calls are folded into constants, and an expression whose estimated cost per device passes
+  kube-scheduler's 1,000,000 is refused (``cost.py``: cel-cpp cannot be stopped mid-evaluation).
 * ``DeviceInput`` converts one ResourceSlice device once (attributes grouped by domain, versions
   to Semver, capacities to Quantity); the controller rebuilds inputs only when a slice changes.
 * ``selectors_match`` returns True/False, or raises ``SelectorError`` with the scheduler's message
@@ -18,6 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.cel import env as celenv
+from dra_driver.cel.cost import (
+    CALLBACK_WEIGHT,
+    ITERATION_BUDGET,
+    MAX_ESTIMATED_COST,
+    BudgetExhausted,
+    CostBudget,
+    estimate_cost,
+)
+from dra_driver.cel.folding import fold
 from dra_driver.cel.values import ValueParseError, parse_quantity, parse_semver
 
 #: kube-scheduler's limit on one expression's length (``CELSelectorExpressionMaxLength``).
@@ -32,8 +43,16 @@ class CelRuntimeError(RuntimeError):
     """Evaluating the expression failed for one device (or its result was not a bool)."""
 
 
+class CelBudgetError(CelRuntimeError):
+    """The claim's cost budget would be exhausted by this evaluation (it was not made)."""
+
+
 class SelectorError(RuntimeError):
     """A selector failed; the message is kube-scheduler's (``class X: selector #i: CEL ... error: ...``)."""
+
+
+class SelectorBudgetError(SelectorError):
+    """A claim's selectors exhausted its cost budget: refused until the claim changes."""
 
 
 _STRING_LITERAL = re.compile(
@@ -78,6 +97,17 @@ class CompiledSelector:
     expression: str
     program: Any = None
     error: str | None = None
+    #: ``cost.estimate_cost`` of the compiled text: an upper bound of one evaluation's work.
+    estimated_cost: int = 0
+
+
+def _too_costly(estimated: int) -> str:
+    return (
+        f"estimated cost {estimated:,} exceeds the limit {MAX_ESTIMATED_COST:,} per device "
+        f"(a comprehension multiplies its body's work by its range, up to {ITERATION_BUDGET:,} steps, "
+        f"and each quantity/semver function weighs {CALLBACK_WEIGHT}): iterate over less, or "
+        "compare fewer quantities per step"
+    )
 
 
 #: Compiled selectors by expression text. Tenants write the texts (claim selectors), so the cache
@@ -123,9 +153,13 @@ def compile_selector(expression: str) -> CompiledSelector:
                     expression, error=f"must evaluate to bool, not {checked.return_type().name()}"
                 )
             else:
-                rewritten = rewrite_missing_domains(expression)
-                program = checked if rewritten == expression else env.compile(rewritten)
-                result = CompiledSelector(expression, program=program)
+                rewritten = rewrite_missing_domains(fold(expression, _mask_strings))
+                estimated = estimate_cost(_mask_strings(rewritten))
+                if estimated > MAX_ESTIMATED_COST:
+                    result = CompiledSelector(expression, error=_too_costly(estimated))
+                else:
+                    program = checked if rewritten == expression else env.compile(rewritten)
+                    result = CompiledSelector(expression, program=program, estimated_cost=estimated)
         except Exception as err:  # cel-cpp raises RuntimeError; anything else is the same refusal
             result = CompiledSelector(expression, error=_clean(str(err)))
     with _lock:
@@ -203,13 +237,19 @@ def device_input(driver: str, device: Mapping[str, Any]) -> DeviceInput:
     return DeviceInput(driver=driver, name=str(device.get("name", "")), data=data, error=error)
 
 
-def evaluate(expression: str, device: DeviceInput) -> bool:
-    """Evaluate one selector; raises ``CelCompileError`` or ``CelRuntimeError``."""
+def evaluate(expression: str, device: DeviceInput, budget: CostBudget | None = None) -> bool:
+    """Evaluate one selector; raises ``CelCompileError`` or ``CelRuntimeError`` (also when
+    ``budget``, charged the expression's estimated cost first, is exhausted)."""
     compiled = compile_selector(expression)
     if compiled.error is not None:
         raise CelCompileError(compiled.error)
     if device.error is not None:
         raise CelRuntimeError(device.error)
+    if budget is not None:
+        try:
+            budget.spend(max(1, compiled.estimated_cost))
+        except BudgetExhausted as err:
+            raise CelBudgetError(str(err)) from None
     try:
         value = compiled.program.eval(device.activation())
     except Exception as err:  # e.g. cel-cpp's "Iteration budget exceeded" on a costly selector
@@ -222,14 +262,19 @@ def evaluate(expression: str, device: DeviceInput) -> bool:
     return bool(value.value())
 
 
-def selectors_match(subject: str, expressions: Sequence[str], device: DeviceInput) -> bool:
-    """All selectors of ``subject`` (``"class gpu.hami.io"``, ``"claim ns/name"``) match ``device``."""
+def selectors_match(
+    subject: str, expressions: Sequence[str], device: DeviceInput, budget: CostBudget | None = None
+) -> bool:
+    """All selectors of ``subject`` (``"class gpu.hami.io"``, ``"claim ns/name"``) match ``device``;
+    a claim's evaluations are charged to its ``budget``."""
     for position, expression in enumerate(expressions):
         try:
-            if not evaluate(expression, device):
+            if not evaluate(expression, device, budget):
                 return False
         except CelCompileError as err:
             raise SelectorError(f"{subject}: selector #{position}: CEL compile error: {err}") from None
+        except CelBudgetError as err:
+            raise SelectorBudgetError(f"{subject}: selector #{position}: CEL runtime error: {err}") from None
         except CelRuntimeError as err:
             raise SelectorError(f"{subject}: selector #{position}: CEL runtime error: {err}") from None
     return True

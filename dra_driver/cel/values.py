@@ -128,3 +128,51 @@ def quantity_as_integer(value: Fraction) -> int:
     if value.denominator != 1 or not INT64_MIN <= value.numerator <= INT64_MAX:
         raise ValueParseError("cannot convert value to integer")
     return value.numerator
+
+
+# --- order-preserving keys: comparisons that stay in cel-cpp --------------------------------------
+#: Decimal exponents a quantity key can hold (Kubernetes quantities are far inside this).
+_EXPONENT_OFFSET = 500_000
+
+
+def _decimal_digits(value: Fraction) -> tuple[str, int]:
+    """``value`` (> 0, a terminating decimal) as significant digits and exponent: 0.<digits> x 10^e."""
+    scale = 0
+    while value.denominator != 1:
+        value *= 10
+        scale += 1
+        if scale > 10_000:  # not a terminating decimal: no quantity parses to one
+            raise ValueParseError("quantity is not a terminating decimal")
+    digits = str(value.numerator)
+    stripped = digits.rstrip("0")
+    return stripped, len(digits) - scale
+
+
+def quantity_key(value: Fraction) -> str:
+    """A string whose lexicographic order is the numeric order of quantities (``Q`` first).
+
+    Positive: ``2`` + exponent (offset, fixed width) + significant digits; zero: ``1``; negative:
+    ``0`` + the complements of both, ended by ``~`` so that a longer run of digits sorts first.
+    """
+    if value == 0:
+        return "Q1"
+    digits, exponent = _decimal_digits(abs(value))
+    if value > 0:
+        return f"Q2{exponent + _EXPONENT_OFFSET:07d}{digits}"
+    complement = "".join(str(9 - int(digit)) for digit in digits)
+    return f"Q0{_EXPONENT_OFFSET - exponent:07d}{complement}~"
+
+
+def semver_key(value: SemverValue) -> str:
+    """A string whose lexicographic order is semver precedence (``S`` first).
+
+    Major, minor and patch fixed-width; a release (no prerelease) ends in ``~``, above any
+    prerelease, which follows as ``!`` + identifiers separated by ``!`` (below every identifier
+    character, so a shorter list of equal identifiers sorts first); a numeric identifier is ``0``
+    + its length (fixed width) + digits, below any alphanumeric one, ``1`` + the identifier.
+    """
+    core = f"S{value.major:020d}{value.minor:020d}{value.patch:020d}"
+    if not value.pre:
+        return core + "~"
+    parts = [f"0{len(ident):04d}{ident}" if ident.isdigit() else f"1{ident}" for ident in value.pre]
+    return core + "!" + "!".join(parts)

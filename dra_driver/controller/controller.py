@@ -34,7 +34,7 @@ from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
 from dra_driver.controller.requeue import Requeue
-from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff
+from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff, fair_order
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -51,6 +51,12 @@ from dra_driver.kube.watch import Informer
 from dra_driver.resource.objects import PodView
 
 log = logging.getLogger(__name__)
+#: A pass stops planning once it has run this long (wall clock); the pods it did not reach are
+#: planned next pass, which starts with the namespace after the last one planned. With pods taken
+#: namespaces in turn, a pod waits for at most one pod of each other namespace with work queued
+#: (each pod's selectors bounded by their cost budget, dra_driver/cel/cost.py), not for every pod
+#: one tenant created before it (issue 34; docs/multi-tenant.md, "Planner fairness").
+PASS_BUDGET_SECONDS = 0.5
 
 
 class Step(StrEnum):
@@ -78,6 +84,8 @@ class Controller:
         pending_batch: int = PENDING_RETRIES_PER_PASS,
         backoff: CommitBackoff | None = None,
         background_events: bool = False,
+        pass_budget: float = PASS_BUDGET_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -108,6 +116,10 @@ class Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dirty_pods: set[str] = set()
+        self.pass_budget = pass_budget
+        self._clock = clock
+        self._last_namespace = ""  # the namespace the last pass planned last (the next starts after)
+        self._cut_short = False  # the last pass left pods for the next one
         #: Pods whose writes failed wait a little longer each time before the next attempt.
         self.backoff = backoff or CommitBackoff()
         self._was_leader = False
@@ -170,7 +182,7 @@ class Controller:
             busy = self._dirty_pods or self.releaser.queue or self.binding
             # Pending retries left over from the last batch are taken at once (after new events);
             # a replica that does not lead plans nothing, so it waits as usual.
-            left = self.requeue and self._was_leader
+            left = (self.requeue or self._cut_short) and self._was_leader
             self._wake.wait(timeout=0.0 if left else 0.5 if busy else 2.0)
             self._wake.clear()
             if self._stop.is_set():
@@ -203,7 +215,17 @@ class Controller:
         self.releaser.run()
         pods, self._dirty_pods = self._dirty_pods, set()
         batch = self.requeue.batch(pods, self.binding.keys())
-        for key in sorted(pods | batch.keys(), key=lambda key: (self.requeue.created(key), key)):
+        order = fair_order(pods | batch.keys(), self.requeue.created, self._last_namespace)
+        started, self._cut_short = self._clock(), False
+        for position, key in enumerate(order):
+            if position and self._clock() - started > self.pass_budget:
+                # The rest waits for the next pass (queued retries stay queued), right after the
+                # events that arrived meanwhile: one namespace's costly pods cannot hold the others.
+                self._dirty_pods |= {later for later in order[position:] if later in pods}
+                self._cut_short = True
+                log.debug("pass cut short after %d of %d pods", position, len(order))
+                break
+            self._last_namespace = key.partition("/")[0]
             if key in self.binding:
                 continue  # looked at again when its writes complete
             pod = self.cache.pods.get(key)

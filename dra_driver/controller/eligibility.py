@@ -5,6 +5,12 @@ becomes a ``RequestSpec``; which devices it may use is decided here with CEL (cl
 then the request's, exactly as kube-scheduler evaluates them, errors abort the claim) and device
 taints (our own ``<driver>/policy-managed`` taint is the one we ignore). The engine receives that
 device set as ``allowed_devices`` and the nodes that have such devices as ``allowed_nodes``.
+
+A claim's selectors spend the claim's ``CostBudget`` (one per claim per plan, the planner's): each
+evaluation is charged its estimated cost (``dra_driver/cel/cost.py``), and the selection whose
+evaluation would pass the budget fails with the claim's selector error. Errors are cached like
+selections (the next plan does not pay again); a budget refusal is kept across inventory changes
+(bounded, oldest out), so a tenant's costly claim costs the planner once, not on every pass.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.cel import SelectorError, selectors_match
+from dra_driver.cel import CostBudget, SelectorBudgetError, SelectorError, selectors_match
 from dra_driver.config.classes import class_selectors
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.kube.api import ObjView
@@ -21,6 +27,8 @@ from dra_driver.resource.nodes import BLOCKING_EFFECTS, taints_tolerated
 from dra_driver.resource.requests import RequestError, RequestSpec
 
 MAX_CACHED_SELECTIONS = 1024
+#: Selections refused for their cost, kept across inventory changes (oldest out beyond this).
+MAX_REFUSED_SELECTIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +49,8 @@ class Matcher:
     def __init__(self, driver: str, policy_taint: str) -> None:
         self.driver = driver
         self.policy_taint = policy_taint
-        self._cache: dict[tuple[Any, ...], Eligible] = {}
+        self._cache: dict[tuple[Any, ...], Eligible | str] = {}  # str: the selector error
+        self._refused: dict[tuple[Any, ...], str] = {}  # selections over their cost budget
         self._generation = -1
 
     def eligible(
@@ -51,7 +60,9 @@ class Matcher:
         claim_subject: str,
         inventory: Mapping[str, NodeInventory],
         generation: int,
+        budget: CostBudget | None = None,
     ) -> Eligible:
+        """The devices ``spec`` may use; raises ``RequestError`` with the selector's error (cached)."""
         if generation != self._generation:
             self._cache.clear()
             self._generation = generation
@@ -64,17 +75,40 @@ class Matcher:
             claim_subject if spec.selectors else "",
         )
         cached = self._cache.get(key)
+        if isinstance(cached, str):
+            raise RequestError(cached)
         if cached is not None:
             return cached
-        if len(self._cache) >= MAX_CACHED_SELECTIONS:
-            self._cache.clear()  # per-claim selectors could otherwise grow it without bound
+        refused = self._refused.get(key)
+        if refused is not None:
+            raise RequestError(refused)
+        try:
+            eligible = self._select(spec, class_exprs, claim_subject, inventory, budget)
+        except SelectorBudgetError as err:
+            _bounded_put(self._refused, key, str(err), MAX_REFUSED_SELECTIONS)
+            raise RequestError(str(err)) from None
+        except SelectorError as err:
+            _bounded_put(self._cache, key, str(err), MAX_CACHED_SELECTIONS)
+            raise RequestError(str(err)) from None
+        # Per-claim selectors could otherwise grow it without bound; the oldest goes first.
+        _bounded_put(self._cache, key, eligible, MAX_CACHED_SELECTIONS)
+        return eligible
+
+    def _select(
+        self,
+        spec: RequestSpec,
+        class_exprs: Sequence[str],
+        claim_subject: str,
+        inventory: Mapping[str, NodeInventory],
+        budget: CostBudget | None,
+    ) -> Eligible:
         devices, nodes, per_node, total = set(), set(), {}, 0
         tainted: dict[str, tuple[str, ...]] = {}
         for node, node_inventory in inventory.items():
             matched = []
             for device in sorted(node_inventory.devices.values(), key=lambda item: item.card.index):
                 total += 1
-                if not self._selected(spec, class_exprs, claim_subject, device):
+                if not self._selected(spec, class_exprs, claim_subject, device, budget):
                     continue
                 keeping_out = self._untolerated(spec, device)
                 if keeping_out:
@@ -85,19 +119,18 @@ class Matcher:
             if matched:
                 nodes.add(node)
                 per_node[node] = tuple(matched)
-        eligible = Eligible(
+        return Eligible(
             None if len(devices) == total else frozenset(devices), frozenset(nodes), per_node, tainted
         )
-        self._cache[key] = eligible
-        return eligible
 
-    def _selected(self, spec: RequestSpec, class_exprs: Sequence[str], subject: str, device: Device) -> bool:
-        try:
-            if not selectors_match(f"class {spec.class_name}", class_exprs, device.cel):
-                return False
-            return not spec.selectors or selectors_match(subject, spec.selectors, device.cel)
-        except SelectorError as err:
-            raise RequestError(str(err)) from None
+    @staticmethod
+    def _selected(
+        spec: RequestSpec, class_exprs: Sequence[str], subject: str, device: Device, budget: CostBudget | None
+    ) -> bool:
+        """The class's selectors (an admin's: not charged), then the claim's (charged to ``budget``)."""
+        if not selectors_match(f"class {spec.class_name}", class_exprs, device.cel):
+            return False
+        return not spec.selectors or selectors_match(subject, spec.selectors, device.cel, budget)
 
     def _untolerated(self, spec: RequestSpec, device: Device) -> tuple[str, ...]:
         """The keys of the device's taints that keep ``spec`` off it (ours, policy-managed, never)."""
@@ -105,3 +138,12 @@ class Matcher:
         others = [taint for taint in device.taints if taint.get("key") != self.policy_taint]
         kept_out = [taint for taint in others if not taints_tolerated([taint], spec.tolerations, effects)]
         return tuple(str(taint.get("key")) for taint in kept_out)
+
+
+def _bounded_put(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, limit: int) -> None:
+    """Store ``value``, dropping the oldest entries beyond ``limit`` (not the whole cache at once:
+    a tenant's stream of new selectors must not make every other claim pay again)."""
+    cache.pop(key, None)
+    while len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value

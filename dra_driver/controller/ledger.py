@@ -20,6 +20,7 @@ from dra_driver.contract import DeviceId
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.engine import ClusterState, DeviceShare, GpuCard, Placement, StateError
 from dra_driver.quota import Charge
+from dra_driver.quota.usage import charged_cores
 from dra_driver.resource.capacity import Capacity
 from dra_driver.resource.slices import device_name
 from dra_driver.resource.uses import Use
@@ -108,7 +109,8 @@ class Ledger:
         """What every allocated claim of ``namespace`` (assumed ones included) charges its quotas.
 
         A whole-card use charges the card's memory and cores (nothing, while the card's slice is
-        unknown: it is charged once the slice appears).
+        unknown: it is charged once the slice appears); a share without an SM limit charges the
+        card's cores too (``charged_cores``).
         """
         charges = []
         for uid in sorted(self._by_namespace.get(namespace, ())):
@@ -118,8 +120,11 @@ class Ledger:
 
     def charge(self, use: Use) -> Charge:
         device = self._devices.get(use.device)
-        taken = use.consumption.of(card_capacity(device.card) if device else Capacity(0, 0, 0))
-        return Charge(use.class_name, use.device, taken.memory, taken.cores)
+        if device is None:
+            return Charge(use.class_name, use.device, 0, 0)
+        card = card_capacity(device.card)
+        taken = use.consumption.of(card)
+        return Charge(use.class_name, use.device, taken.memory, charged_cores(taken.cores, card.cores))
 
     def _index(self, uid: str, uses: Iterable[Use]) -> set[str]:
         nodes = set()

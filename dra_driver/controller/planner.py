@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.cel import CostBudget
 from dra_driver.config import ConfigError, ControllerDefaults, resolve_config
 from dra_driver.config.resolve import driver_configs
 from dra_driver.contract import DeviceId
@@ -129,10 +130,11 @@ class Planner:
         for claim_plan, item in zip(plan.claims, inputs, strict=True):
             subject = f"claim {item.claim.key}"
             claim_config = item.claim.config
+            budget = CostBudget()  # what this claim's selectors may cost in this plan, all requests
             for request in item.requests:
                 allowed = candidates if node is None else frozenset({node})
                 placed, reason = self._place_request(
-                    plan, claim_plan, request, subject, claim_config, annotations, allowed, trial
+                    plan, claim_plan, request, subject, claim_config, annotations, allowed, trial, budget
                 )
                 if placed is None:
                     return node, f"{subject} request {request.name}: {reason}"
@@ -178,6 +180,7 @@ class Planner:
         annotations: Mapping[str, str],
         allowed: frozenset[str],
         trial: Trial,
+        budget: CostBudget,
     ) -> tuple[str | None, str]:
         reasons = []
         for spec in request.alternatives:
@@ -186,7 +189,7 @@ class Planner:
                 reasons.append(f"DeviceClass {spec.class_name} not found")
                 continue
             eligible = self.matcher.eligible(
-                spec, device_class, subject, self.ledger.inventory, self.ledger.inventory_generation
+                spec, device_class, subject, self.ledger.inventory, self.ledger.inventory_generation, budget
             )
             nodes = allowed & eligible.nodes
             if not nodes:

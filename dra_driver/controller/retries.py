@@ -85,6 +85,19 @@ class PendingRetries:
         self._last = key.partition("/")[0]
 
 
+def fair_order(keys: Iterable[str], created: Callable[[str], str], after: str) -> list[str]:
+    """The pods a pass plans, namespaces interleaved round-robin starting with the first namespace
+    after ``after`` (the one the last pass ended with), each namespace's pods oldest first."""
+    by_namespace: dict[str, list[str]] = {}
+    for key in keys:
+        by_namespace.setdefault(key.partition("/")[0], []).append(key)
+    names = sorted(by_namespace)
+    start = bisect.bisect_right(names, after)
+    rotated = names[start:] + names[:start]
+    columns = [sorted(by_namespace[name], key=lambda key: (created(key), key)) for name in rotated]
+    return [key for row in itertools.zip_longest(*columns) for key in row if key is not None]
+
+
 class Retry(NamedTuple):
     """A queued pending pod taken into this pass: the nodes to plan it on, and its shape."""
 

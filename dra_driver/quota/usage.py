@@ -3,6 +3,12 @@
 A ``Charge`` is one allocated device result: its class, the GPU it is on and what it consumes
 (a whole-card result charges the card's memory and cores). ``devices`` counts distinct GPUs, so a
 second claim on a card the namespace already uses adds memory and cores but no device.
+
+Cores are charged as the compute a result is given, not as the figure it asked for: HAMi-core
+limits a share's SMs only when ``0 < cores < 100`` (``dra_driver/kubeletplugin/hamicore.py``),
+so a share that asks for no cores runs unthrottled and charges a whole card's 100
+(``charged_cores``); otherwise a namespace capped at ``cores: 50`` could run any number of
+coreless shares at 100 % each (issue 34).
 """
 
 from __future__ import annotations
@@ -13,6 +19,18 @@ from dataclasses import dataclass
 from dra_driver.contract import DeviceId
 from dra_driver.quota.crd import RESOURCES
 from dra_driver.quota.model import Quota, format_amount
+
+#: A whole GPU's cores (percent); also HAMi-core's "no SM limit" threshold.
+WHOLE_CARD_CORES = 100
+
+
+def charged_cores(cores: int, card_cores: int = WHOLE_CARD_CORES) -> int:
+    """The cores one result charges: its SM limit when HAMi-core enforces one, else the whole card.
+
+    ``cores`` is what the result consumes (``consumedCapacity.cores``); 0 and anything from the
+    card's total up get no SM limit from HAMi-core, so they are charged ``card_cores``.
+    """
+    return cores if 0 < cores < min(card_cores, WHOLE_CARD_CORES) else card_cores
 
 
 @dataclass(frozen=True, slots=True)

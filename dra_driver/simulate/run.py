@@ -14,6 +14,7 @@ from dra_driver.contract import DeviceId
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES, Decision, place
 from dra_driver.quota import Breach, Charge, Quota
 from dra_driver.quota.crd import RESOURCES
+from dra_driver.quota.usage import charged_cores
 from dra_driver.simulate.scenario import Scenario, simulated_device
 
 
@@ -112,7 +113,12 @@ def run_scenario(scenario: Scenario, *, max_candidates: int = DEFAULT_MAX_CANDID
         if decision.placement is not None:
             node = decision.placement.node
             new = [
-                Charge(claim.device_class, simulated_device(node, share.index), share.memory, share.cores)
+                Charge(
+                    claim.device_class,
+                    simulated_device(node, share.index),
+                    share.memory,
+                    charged_cores(share.cores),
+                )
                 for share in decision.placement.devices
             ]
             breach = ledger.breach(claim.namespace, new)

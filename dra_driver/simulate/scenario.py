@@ -50,6 +50,7 @@ from dra_driver.engine import (
 )
 from dra_driver.quantity import QuantityError, parse_bytes
 from dra_driver.quota import Charge, Limits, Quota
+from dra_driver.quota.usage import charged_cores
 from dra_driver.simulate.documents import load_document
 
 
@@ -344,7 +345,8 @@ class Scenario(_Strict):
                     if namespaces is not None and allocation.namespace not in namespaces:
                         continue
                     device = device or simulated_device(node.name, gpu.index)
-                    charge = Charge(allocation.device_class, device, allocation.memory, allocation.cores)
+                    cores = charged_cores(allocation.cores)
+                    charge = Charge(allocation.device_class, device, allocation.memory, cores)
                     charges.setdefault(allocation.namespace, []).append(charge)
         return charges
 

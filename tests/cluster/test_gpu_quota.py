@@ -90,8 +90,9 @@ def test_a_quota_caps_the_namespace_and_explains_itself(team: RealCluster) -> No
         return cells if cells[:3] == ["team", "1000Mi", "1500Mi"] else None
 
     cells = wait_for(listed, 30, "kubectl get gpuquotas shows used and hard")
-    # cores used 0, no cores limit (kubectl leaves the cell blank), devices used 1 of 2
-    assert cells[3:6] == ["0", "1", "2"], cells
+    # cores used 100 (a share that asks for no cores has no SM limit: a whole card's compute),
+    # no cores limit (kubectl leaves the cell blank), devices used 1 of 2
+    assert cells[3:6] == ["100", "1", "2"], cells
     # Raising the limit lets the pending pod in, without anything else changing.
     team.kubectl(
         "patch", "gpuquota", "team", "-n", TEAM, "--type=merge", "-p", '{"spec":{"hard":{"memory":"2Gi"}}}'

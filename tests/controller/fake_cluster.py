@@ -194,8 +194,8 @@ class FakeCluster:
     def gated(self, name: str, namespace: str = NS) -> bool:
         return bool(self.kube.stored(PODS, namespace, name)["spec"].get("schedulingGates"))
 
-    def condition(self, name: str) -> dict[str, Any] | None:
-        conditions = (self.kube.stored(PODS, NS, name).get("status") or {}).get("conditions") or ()
+    def condition(self, name: str, namespace: str = NS) -> dict[str, Any] | None:
+        conditions = (self.kube.stored(PODS, namespace, name).get("status") or {}).get("conditions") or ()
         return next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
 
     def reason(self, name: str, namespace: str = NS) -> str | None:

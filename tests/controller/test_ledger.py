@@ -40,3 +40,19 @@ def test_a_trial_is_seen_while_it_lasts_and_undone_after_it_even_on_error() -> N
         trial.allocate(Placement("n1", (share, DeviceShare(1, 1024, 10, 1))))
         raise RuntimeError("the planner failed half-way")
     assert usage() == recorded  # the claim recorded before the trial is still counted, nothing else
+
+
+@pytest.mark.parametrize(
+    ("cores", "charged"),
+    [(0, 100), (1, 1), (40, 40), (99, 99), (100, 100), (None, 100)],
+    ids=["no-sm-limit", "one", "forty", "ninety-nine", "all", "whole-card"],
+)
+def test_quotas_are_charged_the_compute_a_result_is_given(cores: int | None, charged: int) -> None:
+    # HAMi-core limits SMs only for 0 < cores < 100: a share asking for none runs unthrottled, so
+    # its namespace is charged a whole card, as for a whole-card result (issue 34).
+    ledger, _ = planner(gpus=1)
+    memory = None if cores is None else 1024
+    use = Use(DeviceId(DRIVER, "n1", "gpu-0"), memory, cores, None if cores is None else 1, "ns", DRIVER)
+    charge = ledger.charge(use)
+    assert charge.cores == charged
+    assert charge.memory == (1024 if cores is not None else ledger.inventory["n1"].device_at(0).card.memory)

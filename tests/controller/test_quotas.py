@@ -19,7 +19,7 @@ def test_a_quota_status_reports_what_its_namespace_uses() -> None:
     world.cache.quotas.sync(world.kube, force=True)
     assert world.kube.stored(GPU_QUOTAS, NS, "cap")["status"]["used"] == {
         "memory": "1Gi",
-        "cores": 0,
+        "cores": 100,  # no cores asked: no SM limit, a whole card's compute
         "devices": 1,
     }
 

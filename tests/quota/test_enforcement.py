@@ -80,12 +80,13 @@ def test_memory_quota_holds_a_pod_pending_until_usage_drops(harness: Harness) ->
     found = wait_for(lambda: condition(harness, "b-pod"), what="the pending condition")
     assert found["reason"] == "GpuQuotaExceeded" and found["message"] == expected
     assert not harness.allocated("b") and harness.bound_node("b-pod") is None
-    wait_for(lambda: quota_status(harness, "team-a") == {"memory": "6Gi", "cores": 0, "devices": 1})
+    # A share without a cores request runs without an SM limit: it is charged a whole card's 100.
+    wait_for(lambda: quota_status(harness, "team-a") == {"memory": "6Gi", "cores": 100, "devices": 1})
     # Another pod of the namespace goes: its claim is released and b fits.
     harness.kube.delete(PODS, NS, "a-pod")
     harness.kube.delete(RESOURCE_CLAIMS, NS, "a")
     wait_for(lambda: harness.bound_node("b-pod"), what="b placed after a left")
-    wait_for(lambda: quota_status(harness, "team-a") == {"memory": "4Gi", "cores": 0, "devices": 1})
+    wait_for(lambda: quota_status(harness, "team-a") == {"memory": "4Gi", "cores": 100, "devices": 1})
     assert_valid(harness.kube.get(GPU_QUOTAS, NS, "team-a"))
 
 
@@ -113,6 +114,21 @@ def test_two_quotas_the_tighter_wins(harness: Harness) -> None:
     wait_for(lambda: quota_status(harness, "loose") == {"memory": "1Gi", "cores": 40, "devices": 1})
 
 
+def test_a_share_without_cores_is_charged_a_whole_card_under_a_cores_quota(harness: Harness) -> None:
+    # Issue 34: two coreless 1Gi shares were charged 0 cores and ran unthrottled (200 % of a GPU)
+    # under cores: 50, while a 60-core share was refused.
+    harness.kube.create(GPU_QUOTAS, NS, gpu_quota("team-a", cores=50))
+    harness.start_controller()
+    tenant(harness, "free", "1Gi")
+    expected = "GpuQuotaExceeded: default/team-a cores: used 0 + requested 100 > hard 50"
+    wait_for(lambda: expected in harness.events("free-pod"), what="the coreless share refused")
+    assert not harness.allocated("free") and harness.bound_node("free-pod") is None
+    tenant(harness, "limited", "1Gi", cores=40)  # an SM limit HAMi-core enforces: charged 40
+    wait_for(lambda: harness.bound_node("limited-pod"), what="the limited share placed")
+    wait_for(lambda: quota_status(harness, "team-a") == {"memory": "1Gi", "cores": 40, "devices": 1})
+    assert harness.bound_node("free-pod") is None
+
+
 def test_device_count_and_class_filter(harness: Harness) -> None:
     # Only gpu-binpack claims count; devices are distinct GPUs, so binpacked claims share one.
     harness.kube.create(GPU_QUOTAS, NS, gpu_quota("cards", classes=["gpu-binpack"], devices=1))
@@ -126,7 +142,7 @@ def test_device_count_and_class_filter(harness: Harness) -> None:
     tenant(harness, "p3", "14Gi", klass="gpu-binpack")  # needs a second card: over devices=1
     expected = "GpuQuotaExceeded: default/cards devices: used 1 + requested 1 > hard 1"
     wait_for(lambda: expected in harness.events("p3-pod"), what="device quota")
-    wait_for(lambda: quota_status(harness, "cards") == {"memory": "4Gi", "cores": 0, "devices": 1})
+    wait_for(lambda: quota_status(harness, "cards") == {"memory": "4Gi", "cores": 200, "devices": 1})
 
 
 def test_hami_resource_quota_names_are_honoured(harness: Harness) -> None:
@@ -137,7 +153,8 @@ def test_hami_resource_quota_names_are_honoured(harness: Harness) -> None:
             "apiVersion": "v1",
             "kind": "ResourceQuota",
             "metadata": {"name": "gpu-quota", "namespace": NS},
-            "spec": {"hard": {"limits.nvidia.com/gpumem": "3000", "limits.nvidia.com/gpucores": "100"}},
+            # Each coreless share is charged 100 cores (no SM limit): three of them fit in 300.
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "3000", "limits.nvidia.com/gpucores": "300"}},
         },
     )
     harness.start_controller()
@@ -198,13 +215,15 @@ def test_restart_mid_burst_keeps_status_used_exact(harness: Harness) -> None:
 
     def recount() -> dict[str, Any]:
         """A full recount from the API: every allocated result in the namespace."""
-        total, cards = 0, set()
+        total, cores, cards = 0, 0, set()
         for item in harness.kube.list(RESOURCE_CLAIMS).get("items") or ():
             allocation = (item.get("status") or {}).get("allocation") or {}
             for result in allocation.get("devices", {}).get("results", []):
                 total += int(parse_quantity(result["consumedCapacity"]["memory"]))
+                asked = int(parse_quantity(result["consumedCapacity"].get("cores", "0")))
+                cores += asked if 0 < asked < 100 else 100  # no SM limit: a whole card's compute
                 cards.add((result["pool"], result["device"]))
-        return {"memory": f"{total // (1024 * MIB)}Gi", "cores": 0, "devices": len(cards)}
+        return {"memory": f"{total // (1024 * MIB)}Gi", "cores": cores, "devices": len(cards)}
 
     assert recount()["memory"] == "18Gi"
     wait_for(lambda: quota_status(harness, "team-a") == recount(), what="status.used = recount")
