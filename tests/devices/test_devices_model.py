@@ -91,13 +91,14 @@ def test_gpu_rejects_inconsistent_descriptions(changes: dict, message: str) -> N
 def test_profiles_have_real_sizes_and_even_numa_split() -> None:
     h100 = profile_gpus("h100-80gb", node_name="node-1", gpus=8)
     assert [g.numa_node for g in h100] == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert h100[0].memory_bytes == 81559 * MIB
+    # nvidia-smi's total minus the driver's reserved memory, as NVIDIA publishes it.
+    assert h100[0].memory_bytes == (81559 - 516) * MIB and h100[0].memory_reserved_bytes == 516 * MIB
     assert (h100[0].architecture, h100[0].cuda_compute_capability) == ("Hopper", "9.0")
     assert h100[0].pair_scores == {peer: 1800 for peer in range(1, 8)}
     t4 = profile_gpus("t4", node_name="node-1")
     assert len(t4) == PROFILES["t4"].default_gpus
-    assert t4[0].memory_bytes == 15360 * MIB and t4[0].nvlink_peers == ()
-    assert profile_gpus("h200", node_name="x", gpus=1)[0].memory_bytes == 143771 * MIB
+    assert t4[0].memory_bytes == (15360 - 393) * MIB and t4[0].nvlink_peers == ()
+    assert profile_gpus("h200", node_name="x", gpus=1)[0].memory_bytes == (143771 - 700) * MIB
     assert profile_gpus("a100-80gb", node_name="x", gpus=1)[0].product_name == "NVIDIA A100-SXM4-80GB"
     assert [even_numa_node(i, 3, 2) for i in range(3)] == [0, 0, 1]
     assert [even_numa_node(i, 1, 2) for i in range(1)] == [0]
