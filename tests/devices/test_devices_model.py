@@ -248,3 +248,37 @@ def test_kube_validate_helper_catches_what_the_api_server_rejects() -> None:
     with pytest.raises(AssertionError, match=r"ships no schema for Kubernetes 1.99"):
         assert_valid(good, versions=("1.99",))
     assert device["name"] == "gpu-0"
+
+
+def test_devices_file_carries_compute_mode_and_reserved_memory() -> None:
+    exclusive, default, custom = parse_devices(
+        [
+            {"profile": "h100-80gb", "computeMode": "Exclusive_Process"},
+            {"profile": "h100-80gb"},
+            {
+                "productName": "Tesla T4",
+                "memory": "14967Mi",
+                "memoryReserved": "393Mi",
+                "computeMode": "Prohibited",
+            },
+        ],
+        node_name="n",
+    )
+    assert (exclusive.compute_mode, exclusive.whole_only) == ("Exclusive_Process", True)
+    assert (default.compute_mode, default.whole_only) == ("Default", False)
+    assert exclusive.memory_bytes == default.memory_bytes == (81559 - 516) * MIB
+    assert (custom.memory_bytes, custom.memory_reserved_bytes) == (14967 * MIB, 393 * MIB)
+    assert custom.whole_only
+    (slice_,) = build_resource_slices([exclusive, default, custom], node_name="n")
+    assert_valid(slice_)
+    slots = [device["capacity"]["slots"]["value"] for device in slice_["spec"]["devices"]]
+    assert slots == ["1", "10", "1"], "a card that cannot share takes one tenant"
+
+
+def test_devices_file_refuses_an_unknown_compute_mode() -> None:
+    with pytest.raises(
+        DeviceSourceError, match=r"f.yaml: gpus\[0\].computeMode: 'Exclusive' is not a compute mode"
+    ):
+        parse_devices([{"profile": "t4", "computeMode": "Exclusive"}], node_name="n", origin="f.yaml")
+    with pytest.raises(DeviceModelError, match="compute mode must be one of Default, Exclusive_Thread"):
+        Gpu(index=0, uuid="GPU-1", product_name="T4", memory_bytes=MIB * 16, compute_mode="exclusive")
