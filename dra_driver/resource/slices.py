@@ -131,6 +131,8 @@ class SliceDevice:
     entry: Obj
     #: ``computeMode``; None when not published (an older plugin, or NVML did not say).
     compute_mode: str | None = None
+    #: ``healthMonitored``: False when nothing watches the device's health; None when not published.
+    health_monitored: bool | None = None
 
     def qualified_attributes(self, driver: str) -> dict[str, Any]:
         """Attribute values by fully qualified name (``gpu.hami.io/index``), for claim constraints."""
@@ -167,6 +169,7 @@ def parse_device(entry: Obj) -> SliceDevice:
     capacity: Obj = entry.get("capacity") or {}
     index = _int(attribute(attributes, INDEX_ATTRIBUTE))
     healthy = attribute(attributes, HEALTHY_ATTRIBUTE)
+    monitored = attribute(attributes, HEALTH_MONITORED_ATTRIBUTE)
     peers = attribute(attributes, NVLINK_PEERS_ATTRIBUTE)
 
     def amount(key: str) -> int | None:
@@ -187,6 +190,7 @@ def parse_device(entry: Obj) -> SliceDevice:
         taints=tuple(entry.get("taints") or ()),
         entry=entry,
         compute_mode=_str(attribute(attributes, COMPUTE_MODE_ATTRIBUTE)),
+        health_monitored=monitored if isinstance(monitored, bool) else None,
     )
 
 
