@@ -131,7 +131,7 @@ def test_what_if_claims_are_placed_on_the_live_cluster_as_the_controller_would(
     # The seed's worked example: mutex removes GPUs 0 and 1, binpack ties 2 and 3, index picks 2.
     assert latency["node"] == LAB and [d["index"] for d in latency["devices"]] == [2]
     lab_cards = [c for c in latency["candidates"] if c["node"] == LAB]
-    assert [c["score"] for c in lab_cards] == [3.302083, 1.651042, 0.0, 0.0]
+    assert [c["score"] for c in lab_cards] == [3.336273, 1.668137, 0.0, 0.0]  # T4s of total - reserved
     assert [c["tenants"] for c in lab_cards] == [2, 1, 0, 0]
     # Plain binpack takes the busiest card (latency-tier is on gpu-2 now, so still gpu-0).
     assert results["packed"]["node"] == LAB and results["packed"]["devices"][0]["index"] == 0
@@ -178,7 +178,7 @@ def test_the_snapshot_round_trips_every_gpu_field_and_the_ledgers_usage(
     assert big[1]["isolation"] == ISOLATION_NONE
     assert big[1]["allocations"] == [
         {
-            "memory": "80Gi",
+            "memory": "81157Mi",  # an A100 80GB: 81920 MiB total minus 763 MiB reserved
             "cores": 100,
             "slots": 10,
             "namespace": "team-b",
