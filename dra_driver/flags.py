@@ -100,6 +100,27 @@ def parse_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}{_source(value)}") from None
 
 
+def parse_seconds(value: str) -> float:
+    """A duration in seconds, >= 0 (``0`` usually meaning never)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {value!r}{_source(value)}")
+    return seconds
+
+
+def parse_xid_list(value: str) -> frozenset[int]:
+    """``79,48`` (commas or blanks) -> the XIDs; anything else is an error naming the value."""
+    from dra_driver.devices.nvml_events import parse_xids
+
+    try:
+        return parse_xids(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{err}{_source(value)}") from None
+
+
 def parse_port(value: str) -> int:
     port = parse_int(value)
     if not 0 <= port < 65536:

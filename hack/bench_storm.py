@@ -44,20 +44,22 @@ from tests.controller.fake_kube import FakeKube  # noqa: E402
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request  # noqa: E402
 
 PROFILE = "h100-80gb"
+#: One card whole: what the profile publishes (NVML's total minus the driver's reserved memory).
+WHOLE_CARD = f"{profile_gpus(PROFILE, node_name='n', gpus=1)[0].memory_bytes // 2**20}Mi"
 TENANT_A, TENANT_B = "tenant-a", "tenant-b"
 WEIGHTS = "hami.io/device-scoring-weights"  # read by the planner: part of a pod's pending shape
 
 
 def filler(node: str, device: str) -> dict[str, Any]:
     """A claim holding one whole card, as kube-scheduler or an earlier run of ours allocated it."""
-    body = claim(f"full-{node}-{device}", request(memory="81559Mi"))
+    body = claim(f"full-{node}-{device}", request(memory=WHOLE_CARD))
     body["status"] = {
         "allocation": {
             "devices": {
                 "results": [
                     {"request": "gpu", "driver": DRIVER, "pool": node, "device": device,
                      "shareID": f"00000000-0000-4000-8000-{abs(hash((node, device))) % 10**12:012d}",
-                     "consumedCapacity": {"memory": "81559Mi", "cores": "100", "slots": "1"}}
+                     "consumedCapacity": {"memory": WHOLE_CARD, "cores": "100", "slots": "1"}}
                 ]
             },
             "nodeSelector": {"nodeSelectorTerms": [

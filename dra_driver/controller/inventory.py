@@ -19,6 +19,7 @@ from typing import Any
 
 from dra_driver.cel import DeviceInput, device_input
 from dra_driver.contract import SHARES_ENFORCED, DeviceId
+from dra_driver.devices.model import COMPUTE_MODE_DEFAULT
 from dra_driver.devices.nvlink import pair_scores, parse_nvlink_peers
 from dra_driver.engine import GpuCard
 from dra_driver.resource.slices import SliceDevice, current_pools, parse_device, slice_devices
@@ -145,6 +146,7 @@ def card_device(driver: str, node: str, pool: str, published: SliceDevice) -> De
         slots=_positive(published.slots, DEFAULT_SLOTS),
         healthy=published.healthy is not False,
         shares_enforced=published.isolation in SHARES_ENFORCED,
+        whole_only=published.compute_mode not in (None, COMPUTE_MODE_DEFAULT),
         links=links,
     )
     return Device(DeviceId(driver, pool, published.name), node, card, published)

@@ -66,7 +66,8 @@ def run_demo(file: IO[str] | None = None, *, use_kubectl: bool = True, timeout: 
     console = render.make_console(file)
     started = time.monotonic()
     console.rule(
-        "hami-dra demo: the worked example's lab, one node with four Tesla T4 (15360 MiB)", align="left"
+        "hami-dra demo: the worked example's lab, one node with four Tesla T4 (14967 MiB usable)",
+        align="left",
     )
     checks = execute(console, use_kubectl=use_kubectl, timeout=timeout)
     console.rule("Result", align="left")

@@ -3,7 +3,8 @@
 1. the plugin registers with kubelet and publishes the node's ResourceSlice (API + real kubectl);
 2. DeviceClasses carrying policy chains and claim templates are applied (validated by the webhook);
 3. tenants: two ``binpack`` pods -> GPU 0, one ``spread`` pod -> GPU 1; then ``mutex,binpack`` -> GPU 2;
-4. why GPU 2: the controller's per-card scores 3.302083 / 1.651042 / 0 / 0 from its own decision;
+4. why GPU 2: the controller's per-card scores 3.336273 / 1.668137 / 0 / 0 from its own decision
+   (HAMi's 3.302083 / 1.651042 with a T4's total; the lab's T4s publish total minus reserved);
 5. that claim's allocation and the CDI spec the plugin wrote for it (memory limit 1000m);
 6. a ``spread`` filler takes GPU 3, so a ``mutex`` pod stays Pending with
    ``ExclusiveDeviceAllocateConflict`` until the filler is deleted, and is then scheduled.
@@ -89,7 +90,7 @@ class Scenario:
         names = [d.name for d in devices]
         self.checks.expect("slice devices", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"], names)
         memory = {render.mib(d.capacities["memory"]) for d in devices}
-        self.checks.expect("memory per Tesla T4", {"15360 MiB"}, memory)
+        self.checks.expect("memory per Tesla T4", {f"{manifests.T4_MIB} MiB"}, memory)
         if self.kubectl is not None:
             text = self.kubectl.run("get", "resourceslices", "-o", "wide")
             self.console.print(render.text_panel("$ kubectl get resourceslices -o wide", text))

@@ -24,6 +24,10 @@ from dra_driver.resource.slices import device_name
 DEFAULT_CORES = 100
 DEFAULT_SLOTS = 10
 
+#: ``nvmlComputeMode_t`` -> the name ``nvidia-smi`` shows (and the ``computeMode`` attribute holds).
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+COMPUTE_MODE_DEFAULT = "Default"
+
 _PCI_BUS_ID = re.compile(
     r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
 )
@@ -45,7 +49,11 @@ class Gpu:
     ``nvlink_peers`` holds ``(peer index, active NVLink count)`` pairs sorted by peer index; the
     engine's ``topology-aware`` filter uses :attr:`pair_scores` derived from it.
     ``cores`` and ``slots`` are HAMi's sharing limits (100 % of the SMs, split count), published as
-    consumable capacity.
+    consumable capacity. ``memory_bytes`` is what a tenant can get: NVML's total minus the memory
+    the driver reserves (``memory_reserved_bytes``), as NVIDIA publishes it. ``compute_mode`` is
+    NVML's (``COMPUTE_MODES``); anything but ``Default`` lets one process at most (or none) hold a
+    CUDA context, so such a card is given out whole only (:attr:`whole_only`).
+    ``health_monitored`` is set by the kubelet plugin (None: not known here, attribute omitted).
     """
 
     index: int
@@ -70,6 +78,9 @@ class Gpu:
     #: How shares of this GPU are enforced (``dra_driver/contract.py``: hami-core, none, simulated).
     isolation: str = ISOLATION_NONE
     hami_core_version: str | None = None
+    memory_reserved_bytes: int = 0
+    compute_mode: str | None = None
+    health_monitored: bool | None = None
 
     def __post_init__(self) -> None:
         where = f"gpu-{self.index}"
@@ -86,6 +97,13 @@ class Gpu:
         # Two MiB is the smallest memory whose capacity request policy (min 1Mi, step 1Mi) validates.
         if self.memory_bytes < 2 * MIB:
             raise DeviceModelError(f"{where}: memory must be at least 2Mi, got {self.memory_bytes} bytes")
+        if self.memory_reserved_bytes < 0:
+            raise DeviceModelError(f"{where}: reserved memory must not be negative")
+        if self.compute_mode is not None and self.compute_mode not in COMPUTE_MODES.values():
+            raise DeviceModelError(
+                f"{where}: compute mode must be one of {', '.join(COMPUTE_MODES.values())}, "
+                f"got {self.compute_mode!r}"
+            )
         if not 1 <= self.cores <= 100:
             raise DeviceModelError(f"{where}: cores must be within 1..100, got {self.cores}")
         if self.slots < 1:
@@ -113,6 +131,11 @@ class Gpu:
         Only NVML discovery names by minor, so simulated nodes keep ``gpu-<index>``.
         """
         return device_name(self.minor if self.name_by_minor and self.minor is not None else self.index)
+
+    @property
+    def whole_only(self) -> bool:
+        """A compute mode other than Default: two tenants' processes cannot both use the card."""
+        return self.compute_mode not in (None, COMPUTE_MODE_DEFAULT)
 
     @property
     def pair_scores(self) -> Mapping[int, int]:

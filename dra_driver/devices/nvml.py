@@ -13,6 +13,8 @@ its own NVML initialisation (:mod:`dra_driver.devices.nvml_session`) and gives i
   is named ``gpu-<index>`` instead, with a warning.
 * Memory: ``total - reserved`` of ``nvmlDeviceGetMemoryInfo_v2``, because the driver's reserved
   memory can never be handed to a tenant; drivers without the v2 call publish the v1 total.
+* Compute mode: ``nvmlDeviceGetComputeMode``, published as ``computeMode``; a card in any mode but
+  Default is given out whole only (one process may hold a context, or none), logged once here.
 * NUMA node: sysfs ``<sysfs>/bus/pci/devices/<busid>/numa_node`` first (the CPU affinity;
   ``-1`` means none and the attribute is omitted), ``nvmlDeviceGetNumaNodeId`` only when sysfs has
   no answer (on Grace it reports the GPU memory's node, not the CPUs').
@@ -37,6 +39,7 @@ from typing import Any, TypeVar
 
 from dra_driver.devices.mig import without_mig
 from dra_driver.devices.model import (
+    COMPUTE_MODES,
     DeviceModelError,
     Gpu,
     cuda_version_from_int,
@@ -140,7 +143,7 @@ class NvmlSource:
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         name = _text(nvml.nvmlDeviceGetName(handle))
         label = f"GPU index {index} ({uuid})"
-        memory = self._memory(nvml, handle, label)
+        memory, reserved = self._memory(nvml, handle, label)
 
         def call(label: str, fn: Callable[[], T]) -> T | None:
             return self._optional(nvml, label, fn)
@@ -158,6 +161,7 @@ class NvmlSource:
                 bus_id = normalize_pci_bus_id(bus_raw)
             except DeviceModelError as err:
                 self._note(f"bus:{index}", f"{label}: PCI bus id omitted: {err}")
+        compute_mode = self._compute_mode(nvml, handle, label)
         mig = call("nvmlDeviceGetMigMode", lambda: nvml.nvmlDeviceGetMigMode(handle))
         if mig and not mig[0] and mig[1]:
             log.warning(
@@ -170,6 +174,8 @@ class NvmlSource:
             uuid=uuid,
             product_name=name,
             memory_bytes=memory,
+            memory_reserved_bytes=reserved,
+            compute_mode=compute_mode,
             minor=minor,
             brand=BRANDS.get(brand_id) if brand_id is not None else None,
             architecture=ARCHITECTURES.get(arch_id) if arch_id is not None else None,
@@ -185,8 +191,27 @@ class NvmlSource:
         self._nvlinks(nvml, handle, item, label)
         return item
 
-    def _memory(self, nvml: Any, handle: Any, label: str) -> int:
-        """Memory a tenant can get: v2's ``total - reserved``, else (older drivers) the v1 total."""
+    def _compute_mode(self, nvml: Any, handle: Any, label: str) -> str | None:
+        """NVML's compute mode by name; a mode that forbids sharing is logged (once per GPU)."""
+        code = self._optional(
+            nvml, "nvmlDeviceGetComputeMode", lambda: int(nvml.nvmlDeviceGetComputeMode(handle))
+        )
+        if code is None:
+            return None
+        mode = COMPUTE_MODES.get(code)
+        if mode is None:
+            self._note(f"compute:{label}", f"{label}: unknown compute mode {code}; attribute omitted")
+        elif mode != "Default":
+            self._note(
+                f"compute:{label}",
+                f"{label}: compute mode {mode}: CUDA cannot run two tenants' processes on it, so it is "
+                "given out whole only (nvidia-smi -c DEFAULT to share it)",
+            )
+        return mode
+
+    def _memory(self, nvml: Any, handle: Any, label: str) -> tuple[int, int]:
+        """Memory a tenant can get and what the driver reserves: v2's ``total - reserved`` and
+        ``reserved``, else (older drivers) the v1 total and 0."""
         version = getattr(nvml, "nvmlMemory_v2", None)
         if version is not None:
             try:
@@ -200,13 +225,13 @@ class NvmlSource:
             else:
                 total, reserved = int(info.total), int(info.reserved)
                 if 0 <= reserved < total:
-                    return total - reserved
+                    return total - reserved, reserved
                 self._note(
                     f"reserved:{label}",
                     f"{label}: NVML reports {reserved} bytes reserved of {total}; publishing the total",
                 )
-                return total
-        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+                return total, 0
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total), 0
 
     def _numa_node(self, nvml: Any, handle: Any, index: int, label: str, bus_id: str | None) -> int | None:
         path = None

@@ -1,8 +1,9 @@
 """Simulated GPUs: named hardware profiles and a devices file for anything custom.
 
 Used by the sandbox, the demo and CPU-only CI; never chosen implicitly. Profiles carry real
-numbers as NVML reports them (memory in MiB as ``nvidia-smi`` shows it, architecture, compute
-capability, NVLink fabric) so that slices and placements look like those of real nodes.
+numbers as NVML reports them (total and reserved memory in MiB as ``nvidia-smi -q`` shows them,
+architecture, compute capability, NVLink fabric) so that slices and placements look like those of
+real nodes: a GPU publishes its total minus the driver's reserved memory, as NVML discovery does.
 
 * :class:`SimulatedSource` – ``--profile t4|a100-80gb|h100-80gb|h200 --gpus N``: GPUs are split
   evenly over the profile's NUMA nodes in index order (8 GPUs on 2 nodes: 0-3 -> 0, 4-7 -> 1) and get
@@ -12,7 +13,9 @@ capability, NVLink fabric) so that slices and placements look like those of real
   ``{gpus: [...]}``, or a ``simulate`` scenario ``{nodes: [{name, gpus}]}`` (the node named
   ``--node-name`` is used). GPU keys are the scenario's (``index``, ``productName``, ``memory``,
   ``numaNode``, ``uuid``, ``cores``, ``slots``, ``healthy``; ``allocations`` is ignored here) plus
-  optional ``profile`` (fills in the rest from a profile), ``minor``, ``brand``, ``architecture``,
+  optional ``profile`` (fills in the rest from a profile), ``memoryReserved`` (what the driver
+  reserves; ``memory`` is what is published), ``computeMode`` (``Default``, ``Exclusive_Process``,
+  ``Prohibited``: any but Default is given out whole only), ``minor``, ``brand``, ``architecture``,
   ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, ``pciBusID``, ``pcieRoot``,
   ``migEnabled`` and ``nvlinkPeers`` (``{peerIndex: links}``). See ``examples/devices/``. A GPU
   with ``migEnabled: true`` is left out with a warning, as on a real node.
@@ -32,6 +35,8 @@ import yaml
 from dra_driver.contract import ISOLATION_SIMULATED
 from dra_driver.devices.mig import without_mig
 from dra_driver.devices.model import (
+    COMPUTE_MODE_DEFAULT,
+    COMPUTE_MODES,
     DEFAULT_CORES,
     DEFAULT_SLOTS,
     MIB,
@@ -52,6 +57,7 @@ class Profile:
     """A GPU model and the typical server it sits in."""
 
     product_name: str
+    #: ``nvidia-smi -q``'s FB memory total; what is published is this minus ``reserved_mib``.
     memory_mib: int
     architecture: str
     cuda_compute_capability: str
@@ -62,17 +68,44 @@ class Profile:
     numa_nodes: int
     #: NVLinks per GPU through an NVSwitch fabric (all GPUs of the node are peers); 0 = PCIe only.
     nvswitch_links: int
+    #: FB memory the driver reserves (``nvidia-smi -q``'s "Reserved"; it varies a little with the
+    #: driver, these are figures seen on real cards).
+    reserved_mib: int = 0
 
 
 PROFILES: Mapping[str, Profile] = {
-    "t4": Profile("Tesla T4", 15360, "Turing", "7.5", "NVIDIA", "535.104.05", "12.2", 4, 2, 0),
+    "t4": Profile(
+        "Tesla T4", 15360, "Turing", "7.5", "NVIDIA", "535.104.05", "12.2", 4, 2, 0, reserved_mib=393
+    ),
     "a100-80gb": Profile(
-        "NVIDIA A100-SXM4-80GB", 81920, "Ampere", "8.0", "NVIDIA", "550.54.15", "12.4", 8, 2, 12
+        "NVIDIA A100-SXM4-80GB",
+        81920,
+        "Ampere",
+        "8.0",
+        "NVIDIA",
+        "550.54.15",
+        "12.4",
+        8,
+        2,
+        12,
+        reserved_mib=763,
     ),
     "h100-80gb": Profile(
-        "NVIDIA H100 80GB HBM3", 81559, "Hopper", "9.0", "NVIDIA", "550.54.15", "12.4", 8, 2, 18
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        "Hopper",
+        "9.0",
+        "NVIDIA",
+        "550.54.15",
+        "12.4",
+        8,
+        2,
+        18,
+        reserved_mib=516,
     ),
-    "h200": Profile("NVIDIA H200", 143771, "Hopper", "9.0", "NVIDIA", "570.124.06", "12.8", 8, 2, 18),
+    "h200": Profile(
+        "NVIDIA H200", 143771, "Hopper", "9.0", "NVIDIA", "570.124.06", "12.8", 8, 2, 18, reserved_mib=700
+    ),
 }
 
 
@@ -109,7 +142,9 @@ def profile_gpus(profile_name: str, *, node_name: str, gpus: int | None = None) 
                 index=index,
                 uuid=simulated_uuid(node_name, index),
                 product_name=profile.product_name,
-                memory_bytes=profile.memory_mib * MIB,
+                memory_bytes=(profile.memory_mib - profile.reserved_mib) * MIB,
+                memory_reserved_bytes=profile.reserved_mib * MIB,
+                compute_mode=COMPUTE_MODE_DEFAULT,
                 minor=index,
                 brand=profile.brand,
                 architecture=profile.architecture,
@@ -164,6 +199,8 @@ _GPU_KEYS = {
     "index",
     "productName",
     "memory",
+    "memoryReserved",
+    "computeMode",
     "numaNode",
     "uuid",
     "cores",
@@ -247,11 +284,20 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
     elif "productName" not in entry or "memory" not in entry:
         raise DeviceSourceError(f"{where}: give productName and memory, or a profile")
     memory = base.memory_bytes if base else 0
-    if "memory" in entry:
-        try:
-            memory = parse_bytes(entry["memory"])
-        except QuantityError as err:
-            raise DeviceSourceError(f"{where}.memory: {err}") from err
+    reserved = base.memory_reserved_bytes if base else 0
+    for key in ("memory", "memoryReserved"):
+        if key in entry:
+            try:
+                amount = parse_bytes(entry[key])
+            except QuantityError as err:
+                raise DeviceSourceError(f"{where}.{key}: {err}") from err
+            memory, reserved = (amount, reserved) if key == "memory" else (memory, amount)
+    compute_mode = _str(entry, "computeMode", where, base.compute_mode if base else None)
+    if compute_mode is not None and compute_mode not in COMPUTE_MODES.values():
+        raise DeviceSourceError(
+            f"{where}.computeMode: {compute_mode!r} is not a compute mode; choose one of "
+            f"{', '.join(COMPUTE_MODES.values())}"
+        )
     pci_bus_id = _str(entry, "pciBusID", where, base.pci_bus_id if base else None)
     if pci_bus_id is not None:
         try:
@@ -264,6 +310,8 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
             uuid=_str(entry, "uuid", where, None) or simulated_uuid(node_name, index),
             product_name=_str(entry, "productName", where, base.product_name if base else None) or "",
             memory_bytes=memory,
+            memory_reserved_bytes=reserved,
+            compute_mode=compute_mode,
             minor=_int(entry, "minor", where, default=base.minor if base else index, minimum=0),
             brand=_str(entry, "brand", where, base.brand if base else None),
             architecture=_str(entry, "architecture", where, base.architecture if base else None),

@@ -35,6 +35,8 @@ def check_card(card: GpuCard, usage: CardUsage, request: PlacementRequest) -> Re
         return Reason.CARD_NOT_HEALTH
     if not card.shares_enforced and not request.unenforced_shares and request.shares_card(card):
         return Reason.CARD_SHARES_NOT_ENFORCED
+    if card.whole_only and request.shares_card(card):
+        return Reason.CARD_WHOLE_ONLY
     if request.allowed_devices is not None and (card.node, card.index) not in request.allowed_devices:
         return Reason.DEVICE_SELECTOR_MISMATCH
     if (request.include_products or request.exclude_products) and not product_matches(card, request):

@@ -37,6 +37,9 @@ class GpuCard:
     healthy: bool = True
     #: Whether a share's memory/cores limits are enforced on this card (HAMi-core on its node).
     shares_enforced: bool = True
+    #: Only whole-card requests fit, whatever the class allows: its compute mode (NVML's
+    #: Exclusive_Process, Prohibited) lets no two tenants' processes use it.
+    whole_only: bool = False
     #: NVLink/topology pair scores to other cards of the node, by their index (``topology-aware``).
     links: Mapping[int, int] = field(default_factory=lambda: _EMPTY_LINKS, compare=False, hash=False)
 

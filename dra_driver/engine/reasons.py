@@ -18,6 +18,9 @@ class Reason(StrEnum):
     #: Not HAMi's: a share (below the whole card) on a card whose node cannot enforce its limits
     #: (no HAMi-core), for a DeviceClass that did not opt in with ``allowUnenforcedShares``.
     CARD_SHARES_NOT_ENFORCED = "CardSharesNotEnforced"
+    #: Not HAMi's: a share on a card whose compute mode (Exclusive_Process, Prohibited) lets no two
+    #: tenants use it; ``allowUnenforcedShares`` cannot change that.
+    CARD_WHOLE_ONLY = "CardComputeModeWholeOnly"
     #: Not HAMi's: the card is outside the request's eligible set (DRA CEL selectors, device taints).
     DEVICE_SELECTOR_MISMATCH = "DeviceSelectorMismatch"
     CARD_TYPE_MISMATCH = "CardTypeMismatch"

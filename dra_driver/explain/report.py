@@ -39,6 +39,10 @@ FIXES: Mapping[str, str] = {
         "HAMi-core on that node (README 'Isolation'), a whole-card request, or a class with "
         "allowUnenforcedShares"
     ),
+    Reason.CARD_WHOLE_ONLY.value: (
+        "a whole-card request, or the card's compute mode back to Default (nvidia-smi -c DEFAULT): "
+        "in Exclusive_Process or Prohibited no two tenants can use it"
+    ),
     Reason.DEVICE_SELECTOR_MISMATCH.value: "a device that the claim's and class's CEL selectors accept",
     Reason.CARD_TYPE_MISMATCH.value: "a card of the product the pod's nvidia.com/use-gputype allows",
     Reason.CARD_UUID_MISMATCH.value: "a card of the UUIDs the pod's nvidia.com/use-gpuuuid allows",

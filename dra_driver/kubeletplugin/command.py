@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
-from dra_driver.flags import add_bool, add_metrics_bind_address, env_default, metrics_address, parse_int
+from dra_driver.flags import (
+    add_bool,
+    add_metrics_bind_address,
+    env_default,
+    metrics_address,
+    parse_int,
+    parse_seconds,
+    parse_xid_list,
+)
 from dra_driver.kube.config import load_api_client
 
 if TYPE_CHECKING:
@@ -175,6 +183,29 @@ def register(subparsers: Any) -> None:
     )
     add_bool(
         parser,
+        "--health-checks",
+        default=True,
+        help="watch the GPUs' health (NVML XID events; the health file on simulated nodes); false: every "
+        "GPU is published as not monitored, like NVIDIA's DP_DISABLE_HEALTHCHECKS=all",
+    )
+    parser.add_argument(
+        "--additional-xids-to-ignore",
+        type=parse_xid_list,
+        default=env_default(parser, "--additional-xids-to-ignore", "", typed=True),
+        metavar="XID,...",
+        help="XIDs that never mark a GPU unhealthy, on top of the application XIDs 13,31,43,45,68,109 "
+        "(as NVIDIA's DRA driver's flag; env ADDITIONAL_XIDS_TO_IGNORE)",
+    )
+    parser.add_argument(
+        "--health-recovery-seconds",
+        type=parse_seconds,
+        default=env_default(parser, "--health-recovery-seconds", "300", typed=True),
+        help="a GPU marked unhealthy is healthy again once this long has passed without an XID, NVML "
+        "reaches it and no reset is pending; 0 = keep the mark until the plugin restarts, as NVIDIA's "
+        "plugins do (default 300; env HEALTH_RECOVERY_SECONDS)",
+    )
+    add_bool(
+        parser,
         "--publish",
         default=True,
         env=False,
@@ -213,6 +244,9 @@ def plugin_options(args: argparse.Namespace) -> PluginOptions:
         recheck_seconds=args.recheck_seconds,
         policy_taint=args.policy_taint,
         health_file=args.health_file,
+        health_checks=args.health_checks,
+        additional_xids_to_ignore=args.additional_xids_to_ignore,
+        health_recovery_seconds=args.health_recovery_seconds,
         boot_id_file=args.boot_id_file,
         publish=args.publish,
         cleanup_seconds=args.cleanup_seconds,

@@ -4,6 +4,11 @@ file in simulated mode), state, and the DRAResourceHealth stream kubelet reads.
 An unhealthy GPU is reported three ways: the ResourceSlice publisher taints it (so nothing new is
 scheduled on it), kubelet gets it over the health stream (and shows it in pod status), and the
 ``hami_dra_gpu_healthy`` gauge drops to 0. All three clear when the GPU recovers.
+
+A GPU nothing watches (health checks off, NVML offers no XID events for it, no NVML at all, a
+simulated node without a health file) is *not monitored*, and says so the same three ways: the
+slice attribute ``healthMonitored: false``, ``UNKNOWN`` (not ``HEALTHY``) on the health stream, and
+the ``hami_dra_gpu_health_monitored`` gauge at 0; it stays schedulable (nothing says it is bad).
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +36,15 @@ class DeviceHealth:
     healthy: bool
     message: str = ""
     since: float = 0.0
+    #: Whether anything watches this GPU; set only through :meth:`HealthState.set_monitored`.
+    monitored: bool = False
 
 
 class HealthState:
-    """Current health per device name; notifies listeners and wakes streams on every change."""
+    """Current health per device name; notifies listeners and wakes streams on every change.
+
+    Every device starts healthy and not monitored, until a watcher says which ones it watches.
+    """
 
     def __init__(self, devices: list[str]) -> None:
         self._cond = threading.Condition()
@@ -51,28 +61,52 @@ class HealthState:
             return self._version, dict(self._health)
 
     def set(self, updates: dict[str, DeviceHealth]) -> bool:
-        """Apply ``updates``; True (and listeners called) if anything changed."""
+        """Apply ``updates`` (health and message; monitoring is kept); True (listeners called) if
+        anything changed."""
         with self._cond:
             changed = {
-                name: value
+                name: replace(value, monitored=self._health[name].monitored)
                 for name, value in updates.items()
                 if name in self._health and self._health[name].healthy != value.healthy
             }
             if not changed:
                 return False
             self._health.update(changed)
-            self._version += 1
-            snapshot = dict(self._health)
-            self._cond.notify_all()
+            snapshot = self._bump()
         for name, value in changed.items():
             log = LOG.warning if not value.healthy else LOG.info
             log("GPU %s is now %s %s", name, "healthy" if value.healthy else "unhealthy", value.message)
+        self._notify(snapshot)
+        return True
+
+    def set_monitored(self, monitored: Iterable[str]) -> bool:
+        """The devices a watcher watches are ``monitored``, every other one is not; True if that changed."""
+        watched = set(monitored)
+        with self._cond:
+            changed = {
+                name: replace(value, monitored=name in watched)
+                for name, value in self._health.items()
+                if value.monitored != (name in watched)
+            }
+            if not changed:
+                return False
+            self._health.update(changed)
+            snapshot = self._bump()
+        self._notify(snapshot)
+        return True
+
+    def _bump(self) -> dict[str, DeviceHealth]:
+        """With the lock held: a new version, streams woken; the snapshot listeners get."""
+        self._version += 1
+        self._cond.notify_all()
+        return dict(self._health)
+
+    def _notify(self, snapshot: dict[str, DeviceHealth]) -> None:
         for listener in self._listeners:
             try:
                 listener(snapshot)
             except Exception:  # a failing listener must not stop health propagation
                 LOG.exception("health listener failed")
-        return True
 
     def wait_change(self, version: int, timeout: float) -> int:
         with self._cond:
@@ -82,6 +116,10 @@ class HealthState:
     def unhealthy(self) -> dict[str, str]:
         with self._cond:
             return {name: h.message for name, h in self._health.items() if not h.healthy}
+
+    def unmonitored(self) -> list[str]:
+        with self._cond:
+            return sorted(name for name, h in self._health.items() if not h.monitored)
 
 
 def parse_health_file(text: str) -> dict[str, DeviceHealth]:
@@ -138,6 +176,8 @@ class HealthFileWatcher:
             self._stop.wait(self.interval)
 
     def start(self) -> threading.Thread:
+        _, current = self.state.snapshot()
+        self.state.set_monitored(current)  # the file speaks for every device
         thread = threading.Thread(target=self.run, name="health-file", daemon=True)
         thread.start()
         return thread
@@ -147,11 +187,13 @@ class HealthFileWatcher:
 
 
 class NvmlHealthWatcher:
-    """Real nodes: NVML events mark a GPU unhealthy until the plugin restarts.
+    """Real nodes: NVML's XIDs mark a GPU unhealthy; it is healthy again once it recovers.
 
-    The NVML side (its own initialisation, per-GPU registration, which XIDs count, GPU lost) is
-    :class:`dra_driver.devices.nvml_events.NvmlEventWatcher`; this class only turns its reports
-    into :class:`HealthState` updates. ``start`` registers the GPUs before it returns.
+    The NVML side (its own initialisation, per-GPU registration, which XIDs count, GPU lost, the
+    recovery probe) is :class:`dra_driver.devices.nvml_events.NvmlEventWatcher`; this class only
+    turns its reports into :class:`HealthState` updates. ``start`` registers the GPUs before it
+    returns and marks those it watches monitored. ``recovery_s`` 0 keeps a mark until the plugin
+    restarts (NVIDIA's behaviour).
     """
 
     def __init__(
@@ -160,13 +202,22 @@ class NvmlHealthWatcher:
         state: HealthState,
         *,
         nvml: Any = None,
+        ignored_xids: Iterable[int] = (),
+        recovery_s: float = 0.0,
         wait_ms: int = 1000,
         retry_s: float = 1.0,
     ) -> None:
         self.uuids_by_name = uuids_by_name
         self.state = state
         self.events = NvmlEventWatcher(
-            uuids_by_name, self._unhealthy, nvml=nvml, wait_ms=wait_ms, retry_s=retry_s
+            uuids_by_name,
+            self._unhealthy,
+            nvml=nvml,
+            ignored_xids=ignored_xids,
+            recovered=self._recovered,
+            recovery_s=recovery_s,
+            wait_ms=wait_ms,
+            retry_s=retry_s,
         )
 
     @property
@@ -178,8 +229,14 @@ class NvmlHealthWatcher:
         now = time.time()
         self.state.set({name: DeviceHealth(False, reason, now) for name, reason in reasons.items()})
 
+    def _recovered(self, names: list[str]) -> None:
+        now = time.time()
+        self.state.set({name: DeviceHealth(True, "recovered", now) for name in names})
+
     def start(self) -> threading.Thread | None:
-        return self.events.start()
+        thread = self.events.start()
+        self.state.set_monitored(self.events.monitored if thread is not None else ())
+        return thread
 
     def stop(self) -> None:
         self.events.stop()
@@ -199,7 +256,7 @@ class HealthService:
             devices=[
                 pb.DeviceHealth(
                     device=pb.DeviceIdentifier(pool_name=self.pool, device_name=name),
-                    health=pb.HEALTHY if value.healthy else pb.UNHEALTHY,
+                    health=_status(value),
                     last_updated_time=int(value.since),
                     health_check_timeout_seconds=self.timeout_seconds,
                     message=value.message[:1024],
@@ -229,6 +286,14 @@ class HealthService:
                 )
             },
         )
+
+
+def _status(value: DeviceHealth) -> Any:
+    """UNHEALTHY when marked; HEALTHY only when something watches the device, else UNKNOWN."""
+    pb = health_v1alpha1
+    if not value.healthy:
+        return pb.UNHEALTHY
+    return pb.HEALTHY if value.monitored else pb.UNKNOWN
 
 
 def describe(health: dict[str, DeviceHealth]) -> str:

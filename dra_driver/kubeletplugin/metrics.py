@@ -88,6 +88,12 @@ class PluginMetrics:
         self.healthy = Gauge(
             "hami_dra_gpu_healthy", "1 when the GPU is healthy", ["node", "device"], registry=self.registry
         )
+        self.health_monitored = Gauge(
+            "hami_dra_gpu_health_monitored",
+            "1 when something watches the GPU's health (NVML XID events, or the simulated health file)",
+            ["node", "device"],
+            registry=self.registry,
+        )
         self.ready_gauge = Gauge(
             "hami_dra_kubelet_plugin_ready",
             "1 when the plugin is registered with kubelet and has published its ResourceSlices (/readyz)",

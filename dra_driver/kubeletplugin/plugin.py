@@ -73,6 +73,12 @@ class PluginOptions:
     recheck_seconds: float = 10.0
     policy_taint: bool = True
     health_file: Path | None = None
+    #: ``--health-checks``: off, nothing watches the GPUs (each published as not monitored).
+    health_checks: bool = True
+    #: XIDs skipped on top of NVIDIA's application XIDs (``--additional-xids-to-ignore``).
+    additional_xids_to_ignore: frozenset[int] = frozenset()
+    #: A marked GPU is probed this long after its last XID and healthy again if it recovered; 0: never.
+    health_recovery_seconds: float = 300.0
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE
     publish: bool = True
     cleanup_seconds: float = 60.0
@@ -191,12 +197,18 @@ class KubeletPlugin:
 
     def _current_gpus(self) -> list[Gpu]:
         unhealthy = self.health.unhealthy()
+        unmonitored = set(self.health.unmonitored())
         withheld = self.withheld
-        return [replace(g, healthy=g.name not in unhealthy) for g in self.gpus if g.name not in withheld]
+        return [
+            replace(g, healthy=g.name not in unhealthy, health_monitored=g.name not in unmonitored)
+            for g in self.gpus
+            if g.name not in withheld
+        ]
 
     def _on_health(self, snapshot: dict[str, Any]) -> None:
         for name, value in snapshot.items():
             self.metrics.gpu(self.metrics.healthy, name).set(1 if value.healthy else 0)
+            self.metrics.gpu(self.metrics.health_monitored, name).set(1 if value.monitored else 0)
         if self.publisher is not None:
             self.publisher.trigger()
 
@@ -258,6 +270,7 @@ class KubeletPlugin:
         self.check_withheld()
         for gpu in self.gpus:
             self.metrics.gpu(self.metrics.healthy, gpu.name).set(1)
+            self.metrics.gpu(self.metrics.health_monitored, gpu.name).set(0)
         self.preparer.start()
         if self.options.publish and self.api_client is not None:
             from dra_driver.kubeletplugin.publisher import SlicePublisher
@@ -271,15 +284,7 @@ class KubeletPlugin:
                 node_uid=self.node.uid if self.node is not None else None,
             )
             self.publisher.start()
-        if self.options.health_file is not None:
-            watcher = HealthFileWatcher(self.options.health_file, self.health)
-            watcher.poll()
-            watcher.start()
-            self._watchers.append(watcher)
-        elif not self.options.simulated:
-            nvml = NvmlHealthWatcher({g.name: g.uuid for g in self.gpus}, self.health)
-            nvml.start()
-            self._watchers.append(nvml)
+        self._start_health()
         if self.options.metrics_port:
             try:
                 self._metrics_server = self.metrics.serve(
@@ -290,6 +295,36 @@ class KubeletPlugin:
         self.servers.start()
         threading.Thread(target=self._deleted_claims_loop, name="deleted-claims", daemon=True).start()
         threading.Thread(target=self._recheck_loop, name="withheld-gpus", daemon=True).start()
+
+    def _start_health(self) -> None:
+        """Start what watches the GPUs' health, and say loudly which GPUs nothing watches."""
+        options = self.options
+        if not options.health_checks:
+            LOG.warning(
+                "GPU health checks are off (--health-checks=false): no GPU of this node is monitored; "
+                "a failing GPU stays published as healthy"
+            )
+        elif options.health_file is not None:
+            watcher = HealthFileWatcher(options.health_file, self.health)
+            watcher.poll()
+            watcher.start()
+            self._watchers.append(watcher)
+        elif not options.simulated:
+            nvml = NvmlHealthWatcher(
+                {g.name: g.uuid for g in self.gpus},
+                self.health,
+                ignored_xids=options.additional_xids_to_ignore,
+                recovery_s=options.health_recovery_seconds,
+            )
+            nvml.start()
+            self._watchers.append(nvml)
+        unmonitored = self.health.unmonitored()
+        if unmonitored and options.health_checks and not options.simulated:
+            LOG.warning(
+                "HealthNotMonitored: %s: nothing watches their health (see the errors above); they "
+                "are published with healthMonitored=false",
+                ", ".join(unmonitored),
+            )
 
     def _deleted_claims_loop(self) -> None:
         """Report prepared claims deleted from the API: at start-up, then every ``cleanup_seconds``.

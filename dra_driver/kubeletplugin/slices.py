@@ -20,9 +20,14 @@ allocation), with ``allowMultipleAllocations: true``. Version attributes are str
 Attributes (unqualified names live in the driver's domain, e.g. ``device.attributes["gpu.hami.io"].index``):
 ``type`` ("gpu"), ``index``, ``minor``, ``uuid``, ``productName``, ``brand``, ``architecture``,
 ``cudaComputeCapability`` / ``driverVersion`` / ``cudaDriverVersion`` (version), ``healthy`` (bool),
+``healthMonitored`` (bool: does anything watch its health; set by the plugin), ``computeMode``
+(NVML's, as nvidia-smi names it: ``Default``, ``Exclusive_Process``, ``Prohibited``),
 ``nvlinkPeers`` (string, see :mod:`dra_driver.devices.nvlink`; only with NVLink),
 ``resource.kubernetes.io/numaNode`` (int), ``resource.kubernetes.io/pciBusID`` and
 ``resource.kubernetes.io/pcieRoot``. Anything the source did not determine is omitted.
+
+A card whose compute mode is not ``Default`` publishes ``slots: 1`` (one tenant at a time, also for
+kube-scheduler's own allocator) and the controller gives it out whole only.
 
 Health is always visible as the attribute ``healthy``; with ``taint_unhealthy`` a sick GPU also
 gets the ``NoSchedule`` taint ``<driver>/unhealthy``. With ``policy_taint`` every GPU gets the
@@ -58,10 +63,12 @@ from dra_driver.devices.nvlink import nvlink_peers_attribute
 from dra_driver.resource.slices import (
     ARCHITECTURE_ATTRIBUTE,
     BRAND_ATTRIBUTE,
+    COMPUTE_MODE_ATTRIBUTE,
     CUDA_COMPUTE_CAPABILITY_ATTRIBUTE,
     CUDA_DRIVER_VERSION_ATTRIBUTE,
     DRIVER_VERSION_ATTRIBUTE,
     GPU_TYPE,
+    HEALTH_MONITORED_ATTRIBUTE,
     HEALTHY_ATTRIBUTE,
     INDEX_ATTRIBUTE,
     MINOR_ATTRIBUTE,
@@ -168,7 +175,8 @@ def device_entry(
 ) -> dict[str, Any]:
     """The ``spec.devices[]`` entry for one GPU."""
     attributes = _attributes(gpu)
-    capacity = capacity_entries(gpu.memory_bytes, gpu.cores, gpu.slots)
+    # One process per card (Exclusive_Process) or none (Prohibited): never two tenants.
+    capacity = capacity_entries(gpu.memory_bytes, gpu.cores, 1 if gpu.whole_only else gpu.slots)
     overflow = len(attributes) + len(capacity) - MAX_ATTRIBUTES_AND_CAPACITIES
     if overflow > 0:  # pragma: no cover - we publish far fewer; kept as a guard for future attributes
         for key in list(attributes)[-overflow:]:
@@ -198,6 +206,10 @@ def _attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
         HEALTHY_ATTRIBUTE: {"bool": gpu.healthy},
         ISOLATION_ATTRIBUTE: {"string": gpu.isolation},
     }
+    if gpu.health_monitored is not None:
+        attributes[HEALTH_MONITORED_ATTRIBUTE] = {"bool": gpu.health_monitored}
+    if gpu.compute_mode is not None:
+        attributes[COMPUTE_MODE_ATTRIBUTE] = {"string": gpu.compute_mode}
     if gpu.minor is not None:
         attributes[MINOR_ATTRIBUTE] = {"int": gpu.minor}
     for key, text in ((BRAND_ATTRIBUTE, gpu.brand), (ARCHITECTURE_ATTRIBUTE, gpu.architecture)):

@@ -61,6 +61,10 @@ CUDA_COMPUTE_CAPABILITY_ATTRIBUTE = "cudaComputeCapability"
 DRIVER_VERSION_ATTRIBUTE = "driverVersion"
 CUDA_DRIVER_VERSION_ATTRIBUTE = "cudaDriverVersion"
 HEALTHY_ATTRIBUTE = "healthy"
+#: Whether anything watches the GPU's health (false: health checks off, or NVML offers no XIDs).
+HEALTH_MONITORED_ATTRIBUTE = "healthMonitored"
+#: NVML's compute mode as nvidia-smi names it; any but ``Default`` makes the card whole-only.
+COMPUTE_MODE_ATTRIBUTE = "computeMode"
 NVLINK_PEERS_ATTRIBUTE = "nvlinkPeers"
 #: Standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 NUMA_NODE_ATTRIBUTE = "resource.kubernetes.io/numaNode"
@@ -125,6 +129,10 @@ class SliceDevice:
     taints: tuple[Obj, ...]
     #: The entry as published (attributes by their names, for CEL and claim constraints).
     entry: Obj
+    #: ``computeMode``; None when not published (an older plugin, or NVML did not say).
+    compute_mode: str | None = None
+    #: ``healthMonitored``: False when nothing watches the device's health; None when not published.
+    health_monitored: bool | None = None
 
     def qualified_attributes(self, driver: str) -> dict[str, Any]:
         """Attribute values by fully qualified name (``gpu.hami.io/index``), for claim constraints."""
@@ -161,6 +169,7 @@ def parse_device(entry: Obj) -> SliceDevice:
     capacity: Obj = entry.get("capacity") or {}
     index = _int(attribute(attributes, INDEX_ATTRIBUTE))
     healthy = attribute(attributes, HEALTHY_ATTRIBUTE)
+    monitored = attribute(attributes, HEALTH_MONITORED_ATTRIBUTE)
     peers = attribute(attributes, NVLINK_PEERS_ATTRIBUTE)
 
     def amount(key: str) -> int | None:
@@ -180,6 +189,8 @@ def parse_device(entry: Obj) -> SliceDevice:
         slots=amount(SLOTS),
         taints=tuple(entry.get("taints") or ()),
         entry=entry,
+        compute_mode=_str(attribute(attributes, COMPUTE_MODE_ATTRIBUTE)),
+        health_monitored=monitored if isinstance(monitored, bool) else None,
     )
 
 

@@ -124,6 +124,9 @@ class GpuSpec(_Strict):
     #: As the slice attribute says (``dra_driver/contract.py``): on ``none`` shares are refused
     #: (CardSharesNotEnforced) unless the request's class opts in.
     isolation: Literal["hami-core", "none", "simulated"] = "hami-core"
+    #: Its compute mode lets no two tenants use it (NVML's Exclusive_Process, Prohibited): only
+    #: whole-card requests fit (CardComputeModeWholeOnly), whatever the class allows.
+    whole_only: bool = Field(default=False, alias="wholeOnly")
     #: NVLink pair scores to other GPUs of the node by index, for ``topology-aware``.
     links: dict[int, int] = Field(default_factory=dict)
     allocations: list[AllocationSpec] = Field(default_factory=list)
@@ -320,6 +323,7 @@ class Scenario(_Strict):
                 slots=gpu.slots,
                 healthy=gpu.healthy,
                 shares_enforced=gpu.isolation in SHARES_ENFORCED,
+                whole_only=gpu.whole_only,
                 links=dict(gpu.links),
             )
             for node in self.nodes

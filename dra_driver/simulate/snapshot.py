@@ -155,6 +155,8 @@ def _gpu(device: Device, allocations: Iterable[dict[str, Any]]) -> dict[str, Any
         # The controller treats an absent or unknown value as not enforced: so does ``none``.
         "isolation": isolation if isolation in ISOLATION_VALUES else ISOLATION_NONE,
     }
+    if card.whole_only:  # the slice's computeMode forbids sharing
+        gpu["wholeOnly"] = True
     if card.links:
         gpu["links"] = dict(sorted(card.links.items()))
     listed = list(allocations)

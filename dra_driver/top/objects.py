@@ -63,6 +63,8 @@ class PublishedDevice:
     memory: int
     cores: int
     slots: int
+    #: The ``healthMonitored`` attribute (False: nothing watches its health); None when not published.
+    health_monitored: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,7 @@ def _device(node: str, pool: str, device: SliceDevice) -> PublishedDevice:
         memory=device.memory or 0,
         cores=device.cores or 0,
         slots=device.slots or 0,
+        health_monitored=device.health_monitored,
     )
 
 

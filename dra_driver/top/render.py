@@ -20,6 +20,7 @@ memory in bytes, cores in percent of one GPU, slots in tenants)::
                              "isolation": "hami-core" | "none" | "simulated" | "unknown",
                              "health": "healthy" | "unhealthy" | "unknown",
                              "healthyAttribute": bool | null, "unhealthyTaint": bool,
+                             "healthMonitored": bool | null,
                              "taints": [{"key": str, "value": str, "effect": str}],
                              "memory": {...}, "cores": {...}, "slots": {...},
                              "tenants": [TENANT]}]}],
@@ -89,7 +90,11 @@ def tenant_cell(tenant: Tenant) -> str:
 
 
 def health_cell(card: Card) -> str:
-    return f"{card.health} (tainted)" if card.unhealthy_taint else card.health
+    if card.unhealthy_taint:
+        return f"{card.health} (tainted)"
+    if card.health_monitored is False:
+        return f"{card.health} (not monitored)"
+    return card.health
 
 
 def columns(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -207,6 +212,7 @@ def card_json(card: Card) -> dict[str, Any]:
         "health": card.health,
         "healthyAttribute": card.healthy,
         "unhealthyTaint": card.unhealthy_taint,
+        "healthMonitored": card.health_monitored,
         "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in card.taints],
         "memory": _usage(card.memory),
         "cores": _usage(card.cores),

@@ -78,6 +78,8 @@ class Card:
     cores: Usage
     slots: Usage
     tenants: tuple[Tenant, ...]
+    #: The ``healthMonitored`` attribute (False: nothing watches its health; None: not published).
+    health_monitored: bool | None = None
 
     @property
     def health(self) -> str:
@@ -201,6 +203,7 @@ def _card(device: PublishedDevice, tenants: Iterable[Tenant], driver: str) -> Ca
         cores=Usage(sum(t.cores for t in charged), device.cores),
         slots=Usage(sum(t.slots for t in charged), device.slots),
         tenants=tuple(placed),
+        health_monitored=device.health_monitored,
     )
 
 

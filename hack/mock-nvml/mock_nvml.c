@@ -31,6 +31,7 @@
  *                    "maxMigDevices": 7,               optional: MIG slots of a MIG-capable device
  *                                                      (default 7), all empty (NOT_FOUND)
  *                    "supportedEvents": 11,            optional: event mask (default XID|DBE|SBE)
+ *                    "computeMode": 3,                 optional: nvmlComputeMode_t (default 0, DEFAULT)
  *                    "nvlinks": ["00000000:9A:00.0", null, 999, ...],  per link: remote bus id
  *                                                      (active), null (inactive) or an error code
  *                    "errors": {"nvmlDeviceGetNumaNodeId": 3} } ] }
@@ -46,6 +47,12 @@
  *   error <code>                  the wait fails with that code
  * A device event is delivered only when the device registered that event type with the set being
  * waited on (as with the real library); other lines, blank ones and "# comments" are skipped.
+ * These lines change a device's state instead (they end no wait; the state lasts for the process):
+ *   <device index> fallen         the device falls off the bus: its calls answer GPU_IS_LOST
+ *   <device index> remap-pending  an uncorrectable error awaits a reset: row remapping pending
+ *                                 (nvmlDeviceGetRemappedRows, architecture >= 7, Ampere on) or pages
+ *                                 pending retirement (nvmlDeviceGetRetiredPagesPendingStatus, older)
+ *   <device index> reset          a GPU reset: both of the above are cleared
  *
  * The JSON reader below handles the subset the profiles use (objects, arrays, strings without
  * unicode escapes, integers, true/false/null).
@@ -229,6 +236,8 @@ static jval *profile;
 static jval *devices;
 static int initialized; /* the init reference count */
 static mock_device handles[256];
+/* Device state the events file changes (see the header): fallen off the bus, a reset pending. */
+static unsigned char fallen[256], reset_pending[256];
 
 static nvmlReturn_t load_profile(void) {
     const char *path = getenv("MOCK_NVML_PROFILE");
@@ -275,7 +284,8 @@ static nvmlReturn_t injected(const jval *dev, const char *call) {
     {                                                        \
         nvmlReturn_t e = injected(dev, call);                \
         if (e) return e;                                     \
-    }
+    }                                                        \
+    if (fallen[((mock_device *)handle)->index]) return NVML_ERROR_GPU_IS_LOST;
 
 static nvmlReturn_t copy_string(const char *value, char *out, unsigned int length) {
     if (!value) return NVML_ERROR_NOT_SUPPORTED;
@@ -387,6 +397,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
         if (candidate && strcmp(candidate, uuid) == 0) {
             nvmlReturn_t e = injected(devices->items[i], "nvmlDeviceGetHandleByUUID");
             if (e) return e;
+            if (fallen[i]) return NVML_ERROR_GPU_IS_LOST;
             *device = &handles[i];
             return NVML_SUCCESS;
         }
@@ -542,6 +553,44 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *handle, nvmlMemory_v2_t *memory) {
 }
 #endif
 
+nvmlReturn_t nvmlDeviceGetComputeMode(void *handle, int *mode) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetComputeMode");
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    long long value = 0; /* NVML_COMPUTEMODE_DEFAULT */
+    int_field(dev, "computeMode", &value);
+    *mode = (int)value;
+    return NVML_SUCCESS;
+}
+
+/* Row remapping replaced page retirement with Ampere (architecture 7): each call answers on its own
+ * generation only, NOT_SUPPORTED on the other, as the real library does. */
+static int remaps_rows(const jval *dev) {
+    long long arch = 0;
+    int_field(dev, "architecture", &arch);
+    return arch >= 7;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(void *handle, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetRemappedRows");
+    if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!remaps_rows(dev)) return NVML_ERROR_NOT_SUPPORTED;
+    int index = ((mock_device *)handle)->index;
+    *corrRows = 0;
+    *uncRows = reset_pending[index] ? 1 : 0;
+    *isPending = reset_pending[index];
+    *failureOccurred = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(void *handle, int *isPending) {
+    DEVICE_OR_RETURN(handle, "nvmlDeviceGetRetiredPagesPendingStatus");
+    if (!isPending) return NVML_ERROR_INVALID_ARGUMENT;
+    if (remaps_rows(dev)) return NVML_ERROR_NOT_SUPPORTED;
+    *isPending = reset_pending[((mock_device *)handle)->index];
+    return NVML_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- events */
 nvmlReturn_t nvmlEventSetCreate(mock_event_set **set) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
@@ -616,6 +665,9 @@ static int event_from_line(mock_event_set *set, const char *line, nvmlEventData_
     unsigned long long value = 0;
     if (sscanf(line, "%d %15s %llu", &index, kind, &value) < 2) return 0;
     if (index < 0 || index >= 256 || !devices || index >= devices->n) return 0;
+    if (strcmp(kind, "fallen") == 0) fallen[index] = 1;
+    if (strcmp(kind, "remap-pending") == 0) reset_pending[index] = 1;
+    if (strcmp(kind, "reset") == 0) fallen[index] = reset_pending[index] = 0;
     unsigned long long type = strcmp(kind, "xid") == 0   ? EVENT_XID_CRITICAL
                               : strcmp(kind, "dbe") == 0 ? EVENT_DOUBLE_BIT_ECC
                               : strcmp(kind, "sbe") == 0 ? EVENT_SINGLE_BIT_ECC

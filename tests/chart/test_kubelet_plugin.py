@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.chart.combos import SIMULATED
-from tests.chart.helpers import ALL_ON, NAMESPACE, Render, container, find
+from tests.chart.helpers import ALL_ON, NAMESPACE, HelmError, Render, container, find
 
 
 def _plugin(objects: list[dict]) -> dict:
@@ -64,7 +66,10 @@ def test_args_follow_the_cli_contract(render: Render) -> None:
         "--metrics-bind-address=:8080",
         "--nvidia-cdi-kind=nvidia.com/gpu",
         "--policy-taint=true",
-    } <= set(args), "devices are policy-tainted by default"
+        "--health-checks=true",
+        "--health-recovery-seconds=300",
+    } <= set(args), "devices are policy-tainted and health-checked by default"
+    assert not any(a.startswith("--additional-xids-to-ignore") for a in args), "only NVIDIA's defaults"
 
 
 def test_simulated_source(render: Render) -> None:
@@ -101,6 +106,9 @@ def test_custom_kubelet_root_and_options(render: Render) -> None:
         "--hami-core-lib=/usr/local/vgpu/libvgpu.so",
         "--policy-taint=false",
         "--metrics-bind-address=:9400",
+        "--health-checks=false",
+        "--additional-xids-to-ignore=79,48",
+        "--health-recovery-seconds=0",
     } <= set(args)
     assert args[-1].startswith("--health-file="), "extraArgs come last"
     spec = ds["spec"]["template"]["spec"]
@@ -161,3 +169,32 @@ def test_simulated_nodes_and_an_admin_affinity_are_left_alone(render: Render) ->
     own = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     mine = _plugin(render(values={"kubeletPlugin": {"affinity": own}}))["spec"]["template"]["spec"]
     assert mine["affinity"] == own
+
+
+def test_health_knobs_reach_the_plugin_as_it_parses_them(render: Render) -> None:
+    from dra_driver import cli
+
+    values = {"kubeletPlugin": {"health": {"additionalXidsToIgnore": [79], "recoverySeconds": 1.5}}}
+    args = container(_plugin(render(values=values)))["args"]
+    assert {"--health-checks=true", "--additional-xids-to-ignore=79", "--health-recovery-seconds=1.5"} <= set(
+        args
+    )
+    parsed = cli.build_parser().parse_args([a.replace("$(NODE_NAME)", "node-a") for a in args])
+    assert parsed.health_checks is True
+    assert parsed.additional_xids_to_ignore == frozenset({79})
+    assert parsed.health_recovery_seconds == 1.5
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"additionalXidsToIgnore": ["79"]},
+        {"additionalXidsToIgnore": [0]},
+        {"recoverySeconds": -1},
+        {"enabled": "no"},
+        {"ignoreXids": [79]},
+    ],
+)
+def test_health_values_are_checked_by_the_schema(render: Render, bad: dict) -> None:
+    with pytest.raises(HelmError, match="health"):
+        render(values={"kubeletPlugin": {"health": bad}})

@@ -28,7 +28,8 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 DRIVER = manifests.DRIVER
-T4_MEMORY = 15360 * 2**20
+#: What a simulated T4 publishes: nvidia-smi's 15360 MiB total minus 393 MiB reserved.
+T4_MEMORY = (15360 - 393) * 2**20
 POD_TIMEOUT = 90.0
 TAINT_KEY = "gpu.hami.io/policy-managed"
 
@@ -158,7 +159,7 @@ def test_resourceslice_lists_the_four_gpus(real_cluster: RealCluster, driver: Dr
     devices = slices[0]["spec"]["devices"]
     assert [d["name"] for d in devices] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
     assert {d["attributes"]["productName"]["string"] for d in devices} == {"Tesla T4"}
-    assert {d["capacity"]["memory"]["value"] for d in devices} == {"15Gi"}
+    assert {d["capacity"]["memory"]["value"] for d in devices} == {"14967Mi"}  # total minus reserved
     node = real_cluster.get("node", NODE_NAME)
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
 
@@ -292,7 +293,7 @@ def test_scheduler_allocated_claims_and_ours_count_each_other(lab: RealCluster) 
         lab,
         first_fit_class("first-fit-t4"),
         first_fit_template("untolerated-1000mi", "1000Mi", tolerate=False),
-        first_fit_template("tolerated-15000mi", "15000Mi", tolerate=True),
+        first_fit_template("tolerated-14500mi", "14500Mi", tolerate=True),
         first_fit_template("tolerated-1000mi", "1000Mi", tolerate=True),
     )
     # Without a toleration the policy-managed taint keeps kube-scheduler off our GPUs entirely.
@@ -302,14 +303,14 @@ def test_scheduler_allocated_claims_and_ours_count_each_other(lab: RealCluster) 
     lab.kubectl("delete", "pod", "untolerated", "--wait=true", "--timeout=60s")
 
     # A claim that tolerates the taint is allocated by kube-scheduler itself, first fit.
-    apply(lab, plain_pod("first-fit", "tolerated-15000mi"))
+    apply(lab, plain_pod("first-fit", "tolerated-14500mi"))
     wait_running(lab, "first-fit")
     first_fit_claim = claim_of(lab, "first-fit")
     taken = device_of(first_fit_claim)
     assert taken is not None
     assert (
         first_fit_claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"]
-        == "15000Mi"
+        == "14500Mi"
     )
 
     # Our controller counts it: a binpack pod would pick the busiest card, but that one is full.

@@ -11,7 +11,8 @@ runs the plugin with ``source=nvml`` and ``nvidiaDriverRoot`` at that root, on a
 ``nvidia.com/gpu.present`` (its default node affinity). In every layout a pod with a claim either
 starts, containerd having resolved our CDI IDs and applied the toolkit's edits and hooks, or never
 reaches the node, with the reason in ``kubectl describe``; an XID 79 injected through the mock's
-event file taints that one GPU.
+event file taints that one GPU, an ignored XID leaves its GPU alone, and a GPU recovers once NVML
+reaches it with no reset pending.
 
 The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
@@ -53,6 +54,8 @@ CLASS = f"binpack.{DRIVER}"
 #: Where the plugin pod sees the driver root (the chart's mount) and the mock's files in it.
 IN_POD = Path("/driver-root")
 EVENTS = "mock-nvml-events"
+#: kubeletPlugin.health.recoverySeconds here: how long a marked GPU waits before it is probed.
+RECOVERY_SECONDS = 2
 
 
 @dataclass
@@ -168,6 +171,9 @@ def gpu_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Gpu
             f"kubeletPlugin.extraEnv[0].value={IN_POD / root.profile.relative_to(root.root)}",
             "kubeletPlugin.extraEnv[1].name=MOCK_NVML_EVENTS",
             f"kubeletPlugin.extraEnv[1].value={IN_POD / EVENTS}",
+            # The chart's health knobs: a short recovery window, and one XID ignored.
+            f"kubeletPlugin.health.recoverySeconds={RECOVERY_SECONDS}",
+            "kubeletPlugin.health.additionalXidsToIgnore={63}",
         )
         yield node
     finally:
@@ -247,8 +253,8 @@ def test_an_xid_79_taints_that_gpu_and_a_pod_that_needs_it_says_why(gpu_node: Gp
     gpu_node.use_layout("host")
     gpu_node.wait_devices(len(gpu_node.driver.gpus))
     sick = gpu_node.driver.gpus[1]
-    with gpu_node.events.open("a") as events:
-        events.write(f"{sick.index} xid 79\n")
+    with gpu_node.events.open("a") as events:  # XID 79: the GPU fell off the bus, NVML loses it
+        events.write(f"{sick.index} fallen\n{sick.index} xid 79\n")
 
     def sick_device() -> dict[str, Any] | None:
         for device in gpu_node.devices():
@@ -269,3 +275,37 @@ def test_an_xid_79_taints_that_gpu_and_a_pod_that_needs_it_says_why(gpu_node: Gp
     gpu_node.wait_running("elsewhere")
     assert gpu_node.allocated_device("elsewhere") != f"gpu-{sick.minor}"
     print(json.dumps({"taints": taints, "reason": described.splitlines()[-3:]}))
+
+
+def test_ignored_xids_leave_a_gpu_alone_and_a_marked_gpu_recovers_when_it_can(gpu_node: GpuNode) -> None:
+    gpu_node.use_layout("host")
+    gpu_node.wait_devices(len(gpu_node.driver.gpus))
+    ignored, transient, needs_reset = (gpu_node.driver.gpus[i] for i in (0, 3, 2))
+
+    def healthy(gpu: Any) -> bool | None:
+        for device in gpu_node.devices():
+            if device["name"] == f"gpu-{gpu.minor}":
+                tainted = any(t["key"] == f"{DRIVER}/unhealthy" for t in device.get("taints") or [])
+                value: bool = device["attributes"]["healthy"]["bool"]
+                assert device["attributes"]["healthMonitored"] == {"bool": True}
+                return value and not tainted
+        return None
+
+    # Events are read in order: once the XID 94 after it is handled, the ignored XID 63 was too.
+    with gpu_node.events.open("a") as events:
+        events.write(f"{ignored.index} xid 63\n{transient.index} xid 94\n")
+    wait_for(lambda: healthy(transient) is False, 60, f"gpu-{transient.minor} unhealthy after XID 94")
+    assert healthy(ignored) is True, "XID 63 is in kubeletPlugin.health.additionalXidsToIgnore"
+    # Contained (XID 94), reachable, no reset pending: healthy again after the recovery window.
+    wait_for(lambda: healthy(transient) is True, 60, f"gpu-{transient.minor} recovered")
+
+    # An uncorrectable error that awaits a reset (a T4 retires the page at the next reset).
+    with gpu_node.events.open("a") as events:
+        events.write(f"{needs_reset.index} remap-pending\n{needs_reset.index} xid 48\n")
+    wait_for(lambda: healthy(needs_reset) is False, 60, f"gpu-{needs_reset.minor} unhealthy after XID 48")
+    waiting = f"gpu-{needs_reset.minor} stays unhealthy: pages are pending retirement: reset the GPU"
+    wait_for(lambda: waiting in gpu_node.chart.log("kubelet-plugin"), 60, "the plugin saying why it waits")
+    assert healthy(needs_reset) is False
+    with gpu_node.events.open("a") as events:
+        events.write(f"{needs_reset.index} reset\n")
+    wait_for(lambda: healthy(needs_reset) is True, 60, f"gpu-{needs_reset.minor} recovered after its reset")

@@ -43,7 +43,7 @@ _KINDS = {
         "ResourceSlice": RESOURCE_SLICES,
     }.items()
 }
-CARD = "81559Mi"  # an H100 80GB's whole memory, as the simulated profile publishes it
+CARD = "81043Mi"  # an H100 80GB's whole memory as the simulated profile publishes it (total minus reserved)
 #: Three one-card nodes: ``FakeCluster(nodes=THREE_NODES)``.
 THREE_NODES = ("node-0", "node-1", "node-2")
 

@@ -114,6 +114,23 @@ def test_shares_count_as_enforced_only_where_the_slice_says_so(isolation: str | 
     assert card.shares_enforced is enforced
 
 
+@pytest.mark.parametrize(
+    ("mode", "whole_only"),
+    [("Default", False), ("Exclusive_Process", True), ("Prohibited", True), (None, False)],
+)
+def test_a_card_whose_compute_mode_forbids_sharing_is_whole_only(mode: str | None, whole_only: bool) -> None:
+    """No ``computeMode`` (a plugin older than the attribute, or NVML did not say) shares as before."""
+    (slice_,) = build_resource_slices(
+        profile_gpus("t4", node_name="n1", gpus=1), node_name="n1", driver_name=DRIVER
+    )
+    attributes = slice_["spec"]["devices"][0]["attributes"]
+    attributes.pop("computeMode")
+    if mode is not None:
+        attributes["computeMode"] = {"string": mode}
+    (card,) = [device.card for device in build_inventory([slice_], DRIVER)["n1"].devices.values()]
+    assert card.whole_only is whole_only
+
+
 def test_a_rebuild_keeps_the_devices_of_unchanged_slices() -> None:
     """A slice change re-reads that slice only: other devices (and their CEL inputs) are kept."""
     node_a, node_b = pool_of("node-a", 2), pool_of("node-b", 2)

@@ -32,7 +32,8 @@ from tests.controller.harness import (
     wait_for,
 )
 
-T4_MEMORY = 15360 * 2**20
+#: A simulated T4's published memory: nvidia-smi's 15360 MiB total minus 393 MiB reserved.
+T4_MEMORY = (15360 - 393) * 2**20
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def place(harness: Harness, name: str, klass: str, memory: str) -> None:
 def test_late_write_of_a_killed_controller_cannot_land(harness: Harness) -> None:
     first = harness.start_controller(write_workers=2)
     for i in range(3):  # three cards taken whole by mutex tenants
-        place(harness, f"filler{i}", "gpu-mutex", "15000Mi")
+        place(harness, f"filler{i}", "gpu-mutex", "14000Mi")
     wait_for(lambda: all(harness.allocated(f"filler{i}") for i in range(3)), what="fillers placed")
     release = threading.Event()
     hung = harness.server.faults.inject(r"/resourceclaims/a/status$", hold=release, count=1, methods={"PUT"})

@@ -156,7 +156,7 @@ def test_a_started_claim_is_kept_and_the_newest_unstarted_one_deallocated_with_e
     assert about == [("Pod", "old-unstarted-pod"), ("ResourceClaim", "old-unstarted")]
     for event in events:
         assert (event["type"], event["reason"]) == ("Warning", "GpuOvercommitted")
-        assert "memory 21474836480 > 16106127360" in event["message"]
+        assert "memory 21474836480 > 15694036992" in event["message"]
     claim_event = next(e for e in events if e["involvedObject"]["kind"] == "ResourceClaim")
     assert claim_event["involvedObject"]["apiVersion"] == "resource.k8s.io/v1"
 

@@ -13,7 +13,8 @@ from dra_driver.quantity import parse_bytes
 from dra_driver.sandbox import SandboxServer
 from tests.controller.harness import NS, Harness, claim, device_class, pod, request, running_harness, wait_for
 
-T4_MEMORY = 15360 * 2**20
+#: A simulated T4's published memory: nvidia-smi's 15360 MiB total minus 393 MiB reserved.
+T4_MEMORY = (15360 - 393) * 2**20
 
 
 @pytest.fixture

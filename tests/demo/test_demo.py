@@ -84,7 +84,7 @@ def test_demo_reproduces_the_seed_lab_and_cleans_up(probe: Path, monkeypatch: py
     assert observed["tenant-b (binpack) placed on"] == "gpu-0"
     assert observed["tenant-c (spread) placed on"] == "gpu-1"
     assert observed["latency-tier (mutex,binpack) placed on"] == "gpu-2"
-    assert observed["scores GPU 0..3"] == "3.302083, 1.651042, 0.000000, 0.000000"
+    assert observed["scores GPU 0..3"] == "3.336273, 1.668137, 0.000000, 0.000000"
     assert observed["card chosen by mutex,binpack"] == "gpu-2"
     assert observed["CDI memory limit"] == "CUDA_DEVICE_MEMORY_LIMIT_0=1000m"
     assert observed["exclusive stays Pending"] == "<none>"
@@ -95,8 +95,8 @@ def test_demo_reproduces_the_seed_lab_and_cleans_up(probe: Path, monkeypatch: py
     text = out.getvalue()
     for needle in (
         "gke-lab-node-gpu.hami.io-0",
-        "3.302083",
-        "1.651042",
+        "3.336273",
+        "1.668137",
         "CUDA_DEVICE_MEMORY_LIMIT_0=1000m",
         "ExclusiveDeviceAllocateConflict",
         "consumedCapacity",

@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dra_driver.devices.model import Gpu
+from dra_driver.devices.model import COMPUTE_MODES, Gpu
 from dra_driver.devices.nvml import ARCHITECTURES, BRANDS
 
 REPO = Path(__file__).resolve().parents[2]
 
 _BRAND_CODES = {name: code for code, name in BRANDS.items()}
 _ARCH_CODES = {name: code for code, name in ARCHITECTURES.items()}
+_COMPUTE_MODE_CODES = {name: code for code, name in COMPUTE_MODES.items()}
 #: NVSwitch PCI addresses (not GPUs) that NVSwitch-fabric links point at.
 NVSWITCHES = ["00000000:C1:00.0", "00000000:C2:00.0", "00000000:C3:00.0", "00000000:C4:00.0"]
 
@@ -38,8 +39,12 @@ def profile_from_gpus(
         device: dict[str, Any] = {
             "uuid": gpu.uuid,
             "name": gpu.product_name,
-            "memoryTotal": gpu.memory_bytes,
+            # NVML's total includes the driver's reservation; discovery publishes total - reserved.
+            "memoryTotal": gpu.memory_bytes + gpu.memory_reserved_bytes,
+            "memoryReserved": gpu.memory_reserved_bytes,
         }
+        if gpu.compute_mode is not None:
+            device["computeMode"] = _COMPUTE_MODE_CODES[gpu.compute_mode]
         if gpu.minor is not None:
             device["minor"] = gpu.minor
         if gpu.brand:

@@ -91,13 +91,14 @@ def test_gpu_rejects_inconsistent_descriptions(changes: dict, message: str) -> N
 def test_profiles_have_real_sizes_and_even_numa_split() -> None:
     h100 = profile_gpus("h100-80gb", node_name="node-1", gpus=8)
     assert [g.numa_node for g in h100] == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert h100[0].memory_bytes == 81559 * MIB
+    # nvidia-smi's total minus the driver's reserved memory, as NVIDIA publishes it.
+    assert h100[0].memory_bytes == (81559 - 516) * MIB and h100[0].memory_reserved_bytes == 516 * MIB
     assert (h100[0].architecture, h100[0].cuda_compute_capability) == ("Hopper", "9.0")
     assert h100[0].pair_scores == {peer: 1800 for peer in range(1, 8)}
     t4 = profile_gpus("t4", node_name="node-1")
     assert len(t4) == PROFILES["t4"].default_gpus
-    assert t4[0].memory_bytes == 15360 * MIB and t4[0].nvlink_peers == ()
-    assert profile_gpus("h200", node_name="x", gpus=1)[0].memory_bytes == 143771 * MIB
+    assert t4[0].memory_bytes == (15360 - 393) * MIB and t4[0].nvlink_peers == ()
+    assert profile_gpus("h200", node_name="x", gpus=1)[0].memory_bytes == (143771 - 700) * MIB
     assert profile_gpus("a100-80gb", node_name="x", gpus=1)[0].product_name == "NVIDIA A100-SXM4-80GB"
     assert [even_numa_node(i, 3, 2) for i in range(3)] == [0, 0, 1]
     assert [even_numa_node(i, 1, 2) for i in range(1)] == [0]
@@ -247,3 +248,37 @@ def test_kube_validate_helper_catches_what_the_api_server_rejects() -> None:
     with pytest.raises(AssertionError, match=r"ships no schema for Kubernetes 1.99"):
         assert_valid(good, versions=("1.99",))
     assert device["name"] == "gpu-0"
+
+
+def test_devices_file_carries_compute_mode_and_reserved_memory() -> None:
+    exclusive, default, custom = parse_devices(
+        [
+            {"profile": "h100-80gb", "computeMode": "Exclusive_Process"},
+            {"profile": "h100-80gb"},
+            {
+                "productName": "Tesla T4",
+                "memory": "14967Mi",
+                "memoryReserved": "393Mi",
+                "computeMode": "Prohibited",
+            },
+        ],
+        node_name="n",
+    )
+    assert (exclusive.compute_mode, exclusive.whole_only) == ("Exclusive_Process", True)
+    assert (default.compute_mode, default.whole_only) == ("Default", False)
+    assert exclusive.memory_bytes == default.memory_bytes == (81559 - 516) * MIB
+    assert (custom.memory_bytes, custom.memory_reserved_bytes) == (14967 * MIB, 393 * MIB)
+    assert custom.whole_only
+    (slice_,) = build_resource_slices([exclusive, default, custom], node_name="n")
+    assert_valid(slice_)
+    slots = [device["capacity"]["slots"]["value"] for device in slice_["spec"]["devices"]]
+    assert slots == ["1", "10", "1"], "a card that cannot share takes one tenant"
+
+
+def test_devices_file_refuses_an_unknown_compute_mode() -> None:
+    with pytest.raises(
+        DeviceSourceError, match=r"f.yaml: gpus\[0\].computeMode: 'Exclusive' is not a compute mode"
+    ):
+        parse_devices([{"profile": "t4", "computeMode": "Exclusive"}], node_name="n", origin="f.yaml")
+    with pytest.raises(DeviceModelError, match="compute mode must be one of Default, Exclusive_Thread"):
+        Gpu(index=0, uuid="GPU-1", product_name="T4", memory_bytes=MIB * 16, compute_mode="exclusive")

@@ -89,9 +89,10 @@ def test_driver_lacking_newer_calls_omits_attributes_and_logs_once(run_nvml) -> 
     assert run.error is None
     assert len(run.gpus) == 8
     assert all(gpu.architecture is None and gpu.mig_enabled is None for gpu in run.gpus)
-    # NUMA from sysfs, as on every driver; the v1 memory total is published.
+    # NUMA from sysfs, as on every driver; the v1 memory total (reserved memory included) is published.
     assert [gpu.numa_node for gpu in run.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert [gpu.memory_bytes for gpu in run.gpus] == [gpu.memory_bytes for gpu in gpus]
+    assert [gpu.memory_bytes for gpu in run.gpus] == [g.memory_bytes + g.memory_reserved_bytes for g in gpus]
+    assert {gpu.memory_reserved_bytes for gpu in run.gpus} == {0}
     for call in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetArchitecture", "nvmlDeviceGetMigMode"):
         assert run.stderr.count(f"{call} unavailable (Function Not Found)") == 1, run.stderr
     (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
@@ -138,13 +139,17 @@ def test_legacy_driver_without_nvml_numa_call_omits_numa_when_sysfs_has_none(
 def test_published_memory_excludes_the_drivers_reserved_memory(run_nvml) -> None:
     gpus = profile_gpus("h200", node_name="n", gpus=2)
     profile = profile_from_gpus(gpus, driver_version="570.86.15", cuda_driver_version=12080)
+    total = profile["devices"][0]["memoryTotal"]
+    assert total == 143771 * MIB  # nvidia-smi's H200 total
     profile["devices"][0]["memoryReserved"] = 566 * MIB
     run = run_nvml(profile, sysfs=gpus)
-    assert run.gpus[0].memory_bytes == gpus[0].memory_bytes - 566 * MIB
-    assert run.gpus[1].memory_bytes == gpus[1].memory_bytes
+    assert run.gpus[0].memory_bytes == total - 566 * MIB
+    assert run.gpus[0].memory_reserved_bytes == 566 * MIB
+    # The simulated profile's reservation answers as NVML would: both sources publish the same.
+    assert run.gpus[1].memory_bytes == gpus[1].memory_bytes == (143771 - 700) * MIB
     slices = build_resource_slices(run.gpus, node_name="n")
     memory = slices[0]["spec"]["devices"][0]["capacity"]["memory"]
-    assert memory["value"] == f"{gpus[0].memory_bytes // MIB - 566}Mi"
+    assert memory["value"] == f"{143771 - 566}Mi"
     assert "WARNING" not in run.stderr
 
 
@@ -283,3 +288,34 @@ def test_cli_nvml_prints_the_same_devices_as_simulated(mock_nvml, tmp_path: Path
     }
     assert from_nvml == from_profile
     assert len(from_nvml["spec"]["devices"]) == 8
+
+
+def test_compute_mode_is_read_and_a_card_that_cannot_share_publishes_one_slot(run_nvml) -> None:
+    gpus = h100_node()[:4]
+    gpus = [dataclasses.replace(g, nvlink_peers=tuple(p for p in g.nvlink_peers if p[0] < 4)) for g in gpus]
+    profile = profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040)
+    profile["devices"][1]["computeMode"] = 3  # nvmlComputeMode_t EXCLUSIVE_PROCESS
+    profile["devices"][2]["computeMode"] = 2  # PROHIBITED
+    del profile["devices"][3]["computeMode"]  # the mock's default: DEFAULT
+    run = run_nvml(profile, sysfs=gpus)
+    modes = [gpu.compute_mode for gpu in run.gpus]
+    assert modes == ["Default", "Exclusive_Process", "Prohibited", "Default"]
+    assert [gpu.whole_only for gpu in run.gpus] == [False, True, True, False]
+    assert f"GPU index 1 ({gpus[1].uuid}): compute mode Exclusive_Process" in run.stderr
+    assert "given out whole only (nvidia-smi -c DEFAULT to share it)" in run.stderr
+    (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
+    assert_valid(slice_)
+    devices = slice_["spec"]["devices"]
+    assert [d["attributes"]["computeMode"] for d in devices] == [{"string": mode} for mode in modes]
+    assert [d["capacity"]["slots"]["value"] for d in devices] == ["10", "1", "1", "10"]
+
+
+def test_a_driver_failing_the_compute_mode_call_omits_the_attribute(run_nvml) -> None:
+    gpus = [dataclasses.replace(h100_node()[0], nvlink_peers=())]
+    profile = profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040)
+    profile["devices"][0]["errors"] = {"nvmlDeviceGetComputeMode": 999}
+    run = run_nvml(profile, sysfs=gpus)
+    assert run.gpus[0].compute_mode is None and not run.gpus[0].whole_only
+    (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
+    assert "computeMode" not in slice_["spec"]["devices"][0]["attributes"]
+    assert "nvmlDeviceGetComputeMode unavailable (Unknown Error); the attribute is omitted" in run.stderr

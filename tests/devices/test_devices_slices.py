@@ -53,14 +53,16 @@ def test_h100_device_carries_design_attributes_and_capacity() -> None:
     assert set(device["attributes"]) >= {
         "index", "minor", "uuid", "productName", "brand", "architecture", "cudaComputeCapability",
         "driverVersion", "cudaDriverVersion", "resource.kubernetes.io/numaNode",
-        "resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot",
+        "resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot", "computeMode",
     }  # fmt: skip
+    assert device["attributes"]["computeMode"] == {"string": "Default"}
+    assert "healthMonitored" not in device["attributes"]  # only the plugin knows
     assert device["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
     assert device["attributes"]["index"] == {"int": 5}
     assert device["capacity"] == {
         "memory": {
-            "value": "81559Mi",
-            "requestPolicy": {"default": "81559Mi", "validRange": {"min": "1Mi", "step": "1Mi"}},
+            "value": "81043Mi",
+            "requestPolicy": {"default": "81043Mi", "validRange": {"min": "1Mi", "step": "1Mi"}},
         },
         "cores": {
             "value": "100",

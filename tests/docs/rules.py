@@ -50,6 +50,7 @@ RUN: dict[str, Runner] = {
 EXPECT: dict[str, str] = {
     "kubectl get resourceslices -o wide": "gpu.hami.io",
     "kubectl get resourceslices -o yaml | grep -A1 isolation": "isolation",
+    "kubectl get resourceslices -o yaml | grep -A1 -E 'healthy|healthMonitored|computeMode'": "computeMode",
     "kubectl get deviceclasses -o custom-columns": "mutex,binpack,numa",
     "kubectl get deviceclasses": "mutex-binpack.gpu.hami.io",
     "kubectl get resourceclaims ": "gpu-",

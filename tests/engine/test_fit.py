@@ -119,3 +119,12 @@ def test_a_card_that_cannot_enforce_shares_takes_only_whole_requests_unless_the_
     assert _reasons(state, memory_mib=None, cores=50) == {0: Reason.CARD_SHARES_NOT_ENFORCED, 1: None}
     assert _reasons(state, memory_mib=None, cores=100) == {0: None, 1: None}  # a whole card
     assert _reasons(state, memory_mib=1000, unenforced_shares=True) == {0: None, 1: None}
+
+
+def test_a_card_whose_compute_mode_forbids_sharing_takes_only_whole_requests_whatever_the_class() -> None:
+    state = ClusterState([t4(0, whole_only=True), t4(1)])
+    assert _reasons(state, memory_mib=1000) == {0: Reason.CARD_WHOLE_ONLY, 1: None}
+    assert _reasons(state, memory_mib=None, cores=50) == {0: Reason.CARD_WHOLE_ONLY, 1: None}
+    # allowUnenforcedShares cannot help: two processes cannot hold contexts on the card at all.
+    assert _reasons(state, memory_mib=1000, unenforced_shares=True) == {0: Reason.CARD_WHOLE_ONLY, 1: None}
+    assert _reasons(state, memory_mib=None, cores=100) == {0: None, 1: None}  # a whole card

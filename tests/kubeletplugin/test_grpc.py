@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from dra_driver.sandbox.kubelet import PluginClient
+from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
 from dra_driver.sandbox.server import SandboxServer
-from tests.kubeletplugin.conftest import Dirs, create_claim, ref
+from tests.kubeletplugin.conftest import Dirs, create_claim, ref, registered_kubelet, running_plugin
 from tests.kubeletplugin.helpers import DRIVER, claim, read_spec, result, validate_cdi
 
 
@@ -151,7 +151,7 @@ def test_last_line_of_defence(kubelet: PluginClient, api_client: Any, dirs: Dirs
     too_many_cores = create_claim(api_client, claim("cores", [result("gpu-0", memory="1Gi", cores=50)]))
     exclusive = create_claim(api_client, claim("excl", [result("gpu-0", share=False)]))
     onto_whole = create_claim(api_client, claim("onto", [result("gpu-1")]))
-    fits = create_claim(api_client, claim("fits", [result("gpu-0", memory="5Gi", cores=40)]))
+    fits = create_claim(api_client, claim("fits", [result("gpu-0", memory="4Gi", cores=40)]))
     response = kubelet.prepare(
         [ref(x) for x in (too_much_memory, too_many_cores, exclusive, onto_whole, fits)]
     )
@@ -367,3 +367,34 @@ def test_claim_reads_keep_connections_with_a_small_default_pool(
     for thread in threads:
         thread.join()
     assert not [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
+
+
+def test_gpus_nothing_watches_are_unknown_to_kubelet_and_in_the_metrics(
+    dirs: Dirs, api_client: Any, protocol: KubeletProtocol
+) -> None:
+    from prometheus_client import generate_latest
+
+    # The health file says gpu-2 is bad, but health checks are off: nothing reads it.
+    dirs.health.write_text("gpu-2: unhealthy\n")
+    with (
+        running_plugin(dirs, api_client, health_checks=False) as off,
+        registered_kubelet(off, protocol) as kubelet,
+    ):
+        stream = kubelet.watch_health()
+        first = next(stream)
+        assert {d.device.device_name: d.health for d in first.devices} == {f"gpu-{i}": 0 for i in range(4)}
+        stream.cancel()
+        assert off.health.unmonitored() == [f"gpu-{i}" for i in range(4)]
+        assert all(gpu.healthy and gpu.health_monitored is False for gpu in off._current_gpus())
+        text = generate_latest(off.metrics.registry).decode()
+        assert 'hami_dra_gpu_health_monitored{device="gpu-2",node="node-1"} 0.0' in text
+        assert 'hami_dra_gpu_healthy{device="gpu-2",node="node-1"} 1.0' in text
+
+
+def test_gpus_the_health_file_speaks_for_are_monitored(plugin: KubeletPlugin) -> None:
+    from prometheus_client import generate_latest
+
+    assert plugin.health.unmonitored() == []
+    assert all(gpu.health_monitored is True for gpu in plugin._current_gpus())
+    text = generate_latest(plugin.metrics.registry).decode()
+    assert 'hami_dra_gpu_health_monitored{device="gpu-0",node="node-1"} 1.0' in text

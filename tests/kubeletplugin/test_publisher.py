@@ -91,6 +91,31 @@ def test_health_change_bumps_generation_and_taints(
     )
 
 
+def test_health_monitoring_is_published_per_gpu(publishing: KubeletPlugin, api_client: Any) -> None:
+    (published,) = wait_for(lambda: slices(api_client))
+    monitored = {d["attributes"]["healthMonitored"]["bool"] for d in published["spec"]["devices"]}
+    assert monitored == {True}, "the health file speaks for every GPU"
+
+
+def test_health_checks_off_publish_every_gpu_unmonitored_and_healthy(
+    dirs: Dirs, api_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    dirs.health.write_text("gpu-1: unhealthy\n")  # not read: checks are off
+    gpus = profile_gpus("h100-80gb", node_name=NODE, gpus=2)
+    plugin = KubeletPlugin(plugin_options(dirs, publish=True, health_checks=False), gpus, api_client)
+    with caplog.at_level(logging.WARNING):
+        plugin.start()
+    try:
+        (published,) = wait_for(lambda: slices(api_client))
+        attributes = [d["attributes"] for d in published["spec"]["devices"]]
+        assert [(a["healthy"], a["healthMonitored"]) for a in attributes] == [
+            ({"bool": True}, {"bool": False})
+        ] * 2
+        assert "GPU health checks are off (--health-checks=false)" in caplog.text
+    finally:
+        plugin.stop()
+
+
 def test_sync_without_change_writes_nothing(publishing: KubeletPlugin, api_client: Any) -> None:
     (first,) = wait_for(lambda: slices(api_client))
     assert publishing.publisher is not None

@@ -38,11 +38,15 @@ BIG = "a100-node"
 
 def lab_slices() -> list[Obj]:
     """The seed's lab node (four T4s) and a node of two A100s with NVLink: gpu-0 unhealthy and
-    tainted, gpu-1 without HAMi-core (isolation none); plus a node whose newest pool generation
-    is incomplete (its slices are not counted, as the controller does not count them)."""
+    tainted, gpu-1 without HAMi-core (isolation none) in Exclusive_Process compute mode; plus a
+    node whose newest pool generation is incomplete (its slices are not counted, as the controller
+    does not count them)."""
     lab = [replace(gpu, isolation=ISOLATION_HAMI_CORE) for gpu in profile_gpus("t4", node_name=LAB, gpus=4)]
     big = profile_gpus("a100-80gb", node_name=BIG, gpus=2)
-    big = [replace(big[0], healthy=False), replace(big[1], isolation=ISOLATION_NONE)]
+    big = [
+        replace(big[0], healthy=False),
+        replace(big[1], isolation=ISOLATION_NONE, compute_mode="Exclusive_Process"),
+    ]
     slices = build_resource_slices(lab, driver_name=DRIVER, node_name=LAB)
     slices += build_resource_slices(big, driver_name=DRIVER, node_name=BIG, taint_unhealthy=True)
     partial = build_resource_slices(profile_gpus("t4", node_name="half-node", gpus=2), node_name="half-node")
@@ -131,7 +135,7 @@ def test_what_if_claims_are_placed_on_the_live_cluster_as_the_controller_would(
     # The seed's worked example: mutex removes GPUs 0 and 1, binpack ties 2 and 3, index picks 2.
     assert latency["node"] == LAB and [d["index"] for d in latency["devices"]] == [2]
     lab_cards = [c for c in latency["candidates"] if c["node"] == LAB]
-    assert [c["score"] for c in lab_cards] == [3.302083, 1.651042, 0.0, 0.0]
+    assert [c["score"] for c in lab_cards] == [3.336273, 1.668137, 0.0, 0.0]  # T4s of total - reserved
     assert [c["tenants"] for c in lab_cards] == [2, 1, 0, 0]
     # Plain binpack takes the busiest card (latency-tier is on gpu-2 now, so still gpu-0).
     assert results["packed"]["node"] == LAB and results["packed"]["devices"][0]["index"] == 0
@@ -176,11 +180,12 @@ def test_the_snapshot_round_trips_every_gpu_field_and_the_ledgers_usage(
     big = {gpu["index"]: gpu for node in data["nodes"] if node["name"] == BIG for gpu in node["gpus"]}
     assert big[0]["healthy"] is False and big[0]["links"] == {1: 1200}
     assert big[1]["isolation"] == ISOLATION_NONE
+    assert big[1]["wholeOnly"] is True and "wholeOnly" not in big[0]
     assert big[1]["allocations"] == [
         {
-            "memory": "80Gi",
+            "memory": "81157Mi",  # an A100 80GB: 81920 MiB total minus 763 MiB reserved
             "cores": 100,
-            "slots": 10,
+            "slots": 1,  # Exclusive_Process: the card publishes one slot
             "namespace": "team-b",
             "deviceClass": DRIVER,
             "claim": "team-b/whole (whole card)",

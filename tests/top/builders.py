@@ -23,16 +23,17 @@ from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import GIB, MIB
 from tests.api_objects import DRIVER, allocated_claim
 
-T4_MEMORY = 15360 * MIB
+#: What a simulated T4 publishes: nvidia-smi's total minus the driver's reserved memory.
+T4_MEMORY = (15360 - 393) * MIB
 
 
 def lab_slices() -> list[Obj]:
-    """node-1: four T4s (hami-core, hami-core, unhealthy and tainted, isolation none);
-    node-2: two T4s whose plugin predates the ``isolation`` attribute."""
+    """node-1: four T4s (hami-core, hami-core but not health-monitored, unhealthy and tainted,
+    isolation none); node-2: two T4s whose plugin predates the ``isolation`` attribute."""
     gpus = profile_gpus("t4", node_name="node-1", gpus=4)
     gpus = [
         replace(gpus[0], isolation=ISOLATION_HAMI_CORE),
-        replace(gpus[1], isolation=ISOLATION_HAMI_CORE),
+        replace(gpus[1], isolation=ISOLATION_HAMI_CORE, health_monitored=False),
         replace(gpus[2], healthy=False),
         replace(gpus[3], isolation=ISOLATION_NONE),
     ]

@@ -65,7 +65,7 @@ def test_top_reads_the_live_cluster(lab: SandboxServer, capsys: pytest.CaptureFi
     assert status == 0
     lines = table.splitlines()
     assert lines[0].split()[:2] == ["NODE", "DEVICE"]
-    assert "[#####.....] 7.5Gi/15Gi" in lines[1] and "team-a/train-0/train (5Gi 30%)" in lines[1]
+    assert "[#####.....] 7.5Gi/14.6Gi" in lines[1] and "team-a/train-0/train (5Gi 30%)" in lines[1]
     assert lines[2].strip() == "team-b/infer-0/infer (2.5Gi 10%)"
     assert "team-a/whole-0/whole (whole card)" in lines[3]
     assert "unhealthy (tainted)" in lines[4] and " none " in lines[5] and " unknown " in lines[6]
@@ -73,7 +73,7 @@ def test_top_reads_the_live_cluster(lab: SandboxServer, capsys: pytest.CaptureFi
 
     status, nodes, _ = top(capsys, lab, "nodes", "-A")
     assert status == 0
-    assert nodes.splitlines()[1].split()[:5] == ["node-1", "4", "3/4", "[####......]", "22.5Gi/60Gi"]
+    assert nodes.splitlines()[1].split()[:5] == ["node-1", "4", "3/4", "[####......]", "22.1Gi/58.5Gi"]
 
     status, text, _ = top(capsys, lab, "-A", "-o", "json")
     document = json.loads(text)

@@ -103,6 +103,16 @@ def test_an_unhealthy_tainted_card_and_isolation_values() -> None:
     assert [n.healthy_cards for n in top.nodes] == [3, 2]
 
 
+def test_a_card_nothing_watches_reads_not_monitored() -> None:
+    top = report()
+    unwatched = card(top, "node-1", "gpu-1")
+    assert unwatched.health == "healthy" and unwatched.health_monitored is False
+    assert card(top, "node-2", "gpu-0").health_monitored is None  # not published: not guessed
+    assert "healthy (not monitored)" in render_table(top)
+    devices = json.loads(render_json(top))["nodes"][0]["devices"]
+    assert [d["healthMonitored"] for d in devices] == [None, False, None, None]
+
+
 def test_pending_pods_are_grouped_by_the_controllers_reason() -> None:
     groups = report().pending
     assert [(g.reason, [p.name for p in g.pods]) for g in groups] == [
@@ -129,9 +139,9 @@ def test_gpus_table_has_a_line_per_card_and_a_continuation_per_extra_tenant() ->
     assert lines[0].split() == [
         "NODE", "DEVICE", "PRODUCT", "ISOLATION", "HEALTH", "MEMORY", "CORES", "SLOTS", "TENANTS",
     ]  # fmt: skip
-    assert "[#####.....] 7.5Gi/15Gi" in lines[1] and "team-a/train-0/train (5Gi 30%)" in lines[1]
+    assert "[#####.....] 7.5Gi/14.6Gi" in lines[1] and "team-a/train-0/train (5Gi 30%)" in lines[1]
     assert lines[2].strip() == "team-b/infer-0/infer (2.5Gi 10%)"
-    assert "[##########] 15Gi/15Gi" in lines[3] and "(whole card)" in lines[3]
+    assert "[##########] 14.6Gi/14.6Gi" in lines[3] and "(whole card)" in lines[3]
     assert "Unschedulable        2         team-a/big-0, team-a/big-1" in lines
 
 
@@ -139,9 +149,9 @@ def test_nodes_table_has_one_line_per_node() -> None:
     lines = render_table(report(), "nodes").splitlines()
     assert lines[0].split() == ["NODE", "GPUS", "HEALTHY", "MEMORY", "CORES", "SLOTS", "TENANTS", "STARTING"]
     assert lines[1].split() == [
-        "node-1", "4", "3/4", "[####......]", "22.5Gi/60Gi", "[####......]", "140/400", "12/40", "3", "1",
+        "node-1", "4", "3/4", "[####......]", "22.1Gi/58.5Gi", "[####......]", "140/400", "12/40", "3", "1",
     ]  # fmt: skip
-    assert lines[2].split()[:5] == ["node-2", "2", "2/2", "[#.........]", "1Gi/30Gi"]
+    assert lines[2].split()[:5] == ["node-2", "2", "2/2", "[#.........]", "1Gi/29.2Gi"]
     assert lines[3] == ""
 
 
@@ -163,7 +173,7 @@ def test_json_is_the_documented_structure() -> None:
     device = node["devices"][0]
     assert set(device) == {
         "pool", "device", "index", "uuid", "productName", "isolation", "health", "healthyAttribute",
-        "unhealthyTaint", "taints", "memory", "cores", "slots", "tenants",
+        "unhealthyTaint", "healthMonitored", "taints", "memory", "cores", "slots", "tenants",
     }  # fmt: skip
     assert device["memory"] == {"used": 7 * GIB + 512 * MIB, "total": T4_MEMORY}
     tenant = device["tenants"][0]
