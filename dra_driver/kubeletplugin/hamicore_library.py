@@ -3,7 +3,7 @@
 The library is never loaded here: libvgpu.so hooks ``dlsym`` and CUDA/NVML entry points of the
 process that loads it, so the plugin only checks what a container's loader will need: the file
 exists, is a 64-bit ELF shared object for this machine, and is recent enough. Its version comes from
-``<library>.version`` (one line, e.g. ``v2.9.0``), which the chart's init container writes when it
+``<library>.version`` (one line, e.g. ``v2.9.0``), which the chart's HAMi-core installer writes when it
 copies the library out of HAMi's image; a library the admin placed without one is used with a
 warning. Versions below :data:`MINIMUM_VERSION` are refused (``hami-core-enforcement.md`` in the
 design notes, summarised in README "Isolation"): up to v2.5.0 every CUDA process can hang in
