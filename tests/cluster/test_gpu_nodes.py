@@ -315,6 +315,7 @@ def test_a_driver_root_mounted_after_the_plugin_started_is_waited_for_and_publis
     subprocess.run(["mount", "--bind", str(parent), str(parent)], check=True)
     subprocess.run(["mount", "--make-shared", str(parent)], check=True)
     try:
+        subprocess.run(["umount", str(late)], check=False, capture_output=True)  # a failed run's
         if late.exists():
             late.rmdir()  # kubelet creates it: the pod must not fail to mount a missing directory
         gpu_node.upgrade(late)
