@@ -19,7 +19,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dra_driver.devices.source import DeviceSourceError
+from dra_driver.devices.source import DriverNotReady
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,9 @@ def resolve_in_root(root: Path, path: PurePosixPath) -> Path | None:
 
 
 def find_nvml_library(root: Path) -> Path:
-    """The driver's NVML under ``root``; raises :class:`DeviceSourceError` naming what to set."""
+    """The driver's NVML under ``root``; raises :class:`DriverNotReady` naming what to set."""
     if not root.is_dir():
-        raise DeviceSourceError(
+        raise DriverNotReady(
             f"NVIDIA driver root {root} is not a directory: mount the host's driver root there "
             "(chart value kubeletPlugin.nvidiaDriverRoot: '/' for a host driver install, "
             "'/run/nvidia/driver' under the GPU Operator)"
@@ -78,7 +78,7 @@ def find_nvml_library(root: Path) -> Path:
         found = resolve_in_root(root, PurePosixPath(directory) / LIBRARY)
         if found is not None:
             return found
-    raise DeviceSourceError(
+    raise DriverNotReady(
         f"{LIBRARY} not found under the NVIDIA driver root {root} (looked in "
         f"{', '.join(LIBRARY_DIRS)}): set kubeletPlugin.nvidiaDriverRoot to where the driver is "
         "installed on the node ('/' for a host install, '/run/nvidia/driver' under the GPU Operator)"
@@ -93,6 +93,6 @@ def use_driver_root(root: Path, nvml: Any) -> Path:
     try:
         nvml.nvmlLib = ctypes.CDLL(str(library))
     except OSError as err:
-        raise DeviceSourceError(f"{library} could not be loaded: {err}") from err
+        raise DriverNotReady(f"{library} could not be loaded: {err}") from err
     log.info("NVML loaded from %s", library)
     return library

@@ -15,7 +15,7 @@ import logging
 from types import TracebackType
 from typing import Any
 
-from dra_driver.devices.source import DeviceSourceError
+from dra_driver.devices.source import DeviceSourceError, DriverNotReady
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class NvmlSession:
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as err:
-            raise DeviceSourceError(f"{NVML_NOT_FOUND_HINT} (nvmlInit: {err})") from err
+            raise DriverNotReady(f"{NVML_NOT_FOUND_HINT} (nvmlInit: {err})") from err
         self._held = True
         return nvml
 

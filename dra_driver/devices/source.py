@@ -21,6 +21,12 @@ class DeviceSourceError(Exception):
     """Discovery failed in a way the user can fix; the message is one actionable line."""
 
 
+class DriverNotReady(DeviceSourceError):
+    """NVML cannot be loaded or initialised (yet): no driver root, no ``libnvidia-ml.so.1`` in it,
+    or ``nvmlInit`` failing. The kubelet plugin waits on this one (``kubeletplugin/driver_wait.py``),
+    because the GPU Operator installs the driver after the plugin's pod starts."""
+
+
 @runtime_checkable
 class DeviceSource(Protocol):
     """Anything that can list this node's GPUs."""

@@ -167,6 +167,8 @@ def register(subparsers: Any) -> None:
         "the two use different GPUs)",
     )
     parser.add_argument("--recheck-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
+    #: How often NVML is tried again while the driver is not there (``driver_wait.py``).
+    parser.add_argument("--driver-retry-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
     add_metrics_bind_address(parser, default="0", old_env="METRICS_PORT")
     add_bool(
         parser,
@@ -256,8 +258,9 @@ def plugin_options(args: argparse.Namespace) -> PluginOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.devices.model import DeviceModelError
+    from dra_driver.devices.model import DeviceModelError, Gpu
     from dra_driver.devices.source import DeviceSourceError, open_source
+    from dra_driver.kubeletplugin.driver_wait import DriverWait, serve_while_waiting
     from dra_driver.kubeletplugin.plugin import KubeletPlugin
     from dra_driver.kubeletplugin.server import SocketError
 
@@ -268,8 +271,12 @@ def run(args: argparse.Namespace) -> int:
             "--source nvml|simulated is required (never guessed: fake GPUs would attract real pods)"
         )
     options = plugin_options(args)
-    try:
-        gpus = open_source(
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+
+    def discover() -> list[Gpu]:
+        return open_source(
             args.source,
             node_name=args.node_name,
             profile=args.profile,
@@ -277,13 +284,24 @@ def run(args: argparse.Namespace) -> int:
             devices_file=args.devices_file,
             driver_root=args.nvidia_driver_root,
         ).discover()
+
+    wait = DriverWait(discover, stop, retry_seconds=args.driver_retry_seconds)
+    try:
+        waiting = serve_while_waiting(wait, options.metrics_port, options.metrics_host)
+    except OSError as err:
+        raise UsageError(f"--metrics-bind-address: {err.strerror or err}") from None
+    try:
+        found = wait.run()
     except (DeviceSourceError, DeviceModelError) as err:
         raise UsageError(str(err)) from err
+    finally:
+        if waiting is not None:
+            waiting.stop()
+    if found is None:
+        return 0  # stopped while waiting for the driver
+    gpus = found
     api_client = load_api_client(args.kubeconfig)
     plugin = KubeletPlugin(options, gpus, api_client)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     try:
         plugin.start()
     except (SocketError, OSError) as err:

@@ -3,12 +3,17 @@
 The library is never loaded here: libvgpu.so hooks ``dlsym`` and CUDA/NVML entry points of the
 process that loads it, so the plugin only checks what a container's loader will need: the file
 exists, is a 64-bit ELF shared object for this machine, and is recent enough. Its version comes from
-``<library>.version`` (one line, e.g. ``v2.9.0``), which the chart's init container writes when it
+``<library>.version`` (one line, e.g. ``v2.9.0``), which the chart's HAMi-core installer writes when it
 copies the library out of HAMi's image; a library the admin placed without one is used with a
 warning. Versions below :data:`MINIMUM_VERSION` are refused (``hami-core-enforcement.md`` in the
 design notes, summarised in README "Isolation"): up to v2.5.0 every CUDA process can hang in
 ``cuInit``, v2.5.1-v2.8.0 silently drop the cores limit, and before v2.9.0 CUDA 13 allocations
-escape the memory limit.
+escape the memory limit. A patch release of an older line that ships the same library as an accepted
+release (:data:`SAME_LIBRARY_AS`) is accepted: the version names the HAMi release the image came
+from, not what the library does.
+
+The plugin inspects the library again while it runs (``plugin.py``), so a library that arrives,
+changes or goes after start-up changes the published isolation without a restart.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from pathlib import Path
 from dra_driver.contract import ISOLATION_HAMI_CORE, ISOLATION_NONE, ISOLATION_SIMULATED
 
 MINIMUM_VERSION = (2, 9, 0)
+#: HAMi releases below :data:`MINIMUM_VERSION` whose image carries the libvgpu of the release named:
+#: v2.8.3, a patch of the 2.8 line, ships the HAMi-core of v2.9.0 (issue 33's review of HAMi's
+#: releases), so a cluster that stays on HAMi 2.8 still gets enforced shares.
+SAME_LIBRARY_AS: dict[tuple[int, int, int], tuple[int, int, int]] = {(2, 8, 3): (2, 9, 0)}
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 _ELF_MACHINES = {"x86_64": 62, "aarch64": 183, "arm64": 183}
 
@@ -86,7 +95,7 @@ def inspect_library(library: Path | None, *, simulated: bool) -> HamiCoreStatus:
             None, unenforced, problem=f"{version_file} says {text[:40]!r}, which is not a version"
         )
     minimum = "v" + ".".join(map(str, MINIMUM_VERSION))
-    if version < MINIMUM_VERSION:
+    if SAME_LIBRARY_AS.get(version, version) < MINIMUM_VERSION:
         return HamiCoreStatus(
             None,
             unenforced,

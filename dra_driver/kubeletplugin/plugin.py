@@ -20,7 +20,7 @@ from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
 from dra_driver.kubeletplugin.control_nodes import HostView
 from dra_driver.kubeletplugin.dra_service import dra_handlers
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
-from dra_driver.kubeletplugin.hamicore_library import inspect_library
+from dra_driver.kubeletplugin.hamicore_library import HamiCoreStatus, inspect_library
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
 from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
@@ -96,6 +96,10 @@ class KubeletPlugin:
     ) -> None:
         self.options = options
         self.hami_core = inspect_library(options.hami_core_lib, simulated=options.simulated)
+        #: A finding that differs from ``hami_core``, applied when the next check agrees.
+        self._hami_core_pending: HamiCoreStatus | None = None
+        #: The GPUs as the source found them; ``gpus`` adds what HAMi-core's state makes of them.
+        self.discovered = list(gpus)
         self.gpus = [self._with_isolation(gpu) for gpu in gpus]
         self.api_client = api_client
         self.metrics = PluginMetrics(node=options.node_name)
@@ -165,12 +169,48 @@ class KubeletPlugin:
             return gpu  # simulated (or what its devices file says)
         return replace(gpu, isolation=status.isolation)
 
+    def check_hami_core(self) -> bool:
+        """Inspect the library again; True when the published isolation changed.
+
+        The library arrives after the plugin starts wherever something else installs it (the
+        chart's HAMi-core DaemonSet, whose image may take long to pull or never arrive), and an
+        upgrade replaces it. A new finding is applied only when the next check agrees, so the
+        moment between the installer's rename of the library and its version file is never
+        published. Prepared claims keep the specs they were given.
+        """
+        if self.options.hami_core_lib is None:
+            return False
+        found = inspect_library(self.options.hami_core_lib, simulated=self.options.simulated)
+        if found == self.hami_core:
+            self._hami_core_pending = None
+            return False
+        if found != self._hami_core_pending:
+            self._hami_core_pending = found
+            return False
+        self._hami_core_pending = None
+        before = self.hami_core
+        self.hami_core = found
+        self.gpus = [self._with_isolation(gpu) for gpu in self.discovered]
+        self.preparer.use_hami_core_library(found.library)
+        if found.library is not None:
+            self.preparer.config.hami.ensure_preload_file()
+        LOG.warning(
+            "HAMi-core changed: isolation %s -> %s (%s)",
+            before.isolation,
+            found.isolation,
+            f"{found.version or 'unknown version'} at {found.library}" if found.library else found.problem,
+        )
+        self.report_isolation()
+        return True
+
     def report_isolation(self) -> None:
         """Say once, loudly, when shares of this node's GPUs would not be enforced."""
         unenforced = [g.name for g in self.gpus if g.isolation == ISOLATION_NONE]
         self.metrics.unenforced.set(len(unenforced))
         problem = self.hami_core.problem
         if not unenforced:
+            if self.events is not None:
+                self.events.clear(SHARES_NOT_ENFORCED)
             if problem:
                 LOG.warning("%s", problem)
             elif self.hami_core.library is not None:
@@ -257,11 +297,17 @@ class KubeletPlugin:
 
     def _recheck_loop(self) -> None:
         while not self._stop.wait(self.options.recheck_seconds):
+            changed = False
             try:
-                if self.check_withheld() and self.publisher is not None:
-                    self.publisher.trigger()
+                changed = self.check_hami_core()
+            except Exception:
+                LOG.exception("checking the HAMi-core library failed")
+            try:
+                changed = self.check_withheld() or changed
             except Exception:
                 LOG.exception("checking the node for withheld GPUs failed")
+            if changed and self.publisher is not None:
+                self.publisher.trigger()
 
     def start(self) -> None:
         if self.hami_core.library is not None:
@@ -294,7 +340,7 @@ class KubeletPlugin:
                 raise SocketError(f"--metrics-bind-address: {err.strerror or err}") from err
         self.servers.start()
         threading.Thread(target=self._deleted_claims_loop, name="deleted-claims", daemon=True).start()
-        threading.Thread(target=self._recheck_loop, name="withheld-gpus", daemon=True).start()
+        threading.Thread(target=self._recheck_loop, name="node-recheck", daemon=True).start()
 
     def _start_health(self) -> None:
         """Start what watches the GPUs' health, and say loudly which GPUs nothing watches."""

@@ -135,6 +135,11 @@ class Preparer:
         self._usage_cache: tuple[int, int, dict[str, GpuUsage]] | None = None
         self._deleted: set[str] = set()  # prepared claims the API no longer has (guarded by _lock)
 
+    def use_hami_core_library(self, library: Path | None) -> None:
+        """Preload ``library`` (None: nothing) in the specs of claims prepared from now on; the
+        plugin calls it when HAMi-core arrives, changes or goes while it runs."""
+        self.config = replace(self.config, hami=replace(self.config.hami, library=library))
+
     # -- start-up ---------------------------------------------------------------------------
 
     def start(self) -> None:

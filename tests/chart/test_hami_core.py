@@ -1,10 +1,15 @@
 """HAMi-core on the nodes (``kubeletPlugin.hamiCore``): what each install mode renders, and the
-install init container's script run for real against a directory laid out like HAMi's image.
+installer's script run for real against a directory laid out like HAMi's image.
 
 Why each rule matters:
 - the library is bind-mounted from the host into every container with a share, so the plugin must
   see it at its host path, and a missing file must not keep the plugin from starting (the old
   ``type: File`` hostPath did: the type is checked before any init container could create it);
+- the installer is a DaemonSet of its own, never part of the plugin's pod: an image that cannot be
+  pulled (air-gapped or rate-limited registry) would otherwise keep the plugin in
+  ``Init:ImagePullBackOff`` and the node without slices; the plugin publishes ``isolation: none``
+  until the library arrives and picks it up while it runs;
+- ``global.imageRegistry`` points every image at a mirror, keeping each repository's path;
 - HAMi's image names the library ``libvgpu.so.<version>``; the version goes into
   ``libvgpu.so.version``, which the plugin reads to refuse libraries older than v2.9.0;
 - the install replaces the library by rename, never in place: containers that run keep the old
@@ -13,9 +18,12 @@ Why each rule matters:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +33,7 @@ from tests.chart.combos import SIMULATED
 from tests.chart.helpers import REPO, HelmError, Render, container, find
 
 IMAGE_DIR = "/k8s-vgpu/lib/nvidia"
-INIT = "hami-core-install"
+INIT = "hami-core-install"  # the script's $0, the prefix of its log lines
 
 
 def _values(hami_core: dict[str, Any] | None = None, **plugin: Any) -> dict[str, Any]:
@@ -54,15 +62,30 @@ def _mounts(workload_container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["name"]: m for m in workload_container.get("volumeMounts") or ()}
 
 
+def _installers(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-hami-core")]
+
+
+def _installer(render: Render, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The installer DaemonSet's pod spec."""
+    (daemonset,) = _installers(render(values=values))
+    spec: dict[str, Any] = daemonset["spec"]["template"]["spec"]
+    return spec
+
+
 def _init(pod: dict[str, Any]) -> dict[str, Any]:
-    (init,) = [c for c in pod.get("initContainers") or () if c["name"] == INIT]
-    found: dict[str, Any] = init
+    """The installer's one container."""
+    (install,) = pod["containers"]
+    found: dict[str, Any] = install
     return found
 
 
 def test_real_gpus_install_hami_core_from_hamis_image_by_default(render: Render) -> None:
     pod = _pod(render)
-    init = _init(pod)
+    assert "initContainers" not in pod, "nothing the plugin's pod pulls besides its own image"
+    installer = _installer(render)
+    init = _init(installer)
+    assert init["name"] == "install"
     assert init["image"] == "docker.io/projecthami/hami:v2.10.0"
     assert init["imagePullPolicy"] == "IfNotPresent"
     assert init["command"][:2] == ["/bin/sh", "-c"]
@@ -74,6 +97,8 @@ def test_real_gpus_install_hami_core_from_hamis_image_by_default(render: Render)
         "capabilities": {"drop": ["ALL"]},
     }
     assert _mounts(init) == {"hami-core": {"name": "hami-core", "mountPath": "/usr/local/vgpu"}}
+    assert _volumes(installer) == {"hami-core": {"path": "/usr/local/vgpu", "type": "DirectoryOrCreate"}}
+    assert installer["automountServiceAccountToken"] is False, "a file copy needs no API access"
     assert _hami_core_args(pod) == [
         "--hami-core-lib=/usr/local/vgpu/libvgpu.so",
         "--core-utilization-policy=default",
@@ -95,14 +120,14 @@ def test_no_host_path_of_type_file(render: Render) -> None:
 
 def test_simulated_gpus_get_no_hami_core_unless_asked(render: Render) -> None:
     pod = _pod(render, SIMULATED)
-    assert "initContainers" not in pod
+    assert _installers(render(values=SIMULATED)) == []
     assert _hami_core_args(pod) == []
     assert not {"hami-core", "vgpulock"} & set(_volumes(pod))
     asked = _values({"install": "image", "image": {"repository": "localhost/standin", "tag": "v2.9.1",
                                                   "pullPolicy": "Never"}},
                     source="simulated")  # fmt: skip
     pod = _pod(render, asked)
-    init = _init(pod)
+    init = _init(_installer(render, asked))
     assert init["image"] == "localhost/standin:v2.9.1" and init["imagePullPolicy"] == "Never"
     assert init["command"][3:] == [INIT, IMAGE_DIR, "/usr/local/vgpu", "v2.9.1"]
     assert "--hami-core-lib=/usr/local/vgpu/libvgpu.so" in _hami_core_args(pod)
@@ -110,7 +135,7 @@ def test_simulated_gpus_get_no_hami_core_unless_asked(render: Render) -> None:
 
 def test_install_none_on_real_gpus(render: Render) -> None:
     pod = _pod(render, _values({"install": "none"}))
-    assert "initContainers" not in pod
+    assert _installers(render(values=_values({"install": "none"}))) == []
     assert _hami_core_args(pod) == []
     assert not {"hami-core", "vgpulock"} & set(_volumes(pod))
 
@@ -132,7 +157,7 @@ def test_host_path_uses_the_admins_library(
     render: Render, values: dict[str, Any], library: str, directory: str
 ) -> None:
     pod = _pod(render, values)
-    assert "initContainers" not in pod, "nothing installs: the admin placed the library"
+    assert _installers(render(values=values)) == [], "nothing installs: the admin placed the library"
     assert _hami_core_args(pod)[0] == f"--hami-core-lib={library}"
     assert _volumes(pod)["hami-core"] == {"path": directory, "type": "DirectoryOrCreate"}
     mount = _mounts(container({"spec": {"template": {"spec": pod}}}))["hami-core"]
@@ -141,13 +166,80 @@ def test_host_path_uses_the_admins_library(
 
 
 def test_custom_host_dir_and_policy_for_the_image_install(render: Render) -> None:
-    pod = _pod(render, _values({"hostDir": "/var/lib/hami-core", "coreUtilizationPolicy": "disable"}))
-    assert _init(pod)["command"][5] == "/var/lib/hami-core"
+    values = _values({"hostDir": "/var/lib/hami-core", "coreUtilizationPolicy": "disable"})
+    pod = _pod(render, values)
+    assert _init(_installer(render, values))["command"][5] == "/var/lib/hami-core"
     assert _hami_core_args(pod) == [
         "--hami-core-lib=/var/lib/hami-core/libvgpu.so",
         "--core-utilization-policy=disable",
     ]
     assert _volumes(pod)["hami-core"]["path"] == "/var/lib/hami-core"
+
+
+def test_the_plugin_pod_is_the_same_whatever_hamis_image(render: Render) -> None:
+    """The plugin's pod never names HAMi's image: one that cannot be pulled cannot hold it back, and
+    changing it (a mirror, an upgrade) rolls only the installer, never the plugin."""
+    unreachable = _values({"image": {"repository": "registry.invalid/projecthami/hami", "tag": "v2.10.0",
+                                     "pullPolicy": "Always"}})  # fmt: skip
+    assert _pod(render, unreachable) == _pod(render)
+    assert _init(_installer(render, unreachable))["image"] == "registry.invalid/projecthami/hami:v2.10.0"
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        {},
+        {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}],
+         "priorityClassName": "gpu-critical", "affinity": {"nodeAffinity": {"x": 1}}},
+        {"gpuNodesOnly": False},
+    ],
+    ids=["defaults", "admin-placement", "every-node"],
+)  # fmt: skip
+def test_the_installer_runs_on_the_plugins_nodes(render: Render, plugin: dict[str, Any]) -> None:
+    values: dict[str, Any] = {"kubeletPlugin": plugin, "imagePullSecrets": [{"name": "mirror"}]}
+    pod, installer = _pod(render, values), _installer(render, values)
+    keys = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "imagePullSecrets")
+    assert {k: installer.get(k) for k in keys} == {k: pod.get(k) for k in keys}
+    assert installer.get("affinity") == plugin.get("affinity", installer.get("affinity"))
+
+
+@pytest.mark.parametrize(
+    ("registry", "hami", "driver"),
+    [
+        ("", "docker.io/projecthami/hami:v2.10.0", "hami-dra:0.1.0"),
+        ("mirror.internal", "mirror.internal/projecthami/hami:v2.10.0", "mirror.internal/hami-dra:0.1.0"),
+        ("mirror.internal:5000/hub/", "mirror.internal:5000/hub/projecthami/hami:v2.10.0",
+         "mirror.internal:5000/hub/hami-dra:0.1.0"),
+    ],
+    ids=["own-registries", "mirror", "mirror-with-port-and-path"],
+)  # fmt: skip
+def test_global_image_registry_mirrors_every_image(
+    render: Render, registry: str, hami: str, driver: str
+) -> None:
+    objects = render(values={"global": {"imageRegistry": registry}})
+    (installer,) = _installers(objects)
+    assert container(installer)["image"] == hami
+    images = {
+        c["image"]
+        for o in objects
+        if o["kind"] in ("DaemonSet", "Deployment") and o is not installer
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {driver}, "the plugin, the controller and the webhook"
+
+
+@pytest.mark.parametrize(
+    ("repository", "image"),
+    [
+        ("localhost/standin", "mirror.internal/standin:v2.9.1"),
+        ("quay.io/someone/hami", "mirror.internal/someone/hami:v2.9.1"),
+        ("projecthami/hami", "mirror.internal/projecthami/hami:v2.9.1"),
+    ],
+)
+def test_the_mirror_replaces_only_a_registry_host(render: Render, repository: str, image: str) -> None:
+    values = _values({"image": {"repository": repository, "tag": "v2.9.1", "pullPolicy": "IfNotPresent"}})
+    values["global"] = {"imageRegistry": "mirror.internal"}
+    assert _init(_installer(render, values))["image"] == image
 
 
 @pytest.mark.parametrize(
@@ -191,8 +283,10 @@ def test_directories_of_their_own_are_accepted(render: Render, directory: str) -
          "/kubeletPlugin/hamiCore/image/tag"),
         (_values({"coreUtilizationPolicy": "FORCE"}), "/kubeletPlugin/hamiCore/coreUtilizationPolicy"),
         (_values({"libPath": "/x"}), "libPath"),
+        ({"global": {"imageRegistry": "https://mirror.internal"}}, "/global/imageRegistry"),
+        ({"global": {"imageRegistry": "mirror internal"}}, "/global/imageRegistry"),
     ],
-    ids=["install", "relative-dir", "root-dir", "empty-tag", "policy", "unknown-key"],
+    ids=["install", "relative-dir", "root-dir", "empty-tag", "policy", "unknown-key", "url", "space"],
 )  # fmt: skip
 def test_schema_rejects_bad_hami_core_values(render: Render, values: dict[str, Any], where: str) -> None:
     with pytest.raises(HelmError) as caught:
@@ -201,7 +295,7 @@ def test_schema_rejects_bad_hami_core_values(render: Render, values: dict[str, A
     assert where in str(caught.value)
 
 
-# --- the init container's script, run for real -------------------------------------------------
+# --- the installer's script, run for real -------------------------------------------------
 
 
 class Install:
@@ -215,13 +309,34 @@ class Install:
         self.tag = tag
 
     def run(self) -> str:
-        proc = subprocess.run(
+        """Start the script, read its lines until it idles, stop it as kubelet would (SIGTERM)."""
+        proc = subprocess.Popen(
             ["/bin/sh", "-c", self.script, INIT, str(self.src), str(self.dest), self.tag],
-            capture_output=True, text=True, timeout=30, check=False,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
-        assert proc.returncode == 0, f"the install must never block the plugin: {proc.stderr}"
-        assert proc.stderr == "", proc.stderr
-        return proc.stdout
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = []
+        watchdog = threading.Timer(30, proc.kill)  # a script that never says it is done fails, not hangs
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith(f"{INIT}: done; idling"):
+                    break
+            assert lines and lines[-1].startswith(f"{INIT}: done; idling"), (lines, proc.stderr.read())
+            assert proc.poll() is None, "it keeps running: a DaemonSet restarts a container that exits"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, "a deleted pod's installer ends at once and cleanly"
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            # What is left of the container goes with it (a sleep the TERM came too early to name).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.stderr.read() == ""
+        return "".join(lines)
 
     @property
     def library(self) -> Path:
@@ -238,7 +353,7 @@ class Install:
 
 @pytest.fixture
 def script(render: Render) -> str:
-    command: list[str] = _init(_pod(render))["command"]
+    command: list[str] = _init(_installer(render))["command"]
     return command[2]
 
 
@@ -314,7 +429,7 @@ def test_script_installs_nothing_it_cannot_name_and_still_succeeds(
     assert not install.library.exists() and install.version is None
 
 
-# --- the stand-in library the real-cluster test installs with this init container ---------------
+# --- the stand-in library the real-cluster test installs with this installer ---------------
 
 STANDIN = REPO / "hack" / "hami-core-standin"
 

@@ -145,7 +145,16 @@ def test_nvml_loads_the_driver_from_the_driver_root_and_runs_on_gpu_nodes_only(r
     assert labels == ["feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.present"], "either label"
     operator = _plugin(render(values={"kubeletPlugin": {"nvidiaDriverRoot": "/run/nvidia/driver"}}))
     volume = next(v for v in operator["spec"]["template"]["spec"]["volumes"] if v["name"] == "driver-root")
-    assert volume["hostPath"] == {"path": "/run/nvidia/driver", "type": "Directory"}
+    # Created when missing, as NVIDIA's DRA driver does: the GPU Operator's driver container mounts
+    # its root there after the plugin started (a `Directory` would fail the mount and crash-loop).
+    assert volume["hostPath"] == {"path": "/run/nvidia/driver", "type": "DirectoryOrCreate"}
+    mount = next(m for m in container(operator)["volumeMounts"] if m["name"] == "driver-root")
+    assert mount == {
+        "name": "driver-root",
+        "mountPath": "/driver-root",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }, "the driver container's later mount is seen"
 
 
 def test_the_plugin_sees_the_hosts_device_nodes_through_the_driver_root_mount(render: Render) -> None:

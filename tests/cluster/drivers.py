@@ -135,10 +135,13 @@ class ChartDriver:
         wait_for(lambda: slice_published(self.cluster), 60, "the chart's kubelet plugin publishing its slice")
         wait_for(self.leader, 60, "a controller replica holding the lease")
 
-    def upgrade(self, *set_values: str) -> None:
+    def upgrade(self, *set_values: str, wait: bool = True) -> None:
+        """``helm upgrade`` with ``--set`` of each value; ``wait=False`` where a pod of the release
+        is meant never to become ready (an image that cannot be pulled), which ``--wait`` awaits."""
         sets = [arg for value in set_values for arg in ("--set", value)]
+        waiting = ["--wait", "--timeout", "240s"] if wait else []
         self.run_helm("upgrade", RELEASE, str(CHART), "-n", CHART_NAMESPACE, *self.values_args(), *sets,
-                      "--wait", "--timeout", "240s")  # fmt: skip
+                      *waiting)  # fmt: skip
 
     def uninstall(self) -> None:
         if self.installed:

@@ -14,12 +14,18 @@ reaches the node, with the reason in ``kubectl describe``; an XID 79 injected th
 event file taints that one GPU, an ignored XID leaves its GPU alone, and a GPU recovers once NVML
 reaches it with no reset pending.
 
+HAMi-core's image is pointed at a registry that cannot exist, as an air-gapped node sees
+docker.io: its installer stays in ImagePullBackOff while the plugin publishes every GPU with
+``isolation: none``. A driver root that is empty when the plugin starts and is mounted later, as
+the GPU Operator's driver container does, is waited for and published once NVML loads.
+
 The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +62,8 @@ IN_POD = Path("/driver-root")
 EVENTS = "mock-nvml-events"
 #: kubeletPlugin.health.recoverySeconds here: how long a marked GPU waits before it is probed.
 RECOVERY_SECONDS = 2
+PLUGIN = "kubelet-plugin"
+INSTALLER = "hami-core"
 
 
 @dataclass
@@ -63,6 +71,48 @@ class GpuNode:
     cluster: RealCluster
     chart: ChartDriver
     driver: DriverRoot
+
+    def values(self, driver_root: Path | None = None) -> list[str]:
+        """The chart on this GPU node, with the driver root at ``driver_root`` (default the mock's)."""
+        return [
+            "kubeletPlugin.source=nvml",
+            # HAMi-core from a registry no node reaches: its installer never runs, GPUs are isolation=none.
+            "kubeletPlugin.hamiCore.install=image",
+            "kubeletPlugin.hamiCore.image.repository=registry.invalid/projecthami/hami",
+            "kubeletPlugin.hamiCore.image.pullPolicy=Always",
+            f"kubeletPlugin.hamiCore.hostDir={self.cluster.state_dir / 'hami-core-unreachable'}",
+            # ... so the recipe classes hand out shares there only because they opt in (NVIDIA's model).
+            "recipeClasses.allowUnenforcedShares=true",
+            f"kubeletPlugin.nvidiaDriverRoot={driver_root or self.driver.root}",
+            "kubeletPlugin.extraEnv[0].name=MOCK_NVML_PROFILE",
+            f"kubeletPlugin.extraEnv[0].value={IN_POD / self.driver.profile.relative_to(self.driver.root)}",
+            "kubeletPlugin.extraEnv[1].name=MOCK_NVML_EVENTS",
+            f"kubeletPlugin.extraEnv[1].value={IN_POD / EVENTS}",
+            # The chart's health knobs: a short recovery window, and one XID ignored.
+            f"kubeletPlugin.health.recoverySeconds={RECOVERY_SECONDS}",
+            "kubeletPlugin.health.additionalXidsToIgnore={63}",
+        ]
+
+    def plugin(self, driver_root: Path, *, ready: bool) -> dict[str, Any]:
+        """The plugin pod running with ``driver_root`` (and ready, if asked), once there is one."""
+
+        def found() -> dict[str, Any] | None:
+            pods = self.chart.pods(PLUGIN)
+            if len(pods) != 1 or pods[0]["status"].get("phase") != "Running":
+                return None
+            volumes = {v["name"]: v.get("hostPath", {}) for v in pods[0]["spec"]["volumes"]}
+            statuses = pods[0]["status"].get("containerStatuses") or [{}]
+            if volumes.get("driver-root", {}).get("path") != str(driver_root):
+                return None
+            return pods[0] if not ready or all(c.get("ready") for c in statuses) else None
+
+        pod: dict[str, Any] = wait_for(found, 180, f"the plugin pod on driver root {driver_root}", interval=1)
+        return pod
+
+    def upgrade(self, driver_root: Path | None = None) -> None:
+        """``helm upgrade`` without ``--wait`` (the installer never becomes ready), then the plugin."""
+        self.chart.upgrade(*self.values(driver_root), wait=False)
+        self.plugin(driver_root or self.driver.root, ready=driver_root is None)
 
     @property
     def events(self) -> Path:
@@ -160,21 +210,7 @@ def gpu_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Gpu
     node.use_layout("none")
     cluster.kubectl("label", "node", NODE_NAME, f"{GPU_LABEL}=true", "--overwrite")
     try:
-        driver.upgrade(
-            "kubeletPlugin.source=nvml",
-            # No HAMi-core here (its install is tests/cluster/test_hami_core.py): GPUs are isolation=none.
-            "kubeletPlugin.hamiCore.install=none",
-            # ... so the recipe classes hand out shares there only because they opt in (NVIDIA's model).
-            "recipeClasses.allowUnenforcedShares=true",
-            f"kubeletPlugin.nvidiaDriverRoot={root.root}",
-            "kubeletPlugin.extraEnv[0].name=MOCK_NVML_PROFILE",
-            f"kubeletPlugin.extraEnv[0].value={IN_POD / root.profile.relative_to(root.root)}",
-            "kubeletPlugin.extraEnv[1].name=MOCK_NVML_EVENTS",
-            f"kubeletPlugin.extraEnv[1].value={IN_POD / EVENTS}",
-            # The chart's health knobs: a short recovery window, and one XID ignored.
-            f"kubeletPlugin.health.recoverySeconds={RECOVERY_SECONDS}",
-            "kubeletPlugin.health.additionalXidsToIgnore={63}",
-        )
+        node.upgrade()
         yield node
     finally:
         # The tests' claims are their own (not from templates), so they go with their pods here.
@@ -187,6 +223,7 @@ def gpu_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Gpu
         driver.upgrade()  # back to values-local.yaml: the simulated lab the other modules use
         cluster.kubectl("label", "node", NODE_NAME, f"{GPU_LABEL}-")
         subprocess.run(["umount", str(root.root)], check=False)
+        shutil.rmtree(cluster.state_dir / "hami-core-unreachable", ignore_errors=True)
 
 
 def test_without_a_toolkit_spec_no_gpu_is_published_and_describe_says_why(gpu_node: GpuNode) -> None:
@@ -309,3 +346,80 @@ def test_ignored_xids_leave_a_gpu_alone_and_a_marked_gpu_recovers_when_it_can(gp
     with gpu_node.events.open("a") as events:
         events.write(f"{needs_reset.index} reset\n")
     wait_for(lambda: healthy(needs_reset) is True, 60, f"gpu-{needs_reset.minor} recovered after its reset")
+
+
+def test_an_unreachable_hami_core_image_leaves_the_plugin_publishing_whole_gpus(gpu_node: GpuNode) -> None:
+    """The air-gapped node: the installer cannot pull HAMi's image, the plugin runs regardless and
+    publishes every GPU with isolation none (the chart's classes give them out whole unless a class
+    opts in, as the recipe classes do here) and says why on the Node."""
+    gpu_node.use_layout("host")
+    devices = gpu_node.wait_devices(len(gpu_node.driver.gpus))
+    assert {d["attributes"]["isolation"]["string"] for d in devices} == {"none"}
+    assert len(gpu_node.chart.pods(INSTALLER)) == 1, "the installer runs on the GPU node"
+
+    def pull_failed() -> str | None:
+        for status in gpu_node.chart.pods(INSTALLER)[0]["status"].get("containerStatuses") or ():
+            reason = ((status.get("state") or {}).get("waiting") or {}).get("reason")
+            if reason in ("ErrImagePull", "ImagePullBackOff"):
+                return str(reason)
+        return None
+
+    reason: str = wait_for(pull_failed, 90, "the installer's pull failing", interval=1)
+    (plugin,) = gpu_node.chart.pods(PLUGIN)
+    assert plugin["status"]["phase"] == "Running"
+    assert all(c["ready"] for c in plugin["status"]["containerStatuses"]), "the plugin is ready"
+    assert "initContainers" not in plugin["spec"], "nothing in the plugin's pod pulls HAMi's image"
+    gpu_node.described("node", NODE_NAME, "SharesNotEnforced")
+    print(json.dumps({"installer": reason, "plugin": plugin["status"]["phase"], "isolation": "none"}))
+
+
+def test_a_driver_root_mounted_after_the_plugin_started_is_waited_for_and_published(
+    gpu_node: GpuNode,
+) -> None:
+    """The GPU Operator's order: the plugin starts on an empty /run/nvidia/driver (created by
+    kubelet, ``DirectoryOrCreate``), waits with a log line naming what is missing, and publishes
+    once the driver container mounts its root there (seen through ``HostToContainer``)."""
+    cluster = gpu_node.cluster
+    gpu_node.use_layout("host")
+    parent = cluster.state_dir / "run-nvidia"
+    late = parent / "driver"
+    parent.mkdir(exist_ok=True)
+    # /run/nvidia is a shared mount on a systemd host, where the driver container mounts its root.
+    subprocess.run(["mount", "--bind", str(parent), str(parent)], check=True)
+    subprocess.run(["mount", "--make-shared", str(parent)], check=True)
+    try:
+        subprocess.run(["umount", str(late)], check=False, capture_output=True)  # a failed run's
+        if late.exists():
+            late.rmdir()  # kubelet creates it: the pod must not fail to mount a missing directory
+        gpu_node.upgrade(late)
+        assert late.is_dir(), "kubelet created the driver root"
+
+        def waiting_line() -> str | None:
+            log = gpu_node.chart.log(PLUGIN).splitlines()
+            lines = [line for line in log if "waiting for the NVIDIA driver" in line]
+            return lines[-1] if lines else None
+
+        line: str = wait_for(waiting_line, 60, "the plugin's line waiting for the driver", interval=1)
+        assert "libnvidia-ml.so.1 not found under the NVIDIA driver root /driver-root" in line
+        assert "kubeletPlugin.nvidiaDriverRoot" in line
+        (plugin,) = gpu_node.chart.pods(PLUGIN)
+        restarts = plugin["status"]["containerStatuses"][0]["restartCount"]
+        # The previous plugin pod's slices outlive it (prepared claims survive restarts): a new node's
+        # have never been there, so they go, and only the waiting plugin could bring them back.
+        ours = f"spec.driver={DRIVER}"
+        cluster.kubectl("delete", "resourceslices", "--field-selector", ours, "--wait=true")
+        assert gpu_node.devices() == []
+
+        subprocess.run(["mount", "--bind", str(gpu_node.driver.root), str(late)], check=True)
+        devices = gpu_node.wait_devices(len(gpu_node.driver.gpus))
+        assert sorted(d["name"] for d in devices) == sorted(f"gpu-{g.minor}" for g in gpu_node.driver.gpus)
+        log = gpu_node.chart.log(PLUGIN)
+        assert "NVIDIA driver ready after" in log
+        (same,) = gpu_node.chart.pods(PLUGIN)
+        assert same["metadata"]["uid"] == plugin["metadata"]["uid"], "the same pod, waiting, not restarted"
+        assert same["status"]["containerStatuses"][0]["restartCount"] == restarts
+        print(json.dumps({"waiting": line[-160:], "restarts": restarts}))
+    finally:
+        gpu_node.upgrade()  # back to the mock's root for the module's other tests
+        subprocess.run(["umount", str(late)], check=False)
+        subprocess.run(["umount", str(parent)], check=False)

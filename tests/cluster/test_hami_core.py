@@ -6,9 +6,10 @@ when the dynamic loader preloads it, writes down what HAMi-core would read (the 
 file, the library's path, /etc/ld.so.preload) next to the cache file it creates, and an image laid
 out like HAMi's (``/k8s-vgpu/lib/nvidia/libvgpu.so.<version>``). The chart is upgraded to
 ``kubeletPlugin.hamiCore.install=image`` with that image, on the simulated 4 x T4 of
-values-local.yaml, so its init container installs the library exactly as it would from
-``projecthami/hami``. Pods run the driver's own image (``localhost/hami-dra``: Debian, dynamically
-linked, so /etc/ld.so.preload applies; busybox is static and would never load it).
+values-local.yaml, so its installer (a DaemonSet of its own, ``<release>-hami-core``) installs the
+library exactly as it would from ``projecthami/hami``. Pods run the driver's own image
+(``localhost/hami-dra``: Debian, dynamically linked, so /etc/ld.so.preload applies; busybox is
+static and would never load it).
 
 The host directory is kept below the cluster's state directory rather than the node's real
 /usr/local/vgpu, because the node is this machine. At the end the chart goes back to
@@ -18,6 +19,7 @@ test_helm_install.py, whose last test uninstalls the chart.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -56,6 +58,9 @@ SHARES = f"binpack.{DRIVER}"
 WHOLE = f"mutex.{DRIVER}"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PLUGIN = "kubelet-plugin"
+INSTALLER = "hami-core"
+#: A registry that cannot exist (RFC 6761 ``.invalid``): what an air-gapped node sees of docker.io.
+UNREACHABLE = "registry.invalid/projecthami/hami"
 
 #: Run in a pod's container by ``kubectl exec``: what HAMi-core would find there, one fact a line.
 INSPECT = r"""
@@ -82,14 +87,16 @@ class StandIn:
     archive: Path
     host_dir: Path
 
-    def values(self) -> list[str]:
-        repository, tag = self.image.rsplit(":", 1)
+    def values(self, host_dir: Path | None = None, repository: str | None = None) -> list[str]:
+        """The chart values that install the stand-in (into ``host_dir``; from ``repository``, which
+        then has to be pulled, instead of the imported image)."""
+        image, tag = self.image.rsplit(":", 1)
         return [
             "kubeletPlugin.hamiCore.install=image",
-            f"kubeletPlugin.hamiCore.image.repository={repository}",
+            f"kubeletPlugin.hamiCore.image.repository={repository or image}",
             f"kubeletPlugin.hamiCore.image.tag={tag}",
-            "kubeletPlugin.hamiCore.image.pullPolicy=Never",
-            f"kubeletPlugin.hamiCore.hostDir={self.host_dir}",
+            f"kubeletPlugin.hamiCore.image.pullPolicy={'IfNotPresent' if repository else 'Never'}",
+            f"kubeletPlugin.hamiCore.hostDir={host_dir or self.host_dir}",
         ]
 
 
@@ -179,32 +186,44 @@ def plugin_pod(chart: ChartDriver) -> dict[str, Any]:
 
 
 def install_log(cluster: RealCluster, chart: ChartDriver) -> str:
-    name = plugin_pod(chart)["metadata"]["name"]
-    return cluster.kubectl("logs", "-n", CHART_NAMESPACE, name, "-c", "hami-core-install")
+    (pod,) = chart.pods(INSTALLER)
+    return cluster.kubectl("logs", "-n", CHART_NAMESPACE, pod["metadata"]["name"])
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return all(c.get("ready") for c in pod["status"].get("containerStatuses") or [{}])
+
+
+def waiting_reason(pod: dict[str, Any]) -> str | None:
+    """Why the pod's container has not started (ErrImagePull, ImagePullBackOff, ...), if it has not."""
+    for status in pod["status"].get("containerStatuses") or ():
+        waiting = (status.get("state") or {}).get("waiting")
+        if waiting:
+            return str(waiting.get("reason"))
+    return None
 
 
 def isolation(cluster: RealCluster) -> set[Any]:
     return {attribute(d, ISOLATION_ATTRIBUTE) for d in gpu_devices(cluster)}
 
 
-def upgraded(cluster: RealCluster, chart: ChartDriver, expected: str, *values: str) -> None:
-    """``helm upgrade`` (waits for the rollout), then for the new plugin pod's slice to say that
-    every GPU's isolation is ``expected`` (it is something else before each upgrade here)."""
-    before = {p["metadata"]["uid"] for p in chart.pods(PLUGIN)}
-    chart.upgrade(*values)
+def upgraded(
+    cluster: RealCluster, chart: ChartDriver, expected: str, *values: str, wait: bool = True
+) -> None:
+    """``helm upgrade`` (waits for the rollout unless ``wait`` is False), then for the plugin pod to
+    be ready and its slice to say that every GPU's isolation is ``expected`` (it is something else
+    before each upgrade here). The plugin pod is replaced only when its own values change: the
+    HAMi-core image is the installer's alone, and the plugin picks a new library up as it runs."""
+    chart.upgrade(*values, wait=wait)
 
-    def new_plugin_ready() -> bool:
+    def plugin_ready() -> bool:
         pods = chart.pods(PLUGIN)
-        return (
-            len(pods) == 1
-            and pods[0]["metadata"]["uid"] not in before
-            and all(c.get("ready") for c in pods[0]["status"].get("containerStatuses") or [{}])
-        )
+        return len(pods) == 1 and ready(pods[0])
 
-    wait_for(new_plugin_ready, 120, "the upgraded kubelet plugin pod ready", interval=1)
+    wait_for(plugin_ready, 120, "the upgraded kubelet plugin pod ready", interval=1)
     try:
         wait_for(
-            lambda: isolation(cluster) == {expected}, 60, f"isolation={expected} on every GPU", interval=1
+            lambda: isolation(cluster) == {expected}, 90, f"isolation={expected} on every GPU", interval=1
         )
     except AssertionError as err:
         raise AssertionError(
@@ -370,7 +389,7 @@ def workloads(real_cluster: RealCluster, chart: ChartDriver) -> Iterator[RealClu
 # --- tests ----------------------------------------------------------------------------------------
 
 
-def test_the_init_container_installs_the_library_and_its_version(
+def test_the_installer_puts_the_library_and_its_version_on_the_node(
     real_cluster: RealCluster, chart: ChartDriver
 ) -> None:
     host_dir = real_cluster.state_dir / "hami-core"
@@ -496,6 +515,52 @@ def test_a_whole_card_gets_no_preload_limits_or_cache(workloads: RealCluster) ->
     assert not [k for k in view.env if k.startswith(("CUDA_DEVICE_MEMORY", "CUDA_DEVICE_SM"))], view.env
     log = cluster.kubectl("logs", "-n", NAMESPACE, "whole")
     assert "standin=1" not in log, "a preloaded stand-in without a cache file reports on stderr"
+
+
+def test_an_unreachable_image_never_blocks_the_plugin_and_the_library_is_picked_up_later(
+    real_cluster: RealCluster, chart: ChartDriver
+) -> None:
+    """HAMi's image from a registry the node cannot reach (an air-gapped node): only the installer
+    waits in ImagePullBackOff, the plugin runs and publishes every GPU unenforced (``simulated``
+    here; ``none`` on real GPUs, tests/cluster/test_gpu_nodes.py). Pointing the installer at an
+    image it can have (the mirror, here the imported stand-in) then switches the node to HAMi-core
+    without restarting the plugin."""
+    standin = build_standin(real_cluster, VERSION)
+    late = real_cluster.state_dir / "hami-core-late"
+    shutil.rmtree(late, ignore_errors=True)
+    try:
+        upgraded(real_cluster, chart, "simulated", *standin.values(late, UNREACHABLE), wait=False)
+        assert len(gpu_devices(real_cluster)) == 4, "every GPU published"
+        reason: str = wait_for(
+            lambda: waiting_reason(chart.pods(INSTALLER)[0]) if chart.pods(INSTALLER) else None,
+            60, "the installer's pull failing", interval=1,
+        )  # fmt: skip
+        assert reason in ("ErrImagePull", "ImagePullBackOff"), reason
+
+        def new_plugin() -> dict[str, Any] | None:
+            pods = chart.pods(PLUGIN)
+            args = pods[0]["spec"]["containers"][0]["args"] if len(pods) == 1 else []
+            return pods[0] if f"--hami-core-lib={late}/libvgpu.so" in args and ready(pods[0]) else None
+
+        plugin: dict[str, Any] = wait_for(new_plugin, 120, "the new values' plugin pod ready", interval=1)
+        assert plugin["status"]["phase"] == "Running"
+        assert isolation(real_cluster) == {"simulated"}, "published by this pod, unenforced"
+        assert "initContainerStatuses" not in plugin["status"], "the plugin's pod never pulls HAMi's image"
+        assert not (late / "libvgpu.so").exists()
+        print(json.dumps({"installer": reason, "plugin": plugin["status"]["phase"],
+                          "isolation": sorted(isolation(real_cluster))}))  # fmt: skip
+
+        upgraded(real_cluster, chart, "hami-core", *standin.values(late))
+        (same,) = chart.pods(PLUGIN)
+        assert same["metadata"]["uid"] == plugin["metadata"]["uid"], "picked up without a restart"
+        assert {attribute(d, HAMI_CORE_VERSION_ATTRIBUTE) for d in gpu_devices(real_cluster)} == {
+            VERSION.removeprefix("v")
+        }
+        assert "HAMi-core changed: isolation simulated -> hami-core" in chart.log(PLUGIN)
+        assert (late / "libvgpu.so.version").read_text() == f"{VERSION}\n"
+    finally:
+        upgraded(real_cluster, chart, "hami-core", *standin.values())
+        shutil.rmtree(late, ignore_errors=True)
 
 
 def test_a_library_older_than_v2_9_0_is_refused(real_cluster: RealCluster, chart: ChartDriver) -> None:

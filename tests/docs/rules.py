@@ -105,6 +105,8 @@ EXEMPT: dict[str, str] = {
     "hami-dra cluster down": "needs root; the tests stop their cluster with SIGTERM, as down does",
     "python -m pytest -q tests/docs": "these doc tests",
     "docker build ": "needs Docker and a registry; make image builds the same Dockerfile with podman",
+    "crane copy ": "copies between two registries (a network and a mirror); the chart's rendering of "
+    "global.imageRegistry is tests/chart/test_hami_core.py::test_global_image_registry_mirrors_every_image",
     "hack/e2e-kind.sh": "needs Docker and kind; tests/chart/test_e2e_script.py checks the script statically",
     "kubectl logs isolation-check": _REAL_GPU,
     "kubectl drain NODE": _REAL_NODE,

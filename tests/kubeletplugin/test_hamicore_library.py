@@ -22,11 +22,17 @@ def test_a_recent_library_enforces_and_its_version_is_recorded(tmp_path: Path) -
     assert (status.isolation, status.version, status.problem) == ("hami-core", "2.9.1", None)
 
 
-@pytest.mark.parametrize("version", ["v2.5.0", "v2.8.3", "2.8.0"])
+@pytest.mark.parametrize("version", ["v2.5.0", "v2.8.2", "2.8.0", "v2.8.4"])
 def test_an_old_library_is_refused_with_the_reason(tmp_path: Path, version: str) -> None:
     status = inspect_library(stand_in_library(tmp_path / "libvgpu.so", version), simulated=False)
     assert status.library is None and status.isolation == "none"
     assert f"HAMi-core {version}" in str(status.problem) and "older than v2.9.0" in str(status.problem)
+
+
+def test_v2_8_3_ships_the_library_of_v2_9_0_and_is_accepted_as_itself(tmp_path: Path) -> None:
+    status = inspect_library(stand_in_library(tmp_path / "libvgpu.so", "v2.8.3"), simulated=False)
+    assert (status.isolation, status.version, status.problem) == ("hami-core", "2.8.3", None)
+    assert status.library == tmp_path / "libvgpu.so"
 
 
 def test_without_a_version_file_the_library_is_used_with_a_caveat(tmp_path: Path) -> None:

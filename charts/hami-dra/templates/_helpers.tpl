@@ -42,7 +42,89 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{- define "hami-dra.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- include "hami-dra.imageRef" (dict "root" . "repository" .Values.image.repository "tag" (default .Chart.AppVersion .Values.image.tag)) }}
+{{- end }}
+
+{{/* <repository>:<tag>, pulled from global.imageRegistry when set (a mirror for air-gapped clusters):
+the registry host the repository names, if any (a first part with a dot or a port, or localhost),
+is replaced by it and the path kept, so docker.io/projecthami/hami becomes <mirror>/projecthami/hami
+and hami-dra <mirror>/hami-dra. Pass (dict "root" $ "repository" R "tag" T). */}}
+{{- define "hami-dra.imageRef" -}}
+{{- $repository := .repository }}
+{{- $registry := trimSuffix "/" ((.root.Values.global | default dict).imageRegistry | default "") }}
+{{- if $registry }}
+{{- $parts := splitList "/" $repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repository = join "/" (rest $parts) }}
+{{- end }}
+{{- $repository = printf "%s/%s" $registry $repository }}
+{{- end }}
+{{- printf "%s:%s" $repository .tag }}
+{{- end }}
+
+{{/* HAMi-core (libvgpu.so), which enforces shares, as YAML: mode (image, hostPath or none: `auto`
+is the image for real GPUs, the admin's library when hamiCoreLib is set, nothing for simulated
+ones), lib (the host path the plugin preloads, "" for none) and dir (its directory, mounted at the
+same path in the plugin's container and the installer's, because the CDI specs bind-mount the
+library from the host into containers). Contradictions and system directories fail the render. */}}
+{{- define "hami-dra.hamiCore" -}}
+{{- $kp := .Values.kubeletPlugin }}
+{{- $hc := $kp.hamiCore }}
+{{- $mode := $hc.install }}
+{{- if eq $mode "auto" }}
+{{- $mode = ternary "hostPath" (ternary "image" "none" (eq $kp.source "nvml")) (ne $kp.hamiCoreLib "") }}
+{{- end }}
+{{- if and $kp.hamiCoreLib (ne $mode "hostPath") }}
+{{- fail (printf "kubeletPlugin.hamiCoreLib (%s) is a library the admin placed, used with kubeletPlugin.hamiCore.install hostPath (or auto), not %s: unset one of them" $kp.hamiCoreLib $mode) }}
+{{- end }}
+{{- $hostDir := trimSuffix "/" $hc.hostDir }}
+{{- $lib := "" }}
+{{- $dir := "" }}
+{{- if eq $mode "image" }}
+{{- $dir = $hostDir }}
+{{- $lib = printf "%s/libvgpu.so" $dir }}
+{{- else if eq $mode "hostPath" }}
+{{- $lib = $kp.hamiCoreLib | default (printf "%s/libvgpu.so" $hostDir) }}
+{{- $dir = dir $lib }}
+{{- end }}
+{{- /* The directory is mounted over the same path in the plugin's container (and written to by the
+installer): a system directory there would hide the plugin's own files. */}}
+{{- $systemDirs := "^(/?|/(bin|sbin|boot|dev|etc|lib[0-9]*|proc|sys|usr/(bin|sbin|lib[0-9]*|libexec|include|share)|opt/hami-dra|(var/)?run/secrets)(/.*)?|/(usr|usr/local|usr/local/(bin|sbin|lib[0-9]*)|opt|var|var/lib|var/run|run|tmp|root|home))$" }}
+{{- if and $lib (regexMatch $systemDirs $dir) }}
+{{- fail (printf "HAMi-core's directory %q would be mounted over the same path in the kubelet plugin's container; use a directory of its own, such as /usr/local/vgpu (kubeletPlugin.hamiCore.hostDir, kubeletPlugin.hamiCoreLib)" $dir) }}
+{{- end }}
+mode: {{ $mode }}
+lib: {{ $lib | quote }}
+dir: {{ $dir | quote }}
+{{- end }}
+
+{{/* Where the node DaemonSets run (the kubelet plugin and HAMi-core's installer, which must land on
+the same nodes): the plugin's nodeSelector, tolerations and affinity, by default NVIDIA GPU nodes
+only (either label) with the nvml source, because CPU-only and control-plane nodes have no NVML. */}}
+{{- define "hami-dra.nodePlacement" -}}
+{{- $kp := .Values.kubeletPlugin }}
+{{- with $kp.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $kp.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if $kp.affinity }}
+affinity:
+  {{- toYaml $kp.affinity | nindent 2 }}
+{{- else if and (eq $kp.source "nvml") $kp.gpuNodesOnly }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
+        - matchExpressions:
+            - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+{{- end }}
 {{- end }}
 
 {{/* Component object names: <fullname>-<component>, kept within 63 characters. */}}
