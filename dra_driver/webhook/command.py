@@ -8,7 +8,6 @@ chart can set them from ``webhook.server`` and ``webhook.hamiResources``; their 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import ssl
 import threading
@@ -19,11 +18,7 @@ from dra_driver.cli import UsageError
 from dra_driver.kube.config import load_api_client
 from dra_driver.webhook.limits import ServerLimits
 from dra_driver.webhook.optin import (
-    MAX_TEMPLATES_PER_NAMESPACE,
-    NAMESPACE_LABEL,
-    NAMESPACE_LABEL_VALUE,
     TRANSLATE_MODES,
-    selector_problems,
 )
 
 log = logging.getLogger(__name__)
@@ -88,22 +83,9 @@ def _add_translation_flags(parser: argparse.ArgumentParser) -> None:
         "--hami-translate",
         choices=TRANSLATE_MODES,
         default="namespaces",
-        help="where /mutate-hami may translate and create templates: namespaces labelled "
-        f"{NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE}, all namespaces matching --hami-namespace-selector, "
-        "or off (default namespaces)",
-    )
-    parser.add_argument(
-        "--hami-namespace-selector",
-        default="{}",
-        help="with --hami-translate=all: the webhook configuration's namespaceSelector as JSON "
-        "(default {}: every namespace)",
-    )
-    parser.add_argument(
-        "--hami-max-templates-per-namespace",
-        type=int,
-        default=MAX_TEMPLATES_PER_NAMESPACE,
-        help="ResourceClaimTemplates /mutate-hami may create in one namespace; a new shape beyond it "
-        f"denies the pod (default {MAX_TEMPLATES_PER_NAMESPACE})",
+        help="serve /mutate-hami (namespaces, all) or not (off); which namespaces translate is the "
+        "webhook configuration's namespaceSelector, and the controller's flag of the same name "
+        "(default namespaces)",
     )
 
 
@@ -120,34 +102,19 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
     return limits
 
 
-def _namespace_selector(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        selector = json.loads(args.hami_namespace_selector)
-    except ValueError as err:
-        raise UsageError(f"--hami-namespace-selector is not JSON: {err}") from None
-    problems = selector_problems(selector)
-    if problems:
-        raise UsageError(f"--hami-namespace-selector is not a label selector: {'; '.join(problems)}")
-    return dict(selector)
-
-
 def run(args: argparse.Namespace) -> int:
     from dra_driver.webhook.lookup import KubeLookup
     from dra_driver.webhook.server import ReloadingCertificate, WebhookServer
 
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be within 1..65535, got {args.port}")
-    templates = args.hami_max_templates_per_namespace
-    if templates < 1:
-        raise UsageError(f"--hami-max-templates-per-namespace must be at least 1, got {templates}")
     limits = _limits(args)
-    selector = _namespace_selector(args)
     try:
         certificate = ReloadingCertificate(args.tls_cert_file, args.tls_key_file)
     except (OSError, ssl.SSLError) as err:
         raise UsageError(f"cannot load --tls-cert-file/--tls-key-file: {err}") from None
     api_client = load_api_client(args.kubeconfig)
-    lookup = KubeLookup(api_client, args.driver_name, max_templates_per_namespace=templates)
+    lookup = KubeLookup(api_client, args.driver_name)
     server = WebhookServer(
         lookup,
         args.driver_name,
@@ -155,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
         certificate=certificate,
         hami_device_class=args.hami_device_class,
         hami_translate=args.hami_translate,
-        hami_namespace_selector=selector,
         limits=limits,
     )
     server.start()
