@@ -132,3 +132,7 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
         started.stop()
         if proxy is not None:
             proxy.stop()
+
+
+# Last: tenancy.py imports this module's RealCluster. The tenant attacks' fixture (test_*tenant*.py).
+from tests.cluster.tenancy import tenancy  # noqa: E402, F401
