@@ -16,6 +16,7 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.kube.config import load_api_client
+from dra_driver.webhook.clientauth import ClientAuth
 from dra_driver.webhook.limits import ServerLimits
 from dra_driver.webhook.optin import (
     TRANSLATE_MODES,
@@ -40,6 +41,20 @@ def register(subparsers: Any) -> None:
         default=None,
         help="DeviceClass that pods asking for HAMi's nvidia.com/gpu, gpumem, gpucores get on "
         "/mutate-hami (default: the class named like the driver)",
+    )
+    parser.add_argument(
+        "--client-ca-file",
+        default=None,
+        help="answer reviews only to clients presenting a certificate this CA signed: the API server's, "
+        "configured with --admission-control-config-file (docs/multi-tenant.md); health and metrics "
+        "stay open",
+    )
+    parser.add_argument(
+        "--client-name",
+        action="append",
+        default=[],
+        help="with --client-ca-file: a common or DNS name the client certificate must carry "
+        "(repeatable; default: any certificate the CA signed)",
     )
     _add_limit_flags(parser)
     _add_translation_flags(parser)
@@ -109,8 +124,16 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be within 1..65535, got {args.port}")
     limits = _limits(args)
+    client_auth = None
+    if args.client_name and not args.client_ca_file:
+        raise UsageError("--client-name needs --client-ca-file")
+    if args.client_ca_file:
+        try:
+            client_auth = ClientAuth(args.client_ca_file, args.client_name)
+        except (OSError, ssl.SSLError) as err:
+            raise UsageError(f"cannot load --client-ca-file: {err}") from None
     try:
-        certificate = ReloadingCertificate(args.tls_cert_file, args.tls_key_file)
+        certificate = ReloadingCertificate(args.tls_cert_file, args.tls_key_file, client_auth)
     except (OSError, ssl.SSLError) as err:
         raise UsageError(f"cannot load --tls-cert-file/--tls-key-file: {err}") from None
     api_client = load_api_client(args.kubeconfig)
@@ -123,17 +146,19 @@ def run(args: argparse.Namespace) -> int:
         hami_device_class=args.hami_device_class,
         hami_translate=args.hami_translate,
         limits=limits,
+        client_auth=client_auth,
     )
     server.start()
     log.warning(
         "hami-dra webhook serving on :%d for driver %s (at most %d connections, %gs per request, "
-        "bodies up to %d bytes, HAMi translation: %s)",
+        "bodies up to %d bytes, HAMi translation: %s, reviews from %s)",
         server.port,
         args.driver_name,
         limits.max_connections,
         limits.connection_timeout,
         limits.max_request_bytes,
         args.hami_translate,
+        "any client" if client_auth is None else f"client certificates of {args.client_ca_file}",
     )
     from dra_driver.kube.api import Kube
     from dra_driver.webhook.coexistence import warn_about_coexistence

@@ -35,6 +35,7 @@ from dra_driver.webhook.admission import (
     translate_hami_pod,
     validate_object,
 )
+from dra_driver.webhook.clientauth import ClientAuth
 from dra_driver.webhook.connections import Connection, ConnectionTable
 from dra_driver.webhook.limits import HeaderReader, ServerLimits
 from dra_driver.webhook.lookup import Lookup
@@ -67,13 +68,20 @@ class WebhookServer:
         hami_device_class: str | None = None,
         hami_translate: str = "namespaces",
         limits: ServerLimits | None = None,
+        client_auth: ClientAuth | None = None,
     ) -> None:
+        """``client_auth``: answer reviews only over connections with the API server's certificate
+        (``clientauth.py``); it must be the one ``certificate`` was built with, and is applied to
+        ``ssl_context`` here."""
         if hami_translate not in TRANSLATE_MODES:
             raise ValueError(
                 f"hami_translate must be one of {', '.join(TRANSLATE_MODES)}, not {hami_translate!r}"
             )
         self.lookup = lookup
         self.driver = driver
+        self.client_auth = client_auth
+        if client_auth is not None and ssl_context is not None:
+            client_auth.configure(ssl_context)
         self.reviews = 0
         self.limits = limits or ServerLimits()
         problems = self.limits.problems()
@@ -255,6 +263,14 @@ class _ReviewHandler(BaseHTTPRequestHandler):
         if decide is None:
             self._refuse(404, "not found")
             return
+        client_auth = self.webhook.client_auth
+        if client_auth is not None:
+            getpeercert = getattr(self.request, "getpeercert", None)
+            refusal = client_auth.refusal(getpeercert() if getpeercert is not None else None)
+            if refusal is not None:
+                self.webhook.metrics.reviews.labels(self.path.split("?")[0], "unauthenticated").inc()
+                self._refuse(403, refusal)
+                return
         length = self._content_length()
         if length is None:
             return

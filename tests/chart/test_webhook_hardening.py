@@ -144,3 +144,34 @@ def test_schema_rejects_bad_webhook_limits(render: Render, values: dict, where: 
     with pytest.raises(HelmError) as caught:
         render(values=values)
     assert where in str(caught.value)
+
+
+def test_client_auth_mounts_the_api_servers_ca_and_names_its_certificate(render: Render) -> None:
+    import base64
+
+    assert not [a for a in _args(render()) if a.startswith("--client-")], "off by default"
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    values = {
+        "webhook": {
+            "clientAuth": {
+                "enabled": True,
+                "caBundle": base64.b64encode(pem.encode()).decode(),
+                "names": ["kube-apiserver-webhook-client"],
+            }
+        }
+    }
+    objects = render(values=values)
+    args = _args(objects)
+    assert "--client-ca-file=/etc/hami-dra/client-ca/ca.crt" in args
+    assert "--client-name=kube-apiserver-webhook-client" in args
+    configmap = find(objects, "ConfigMap", "webhook-client-ca")
+    assert configmap["data"]["ca.crt"] == pem
+    deploy = find(objects, "Deployment", "webhook")
+    pod = deploy["spec"]["template"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "client-ca"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in container(deploy)["volumeMounts"]}
+    assert mounts["client-ca"] == "/etc/hami-dra/client-ca"
+    assert pod["metadata"]["annotations"]["checksum/client-ca"], "a new CA rolls the pods"
+    with pytest.raises(HelmError, match=r"webhook\.clientAuth\.caBundle must be"):
+        render(values={"webhook": {"clientAuth": {"enabled": True}}})
