@@ -134,5 +134,9 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
             proxy.stop()
 
 
-# Last: tenancy.py imports this module's RealCluster. The tenant attacks' fixture (test_*tenant*.py).
-from tests.cluster.tenancy import tenancy  # noqa: E402, F401
+@pytest.fixture(scope="module")
+def tenancy(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Any]:
+    """An untrusted tenant and its namespaces, fresh for each attack module (tests/cluster/tenancy.py)."""
+    from tests.cluster.tenancy import tenant_namespaces
+
+    yield from tenant_namespaces(real_cluster, driver)

@@ -4,8 +4,8 @@ The tenant is a ServiceAccount holding only a namespace Role (pods, pods/exec, p
 resourceclaims, resourceclaimtemplates: every verb), impersonated with ``kubectl --as``, so the
 real API server applies RBAC and the chart's admission policies exactly as it would to that
 tenant's own token. ``tenancy`` (module-scoped: each attack module gets fresh namespaces) sets it
-up against the chart-installed driver, installing the chart again if a module that sorts before
-(test_helm_install.py ends by uninstalling it) took it away.
+up against the chart-installed driver (``tenant_namespaces``), installing the chart again if a
+module that sorts before (test_helm_install.py ends by uninstalling it) took it away.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-
-import pytest
 
 from dra_driver.quantity import parse_bytes
 from dra_driver.quota import crd
@@ -139,8 +137,8 @@ def manifest(*objects: dict[str, Any]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
 
 
-@pytest.fixture(scope="module")
-def tenancy(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Tenancy]:
+def tenant_namespaces(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Tenancy]:
+    """What conftest.py's ``tenancy`` fixture yields, and removes afterwards."""
     cluster = real_cluster
     if isinstance(driver, ChartDriver) and not driver.installed:
         driver.install()

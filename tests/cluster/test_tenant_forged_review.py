@@ -12,19 +12,28 @@ webhook and get their answers, and nothing appears anywhere; the answers are the
 namespace a review names (the webhook read nothing of it); the victim's own HAMi pod still gets
 its template, which is deleted with the pod; and every card and namespace stays within bounds.
 
+``/mutate`` must follow the claims a pod names to their class, so a review naming another
+namespace's claims learns whether they exist and are ours. Where the admin makes the API server
+present a client certificate to webhooks (the local cluster does: dra_driver/cluster/configs.py),
+``webhook.clientAuth`` has the webhook answer reviews only over its connections: the forger then
+gets no answer at all, and the API server's own reviews still are.
+
 The forger runs the driver's own image (it has Python; the node is offline) as the tenant.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import pytest
 
+from dra_driver.cluster.configs import WEBHOOK_CLIENT_NAME
+from dra_driver.cluster.layout import Layout
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TEMPLATE_LABEL, TRANSLATED_ANNOTATION
-from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL
-from tests.cluster.tenancy import OTHER_NS, TENANT_NS, Tenancy
+from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, ChartDriver, DriverUnderTest
+from tests.cluster.tenancy import OTHER_NS, TENANT_NS, Tenancy, claim
 from tests.cluster.test_e2e import POD_TIMEOUT
 from tests.waiting import wait_for
 
@@ -35,7 +44,7 @@ FORGED_SHAPES = 16
 
 #: Posts every review in $REVIEWS to the webhook and prints one JSON line per answer.
 FORGER = """
-import json, os, ssl, urllib.request
+import json, os, ssl, urllib.error, urllib.request
 context = ssl.create_default_context()
 context.check_hostname = False
 context.verify_mode = ssl.CERT_NONE
@@ -47,8 +56,10 @@ for path, review in json.loads(os.environ["REVIEWS"]):
     try:
         with urllib.request.urlopen(request, context=context, timeout=10) as reply:
             answer = {"status": reply.status, "body": json.loads(reply.read())}
+    except urllib.error.HTTPError as err:
+        answer = {"status": err.code, "error": err.read().decode(errors="replace")}
     except Exception as err:
-        answer = {"status": getattr(err, "code", 0), "error": str(err)}
+        answer = {"status": 0, "error": str(err)}
     print(json.dumps({"path": path, "namespace": review["request"]["namespace"], **answer}), flush=True)
 """
 
@@ -79,6 +90,16 @@ def hami_review(uid: str, namespace: str, memory_mib: int) -> dict[str, Any]:
         "object": pod,
     }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def claim_review(namespace: str, claim_name: str) -> dict[str, Any]:
+    """A /mutate review for a pod naming ``claim_name`` of ``namespace``: its answer would say
+    whether that claim exists and is ours."""
+    review = hami_review("claims", namespace, 1)
+    spec = review["request"]["object"]["spec"]
+    spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return review
 
 
 def forger_pod(image: str, webhook: str, reviews: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -214,3 +235,47 @@ def test_a_tenant_cannot_have_the_controller_make_templates_where_translation_is
     assert tenancy.gated(TENANT_NS, "handmade")
     tenancy.tenant("delete", "pod", "handmade", "--wait=true", "--timeout=60s")
     tenancy.assert_contained()
+
+
+def webhook_pods_verify_clients(driver: ChartDriver) -> bool:
+    """Every webhook pod left runs with the client CA (none of the previous ones is still serving)."""
+    pods = driver.pods("webhook")
+    return bool(pods) and all(
+        not pod["metadata"].get("deletionTimestamp")
+        and any(arg.startswith("--client-ca-file=") for arg in pod["spec"]["containers"][0]["args"])
+        for pod in pods
+    )
+
+
+def test_with_client_auth_a_forged_review_gets_no_answer_and_the_api_servers_still_do(
+    tenancy: Tenancy, driver: DriverUnderTest
+) -> None:
+    assert isinstance(driver, ChartDriver)
+    cluster = tenancy.cluster
+    cluster.kubectl("label", "namespace", OTHER_NS, f"{NAMESPACE_LABEL}=enabled", "--overwrite")
+    cluster.kubectl("apply", "-n", OTHER_NS, "-f", "-", stdin=json.dumps(claim("victims-claim", "1Gi")))
+    ca = base64.b64encode(Layout(cluster.state_dir).pki.joinpath("ca.crt").read_bytes()).decode()
+    driver.upgrade(
+        "webhook.clientAuth.enabled=true",
+        f"webhook.clientAuth.caBundle={ca}",
+        f"webhook.clientAuth.names[0]={WEBHOOK_CLIENT_NAME}",
+    )
+    try:
+        wait_for(lambda: webhook_pods_verify_clients(driver), 120, "the webhook verifying its clients")
+        answers = forge(
+            tenancy,
+            [("/mutate", claim_review(OTHER_NS, "victims-claim")),
+             ("/mutate-hami", hami_review("forged", OTHER_NS, 1000))],
+        )  # fmt: skip
+        for answer in answers:
+            assert answer["status"] == 403 and "present its client certificate" in answer["error"], answer
+        # The API server's own reviews carry its certificate: the victim's HAMi pod is translated,
+        # gated and placed as before.
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(victim_pod("victim", 2000)))
+        tenancy.running(OTHER_NS, "victim")
+        assert hami_templates(tenancy), "translated by the webhook, its template made by the controller"
+        tenancy.assert_contained()
+        cluster.kubectl("delete", "pod", "victim", "-n", OTHER_NS, "--wait=true", "--timeout=60s")
+    finally:
+        driver.upgrade()  # back to values-local.yaml, which the other modules use
+        cluster.kubectl("delete", "resourceclaim", "victims-claim", "-n", OTHER_NS, "--ignore-not-found")
