@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.controller.controller import Step
 from dra_driver.controller.hami_templates import (
     MADE_ANNOTATION,
     NAMESPACES,
@@ -21,6 +22,8 @@ from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TRANSLATED_ANNOTATION, apply_patch
 from dra_driver.webhook.optin import namespace_gate
 from tests.controller.fake_kube import FakeKube
+from tests.controller.harness import NS
+from tests.controller.worlds import World
 from tests.webhook.test_hami_resources import review, seed_pod
 
 DRIVER = "gpu.hami.io"
@@ -125,3 +128,37 @@ def test_an_api_error_propagates_and_the_pod_is_tried_again(kube: FakeKube) -> N
         templates.ensure(pod)
     assert templates.ensure(pod) is None
     assert len(template_names(kube)) == 1
+
+
+# --- in the worker: a gated pod waiting for its template claim -------------------------------------
+
+
+def world_with_templates(opted_in: bool) -> World:
+    world = World()
+    labels = {NAMESPACE_LABEL: "enabled"} if opted_in else {}
+    world.kube.put(NAMESPACES, {"metadata": {"name": NS, "labels": labels}})
+    world.controller.hami_templates = maker(world.kube)
+    verdict = translate_hami_pod(review(seed_pod(), uid="w"), DRIVER, DRIVER)
+    assert verdict.patch is not None
+    translated = apply_patch(seed_pod(), verdict.patch)
+    translated["metadata"] |= {"name": "hami", "namespace": NS}
+    world.add_pod(translated)
+    return world
+
+
+def test_the_worker_makes_the_template_of_a_pod_waiting_for_its_claim() -> None:
+    world = world_with_templates(opted_in=True)
+    assert world.controller.schedule_one(world.pod_view("hami")) is Step.WAITING
+    assert [name for ns, name in template_names(world.kube) if ns == NS] == [
+        world.pod_view("hami").claim_entries[0].template
+    ]
+    assert world.condition("hami") is None, "waiting for kcm's claim is not pending"
+
+
+def test_the_worker_reports_a_pod_whose_namespace_did_not_opt_in() -> None:
+    world = world_with_templates(opted_in=False)
+    assert world.controller.schedule_one(world.pod_view("hami")) is Step.WAITING
+    assert template_names(world.kube) == []
+    found = world.condition("hami")
+    assert found is not None and found["reason"] == "InvalidRequest"
+    assert "has not opted in to HAMi resource translation" in found["message"]
