@@ -89,7 +89,7 @@ def admission_config(layout: Layout, pki: ClusterPki) -> Path:
     kubeconfig.write_text(yaml.safe_dump(body, sort_keys=False))
     webhook = {
         "apiVersion": "apiserver.config.k8s.io/v1",
-        "kind": "WebhookAdmission",
+        "kind": "WebhookAdmissionConfiguration",
         "kubeConfigFile": str(kubeconfig),
     }
     path = layout.root / "admission-config.yaml"
