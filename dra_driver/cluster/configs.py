@@ -72,6 +72,43 @@ def etcd_args(tools: Toolchain, layout: Layout) -> list[str]:
     ]
 
 
+#: The common name of the client certificate kube-apiserver presents to admission webhooks: a
+#: webhook that verifies it (the chart's ``webhook.clientAuth``) answers reviews only to the API
+#: server, not to a pod posting one of its own (docs/multi-tenant.md).
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
+
+
+def admission_config(layout: Layout, pki: ClusterPki) -> Path:
+    """``--admission-control-config-file``: the API server presents ``WEBHOOK_CLIENT_NAME``'s
+    certificate to every webhook (kubeconfig user ``*``), as an admin configures it in production.
+    A webhook that asks for no client certificate is not sent one."""
+    client = pki.issue("apiserver-webhook-client", WEBHOOK_CLIENT_NAME)
+    kubeconfig = layout.root / "webhook-client.kubeconfig"
+    user = {"client-certificate": str(client.cert), "client-key": str(client.key)}
+    body = {"apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": user}]}
+    kubeconfig.write_text(yaml.safe_dump(body, sort_keys=False))
+    webhook = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    path = layout.root / "admission-config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AdmissionConfiguration",
+                "plugins": [
+                    {"name": name, "configuration": webhook}
+                    for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+                ],
+            },
+            sort_keys=False,
+        )
+    )
+    return path
+
+
 def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[str]:
     serving = pki.issue(
         "apiserver",
@@ -115,6 +152,7 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         # The defaults already include MutatingAdmissionWebhook, ValidatingAdmissionWebhook and
         # ValidatingAdmissionPolicy; NodeRestriction makes the kubelet's identity matter as in production.
         "--enable-admission-plugins=NodeRestriction",
+        f"--admission-control-config-file={admission_config(layout, pki)}",
         "--allow-privileged=true",
         # The API server runs on the host, outside kube-proxy's reach for its own connections to
         # webhook Services: it dials their endpoints (pod IPs on the bridge) instead.

@@ -15,6 +15,7 @@ from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
 from dra_driver.flags import add_metrics_bind_address, cannot_listen, metrics_address
 from dra_driver.kube.config import load_api_client
+from dra_driver.webhook.optin import NAMESPACE_LABEL, NAMESPACE_LABEL_VALUE, TRANSLATE_MODES, parse_selector
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,25 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--default-node-policy", default=DEFAULT_NODE_POLICY.value, help="node policy default"
     )
+    parser.add_argument(
+        "--hami-translate",
+        choices=TRANSLATE_MODES,
+        default="namespaces",
+        help="where to create the ResourceClaimTemplates of pods the webhook translated from HAMi's "
+        f"resources: namespaces labelled {NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE}, namespaces matching "
+        "--hami-namespace-selector (all), or nowhere (off); as the webhook's (default namespaces)",
+    )
+    parser.add_argument(
+        "--hami-namespace-selector",
+        default="{}",
+        help="with --hami-translate=all: the webhook configuration's namespaceSelector as JSON "
+        "(default {}: every namespace)",
+    )
+    parser.add_argument(
+        "--hami-device-class",
+        default=None,
+        help="DeviceClass of the translated pods' templates (default: the class named like the driver)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -44,14 +64,25 @@ def run(args: argparse.Namespace) -> int:
         defaults = ControllerDefaults(policy=args.default_policy, node_policy=args.default_node_policy)
     except ConfigError as err:
         raise UsageError(str(err)) from None
+    try:
+        selector = parse_selector(args.hami_namespace_selector)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     address = metrics_address(args)
     from dra_driver.controller.controller import Controller
+    from dra_driver.controller.hami_templates import HamiTemplates, KubeNamespaces
     from dra_driver.controller.metrics import ControllerMetrics
     from dra_driver.kube.api import Kube
     from dra_driver.kube.errors import KubeError
     from dra_driver.kube.leader import LeaderElector
+    from dra_driver.webhook.optin import namespace_gate
 
     kube = Kube(load_api_client(args.kubeconfig))
+    hami_templates = None
+    if args.hami_translate != "off":
+        gate = namespace_gate(args.hami_translate, selector, KubeNamespaces(kube))
+        device_class = args.hami_device_class or args.driver_name
+        hami_templates = HamiTemplates(kube, args.driver_name, device_class, gate)
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     metrics = ControllerMetrics()
     elector = None
@@ -68,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         # Events are sent by their own thread: a writer thread waiting an event's round trip
         # per pod cost a quarter of the bind throughput (docs/performance.md).
         background_events=True,
+        hami_templates=hami_templates,
     )
     if address is not None:
         try:

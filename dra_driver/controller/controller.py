@@ -30,6 +30,7 @@ from dra_driver.controller.allocator import (
 from dra_driver.controller.binder import Binder, BindOutcome, BindResult
 from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.cache import ClusterCache, Wake
+from dra_driver.controller.hami_templates import HamiTemplates
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
@@ -86,8 +87,11 @@ class Controller:
         background_events: bool = False,
         pass_budget: float = PASS_BUDGET_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        hami_templates: HamiTemplates | None = None,
     ) -> None:
         self.kube = kube
+        #: Makes the templates HAMi-translated pods wait for (None: translation is off).
+        self.hami_templates = hami_templates
         self.driver = driver
         self.metrics = metrics or ControllerMetrics()
         self.is_leader = is_leader or (lambda: True)
@@ -274,6 +278,9 @@ class Controller:
         if isinstance(outcome, ClaimBusy):
             return Step.RETRY
         if isinstance(outcome, WaitingForClaim):
+            problem = None if self.hami_templates is None else self.hami_templates.ensure(pod)
+            if problem is not None:
+                self._pending(pod, "InvalidRequest", problem)
             return Step.WAITING
         return Step.SKIP
 

@@ -3,8 +3,10 @@
 ``admission`` holds the decisions (pure functions over AdmissionReview dicts), ``lookup`` reads the
 claims, templates and classes a pod refers to, ``server`` serves AdmissionReview v1 over HTTPS
 (``/mutate``, ``/mutate-hami``, ``/validate``, ``/healthz``) within the bounds of ``limits`` and
-``connections``, with the certificate ``tls`` reloads, ``optin`` says which namespaces
-``/mutate-hami`` may write to, and ``command`` is ``hami-dra webhook``.
+``connections``, with the certificate ``tls`` reloads, ``clientauth`` answers only the API
+server's client certificate where one is configured, ``optin`` says which namespaces HAMi
+resources are translated in (the controller applies it: the webhook writes nothing), and
+``command`` is ``hami-dra webhook``.
 """
 
 from dra_driver.contract import GATE_NAME

@@ -32,9 +32,8 @@ from dra_driver.kube.errors import KubeError
 from dra_driver.resource.objects import ClaimView, DeviceClassView, ObjectView, PodView, template_claim
 from dra_driver.resource.refs import RequestRef
 from dra_driver.webhook import GATE_NAME
-from dra_driver.webhook.hami_resources import TranslationError, apply_patch, translate_pod
-from dra_driver.webhook.lookup import Lookup, TemplateWriter
-from dra_driver.webhook.optin import NamespaceGate
+from dra_driver.webhook.hami_resources import TranslationError, pod_token, translate_pod
+from dra_driver.webhook.lookup import Lookup
 
 log = logging.getLogger(__name__)
 
@@ -163,67 +162,57 @@ def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
     return verdict
 
 
-def translate_hami_pod(
-    request: Mapping[str, Any],
-    lookup: Lookup,
-    writer: TemplateWriter,
-    device_class: str,
-    driver: str,
-    gate: NamespaceGate | None = None,
-) -> Verdict:
+def translate_hami_pod(request: Mapping[str, Any], device_class: str, driver: str) -> Verdict:
     """``/mutate-hami``: HAMi's ``nvidia.com/*`` resources become claims (see hami_resources.py).
 
-    The API server only sends pods of opted-in namespaces (the configuration's namespaceSelector),
-    but anyone reaching the Service could send a review naming another namespace, so ``gate``
-    checks the Namespace itself before anything is written: a namespace that has not opted in gets
-    its pod admitted unchanged, with a warning. The templates are created first, then the gate
-    decision runs on the translated pod, so one admission both translates and gates it. A template
-    that cannot be created denies the pod (its controller retries), rather than admitting a pod
-    that would wait for a template forever; so does a Namespace that cannot be read.
+    Answered from the request alone: no API call, no write, no read. The webhook's Service answers
+    any caller that reaches it, so whatever a hand-made review names (another namespace, other
+    claims), its answer is a patch computed from its own body, and nothing happens anywhere. The
+    templates the patch names are created by the controller, from the pod the API server stored
+    (dra_driver/controller/hami_templates.py), which is also where the namespace's opt-in is
+    checked; the API server only sends pods of opted-in namespaces (the namespaceSelector).
+
+    The translated pod is gated in the same admission (its new claims are ours by construction):
+    the controller, not kube-scheduler, must see it, since its templates exist only once the
+    controller has made them. A pod bound to a node (``spec.nodeName``) cannot be gated, so it is
+    refused rather than admitted to wait for templates nobody makes.
     """
     pod = request.get("object") or {}
     if request.get("operation", "CREATE") != "CREATE":
         return Verdict()
     view = PodView(pod)
     namespace = _namespace(request, view)
-    if gate is not None:
-        try:
-            refusal = gate.refusal(namespace)
-        except KubeError as err:
-            return Verdict(
-                allowed=False,
-                message=f"cannot read namespace {namespace} to check that it opted in to HAMi resource "
-                f"translation: {err}",
-            )
-        if refusal is not None:
-            log.warning("/mutate-hami: %s", refusal)
-            return Verdict(warnings=[refusal])
     try:
-        translation = translate_pod(pod, namespace, device_class, driver)
+        token = pod_token(str(request.get("uid") or ""))
+        translation = translate_pod(pod, namespace, device_class, driver, token)
     except TranslationError as err:
         return Verdict(allowed=False, message=f"HAMi resources: {err}")
     if translation is None:
         return Verdict()
-    if not request.get("dryRun"):
-        for template in translation.templates:
-            try:
-                writer.ensure_template(template)
-            except (KubeError, TranslationError) as err:
-                name = template["metadata"]["name"]
-                return Verdict(
-                    allowed=False, message=f"cannot create ResourceClaimTemplate {namespace}/{name}: {err}"
-                )
-    translated = apply_patch(pod, translation.patch)
-    gating = mutate_pod({**request, "object": translated}, lookup)
-    if not gating.allowed:
-        return gating
+    patch = list(translation.patch)
+    if translation.templates:
+        if view.bound_to:
+            return Verdict(
+                allowed=False,
+                message="HAMi resources: the pod sets spec.nodeName, so the hami-dra controller cannot place "
+                "it; choose the node with a nodeSelector or node affinity instead",
+            )
+        if not view.gated:
+            patch += _gate_patch(view)
     notes = [
         f"container {container}: {', '.join(f'{k}={v}' for k, v in entry['from'].items())} -> "
         f"claim {entry['claim']} from ResourceClaimTemplate {entry['template']}"
         for container, entry in translation.summary.items()
     ]
     log.info("pod %s/%s: %s", namespace, view.name or "(generated)", "; ".join(notes))
-    return Verdict(patch=[*translation.patch, *(gating.patch or [])], warnings=[*gating.warnings])
+    return Verdict(patch=patch)
+
+
+def _gate_patch(pod: PodView) -> list[dict[str, Any]]:
+    """The JSONPatch op that adds our scheduling gate to ``pod`` (which does not carry it)."""
+    if not pod.other_gates:  # no gates (or an empty list): add the list
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE_NAME}]}]
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE_NAME}}]
 
 
 # --- GpuConfig validation ---------------------------------------------------------------------

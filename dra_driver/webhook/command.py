@@ -8,7 +8,6 @@ chart can set them from ``webhook.server`` and ``webhook.hamiResources``; their 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import ssl
 import threading
@@ -17,13 +16,10 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
 from dra_driver.kube.config import load_api_client
+from dra_driver.webhook.clientauth import ClientAuth
 from dra_driver.webhook.limits import ServerLimits
 from dra_driver.webhook.optin import (
-    MAX_TEMPLATES_PER_NAMESPACE,
-    NAMESPACE_LABEL,
-    NAMESPACE_LABEL_VALUE,
     TRANSLATE_MODES,
-    selector_problems,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +41,20 @@ def register(subparsers: Any) -> None:
         default=None,
         help="DeviceClass that pods asking for HAMi's nvidia.com/gpu, gpumem, gpucores get on "
         "/mutate-hami (default: the class named like the driver)",
+    )
+    parser.add_argument(
+        "--client-ca-file",
+        default=None,
+        help="answer reviews only to clients presenting a certificate this CA signed: the API server's, "
+        "configured with --admission-control-config-file (docs/multi-tenant.md); health and metrics "
+        "stay open",
+    )
+    parser.add_argument(
+        "--client-name",
+        action="append",
+        default=[],
+        help="with --client-ca-file: a common or DNS name the client certificate must carry "
+        "(repeatable; default: any certificate the CA signed)",
     )
     _add_limit_flags(parser)
     _add_translation_flags(parser)
@@ -88,22 +98,9 @@ def _add_translation_flags(parser: argparse.ArgumentParser) -> None:
         "--hami-translate",
         choices=TRANSLATE_MODES,
         default="namespaces",
-        help="where /mutate-hami may translate and create templates: namespaces labelled "
-        f"{NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE}, all namespaces matching --hami-namespace-selector, "
-        "or off (default namespaces)",
-    )
-    parser.add_argument(
-        "--hami-namespace-selector",
-        default="{}",
-        help="with --hami-translate=all: the webhook configuration's namespaceSelector as JSON "
-        "(default {}: every namespace)",
-    )
-    parser.add_argument(
-        "--hami-max-templates-per-namespace",
-        type=int,
-        default=MAX_TEMPLATES_PER_NAMESPACE,
-        help="ResourceClaimTemplates /mutate-hami may create in one namespace; a new shape beyond it "
-        f"denies the pod (default {MAX_TEMPLATES_PER_NAMESPACE})",
+        help="serve /mutate-hami (namespaces, all) or not (off); which namespaces translate is the "
+        "webhook configuration's namespaceSelector, and the controller's flag of the same name "
+        "(default namespaces)",
     )
 
 
@@ -120,34 +117,27 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
     return limits
 
 
-def _namespace_selector(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        selector = json.loads(args.hami_namespace_selector)
-    except ValueError as err:
-        raise UsageError(f"--hami-namespace-selector is not JSON: {err}") from None
-    problems = selector_problems(selector)
-    if problems:
-        raise UsageError(f"--hami-namespace-selector is not a label selector: {'; '.join(problems)}")
-    return dict(selector)
-
-
 def run(args: argparse.Namespace) -> int:
     from dra_driver.webhook.lookup import KubeLookup
     from dra_driver.webhook.server import ReloadingCertificate, WebhookServer
 
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be within 1..65535, got {args.port}")
-    templates = args.hami_max_templates_per_namespace
-    if templates < 1:
-        raise UsageError(f"--hami-max-templates-per-namespace must be at least 1, got {templates}")
     limits = _limits(args)
-    selector = _namespace_selector(args)
+    client_auth = None
+    if args.client_name and not args.client_ca_file:
+        raise UsageError("--client-name needs --client-ca-file")
+    if args.client_ca_file:
+        try:
+            client_auth = ClientAuth(args.client_ca_file, args.client_name)
+        except (OSError, ssl.SSLError) as err:
+            raise UsageError(f"cannot load --client-ca-file: {err}") from None
     try:
-        certificate = ReloadingCertificate(args.tls_cert_file, args.tls_key_file)
+        certificate = ReloadingCertificate(args.tls_cert_file, args.tls_key_file, client_auth)
     except (OSError, ssl.SSLError) as err:
         raise UsageError(f"cannot load --tls-cert-file/--tls-key-file: {err}") from None
     api_client = load_api_client(args.kubeconfig)
-    lookup = KubeLookup(api_client, args.driver_name, max_templates_per_namespace=templates)
+    lookup = KubeLookup(api_client, args.driver_name)
     server = WebhookServer(
         lookup,
         args.driver_name,
@@ -155,19 +145,20 @@ def run(args: argparse.Namespace) -> int:
         certificate=certificate,
         hami_device_class=args.hami_device_class,
         hami_translate=args.hami_translate,
-        hami_namespace_selector=selector,
         limits=limits,
+        client_auth=client_auth,
     )
     server.start()
     log.warning(
         "hami-dra webhook serving on :%d for driver %s (at most %d connections, %gs per request, "
-        "bodies up to %d bytes, HAMi translation: %s)",
+        "bodies up to %d bytes, HAMi translation: %s, reviews from %s)",
         server.port,
         args.driver_name,
         limits.max_connections,
         limits.connection_timeout,
         limits.max_request_bytes,
         args.hami_translate,
+        "any client" if client_auth is None else f"client certificates of {args.client_ca_file}",
     )
     from dra_driver.kube.api import Kube
     from dra_driver.webhook.coexistence import warn_about_coexistence

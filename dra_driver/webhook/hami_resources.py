@@ -4,7 +4,15 @@ A container that asks for ``nvidia.com/gpu`` (count), ``nvidia.com/gpumem`` (MiB
 ``nvidia.com/gpumem-percentage`` or ``nvidia.com/gpucores`` (percent) gets, instead, a pod claim
 made from a ResourceClaimTemplate of one of our DeviceClasses. kube-controller-manager creates the
 claim from the template, owned by the pod, so no claim outlives its pod whatever happens to this
-webhook. Templates are named from the request shape, so every pod with the same shape shares one.
+webhook.
+
+The webhook writes nothing: its Service answers any caller, so a hand-made review must not create
+objects with the webhook's rights (it would write into any namespace). It only rewrites the pod,
+naming a template per pod and shape (``hami-<shape>-<token>``, the token from the review's UID) and
+recording what it translated in the ``gpu.hami.io/hami-translated`` annotation. The controller
+creates those templates afterwards, from the pod the API server stored, owned by that pod
+(``templates_for_pod``, dra_driver/controller/hami_templates.py): a forged review creates nothing,
+and the garbage collector deletes a pod's templates with it.
 
 The derivation is HAMi's (its webhook and ``GenerateResourceRequests``): limits win over requests,
 per resource; memory/cores/percentage without a count mean one GPU; a percentage is per card, must
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +71,10 @@ class Shape:
         )  # fmt: skip
         return f"hami-{self.count}gpu-{memory}-{self.cores}cores"
 
-    def template(self, namespace: str, device_class: str, driver: str) -> dict[str, Any]:
-        """The ResourceClaimTemplate every pod of this shape shares."""
+    def template(
+        self, namespace: str, device_class: str, driver: str, name: str | None = None
+    ) -> dict[str, Any]:
+        """The ResourceClaimTemplate of this shape, named ``name`` (default: the shape's name)."""
         requests: dict[str, str] = {"cores": str(self.cores)}
         if self.memory_mib is not None:
             requests["memory"] = f"{self.memory_mib}Mi"
@@ -79,7 +90,7 @@ class Shape:
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
             "metadata": {
-                "name": self.template_name,
+                "name": name or self.template_name,
                 "namespace": namespace,
                 "labels": {TEMPLATE_LABEL: self.template_name, "app.kubernetes.io/managed-by": "hami-dra"},
             },
@@ -176,10 +187,22 @@ def _without_hami(resources: Mapping[str, Any], claim: str | None) -> dict[str, 
     return rewritten
 
 
+def pod_token(review_uid: str = "") -> str:
+    """The suffix that makes a pod's template names its own: from the review's UID (unique per
+    admission), random without one. The pod's name is no use: with ``generateName`` it does not
+    exist yet at admission, nor does its UID."""
+    if not review_uid:
+        return secrets.token_hex(5)
+    return hashlib.sha256(review_uid.encode()).hexdigest()[:10]
+
+
 def translate_pod(
-    pod: Mapping[str, Any], namespace: str, device_class: str, driver: str
+    pod: Mapping[str, Any], namespace: str, device_class: str, driver: str, token: str = ""
 ) -> Translation | None:
-    """The JSONPatch and the templates that move a pod's HAMi resources onto claims; None if none."""
+    """The JSONPatch and the templates that move a pod's HAMi resources onto claims; None if none.
+
+    Templates are named ``<shape>-<token>`` (``token``: ``pod_token``; empty: the shape alone).
+    """
     spec = pod.get("spec") or {}
     patch: list[dict[str, Any]] = []
     templates: dict[str, dict[str, Any]] = {}
@@ -201,13 +224,13 @@ def translate_pod(
                 )
             rewritten = _without_hami(resources, None if shape is None else claim)
             if shape is not None:
-                template = shape.template(namespace, device_class, driver)
-                templates[shape.template_name] = template
-                pod_claims.append({"name": claim, "resourceClaimTemplateName": shape.template_name})
+                template_name = f"{shape.template_name}-{token}" if token else shape.template_name
+                templates[template_name] = shape.template(namespace, device_class, driver, template_name)
+                pod_claims.append({"name": claim, "resourceClaimTemplateName": template_name})
                 summary[name] = {
                     "from": {k: str(v) for k, v in values.items()},
                     "claim": claim,
-                    "template": shape.template_name,
+                    "template": template_name,
                 }
             patch.append({"op": "replace" if "resources" in container else "add",
                           "path": f"/spec/{section}/{position}/resources", "value": rewritten})  # fmt: skip
@@ -248,3 +271,57 @@ def apply_patch(pod: Mapping[str, Any], patch: Sequence[Mapping[str, Any]]) -> d
         else:
             target[last] = op["value"]
     return result
+
+
+def templates_for_pod(pod: Mapping[str, Any], device_class: str, driver: str) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates a translated pod waits for, owned by the pod (the controller
+    creates them; the garbage collector deletes them with the pod).
+
+    Built from the pod as the API server stored it: its ``gpu.hami.io/hami-translated`` annotation
+    says, per container, what was asked for (``from``) and which claim and template replace it.
+    Whoever wrote the annotation, a template is only made for a claim the pod itself names with
+    that template, from the shape ``from`` gives, and named after that shape; anything else raises
+    ``TranslationError`` (the pod's pending reason). Nothing here is trusted beyond the pod's own
+    namespace: the template goes where the pod is.
+    """
+    meta = pod.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(TRANSLATED_ANNOTATION)
+    if not text:
+        return []
+    try:
+        summary = json.loads(text)
+    except ValueError as err:
+        raise TranslationError(f"annotation {TRANSLATED_ANNOTATION} is not JSON: {err}") from None
+    if not isinstance(summary, dict):
+        raise TranslationError(f"annotation {TRANSLATED_ANNOTATION} must map containers to translations")
+    named = {
+        str(entry.get("name")): entry.get("resourceClaimTemplateName")
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+        if isinstance(entry, dict)
+    }
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": str(meta.get("name") or ""),
+        "uid": str(meta.get("uid") or ""),
+    }
+    templates: dict[str, dict[str, Any]] = {}
+    for container, entry in sorted(summary.items()):
+        if not isinstance(entry, dict) or not isinstance(entry.get("from"), dict):
+            raise TranslationError(f"annotation {TRANSLATED_ANNOTATION}: container {container} has no 'from'")
+        claim, name = entry.get("claim"), entry.get("template")
+        if not isinstance(name, str) or named.get(str(claim)) != name:
+            raise TranslationError(
+                f"annotation {TRANSLATED_ANNOTATION}: container {container}'s claim {claim} is not made "
+                f"from template {name} in spec.resourceClaims"
+            )
+        shape = shape_of(str(container), entry["from"])
+        if shape is None or not name.startswith(f"{shape.template_name}-"):
+            raise TranslationError(
+                f"annotation {TRANSLATED_ANNOTATION}: template {name} of container {container} is not "
+                f"named after the shape its resources give ({shape.template_name if shape else 'no GPU'})"
+            )
+        template = shape.template(str(meta.get("namespace") or ""), device_class, driver, name)
+        template["metadata"]["ownerReferences"] = [owner]
+        templates[name] = template
+    return list(templates.values())

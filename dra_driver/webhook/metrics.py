@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 import dra_driver.metrics  # noqa: F401  (switches off the _created series)
 
-OUTCOMES = ("allowed", "denied", "error", "malformed")
+OUTCOMES = ("allowed", "denied", "error", "malformed", "unauthenticated")
 CLOSE_REASONS = ("refused", "evicted", "timed_out")
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -60,7 +60,8 @@ class WebhookMetrics:
         self.reviews = Counter(
             "hami_dra_webhook_reviews_total",
             "AdmissionReviews answered, by path and outcome (allowed, denied, error: could not "
-            "decide and refused, malformed: not an AdmissionReview)",
+            "decide and refused, malformed: not an AdmissionReview, unauthenticated: not from the API "
+            "server's client certificate, with --client-ca-file)",
             ["path", "outcome"],
             registry=self.registry,
         )

@@ -1,15 +1,17 @@
-"""Which namespaces ``/mutate-hami`` may create ResourceClaimTemplates in.
+"""Which namespaces HAMi resources are translated in: where the controller makes the templates.
 
-The webhook configuration's ``namespaceSelector`` decides which pods the API server sends, but the
-webhook's Service answers any caller that can reach it: a hand-made AdmissionReview naming
-``kube-system`` would have the webhook create templates there with its own permissions. So before
-writing anything the handler reads the Namespace and applies the same selector itself: the label
+The webhook configuration's ``namespaceSelector`` decides which pods the API server sends to
+``/mutate-hami``, which writes nothing. The controller creates the templates a translated pod
+names, and only for a pod that exists, in a namespace that opted in: the label
 ``gpu.hami.io/hami-resources=enabled`` (``--hami-translate=namespaces``) or the configuration's
-selector (``--hami-translate=all``, ``--hami-namespace-selector``).
+selector (``--hami-translate=all``, ``--hami-namespace-selector``). Anyone may write the
+translation's annotation into a pod of their own; the check keeps the controller from making
+templates of our classes where the admin did not turn translation on.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -19,10 +21,6 @@ NAMESPACE_LABEL = "gpu.hami.io/hami-resources"
 NAMESPACE_LABEL_VALUE = "enabled"
 #: ``--hami-translate`` values, as the chart's ``webhook.hamiResources.translate``.
 TRANSLATE_MODES = ("namespaces", "all", "off")
-#: Templates /mutate-hami may create in one namespace: a handful of shapes per workload is usual,
-#: and every distinct memory size is one more, so this leaves room while bounding what a tenant
-#: can have the webhook write (templates are never deleted by it).
-MAX_TEMPLATES_PER_NAMESPACE = 64
 OPT_IN_SELECTOR: dict[str, Any] = {"matchLabels": {NAMESPACE_LABEL: NAMESPACE_LABEL_VALUE}}
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 #: A namespace name is a DNS label; anything else must not reach an API path.
@@ -117,3 +115,15 @@ def namespace_gate(mode: str, selector: Mapping[str, Any], reader: NamespaceRead
     if mode == "namespaces":
         return NamespaceGate(reader, OPT_IN_SELECTOR, f"label it {NAMESPACE_LABEL}={NAMESPACE_LABEL_VALUE}")
     return NamespaceGate(reader, selector, "it is outside the webhook's namespaceSelector")
+
+
+def parse_selector(text: str, flag: str = "--hami-namespace-selector") -> dict[str, Any]:
+    """``flag``'s JSON label selector; ``ValueError`` naming the flag and what is wrong."""
+    try:
+        selector = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"{flag} is not JSON: {err}") from None
+    problems = selector_problems(selector)
+    if problems:
+        raise ValueError(f"{flag} is not a label selector: {'; '.join(problems)}")
+    return dict(selector)

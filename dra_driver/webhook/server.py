@@ -35,11 +35,12 @@ from dra_driver.webhook.admission import (
     translate_hami_pod,
     validate_object,
 )
+from dra_driver.webhook.clientauth import ClientAuth
 from dra_driver.webhook.connections import Connection, ConnectionTable
 from dra_driver.webhook.limits import HeaderReader, ServerLimits
-from dra_driver.webhook.lookup import Lookup, TemplateWriter
+from dra_driver.webhook.lookup import Lookup
 from dra_driver.webhook.metrics import WebhookMetrics
-from dra_driver.webhook.optin import TRANSLATE_MODES, NamespaceGate, NamespaceReader, namespace_gate
+from dra_driver.webhook.optin import TRANSLATE_MODES
 from dra_driver.webhook.tls import ReloadingCertificate, tls_context
 
 __all__ = ["ReloadingCertificate", "ServerLimits", "WebhookServer", "tls_context"]
@@ -66,15 +67,21 @@ class WebhookServer:
         certificate: ReloadingCertificate | None = None,
         hami_device_class: str | None = None,
         hami_translate: str = "namespaces",
-        hami_namespace_selector: Mapping[str, Any] | None = None,
         limits: ServerLimits | None = None,
+        client_auth: ClientAuth | None = None,
     ) -> None:
+        """``client_auth``: answer reviews only over connections with the API server's certificate
+        (``clientauth.py``); it must be the one ``certificate`` was built with, and is applied to
+        ``ssl_context`` here."""
         if hami_translate not in TRANSLATE_MODES:
             raise ValueError(
                 f"hami_translate must be one of {', '.join(TRANSLATE_MODES)}, not {hami_translate!r}"
             )
         self.lookup = lookup
         self.driver = driver
+        self.client_auth = client_auth
+        if client_auth is not None and ssl_context is not None:
+            client_auth.configure(ssl_context)
         self.reviews = 0
         self.limits = limits or ServerLimits()
         problems = self.limits.problems()
@@ -85,10 +92,8 @@ class WebhookServer:
             else (lambda: ssl_context) if ssl_context is not None
             else None
         )  # fmt: skip
-        gate = None
-        if hami_translate != "off" and isinstance(lookup, NamespaceReader):
-            gate = namespace_gate(hami_translate, hami_namespace_selector or {}, lookup)
-        self.handlers = _handlers(lookup, driver, hami_device_class or driver, gate)
+        translate = hami_translate != "off"
+        self.handlers = _handlers(lookup, driver, hami_device_class or driver, translate)
         self.connections = ConnectionTable(
             self.limits.max_connections, self.limits.connection_timeout, self.limits.max_inflight_bytes
         )
@@ -136,19 +141,14 @@ class WebhookServer:
         return 200, json.dumps(review_response(request, verdict)).encode(), "application/json"
 
 
-def _handlers(
-    lookup: Lookup, driver: str, device_class: str, gate: NamespaceGate | None
-) -> dict[str, Decide]:
-    """Path -> decision. ``/mutate-hami`` only with a gate: templates are written only where allowed."""
+def _handlers(lookup: Lookup, driver: str, device_class: str, translate: bool) -> dict[str, Decide]:
+    """Path -> decision. ``/mutate-hami`` (with ``translate``) answers from the review alone."""
     handlers: dict[str, Decide] = {
         "/mutate": lambda request: mutate_pod(request, lookup),
         "/validate": lambda request: validate_object(request, driver),
     }
-    if gate is not None and isinstance(lookup, TemplateWriter):
-        writer = lookup
-        handlers["/mutate-hami"] = lambda request: translate_hami_pod(
-            request, lookup, writer, device_class, driver, gate
-        )
+    if translate:
+        handlers["/mutate-hami"] = lambda request: translate_hami_pod(request, device_class, driver)
     return handlers
 
 
@@ -263,6 +263,14 @@ class _ReviewHandler(BaseHTTPRequestHandler):
         if decide is None:
             self._refuse(404, "not found")
             return
+        client_auth = self.webhook.client_auth
+        if client_auth is not None:
+            getpeercert = getattr(self.request, "getpeercert", None)
+            refusal = client_auth.refusal(getpeercert() if getpeercert is not None else None)
+            if refusal is not None:
+                self.webhook.metrics.reviews.labels(self.path.split("?")[0], "unauthenticated").inc()
+                self._refuse(403, refusal)
+                return
         length = self._content_length()
         if length is None:
             return

@@ -15,17 +15,24 @@ import logging
 import os
 import ssl
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dra_driver.webhook.clientauth import ClientAuth
 
 log = logging.getLogger(__name__)
 
 Signature = tuple[tuple[int, int, int], ...]
 
 
-def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A TLS 1.2+ server context serving ``cert_file`` with ``key_file``."""
+def tls_context(cert_file: str, key_file: str, client_auth: ClientAuth | None = None) -> ssl.SSLContext:
+    """A TLS 1.2+ server context serving ``cert_file`` with ``key_file`` (asking for a client
+    certificate with ``client_auth``)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
+    if client_auth is not None:
+        client_auth.configure(context)
     return context
 
 
@@ -45,12 +52,13 @@ class ReloadingCertificate:
     ``tls_context``: a webhook must not start without a certificate.
     """
 
-    def __init__(self, cert_file: str, key_file: str) -> None:
+    def __init__(self, cert_file: str, key_file: str, client_auth: ClientAuth | None = None) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_auth = client_auth
         self._lock = threading.Lock()
         self._signature = _signature(cert_file, key_file)
-        self._context = tls_context(cert_file, key_file)
+        self._context = tls_context(cert_file, key_file, client_auth)
         self._rejected: Signature | None = None
         self.reloads = 0
 
@@ -68,7 +76,7 @@ class ReloadingCertificate:
 
     def _reload(self, signature: Signature) -> None:
         try:
-            context = tls_context(self.cert_file, self.key_file)
+            context = tls_context(self.cert_file, self.key_file, self.client_auth)
         except (OSError, ssl.SSLError) as err:
             self._rejected = signature
             log.warning(

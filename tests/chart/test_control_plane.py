@@ -102,7 +102,7 @@ def test_mutating_webhook_gates_pods_with_claims(render: Render) -> None:
     assert config["metadata"]["annotations"]["gpu.hami.io/scheduling-gate"] == GATE
     hami, hook = config["webhooks"]
     assert hami["name"] == "hami-resources.gpu.hami.io", "translation first, then the gate"
-    assert hami["clientConfig"]["service"]["path"] == "/mutate-hami" and hami["sideEffects"] == "NoneOnDryRun"
+    assert hami["clientConfig"]["service"]["path"] == "/mutate-hami" and hami["sideEffects"] == "None"
     assert hook["name"] == "pods.gpu.hami.io"
     assert hook["rules"] == [
         {

@@ -105,6 +105,14 @@ def lift_with_annotation(pod: dict[str, Any]) -> None:
 
 CONTROLLER_POD_CASES = [
     ("gate, HAMi annotation and decision record", "", lift_with_annotation, None),
+    (
+        "the templates it made for a HAMi-translated pod",
+        "",
+        lambda p: p["metadata"]["annotations"].update(
+            {"gpu.hami.io/hami-templates": "hami-1gpu-whole-100cores-0a"}
+        ),
+        None,
+    ),
     ("an image", "", lambda p: p["spec"]["containers"][0].update(image="evil"), "containers, images"),
     ("a toleration", "", lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), "tolerations"),
     ("a label", "", lambda p: p["metadata"]["labels"].update(app="y"), "only the annotations"),

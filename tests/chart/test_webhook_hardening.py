@@ -1,6 +1,6 @@
 """The webhook survives untrusted tenants: two replicas and a PDB by default, its limits passed to
-the server, an optional NetworkPolicy that must name who may call it, and the server told which
-namespaces /mutate-hami may write to."""
+the server, an optional NetworkPolicy that must name who may call it, /mutate-hami with no rights
+to write, and the controller (which makes the translated pods' templates) told where it may."""
 
 from __future__ import annotations
 
@@ -49,29 +49,63 @@ def test_limits_reach_the_server(render: Render) -> None:
         "--max-request-bytes=3145728",
         "--max-inflight-bytes=4194304",
         "--hami-translate=namespaces",
-        "--hami-max-templates-per-namespace=64",
     } <= set(_args(render()))
     assert {
         "--max-connections=32",
         "--connection-timeout=5.5",
         "--max-request-bytes=1048576",
         "--max-inflight-bytes=2097152",
-        "--hami-max-templates-per-namespace=16",
     } <= set(_args(render(values_file=ALL_ON)))
 
 
-def test_translate_all_hands_the_configurations_selector_to_the_server(render: Render) -> None:
+def _controller_args(objects: list[dict]) -> list[str]:
+    return list(container(find(objects, "Deployment", "controller"))["args"])
+
+
+def test_translate_all_hands_the_configurations_selector_to_the_controller(render: Render) -> None:
+    """The controller makes the templates, so it applies the opt-in."""
     objects = render(values_file=ALL_ON)
     (hami,) = [
         h for h in find(objects, "MutatingWebhookConfiguration")["webhooks"] if h["name"].startswith("hami")
     ]
-    flags = [a for a in _args(objects) if a.startswith("--hami-namespace-selector=")]
+    args = _controller_args(objects)
+    flags = [a for a in args if a.startswith("--hami-namespace-selector=")]
     assert len(flags) == 1
     assert json.loads(flags[0].split("=", 1)[1]) == hami["namespaceSelector"]
-    assert "--hami-translate=all" in _args(objects)
-    assert not [a for a in _args(render()) if a.startswith("--hami-namespace-selector")], (
+    for flags_of in (args, _args(objects)):
+        assert {"--hami-translate=all", "--hami-device-class=a100-latency.gpu.hami.io"} <= set(flags_of)
+    assert not [a for a in _args(objects) if a.startswith("--hami-namespace-selector")], (
+        "the webhook decides nothing by namespace"
+    )
+    default = render()
+    assert "--hami-translate=namespaces" in _controller_args(default)
+    assert not [a for a in _controller_args(default) if a.startswith("--hami-namespace-selector")], (
         "label mode: no selector"
     )
+    off = render(values={"webhook": {"enabled": False}})
+    assert "--hami-translate=off" in _controller_args(off), "no webhook translates, no templates"
+
+
+def _rules(objects: list[dict], component: str) -> list[dict]:
+    role = next(r for r in all_of(objects, "ClusterRole") if r["metadata"]["name"].endswith(f"-{component}"))
+    return list(role["rules"])
+
+
+def _verbs(rules: list[dict], resource: str) -> set[str]:
+    return {verb for rule in rules if resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_webhook_cannot_write_and_the_controller_makes_the_templates(render: Render) -> None:
+    """Before: the webhook created templates with its own rights for any caller of its Service."""
+    objects = render()
+    webhook = _rules(objects, "webhook")
+    assert all(set(rule["verbs"]) <= {"get", "list"} for rule in webhook), webhook
+    assert _verbs(webhook, "namespaces") == set()
+    controller = _rules(objects, "controller")
+    assert "create" in _verbs(controller, "resourceclaimtemplates")
+    assert _verbs(controller, "namespaces") == {"get"}
+    off = _rules(render(values={"webhook": {"hamiResources": {"translate": "off"}}}), "controller")
+    assert _verbs(off, "resourceclaimtemplates") == set()
 
 
 def test_network_policy_admits_only_the_named_peers_to_the_webhook_port(render: Render) -> None:
@@ -102,7 +136,7 @@ def test_network_policy_without_peers_is_refused(render: Render) -> None:
             {"webhook": {"server": {"connectionTimeoutSeconds": 0}}},
             "/webhook/server/connectionTimeoutSeconds",
         ),
-        ({"webhook": {"hamiResources": {"maxTemplatesPerNamespace": 0}}}, "maxTemplatesPerNamespace"),
+        ({"webhook": {"hamiResources": {"maxTemplatesPerNamespace": 64}}}, "maxTemplatesPerNamespace"),
         ({"webhook": {"networkPolicy": {"enabled": True, "from": [{"ipBlok": {}}]}}}, "ipBlok"),
     ],
 )
@@ -110,3 +144,34 @@ def test_schema_rejects_bad_webhook_limits(render: Render, values: dict, where: 
     with pytest.raises(HelmError) as caught:
         render(values=values)
     assert where in str(caught.value)
+
+
+def test_client_auth_mounts_the_api_servers_ca_and_names_its_certificate(render: Render) -> None:
+    import base64
+
+    assert not [a for a in _args(render()) if a.startswith("--client-")], "off by default"
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    values = {
+        "webhook": {
+            "clientAuth": {
+                "enabled": True,
+                "caBundle": base64.b64encode(pem.encode()).decode(),
+                "names": ["kube-apiserver-webhook-client"],
+            }
+        }
+    }
+    objects = render(values=values)
+    args = _args(objects)
+    assert "--client-ca-file=/etc/hami-dra/client-ca/ca.crt" in args
+    assert "--client-name=kube-apiserver-webhook-client" in args
+    configmap = find(objects, "ConfigMap", "webhook-client-ca")
+    assert configmap["data"]["ca.crt"] == pem
+    deploy = find(objects, "Deployment", "webhook")
+    pod = deploy["spec"]["template"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "client-ca"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in container(deploy)["volumeMounts"]}
+    assert mounts["client-ca"] == "/etc/hami-dra/client-ca"
+    assert pod["metadata"]["annotations"]["checksum/client-ca"], "a new CA rolls the pods"
+    with pytest.raises(HelmError, match=r"webhook\.clientAuth\.caBundle must be"):
+        render(values={"webhook": {"clientAuth": {"enabled": True}}})

@@ -132,3 +132,11 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
         started.stop()
         if proxy is not None:
             proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def tenancy(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Any]:
+    """An untrusted tenant and its namespaces, fresh for each attack module (tests/cluster/tenancy.py)."""
+    from tests.cluster.tenancy import tenant_namespaces
+
+    yield from tenant_namespaces(real_cluster, driver)

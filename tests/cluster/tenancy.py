@@ -1,10 +1,11 @@
-"""The tenant of the real-cluster attack suites, and the objects its attacks are made of.
+"""What every tenant attack on the real cluster shares: the tenant, its namespaces, its quota.
 
-The tenant is a ServiceAccount holding only a namespace Role (pods, pods/exec, resourceclaims,
-resourceclaimtemplates: every verb) in ``tenant-a``, impersonated with ``kubectl --as``, so the
+The tenant is a ServiceAccount holding only a namespace Role (pods, pods/exec, pods/log,
+resourceclaims, resourceclaimtemplates: every verb), impersonated with ``kubectl --as``, so the
 real API server applies RBAC and the chart's admission policies exactly as it would to that
-tenant's own token; ``tenant-b`` is another tenant's namespace, written as the cluster admin.
-Shared by tests/cluster/test_gpu_tenants.py and test_tenant_compute.py.
+tenant's own token. ``tenancy`` (module-scoped: each attack module gets fresh namespaces) sets it
+up against the chart-installed driver (``tenant_namespaces``), installing the chart again if a
+module that sorts before (test_helm_install.py ends by uninstalling it) took it away.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 from dra_driver.quantity import parse_bytes
 from dra_driver.quota import crd
 from tests.cluster.conftest import RealCluster
-from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, DRIVER, DriverUnderTest
+from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, DRIVER, ChartDriver, DriverUnderTest
 from tests.cluster.faults import _capacities, _results
 from tests.cluster.test_e2e import POD_TIMEOUT
 from tests.waiting import wait_for
@@ -28,7 +27,11 @@ TENANT_NS = "tenant-a"
 OTHER_NS = "tenant-b"
 TENANT = f"system:serviceaccount:{TENANT_NS}:tenant"
 CLASS = f"binpack.{DRIVER}"
+TAINT = f"{DRIVER}/policy-managed"
 QUOTA_MEMORY = "12Gi"
+#: Accepted by the API server (estimated cost within its limit), over cel-cpp's iteration budget.
+_LIST = "[" + ", ".join(str(index) for index in range(100)) + "]"
+COSTLY_SELECTOR = f"{_LIST}.all(x, {_LIST}.all(y, x + y >= 0))"
 
 
 @dataclass
@@ -134,11 +137,11 @@ def manifest(*objects: dict[str, Any]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
 
 
-@pytest.fixture(scope="module", name="tenancy")
-def tenancy_fixture(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Tenancy]:
-    """The two namespaces, the tenant's account, Role and GpuQuota ``team``; deleted afterwards.
-    A test module uses it by importing ``tenancy_fixture`` (pytest finds it as ``tenancy``)."""
+def tenant_namespaces(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Tenancy]:
+    """What conftest.py's ``tenancy`` fixture yields, and removes afterwards."""
     cluster = real_cluster
+    if isinstance(driver, ChartDriver) and not driver.installed:
+        driver.install()
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",

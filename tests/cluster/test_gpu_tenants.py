@@ -1,11 +1,9 @@
 """Attacks of an untrusted tenant, through real kubectl, against the chart-installed driver.
 
-The tenant (tests/cluster/tenancy.py) is a ServiceAccount holding only a namespace Role (pods,
-pods/exec, resourceclaims, resourceclaimtemplates: every verb), impersonated with ``kubectl --as``,
-so the real API server applies RBAC and the chart's admission policies
-(templates/tenant-policies.yaml) exactly as it would to that tenant's own token. Each attack is
-refused or contained; after each, no card is over its capacity and no namespace over its GpuQuota.
-A stolen controller token is tried the same way.
+The tenant (tests/cluster/tenancy.py) is a ServiceAccount holding only a namespace Role,
+impersonated with ``kubectl --as``. Each attack is refused or contained; after each, no card is
+over its capacity and no namespace over its GpuQuota. A stolen controller token is tried the same
+way. Attacks of later rounds have modules of their own (test_tenant_*.py).
 
 The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
@@ -19,23 +17,19 @@ import pytest
 
 from tests.cluster.drivers import DRIVER
 from tests.cluster.tenancy import (
+    COSTLY_SELECTOR,
     OTHER_NS,
+    TAINT,
     TENANT_NS,
     Tenancy,
     claim,
     manifest,
     pod,
-    tenancy_fixture,  # noqa: F401 (the ``tenancy`` fixture)
     unconditional,
 )
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("driver", ["chart"], indirect=True)]
-
-TAINT = f"{DRIVER}/policy-managed"
-#: Accepted by the API server (estimated cost within its limit), over cel-cpp's iteration budget.
-_LIST = "[" + ", ".join(str(index) for index in range(100)) + "]"
-COSTLY_SELECTOR = f"{_LIST}.all(x, {_LIST}.all(y, x + y >= 0))"
 
 
 def test_a_tenant_cannot_lift_our_gate_to_escape_its_quota(tenancy: Tenancy) -> None:

@@ -68,6 +68,11 @@ def claims(cluster: RealCluster) -> list[dict[str, Any]]:
     return items
 
 
+def templates(cluster: RealCluster) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get("resourceclaimtemplates", "-n", TEAM)["items"]
+    return items
+
+
 def claim_of(cluster: RealCluster, pod: str) -> dict[str, Any] | None:
     statuses = (cluster.get("pod", pod, "-n", TEAM).get("status") or {}).get("resourceClaimStatuses") or []
     name = statuses[0].get("resourceClaimName") if statuses else None
@@ -82,7 +87,8 @@ def test_the_seed_pod_unchanged_is_placed_and_limited_as_hami_would(team: RealCl
     team.kubectl("apply", "-n", TEAM, "-f", "-", stdin=SEED_POD)
     pod = team.get("pod", "inference-latency-tier", "-n", TEAM)
     translated = json.loads(pod["metadata"]["annotations"][TRANSLATED_ANNOTATION])
-    assert translated["app"]["template"] == "hami-1gpu-8000mi-0cores"
+    template = translated["app"]["template"]
+    assert template.startswith("hami-1gpu-8000mi-0cores-"), "the pod's own template"
     claim = wait_for(
         lambda: (c := claim_of(team, "inference-latency-tier")) and device_of(c) and c,
         POD_TIMEOUT,
@@ -90,6 +96,10 @@ def test_the_seed_pod_unchanged_is_placed_and_limited_as_hami_would(team: RealCl
     )
     assert device_of(claim) == "gpu-0", "an idle node: mutex keeps every card, binpack ties, numa, index"
     assert claim["metadata"]["ownerReferences"][0]["name"] == "inference-latency-tier"
+    made = team.get("resourceclaimtemplate", template, "-n", TEAM)
+    assert made["metadata"]["ownerReferences"][0]["name"] == "inference-latency-tier", (
+        "made by the controller from the stored pod, owned by it"
+    )
     # The kubelet prepares the claim before it pulls the image (ubuntu:22.04 is not on this
     # offline node, so the container itself never starts): HAMi-core's limit is in the CDI spec.
     path = cdi_spec(claim["metadata"]["uid"])
@@ -138,8 +148,10 @@ def test_a_deployment_gets_one_claim_per_replica_and_none_after_scaling_to_zero(
     pods = team.get("pods", "-n", TEAM, "-l", "app=hami-replicas")["items"]
     logs = team.kubectl("logs", "-n", TEAM, pods[0]["metadata"]["name"])
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=2000m" in logs
+    assert len(templates(team)) == 3, "one template per replica, each owned by its pod"
     team.kubectl("scale", "deployment/hami-replicas", "-n", TEAM, "--replicas=0")
     wait_for(lambda: not claims(team), 90, "every replica's claim gone with its pod")
+    wait_for(lambda: not templates(team), 90, "every replica's template gone with its pod")
 
 
 @pytest.mark.parametrize("driver", ["chart"], indirect=True)

@@ -102,3 +102,25 @@ def test_leftover_cleanup_kills_only_what_the_cluster_runs(tmp_path: Path) -> No
         for process in (bystander, ours):
             process.kill()
             process.wait()
+
+
+def test_the_api_server_presents_its_webhook_client_certificate(tmp_path: Path) -> None:
+    """What an admin configures so that a webhook can verify its caller (chart webhook.clientAuth)."""
+    import yaml
+
+    from dra_driver.cluster.pki import ClusterPki
+
+    layout = Layout(tmp_path)
+    pki = ClusterPki(tmp_path / "pki")
+    config = yaml.safe_load(configs.admission_config(layout, pki).read_text())
+    assert config["kind"] == "AdmissionConfiguration"
+    plugins = {plugin["name"]: plugin["configuration"] for plugin in config["plugins"]}
+    assert set(plugins) == {"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"}
+    (kubeconfig,) = {plugin["kubeConfigFile"] for plugin in plugins.values()}
+    (user,) = yaml.safe_load(Path(kubeconfig).read_text())["users"]
+    assert user["name"] == "*", "every webhook, whatever its Service or URL"
+    subject = subprocess.run(
+        ["openssl", "x509", "-noout", "-subject", "-in", user["user"]["client-certificate"]],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert configs.WEBHOOK_CLIENT_NAME in subject

@@ -36,7 +36,6 @@ from tests.cluster.tenancy import (
     claim,
     manifest,
     pod,
-    tenancy_fixture,  # noqa: F401 (the ``tenancy`` fixture)
 )
 from tests.waiting import wait_for
 

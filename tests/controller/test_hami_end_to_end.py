@@ -1,5 +1,6 @@
-"""HAMi workloads unchanged on the sandbox: the webhook translates, kcm's claim controller stamps
-claims owned by the pod, our controller places them by HAMi's annotations, the real kubelet plugin
+"""HAMi workloads unchanged on the sandbox: the webhook translates, our controller makes the pod's
+templates, kcm's claim controller stamps claims owned by the pod, our controller places them by
+HAMi's annotations, the real kubelet plugin
 writes HAMi-core's limits into the CDI spec, and the pod is told its card HAMi's way.
 """
 
@@ -12,12 +13,13 @@ from typing import Any
 import pytest
 
 from dra_driver.controller.hami_annotation import ANNOTATION as ALLOCATED
-from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Resource
+from dra_driver.controller.hami_templates import TEMPLATES, HamiTemplates, KubeNamespaces
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Kube, Resource
 from dra_driver.kube.errors import KubeError
 from dra_driver.kubeletplugin.cdi import CdiNames
-from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.cluster import SandboxCluster
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TRANSLATED_ANNOTATION
+from dra_driver.webhook.optin import namespace_gate
 from tests.controller.harness import DRIVER, NS, Harness, device_class, wait_for
 from tests.controller.test_end_to_end import e2e as e2e
 from tests.webhook.test_hami_resources import seed_pod
@@ -30,7 +32,9 @@ def hami(e2e: tuple[Harness, SandboxCluster]) -> Iterator[tuple[Harness, Sandbox
     h, cluster = e2e
     h.kube.patch(NAMESPACES, None, NS, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}})
     h.create_class(device_class(DRIVER, {"policy": "spread", "nodePolicy": "binpack"}))
-    controller = h.start_controller()
+    kube = Kube(h.server.api_client())
+    gate = namespace_gate("namespaces", {}, KubeNamespaces(kube))
+    controller = h.start_controller(hami_templates=HamiTemplates(kube, DRIVER, DRIVER, gate))
     wait_for(lambda: "node-1" in controller.cache.ledger.inventory, timeout=30, what="slices published")
     yield h, cluster
 
@@ -71,9 +75,8 @@ def test_the_seed_pod_verbatim_runs_with_hamis_limits_and_annotation(
     policy = {"hami.io/gpu-scheduler-policy": "mutex,binpack,numa"}
     created = h.create_pod(hami_pod("inference-latency-tier", limits, **policy))
     assert "nvidia.com/gpu" not in json.dumps(created["spec"]["containers"]), "HAMi's names are gone"
-    assert json.loads(created["metadata"]["annotations"][TRANSLATED_ANNOTATION])["app"]["template"] == (
-        "hami-1gpu-8000mi-0cores"
-    )
+    template = json.loads(created["metadata"]["annotations"][TRANSLATED_ANNOTATION])["app"]["template"]
+    assert template.startswith("hami-1gpu-8000mi-0cores-"), "a template of the pod's own"
     wait_for(lambda: h.bound_node("inference-latency-tier"), what="bound")
     claim = claim_of(h, "inference-latency-tier")
     assert claim["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"], "owned by the pod"
@@ -151,46 +154,19 @@ def test_deleted_pods_take_their_claims_and_bad_requests_are_refused(
     h.create_pod(hami_pod("short", {"nvidia.com/gpumem": 1000}))
     wait_for(lambda: h.bound_node("short"), what="bound")
     name = claim_of(h, "short")["metadata"]["name"]
+    template = h.get_pod("short")["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    assert h.kube.get(TEMPLATES, NS, template)["metadata"]["ownerReferences"][0]["name"] == "short"
     h.kube.delete(PODS, NS, "short")
 
-    def gone() -> bool:
+    def gone(resource: Resource, name: str) -> bool:
         try:
-            h.kube.get(RESOURCE_CLAIMS, NS, name)
+            h.kube.get(resource, NS, name)
         except KubeError as err:
             return err.not_found
         return False
 
-    wait_for(gone, timeout=30, what="the pod's claim deleted with it")
+    wait_for(lambda: gone(RESOURCE_CLAIMS, name), timeout=30, what="the pod's claim deleted with it")
+    wait_for(lambda: gone(TEMPLATES, template), timeout=30, what="the pod's template deleted with it")
     with pytest.raises(KubeError) as err:
         h.create_pod(hami_pod("too-much", {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 150}))
     assert "nvidia.com/gpumem-percentage must be within 0..100, got 150" in err.value.message
-
-
-def test_concurrent_admissions_of_one_shape_share_one_template(sandbox: SandboxServer) -> None:
-    """Eight admissions of the same shape at once: one template, no AlreadyExists failure; a
-    template of that name that is not ours is reported, never silently reused."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dra_driver.webhook.hami_resources import shape_of
-    from dra_driver.webhook.lookup import KubeLookup
-
-    template = shape_of("app", {"nvidia.com/gpumem": 1000})
-    assert template is not None
-    body = template.template(NS, DRIVER, DRIVER)
-    lookups = [KubeLookup(sandbox.api_client(), DRIVER) for _ in range(8)]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda lookup: lookup.ensure_template(body), lookups))
-    templates = sandbox.api_client()
-    from kubernetes import client
-
-    names = [
-        t.metadata.name
-        for t in client.ResourceV1Api(templates).list_namespaced_resource_claim_template(NS).items
-    ]
-    assert names == [template.template_name]
-    foreign = {**body, "metadata": {**body["metadata"], "name": "hami-1gpu-2000mi-0cores", "labels": {}}}
-    client.ResourceV1Api(templates).create_namespaced_resource_claim_template(NS, foreign)
-    clash = shape_of("app", {"nvidia.com/gpumem": 2000})
-    assert clash is not None
-    with pytest.raises(ValueError, match="exists that hami-dra did not create"):
-        lookups[0].ensure_template(clash.template(NS, DRIVER, DRIVER))

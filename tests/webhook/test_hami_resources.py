@@ -7,6 +7,8 @@ per card and 0 means unset, out-of-range percentages are rejected.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,9 +17,8 @@ import pytest
 from dra_driver.contract import DeviceId
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.engine import GpuCard
-from dra_driver.kube.errors import KubeError
 from dra_driver.resource.objects import ClaimView, PodView
-from dra_driver.resource.refs import AllocationResult, RequestRef, template_request_refs
+from dra_driver.resource.refs import AllocationResult
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import (
     TEMPLATE_LABEL,
@@ -26,7 +27,9 @@ from dra_driver.webhook.hami_resources import (
     TranslationError,
     apply_patch,
     claim_name,
+    pod_token,
     shape_of,
+    templates_for_pod,
     translate_pod,
 )
 
@@ -36,32 +39,6 @@ DRIVER = "gpu.hami.io"
 def results(claims: Mapping[str, Any]) -> dict[str, tuple[AllocationResult, ...]]:
     """The pod claim name -> allocation results map the controller hands the encoder."""
     return {name: ClaimView(claim, DRIVER).results for name, claim in claims.items()}
-
-
-class FakeApi:
-    """Lookup + TemplateWriter: templates the webhook created become readable, as in the API."""
-
-    def __init__(self, fail: KubeError | None = None) -> None:
-        self.templates: dict[tuple[str, str], dict[str, Any]] = {}
-        self.created: list[str] = []
-        self.fail = fail
-
-    def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
-        return None
-
-    def template_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
-        found = self.templates.get((namespace, name))
-        return None if found is None else template_request_refs(found)
-
-    def is_our_class(self, name: str) -> bool | None:
-        return name == DRIVER
-
-    def ensure_template(self, template: Mapping[str, Any]) -> None:
-        if self.fail is not None:
-            raise self.fail
-        meta = template["metadata"]
-        self.templates.setdefault((meta["namespace"], meta["name"]), dict(template))
-        self.created.append(meta["name"])
 
 
 def seed_pod(**annotations: str) -> dict[str, Any]:
@@ -148,13 +125,37 @@ def test_limits_win_over_requests_per_resource() -> None:
     assert resources == {"requests": {"cpu": "1"}, "claims": [{"name": "hami-app"}]}
 
 
+TOKEN = pod_token("u")  # the review's UID in review()
+SEED_TEMPLATE = f"hami-1gpu-8000mi-0cores-{TOKEN}"
+
+
 def test_the_seed_pod_becomes_a_template_claim_and_is_gated() -> None:
-    api = FakeApi()
-    verdict = translate_hami_pod(review(seed_pod()), api, api, DRIVER, DRIVER)
+    verdict = translate_hami_pod(review(seed_pod()), DRIVER, DRIVER)
     assert verdict.allowed, verdict.message
-    assert api.created == ["hami-1gpu-8000mi-0cores"]
-    template = api.templates[("team", "hami-1gpu-8000mi-0cores")]
+    assert verdict.patch is not None
+    mutated = apply_patch(seed_pod(), verdict.patch)
+    spec = mutated["spec"]
+    assert spec["resourceClaims"] == [{"name": "hami-app", "resourceClaimTemplateName": SEED_TEMPLATE}]
+    assert spec["containers"][0]["resources"] == {"claims": [{"name": "hami-app"}]}
+    assert spec["schedulingGates"] == [{"name": "gpu.hami.io/allocation"}]
+    annotations = mutated["metadata"]["annotations"]
+    assert annotations["hami.io/gpu-scheduler-policy"] == "mutex,binpack,numa", "HAMi's annotations stay"
+    assert f'"template":"{SEED_TEMPLATE}"' in annotations[TRANSLATED_ANNOTATION]
+
+
+def test_the_template_the_pod_names_is_made_from_the_stored_pod_and_owned_by_it() -> None:
+    """What the controller creates (templates_for_pod) from the pod the webhook's patch produced."""
+    verdict = translate_hami_pod(review(seed_pod()), DRIVER, DRIVER)
+    assert verdict.patch is not None
+    stored = apply_patch(seed_pod(), verdict.patch)
+    stored["metadata"] |= {"namespace": "team", "uid": "pod-uid"}
+    (template,) = templates_for_pod(stored, DRIVER, DRIVER)
+    assert template["metadata"]["name"] == SEED_TEMPLATE
+    assert template["metadata"]["namespace"] == "team", "the pod's own namespace, nothing else"
     assert template["metadata"]["labels"][TEMPLATE_LABEL] == "hami-1gpu-8000mi-0cores"
+    assert template["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "inference-latency-tier", "uid": "pod-uid"}
+    ]
     assert template["spec"]["spec"]["devices"]["requests"] == [
         {
             "name": "gpu",
@@ -165,17 +166,70 @@ def test_the_seed_pod_becomes_a_template_claim_and_is_gated() -> None:
             },
         }
     ]
+
+
+def test_each_review_names_templates_of_its_own() -> None:
+    """Two pods of one shape never share a template: each is owned by (and deleted with) its pod."""
+    first = translate_hami_pod(review(seed_pod(), uid="a"), DRIVER, DRIVER).patch
+    second = translate_hami_pod(review(seed_pod(), uid="b"), DRIVER, DRIVER).patch
+    assert first is not None and second is not None
+    names = [apply_patch(seed_pod(), p)["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+             for p in (first, second)]  # fmt: skip
+    assert names[0] != names[1] and all(n.startswith("hami-1gpu-8000mi-0cores-") for n in names)
+    assert len(pod_token()) == 10 and pod_token() != pod_token(), "random without a review UID"
+
+
+def stored_pod(**changes: Any) -> dict[str, Any]:
+    verdict = translate_hami_pod(review(seed_pod()), DRIVER, DRIVER)
     assert verdict.patch is not None
-    mutated = apply_patch(seed_pod(), verdict.patch)
-    spec = mutated["spec"]
-    assert spec["resourceClaims"] == [
-        {"name": "hami-app", "resourceClaimTemplateName": "hami-1gpu-8000mi-0cores"}
-    ]
-    assert spec["containers"][0]["resources"] == {"claims": [{"name": "hami-app"}]}
-    assert spec["schedulingGates"] == [{"name": "gpu.hami.io/allocation"}]
-    annotations = mutated["metadata"]["annotations"]
-    assert annotations["hami.io/gpu-scheduler-policy"] == "mutex,binpack,numa", "HAMi's annotations stay"
-    assert '"template":"hami-1gpu-8000mi-0cores"' in annotations[TRANSLATED_ANNOTATION]
+    pod = apply_patch(seed_pod(), verdict.patch)
+    pod["metadata"] |= {"namespace": "team", "uid": "pod-uid"}
+    summary = json.loads(pod["metadata"]["annotations"][TRANSLATED_ANNOTATION])
+    summary["app"] |= changes
+    pod["metadata"]["annotations"][TRANSLATED_ANNOTATION] = json.dumps(summary)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"template": "other"}, "claim hami-app is not made from template other"),
+        ({"claim": "gpu"}, "claim gpu is not made from template"),
+        ({"from": {"nvidia.com/gpu": "4"}}, "is not named after the shape its resources give (hami-4gpu"),
+        ({"from": {"nvidia.com/gpumem-percentage": "120"}}, "must be within 0..100"),
+        ({"from": None}, "container app has no 'from'"),
+    ],
+)
+def test_an_annotation_that_does_not_match_the_pods_claims_makes_no_template(
+    changes: dict[str, Any], message: str
+) -> None:
+    """Anyone can write the annotation into a pod of their own: it only ever describes the claims
+    the pod names, with shapes HAMi would accept."""
+    with pytest.raises(TranslationError, match=re.escape(message)):
+        templates_for_pod(stored_pod(**changes), DRIVER, DRIVER)
+
+
+def test_pods_without_the_annotation_need_no_template() -> None:
+    assert templates_for_pod(seed_pod(), DRIVER, DRIVER) == []
+    pod = seed_pod(**{TRANSLATED_ANNOTATION: "not json"})
+    with pytest.raises(TranslationError, match="is not JSON"):
+        templates_for_pod(pod, DRIVER, DRIVER)
+
+
+def test_a_pod_bound_to_a_node_is_refused_not_left_waiting() -> None:
+    pod = seed_pod()
+    pod["spec"]["nodeName"] = "node-1"
+    verdict = translate_hami_pod(review(pod), DRIVER, DRIVER)
+    assert not verdict.allowed and "spec.nodeName" in verdict.message
+
+
+def test_a_pod_with_other_gates_gets_ours_appended() -> None:
+    pod = seed_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    verdict = translate_hami_pod(review(pod), DRIVER, DRIVER)
+    assert verdict.patch is not None
+    gates = apply_patch(pod, verdict.patch)["spec"]["schedulingGates"]
+    assert gates == [{"name": "example.com/wait"}, {"name": "gpu.hami.io/allocation"}]
 
 
 def test_percentages_travel_as_gpuconfig() -> None:
@@ -221,34 +275,23 @@ def test_each_container_gets_its_own_claim_and_same_shapes_share_a_template() ->
 
 
 def test_pods_without_hami_resources_are_untouched() -> None:
-    api = FakeApi()
     pod = seed_pod()
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
-    verdict = translate_hami_pod(review(pod), api, api, DRIVER, DRIVER)
-    assert verdict.allowed and verdict.patch is None and not api.created
+    verdict = translate_hami_pod(review(pod), DRIVER, DRIVER)
+    assert verdict.allowed and verdict.patch is None
 
 
 def test_rejections_deny_the_pod_with_hamis_meaning() -> None:
-    api = FakeApi()
     pod = seed_pod()
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = 120
-    verdict = translate_hami_pod(review(pod), api, api, DRIVER, DRIVER)
+    verdict = translate_hami_pod(review(pod), DRIVER, DRIVER)
     assert not verdict.allowed
     assert "nvidia.com/gpumem-percentage must be within 0..100, got 120" in verdict.message
-    assert not api.created
 
 
-def test_a_template_that_cannot_be_created_denies_instead_of_admitting_a_stuck_pod() -> None:
-    api = FakeApi(fail=KubeError(403, "resourceclaimtemplates is forbidden"))
-    verdict = translate_hami_pod(review(seed_pod()), api, api, DRIVER, DRIVER)
-    assert not verdict.allowed
-    assert "cannot create ResourceClaimTemplate team/hami-1gpu-8000mi-0cores" in verdict.message
-
-
-def test_dry_run_creates_nothing() -> None:
-    api = FakeApi()
-    verdict = translate_hami_pod(review(seed_pod(), dryRun=True), api, api, DRIVER, DRIVER)
-    assert verdict.allowed and verdict.patch and not api.created
+def test_dry_run_gets_the_same_translation() -> None:
+    dry = translate_hami_pod(review(seed_pod(), dryRun=True), DRIVER, DRIVER)
+    assert dry.allowed and dry.patch == translate_hami_pod(review(seed_pod()), DRIVER, DRIVER).patch
 
 
 def test_claim_names_are_dns_labels_unique_per_container() -> None:

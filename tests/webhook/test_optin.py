@@ -1,7 +1,10 @@
-"""``/mutate-hami`` writes templates only in namespaces that opted in, and only so many of them.
+"""A review that does not come from the API server makes the webhook neither write nor read.
 
-The API server only sends reviews for opted-in namespaces, but the webhook's Service answers any
-caller, so these tests post hand-made reviews straight to the HTTPS server, as a tenant could.
+The webhook's Service answers any caller that reaches it, so these tests post hand-made reviews
+straight to the HTTPS server, as a tenant's pod could, with a lookup that records every API call
+the server makes. ``/mutate-hami`` answers from the review alone. Where translation applies (the
+namespace's opt-in) is decided by the controller, which makes the templates from pods that exist
+(tests/controller/test_hami_templates.py); its gate is tested here.
 """
 
 from __future__ import annotations
@@ -16,44 +19,46 @@ from typing import Any
 
 import pytest
 
+from dra_driver.controller.hami_templates import KubeNamespaces
 from dra_driver.kube.api import Kube, Resource
-from dra_driver.kube.errors import KubeError
+from dra_driver.resource.refs import RequestRef
 from dra_driver.sandbox import SandboxServer
-from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TranslationError, shape_of
-from dra_driver.webhook.lookup import KubeLookup
-from dra_driver.webhook.optin import selector_matches, selector_problems
+from dra_driver.webhook.hami_resources import NAMESPACE_LABEL
+from dra_driver.webhook.optin import (
+    NamespaceGate,
+    namespace_gate,
+    parse_selector,
+    selector_matches,
+    selector_problems,
+)
 from dra_driver.webhook.server import WebhookServer, tls_context
 from tests.sandbox_fixtures import sandbox  # noqa: F401
-from tests.webhook.test_hami_resources import FakeApi, seed_pod
+from tests.webhook.test_hami_resources import seed_pod
 
 DRIVER = "gpu.hami.io"
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 
 
-class NamespacedApi(FakeApi):
-    """``FakeApi`` that also knows Namespaces and records which ones were read."""
+class RecordingApi:
+    """A ``Lookup`` that records every call: for /mutate-hami there must be none."""
 
-    def __init__(self, namespaces: Mapping[str, Mapping[str, str]], fail: KubeError | None = None) -> None:
-        super().__init__()
-        self.namespaces = dict(namespaces)
-        self.read: list[str] = []
-        self.read_error = fail
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
 
-    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
-        self.read.append(name)
-        if self.read_error is not None:
-            raise self.read_error
-        return self.namespaces.get(name)
+    def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
+        self.calls.append(("claim", namespace, name))
+        return None
 
+    def template_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
+        self.calls.append(("template", namespace, name))
+        return None
 
-NAMESPACE_LABELS = {
-    "team": {NAMESPACE_LABEL: "enabled"},
-    "kube-system": {"kubernetes.io/metadata.name": "kube-system"},
-    "other": {},
-}
+    def is_our_class(self, name: str) -> bool | None:
+        self.calls.append(("class", name))
+        return name == DRIVER
 
 
-def serve(certs: tuple[Path, Path], api: NamespacedApi, **options: Any) -> WebhookServer:
+def serve(certs: tuple[Path, Path], api: RecordingApi, **options: Any) -> WebhookServer:
     context = tls_context(str(certs[0]), str(certs[1]))
     server = WebhookServer(api, DRIVER, host="127.0.0.1", port=0, ssl_context=context, **options)
     server.start()
@@ -61,24 +66,26 @@ def serve(certs: tuple[Path, Path], api: NamespacedApi, **options: Any) -> Webho
 
 
 @pytest.fixture
-def api() -> NamespacedApi:
-    return NamespacedApi(NAMESPACE_LABELS)
+def api() -> RecordingApi:
+    return RecordingApi()
 
 
 @pytest.fixture
-def server(certs: tuple[Path, Path], api: NamespacedApi) -> Iterator[WebhookServer]:
+def server(certs: tuple[Path, Path], api: RecordingApi) -> Iterator[WebhookServer]:
     instance = serve(certs, api)
     yield instance
     instance.stop()
 
 
-def mutate_hami(server: WebhookServer, certs: tuple[Path, Path], namespace: str) -> dict[str, Any]:
+def mutate_hami(
+    server: WebhookServer, certs: tuple[Path, Path], namespace: str, pod: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     request = {
         "uid": "u",
         "kind": {"kind": "Pod"},
         "namespace": namespace,
         "operation": "CREATE",
-        "object": seed_pod(),
+        "object": pod or seed_pod(),
     }
     body = json.dumps({"request": request}).encode()
     http = urllib.request.Request(f"https://127.0.0.1:{server.port}/mutate-hami", data=body, method="POST")
@@ -88,19 +95,51 @@ def mutate_hami(server: WebhookServer, certs: tuple[Path, Path], namespace: str)
     return response
 
 
-def test_an_opted_in_namespace_is_translated(
-    server: WebhookServer, certs: tuple[Path, Path], api: NamespacedApi
+@pytest.mark.parametrize("namespace", ["team", "kube-system", "missing", "../../apis/x"])
+def test_a_forged_review_naming_any_namespace_gets_a_patch_and_causes_no_api_call(
+    server: WebhookServer, certs: tuple[Path, Path], api: RecordingApi, namespace: str
 ) -> None:
-    response = mutate_hami(server, certs, "team")
+    """Before: the webhook created templates in the named namespace with its own rights (64 in a
+    victim's namespace, exhausting its per-namespace cap) and read its Namespace and claims."""
+    pod = seed_pod()
+    pod["spec"]["resourceClaims"] = [{"name": "victims", "resourceClaimName": "victims-claim"}]
+    response = mutate_hami(server, certs, namespace, pod)
     assert response["allowed"] and response["patchType"] == "JSONPatch"
     patch = json.loads(base64.b64decode(response["patch"]))
-    assert any(op["path"] == "/spec/resourceClaims" for op in patch)
-    assert api.created == ["hami-1gpu-8000mi-0cores"] and api.read == ["team"]
+    assert any(op["path"] == "/spec/resourceClaims/-" for op in patch)
+    assert api.calls == [], "no read and no write for whoever sent the review"
+
+
+def test_translate_off_serves_no_mutate_hami(certs: tuple[Path, Path]) -> None:
+    server = serve(certs, RecordingApi(), hami_translate="off")
+    try:
+        assert "/mutate-hami" not in server.handlers
+    finally:
+        server.stop()
+
+
+# --- the controller's gate: where templates are made ---------------------------------------------
+
+NAMESPACE_LABELS = {
+    "team": {NAMESPACE_LABEL: "enabled"},
+    "kube-system": {"kubernetes.io/metadata.name": "kube-system"},
+    "other": {},
+}
+
+
+class Namespaces:
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        self.read.append(name)
+        return NAMESPACE_LABELS.get(name)
 
 
 @pytest.mark.parametrize(
     ("namespace", "reason"),
     [
+        ("team", None),
         (
             "kube-system",
             "namespace kube-system has not opted in to HAMi resource translation "
@@ -110,60 +149,34 @@ def test_an_opted_in_namespace_is_translated(
         ("missing", "namespace missing does not exist"),
     ],
 )
-def test_a_namespace_that_did_not_opt_in_gets_nothing_written(
-    server: WebhookServer, certs: tuple[Path, Path], api: NamespacedApi, namespace: str, reason: str
-) -> None:
-    response = mutate_hami(server, certs, namespace)
-    assert response["allowed"] is True, "the pod is admitted unchanged, not refused"
-    assert "patch" not in response
-    assert any(reason in warning for warning in response["warnings"]), response["warnings"]
-    assert api.created == []
+def test_the_gate_follows_the_opt_in_label(namespace: str, reason: str | None) -> None:
+    refusal = namespace_gate("namespaces", {}, Namespaces()).refusal(namespace)
+    assert refusal == reason if reason is None else reason in str(refusal)
 
 
-def test_a_name_that_is_no_namespace_is_never_put_in_an_api_path(
-    server: WebhookServer, certs: tuple[Path, Path], api: NamespacedApi
-) -> None:
-    response = mutate_hami(server, certs, "../../apis/x")
-    assert response["allowed"] and "patch" not in response
-    assert "is not a namespace name" in response["warnings"][0]
-    assert api.read == [] and api.created == []
+def test_a_name_that_is_no_namespace_is_never_read() -> None:
+    reader = Namespaces()
+    refusal = NamespaceGate(reader, {}, "").refusal("../../apis/x")
+    assert refusal is not None and "is not a namespace name" in refusal and reader.read == []
 
 
-def test_a_namespace_that_cannot_be_read_denies_instead_of_guessing(certs: tuple[Path, Path]) -> None:
-    api = NamespacedApi(NAMESPACE_LABELS, fail=KubeError(403, 'namespaces "team" is forbidden'))
-    server = serve(certs, api)
-    try:
-        response = mutate_hami(server, certs, "team")
-    finally:
-        server.stop()
-    assert response["allowed"] is False
-    assert "cannot read namespace team to check that it opted in" in response["status"]["message"]
-    assert api.created == []
-
-
-def test_translate_all_applies_the_configurations_namespace_selector(certs: tuple[Path, Path]) -> None:
-    api = NamespacedApi(NAMESPACE_LABELS)
+def test_translate_all_applies_the_configurations_namespace_selector() -> None:
     selector = {
         "matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
         ]
     }
-    server = serve(certs, api, hami_translate="all", hami_namespace_selector=selector)
-    try:
-        assert "patch" in mutate_hami(server, certs, "other"), "no label needed with translate=all"
-        refused = mutate_hami(server, certs, "kube-system")
-    finally:
-        server.stop()
-    assert "patch" not in refused and "outside the webhook's namespaceSelector" in refused["warnings"][0]
-    assert api.created == ["hami-1gpu-8000mi-0cores"]
+    gate = namespace_gate("all", selector, Namespaces())
+    assert gate.refusal("other") is None, "no label needed with translate=all"
+    assert "outside the webhook's namespaceSelector" in str(gate.refusal("kube-system"))
 
 
-def test_translate_off_serves_no_mutate_hami(certs: tuple[Path, Path]) -> None:
-    server = serve(certs, NamespacedApi(NAMESPACE_LABELS), hami_translate="off")
-    try:
-        assert "/mutate-hami" not in server.handlers
-    finally:
-        server.stop()
+def test_selector_flags_are_parsed_with_the_flag_named() -> None:
+    assert parse_selector('{"matchLabels": {"a": "1"}}') == {"matchLabels": {"a": "1"}}
+    with pytest.raises(ValueError, match="--hami-namespace-selector is not JSON"):
+        parse_selector("{")
+    with pytest.raises(ValueError, match="--hami-namespace-selector is not a label selector: unknown field"):
+        parse_selector('{"matchLabel": {}}')
 
 
 @pytest.mark.parametrize(
@@ -198,43 +211,14 @@ def test_invalid_selectors_are_named() -> None:
     )
 
 
-# --- KubeLookup against the sandbox API server: Namespace labels and the template cap -------------
-
-
-def template(memory_mib: int, namespace: str = "default") -> dict[str, Any]:
-    shape = shape_of("app", {"nvidia.com/gpumem": memory_mib})
-    assert shape is not None
-    return shape.template(namespace, DRIVER, DRIVER)
-
-
 def test_namespace_labels_are_read_from_the_api(sandbox: SandboxServer) -> None:  # noqa: F811
     client = sandbox.api_client()
     try:
-        Kube(client).patch(
-            NAMESPACES, None, "default", {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}}
-        )
-        lookup = KubeLookup(client, DRIVER)
-        labels = lookup.namespace_labels("default")
+        kube = Kube(client)
+        kube.patch(NAMESPACES, None, "default", {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}})
+        namespaces = KubeNamespaces(kube)
+        labels = namespaces.namespace_labels("default")
         assert labels is not None and labels[NAMESPACE_LABEL] == "enabled"
-        assert lookup.namespace_labels("no-such-namespace") is None
-    finally:
-        client.close()
-
-
-def test_templates_per_namespace_are_capped(sandbox: SandboxServer) -> None:  # noqa: F811
-    """Every distinct memory size is a new shape: past the cap a new shape denies the pod, while
-    shapes that exist are still reused and other namespaces are not affected."""
-    client = sandbox.api_client()
-    try:
-        Kube(client).create(NAMESPACES, None, {"metadata": {"name": "team-b"}})
-        lookup = KubeLookup(client, DRIVER, max_templates_per_namespace=2)
-        lookup.ensure_template(template(1000))
-        lookup.ensure_template(template(2000))
-        with pytest.raises(
-            TranslationError, match=r"namespace default already holds 2 ResourceClaimTemplates"
-        ):
-            lookup.ensure_template(template(3000))
-        lookup.ensure_template(template(1000))  # an existing shape: reused
-        lookup.ensure_template(template(3000, namespace="team-b"))
+        assert namespaces.namespace_labels("no-such-namespace") is None
     finally:
         client.close()

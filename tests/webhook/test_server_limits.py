@@ -330,15 +330,6 @@ def test_body_bytes_held_by_busy_reviews_are_waited_for_not_taken(
             ["--max-request-bytes", "4096", "--max-inflight-bytes", "1024"],
             "must be at least --max-request-bytes",
         ),
-        (["--hami-namespace-selector", "{"], "--hami-namespace-selector is not JSON"),
-        (
-            ["--hami-namespace-selector", '{"matchExpressions": [{"key": "a", "operator": "In"}]}'],
-            "matchExpressions[0]: In needs values",
-        ),
-        (
-            ["--hami-max-templates-per-namespace", "0"],
-            "--hami-max-templates-per-namespace must be at least 1",
-        ),
     ],
 )
 def test_command_rejects_bad_limits(

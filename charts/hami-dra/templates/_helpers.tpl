@@ -254,3 +254,18 @@ label namespaces, so nothing escapes the gate this way. Call with (dict "root" $
 {{- $_ := set $selector "matchExpressions" (concat (default (list) $selector.matchExpressions) $exclusions) }}
 {{- toYaml $selector }}
 {{- end }}
+
+{{- /* Where HAMi's resources are translated: webhook.hamiResources.translate, off without the webhook. */}}
+{{- define "hami-dra.hamiTranslate" -}}
+{{- ternary .Values.webhook.hamiResources.translate "off" .Values.webhook.enabled }}
+{{- end }}
+
+{{- /* The DeviceClass of HAMi-translated claims: webhook.hamiResources.deviceClassName, else the
+first of deviceClasses; empty: the driver's own name (the binaries' default). */}}
+{{- define "hami-dra.hamiDeviceClass" -}}
+{{- $hamiClass := .Values.webhook.hamiResources.deviceClassName }}
+{{- if and (not $hamiClass) .Values.deviceClasses }}
+{{- $hamiClass = (first .Values.deviceClasses).name }}
+{{- end }}
+{{- $hamiClass }}
+{{- end }}
