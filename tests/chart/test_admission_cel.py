@@ -30,7 +30,7 @@ def admission_env() -> Any:
     dyn = cel.Type.DYN
     return cel.NewEnv(
         descriptor_pool.DescriptorPool(),
-        variables={"object": dyn, "oldObject": dyn, "request": dyn, "variables": dyn},
+        variables={"object": dyn, "oldObject": dyn, "request": dyn, "variables": dyn, "params": dyn},
         extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()],
     )
 
@@ -41,9 +41,14 @@ def _eval(env: Any, expression: str, inputs: dict[str, Any]) -> Any:
     return value.plain_value()
 
 
-def _admit(env: Any, policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any) -> str | None:
-    """Evaluate a ValidatingAdmissionPolicy like the API server: None if allowed, else the message."""
-    inputs: dict[str, Any] = {"request": request, "object": obj, "oldObject": old, "variables": {}}
+def _admit(
+    env: Any, policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any, params: Any = None
+) -> str | None:
+    """Evaluate a ValidatingAdmissionPolicy like the API server: None if allowed, else the message.
+    ``params``: the one parameter object it is evaluated with (a policy with ``paramKind``)."""
+    inputs: dict[str, Any] = {
+        "request": request, "object": obj, "oldObject": old, "variables": {}, "params": params,
+    }  # fmt: skip
     spec = policy["spec"]
     if not all(_eval(env, c["expression"], inputs) for c in spec.get("matchConditions", [])):
         return None
