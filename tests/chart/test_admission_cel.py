@@ -210,12 +210,22 @@ def test_mutating_webhook_only_sees_pods_with_claims(render: Render, env: Any) -
 
 
 def test_device_class_selectors_compile_and_select_our_devices(render: Render) -> None:
+    """As our controller applies them (without the scheduler fence) they select our devices only;
+    as kube-scheduler applies them (every selector) they select none, so its first fit never
+    allocates a claim of these classes, whatever the version's device taints."""
     from dra_driver.cel import device_input, selectors_match
+    from dra_driver.config.classes import class_selectors
+    from dra_driver.contract import SCHEDULER_FENCE
 
     classes = [o for o in render() if o["kind"] == "DeviceClass"]
+    assert len(classes) == 7
     device = {"name": "gpu-0", "attributes": {"index": {"int": 0}}, "capacity": {"memory": {"value": "15Gi"}}}
     for device_class in classes:
-        expressions = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
+        every = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
+        assert SCHEDULER_FENCE in every
+        ours = class_selectors(device_class)
+        assert ours == [e for e in every if e != SCHEDULER_FENCE]
         subject = f"class {device_class['metadata']['name']}"
-        assert selectors_match(subject, expressions, device_input("gpu.hami.io", device))
-        assert not selectors_match(subject, expressions, device_input("gpu.nvidia.com", device))
+        assert selectors_match(subject, ours, device_input("gpu.hami.io", device))
+        assert not selectors_match(subject, ours, device_input("gpu.nvidia.com", device))
+        assert not selectors_match(subject, every, device_input("gpu.hami.io", device))

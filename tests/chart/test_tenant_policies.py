@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.contract import SCHEDULER_FENCE
 from tests.chart.helpers import NAMESPACE, Render, find
 from tests.chart.test_admission_cel import _admit, admission_env
 
@@ -518,11 +519,15 @@ def test_pods_may_not_ask_for_our_classes_as_extended_resources(
         assert message is not None and "use a ResourceClaim or a ResourceClaimTemplate" in message
 
 
-def test_a_class_configured_extended_resource_name_is_refused_too(render: Render, env: Any) -> None:
-    classes = [{"name": "gpu.hami.io", "extendedResourceName": "example.com/shared-gpu"}]
-    rendered = find(
-        render(values={"deviceClasses": classes}), "ValidatingAdmissionPolicy", "-extended-resources"
-    )
+def test_a_class_configured_extended_resource_name_is_left_to_the_fence(render: Render, env: Any) -> None:
+    """A device plugin may serve the same name (nvidia.com/gpu) on other nodes: not refused; the
+    scheduler fence keeps kube-scheduler's DRA first fit off our classes instead."""
+    classes = [{"name": "gpu.hami.io", "extendedResourceName": "nvidia.com/gpu"}]
+    objects = render(values={"deviceClasses": classes})
+    rendered = find(objects, "ValidatingAdmissionPolicy", "-extended-resources")
     request_body = request(TENANT, operation="CREATE")
-    assert _admit(env, rendered, request_body, asking("example.com/shared-gpu"), None) is not None
-    assert _admit(env, rendered, request_body, asking("example.com/other"), None) is None
+    assert _admit(env, rendered, request_body, asking("nvidia.com/gpu"), None) is None
+    implicit = asking("deviceclass.resource.kubernetes.io/gpu.hami.io")
+    assert _admit(env, rendered, request_body, implicit, None) is not None
+    (mapped,) = [o for o in objects if o["kind"] == "DeviceClass" and o["metadata"]["name"] == "gpu.hami.io"]
+    assert SCHEDULER_FENCE in [s["cel"]["expression"] for s in mapped["spec"]["selectors"]]
