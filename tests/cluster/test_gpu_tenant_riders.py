@@ -246,15 +246,24 @@ def test_a_claim_swapped_in_after_admission_is_not_allocated_first_fit(
 ) -> None:
     """The pod is admitted ungated (its claim is another driver's), then the claim is replaced by
     one of ours over the quota. kube-scheduler sees untainted GPUs, but the scheduler fence on
-    our classes leaves its first fit nothing; our controller plans it, under the quota."""
+    our classes leaves its first fit nothing; our controller plans the ungated pod like a gated
+    one, within the quota (here: it waits with GpuQuotaExceeded)."""
     other = claim("swapped", "14Gi")
     other["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": OTHER_CLASS}
     tenancy.tenant("apply", "-f", "-", stdin=manifest(other, pod("swapper", "swapped")))
     assert not tenancy.gated(TENANT_NS, "swapper")
     tenancy.tenant("delete", "resourceclaim", "swapped", "--wait=true", "--timeout=60s")
     tenancy.tenant("create", "-f", "-", stdin=json.dumps(claim("swapped", "14Gi")))
-    tenancy.described(TENANT_NS, "swapper", "GpuQuotaExceeded")  # the controller saw the new claim
-    tenancy.described(TENANT_NS, "swapper", "FailedScheduling")  # and so did kube-scheduler
+    try:
+        tenancy.described(TENANT_NS, "swapper", "GpuQuotaExceeded")  # the controller planned it
+    except AssertionError as err:
+        cluster = tenancy.cluster
+        state = cluster.kubectl("get", "resourceclaim", "swapped", "-n", TENANT_NS, "-o", "yaml", check=False)
+        described = cluster.kubectl("describe", "pod", "swapper", "-n", TENANT_NS, check=False)
+        raise AssertionError(
+            f"{err}\n{state}\n{described}\n{cluster.driver_log('controller')[-3000:]}"
+        ) from err
+    tenancy.described(TENANT_NS, "swapper", "FailedScheduling")  # kube-scheduler found nothing
     swapped = tenancy.cluster.get("resourceclaim", "swapped", "-n", TENANT_NS)
     assert not (swapped.get("status") or {}).get("allocation"), swapped["status"]
     assert not tenancy.cluster.get("pod", "swapper", "-n", TENANT_NS)["spec"].get("nodeName")
