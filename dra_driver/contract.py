@@ -65,6 +65,14 @@ def policy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
     return f"{driver_name}/policy-managed"
 
 
+#: A DeviceClass selector no device satisfies, which our controller skips (config/classes.py):
+#: the chart puts it on every class, so kube-scheduler's first fit, which evaluates class selectors
+#: only for claims it allocates itself, finds no device for a claim of ours on any version (the
+#: policy taint needs device taints, 1.36+ or a feature gate), while a claim our controller has
+#: allocated is scheduled as usual (kube-scheduler does not re-check an allocation's selectors).
+SCHEDULER_FENCE = '"allocated by the hami-dra controller, never by kube-scheduler" == ""'
+
+
 def unhealthy_taint_key(driver_name: str = DEFAULT_DRIVER_NAME) -> str:
     """Key of the taint on GPUs that failed their health check."""
     return f"{driver_name}/unhealthy"

@@ -3,6 +3,8 @@
 A class is ours when it is named after the driver (the chart's default class), carries opaque
 config for the driver, or has a selector that pins ``device.driver`` to the driver name. Classes
 that select our devices some other way are not recognised: document a ``device.driver`` selector.
+The chart's classes also carry the scheduler fence (``SCHEDULER_FENCE``), a selector that only
+kube-scheduler applies.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from dra_driver.contract import SCHEDULER_FENCE
+
 
 def _driver_pattern(driver: str) -> re.Pattern[str]:
     quoted = re.escape(driver)
@@ -18,12 +22,14 @@ def _driver_pattern(driver: str) -> re.Pattern[str]:
 
 
 def class_selectors(device_class: Mapping[str, Any]) -> list[str]:
-    """The CEL expressions of a DeviceClass, in order."""
-    return [
+    """The CEL expressions of a DeviceClass, in order, as our controller applies them: without
+    the scheduler fence (``SCHEDULER_FENCE``), which only keeps kube-scheduler from allocating."""
+    expressions = (
         str(selector["cel"]["expression"])
         for selector in (device_class.get("spec") or {}).get("selectors") or ()
         if (selector.get("cel") or {}).get("expression")
-    ]
+    )
+    return [expression for expression in expressions if expression.strip() != SCHEDULER_FENCE]
 
 
 def is_driver_class(device_class: Mapping[str, Any], driver: str) -> bool:

@@ -138,16 +138,22 @@ class Allocator:
         self.planner = Planner(cache.ledger, self.matcher, self.driver, defaults, cache.classes.get)
 
     def is_candidate(self, pod: PodView) -> bool:
-        """Ours to place: gated by us, or its allocation was cleared by kube-scheduler's PostFilter
-        (our finalizer stays on the claim, the allocation is gone)."""
+        """Ours to place: gated by us, or ungated with an unallocated claim of ours: its allocation
+        was cleared by kube-scheduler's PostFilter (our finalizer stays on the claim), or the pod
+        got past the webhook (admitted with another driver's claim that was then swapped for one
+        of ours, or created during a webhook outage with failurePolicy Ignore). kube-scheduler
+        never allocates such a claim (the scheduler fence on our classes), so nobody else would."""
         if pod.bound_to or not pod.active or pod.deleting:
             return False
         if pod.gated:
             return True
         return not pod.other_gates and any(
-            claim is not None and claim.ours and not claim.allocation
+            claim is not None and not claim.allocation and (claim.ours or self._of_our_classes(claim))
             for _, claim in self.cache.pod_claims(pod)
         )
+
+    def _of_our_classes(self, claim: ClaimView) -> bool:
+        return any(self.cache.is_ours(name) for name in claim.request_classes.values())
 
     def allowed_nodes(self, pod: PodView, among: frozenset[str] | None = None) -> frozenset[str]:
         """Nodes (of ``among``, default all) where the pod itself may run: selectors, affinity,

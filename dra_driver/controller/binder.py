@@ -43,6 +43,17 @@ log = logging.getLogger("dra_driver.controller")
 FENCE_ANNOTATION = "gpu.hami.io/fenced-by"
 
 
+def _same_object(current: Obj, planned: ObjectView) -> None:
+    """Raise NotFound when ``current`` (re-read by name after a conflict) is another object than
+    the one planned: the claim or pod was deleted and one of the same name created since, whose
+    requests (a claim's class, capacity, namespace quota) the plan never saw. Writing the planned
+    allocation or lifting the planned pod's gate on it would hand out what nobody checked, so the
+    bind treats the planned object as gone; the new one is planned on its own."""
+    uid = ObjectView(current).uid
+    if uid != planned.uid:
+        raise NotFound(404, f"{planned.key} is now another object (uid {uid or '-'}, planned {planned.uid})")
+
+
 class BindOutcome(StrEnum):
     BOUND = "bound"  # allocations written and the gate lifted
     RETRY = "retry"  # a write failed (a conflict, an API error, no longer leading): plan again
@@ -133,6 +144,7 @@ class Binder:
 
         def attempt(current: Obj) -> tuple[bool, Obj]:
             """(written?, the claim as written, or as the API holds it when not written)."""
+            _same_object(current, claim)
             if self._view(current).allocation:
                 return False, current  # allocated elsewhere in the meantime: plan again with it counted
             if not self.still_leading():
@@ -168,6 +180,7 @@ class Binder:
         """Remove our gate, in the same update setting ``annotations``; a Normal event says where."""
 
         def lift(current: Obj) -> Obj:
+            _same_object(current, pod)
             edited = without_gate(current, annotations)
             if edited is None:
                 return current  # lifted already

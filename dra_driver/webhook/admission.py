@@ -129,6 +129,28 @@ def hami_core_problems(pod: PodView, uses: Sequence[ClaimUse]) -> list[str]:
 # --- pods -------------------------------------------------------------------------------------
 
 
+def bound_pod_refusal(pod: PodView, uses: Sequence[ClaimUse]) -> str | None:
+    """Why a pod created with ``spec.nodeName`` may not name these claims (None: it may).
+
+    Such a pod skips the scheduler and our gate: kube-controller-manager reserves an allocated
+    claim for it and the kubelet, finding the claim prepared for its first pod, runs it without
+    asking our plugin. A claim of our classes would so be used by a pod nobody placed or charged,
+    and a limited share by a second pod (its HAMi-core limit multiplied). The chart's ``bound-pods``
+    admission policy refuses the same pods while the webhook is down; a claim unreadable here
+    (created after the pod) is caught by its ``claim-reservations`` policy, which keeps a limited
+    claim reserved for one pod.
+    """
+    ours = [use.pod_claim for use in uses if use.ours]
+    if not ours:
+        return None
+    return (
+        f"pod {pod.name or '(generated)'} sets spec.nodeName {pod.bound_to} and uses claim(s) "
+        f"{', '.join(ours)} of a hami-dra DeviceClass: those are allocated and shared only by the "
+        f"driver's controller, which places pods through the {GATE_NAME} scheduling gate; "
+        "leave spec.nodeName out (use a nodeSelector or node affinity to pick the node)"
+    )
+
+
 def _namespace(request: Mapping[str, Any], pod: PodView) -> str:
     return str(request.get("namespace") or pod.namespace or "default")
 
@@ -148,13 +170,17 @@ def mutate_pod(request: Mapping[str, Any], lookup: Lookup) -> Verdict:
     if not any(use.ours is not False for use in uses):
         verdict.warnings = []  # not our pod: our annotations mean nothing to it
         return verdict
-    if pod.gated:
-        return verdict  # never mutate twice
     if pod.bound_to:
+        refusal = bound_pod_refusal(pod, uses)
+        if refusal is not None:
+            return Verdict(allowed=False, message=refusal)
         verdict.warnings.append(
-            f"pod sets spec.nodeName, so it cannot get the {GATE_NAME} gate: no placement policy applies"
+            f"pod sets spec.nodeName, so it cannot get the {GATE_NAME} gate: a claim of a hami-dra "
+            "class is never allocated or shared for it"
         )
         return verdict
+    if pod.gated:
+        return verdict  # never mutate twice
     if not pod.other_gates:  # no gates (or an empty list): add the list
         verdict.patch = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE_NAME}]}]
     else:

@@ -30,7 +30,7 @@ def admission_env() -> Any:
     dyn = cel.Type.DYN
     return cel.NewEnv(
         descriptor_pool.DescriptorPool(),
-        variables={"object": dyn, "oldObject": dyn, "request": dyn, "variables": dyn},
+        variables={"object": dyn, "oldObject": dyn, "request": dyn, "variables": dyn, "params": dyn},
         extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()],
     )
 
@@ -41,9 +41,14 @@ def _eval(env: Any, expression: str, inputs: dict[str, Any]) -> Any:
     return value.plain_value()
 
 
-def _admit(env: Any, policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any) -> str | None:
-    """Evaluate a ValidatingAdmissionPolicy like the API server: None if allowed, else the message."""
-    inputs: dict[str, Any] = {"request": request, "object": obj, "oldObject": old, "variables": {}}
+def _admit(
+    env: Any, policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any, params: Any = None
+) -> str | None:
+    """Evaluate a ValidatingAdmissionPolicy like the API server: None if allowed, else the message.
+    ``params``: the one parameter object it is evaluated with (a policy with ``paramKind``)."""
+    inputs: dict[str, Any] = {
+        "request": request, "object": obj, "oldObject": old, "variables": {}, "params": params,
+    }  # fmt: skip
     spec = policy["spec"]
     if not all(_eval(env, c["expression"], inputs) for c in spec.get("matchConditions", [])):
         return None
@@ -205,12 +210,22 @@ def test_mutating_webhook_only_sees_pods_with_claims(render: Render, env: Any) -
 
 
 def test_device_class_selectors_compile_and_select_our_devices(render: Render) -> None:
+    """As our controller applies them (without the scheduler fence) they select our devices only;
+    as kube-scheduler applies them (every selector) they select none, so its first fit never
+    allocates a claim of these classes, whatever the version's device taints."""
     from dra_driver.cel import device_input, selectors_match
+    from dra_driver.config.classes import class_selectors
+    from dra_driver.contract import SCHEDULER_FENCE
 
     classes = [o for o in render() if o["kind"] == "DeviceClass"]
+    assert len(classes) == 7
     device = {"name": "gpu-0", "attributes": {"index": {"int": 0}}, "capacity": {"memory": {"value": "15Gi"}}}
     for device_class in classes:
-        expressions = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
+        every = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
+        assert SCHEDULER_FENCE in every
+        ours = class_selectors(device_class)
+        assert ours == [e for e in every if e != SCHEDULER_FENCE]
         subject = f"class {device_class['metadata']['name']}"
-        assert selectors_match(subject, expressions, device_input("gpu.hami.io", device))
-        assert not selectors_match(subject, expressions, device_input("gpu.nvidia.com", device))
+        assert selectors_match(subject, ours, device_input("gpu.hami.io", device))
+        assert not selectors_match(subject, ours, device_input("gpu.nvidia.com", device))
+        assert not selectors_match(subject, every, device_input("gpu.hami.io", device))

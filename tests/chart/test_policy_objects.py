@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from dra_driver.config import parse_gpu_config
+from dra_driver.contract import SCHEDULER_FENCE
 from tests.chart.combos import CUSTOM_DRIVER
 from tests.chart.helpers import ALL_ON, EXAMPLES, NAMESPACE, Render, all_of, find
 
@@ -68,6 +69,7 @@ def test_all_gpu_config_fields_and_extra_selectors(render: Render) -> None:
     assert expressions == [
         'device.driver == "gpu.hami.io"',
         'device.attributes["gpu.hami.io"].productName.startsWith("NVIDIA A100")',
+        SCHEDULER_FENCE,  # kube-scheduler's alone: no device satisfies it
     ]
     assert "config" not in classes["plain.gpu.hami.io"]["spec"], "no config: controller defaults apply"
     assert classes["gpu.hami.io"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"

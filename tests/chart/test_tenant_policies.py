@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.contract import SCHEDULER_FENCE
 from tests.chart.helpers import NAMESPACE, Render, find
 from tests.chart.test_admission_cel import _admit, admission_env
 
@@ -352,3 +353,189 @@ def test_the_controller_writes_only_claims_of_its_driver(
         assert message is None
     else:
         assert message is not None and denied in message, message
+
+
+# --- version conversion ----------------------------------------------------------------------------
+
+
+def test_every_tenant_policy_sees_requests_converted_to_v1(render: Render) -> None:
+    """The expressions read v1's shape (``exactly``); a v1beta1 request matched with "*" would reach
+    them in its own shape (no ``exactly``) and pass every rule."""
+    policies = [o for o in render() if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert len(policies) == 9  # the kubelet plugin's resourceslices policy too
+    for body in policies:
+        constraints = body["spec"]["matchConstraints"]
+        assert constraints.get("matchPolicy", "Equivalent") == "Equivalent", body["metadata"]["name"]
+        for rule in constraints["resourceRules"]:
+            assert rule["apiVersions"] == ["v1"], body["metadata"]["name"]
+
+
+# --- riders: pods bound to a node, claims reserved for a further pod -------------------------------
+
+
+def bound_pod(*claims: str, node: str = "node-a", template: str | None = None) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    if template is not None:
+        entries.append({"name": "t", "resourceClaimTemplateName": template})
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}], "resourceClaims": entries}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": "rider", "namespace": "team-a"}, "spec": spec}
+
+
+def named_claim(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team-a"}, "spec": {"devices": {"requests": [body]}}}
+
+
+BOUND_CASES = [
+    ("names a claim of ours", bound_pod("held"), named_claim("held", exactly()), "uses ResourceClaim held"),
+    (
+        "names a subrequest claim of ours",
+        bound_pod("other", "held"),
+        named_claim("held", first_available("spread.gpu.hami.io")),
+        "uses ResourceClaim held",
+    ),
+    ("another claim of the namespace", bound_pod("x"), named_claim("held", exactly()), None),
+    ("another driver's claim", bound_pod("held"), named_claim("held", exactly("gpu.nvidia.com")), None),
+    ("not bound to a node", bound_pod("held", node=""), named_claim("held", exactly()), None),
+    ("a template only", bound_pod(template="t"), named_claim("t", exactly()), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod", "param", "denied"), [c[1:] for c in BOUND_CASES], ids=[c[0] for c in BOUND_CASES]
+)
+def test_a_pod_bound_to_a_node_may_not_name_a_claim_of_ours(
+    render: Render, env: Any, pod: dict[str, Any], param: dict[str, Any], denied: str | None
+) -> None:
+    message = _admit(
+        env, policy(render, "bound-pods"), request(TENANT, operation="CREATE"), pod, None, params=param
+    )
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and denied in message and "leave spec.nodeName out" in message, message
+
+
+def test_the_bound_pod_policy_reads_every_claim_of_the_pods_namespace(render: Render) -> None:
+    objects = render()
+    assert policy(render, "bound-pods")["spec"]["paramKind"] == {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+    }
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", "-bound-pods")
+    assert binding["spec"]["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Allow"}
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def reserved(*pods: str) -> list[dict[str, str]]:
+    return [{"resource": "pods", "name": name, "uid": f"uid-{name}"} for name in pods]
+
+
+def claim_reserved_for(body: dict[str, Any], *pods: str) -> dict[str, Any]:
+    obj = named_claim("held", body)
+    obj["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": "gpu.hami.io", "pool": "n", "device": "gpu-0"}]
+            }
+        },
+        "reservedFor": reserved(*pods),
+    }
+    return obj
+
+
+SHARE = exactly(capacity={"requests": {"memory": "6Gi"}})
+CORES = first_available("mutex.gpu.hami.io", capacity={"requests": {"cores": "30"}})
+RESERVATION_CASES = [
+    ("a share, a second pod", SHARE, ("holder",), ("holder", "rider"), "reserved for one pod at a time"),
+    ("a cores subrequest, a second pod", CORES, ("holder",), ("holder", "rider"), "reserved for one pod"),
+    ("a share, its first pod", SHARE, (), ("holder",), None),
+    ("a share, the holder leaves", SHARE, ("holder", "rider"), ("rider",), None),
+    ("a share, the next pod after the holder", SHARE, ("holder",), ("next",), None),
+    ("a whole card, a second pod", exactly(), ("holder",), ("holder", "rider"), None),
+    (
+        "another driver's share",
+        exactly("gpu.nvidia.com", capacity={"requests": {"memory": "6Gi"}}),
+        ("holder",),
+        ("holder", "rider"),
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "before", "after", "denied"),
+    [c[1:] for c in RESERVATION_CASES],
+    ids=[c[0] for c in RESERVATION_CASES],
+)
+@pytest.mark.parametrize("user", ["system:kube-controller-manager", "system:kube-scheduler", CONTROLLER])
+def test_a_limited_claim_is_reserved_for_one_pod_whoever_writes(
+    render: Render,
+    env: Any,
+    user: str,
+    body: dict[str, Any],
+    before: tuple[str, ...],
+    after: tuple[str, ...],
+    denied: str | None,
+) -> None:
+    old = claim_reserved_for(body, *before)
+    new = claim_reserved_for(body, *after)
+    message = _admit(
+        env, policy(render, "claim-reservations"), request(user, "resourceclaims", "status"), new, old
+    )
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and denied in message and user in message, message
+
+
+def asking(resource: str, where: str = "limits", init: bool = False) -> dict[str, Any]:
+    container = {"name": "main", "image": "busybox", "resources": {where: {resource: "1"}}}
+    spec: dict[str, Any] = {"containers": [{"name": "plain", "image": "busybox"}]}
+    if init:
+        spec["initContainers"] = [container]
+    else:
+        spec["containers"].append(container)
+    return {"metadata": {"name": "p", "namespace": "team-a"}, "spec": spec}
+
+
+EXTENDED_CASES = [
+    ("our class by its implicit name", asking("deviceclass.resource.kubernetes.io/gpu.hami.io"), True),
+    (
+        "a recipe class, as a request, in an init container",
+        asking("deviceclass.resource.kubernetes.io/mutex.gpu.hami.io", "requests", init=True),
+        True,
+    ),
+    ("another driver's class", asking("deviceclass.resource.kubernetes.io/gpu.nvidia.com"), False),
+    ("a device plugin's resource", asking("nvidia.com/gpu"), False),
+    ("cpu", asking("cpu", "requests"), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod", "denied"), [c[1:] for c in EXTENDED_CASES], ids=[c[0] for c in EXTENDED_CASES]
+)
+def test_pods_may_not_ask_for_our_classes_as_extended_resources(
+    render: Render, env: Any, pod: dict[str, Any], denied: bool
+) -> None:
+    message = _admit(
+        env, policy(render, "extended-resources"), request(TENANT, operation="CREATE"), pod, None
+    )
+    assert (message is not None) is denied, message
+    if denied:
+        assert message is not None and "use a ResourceClaim or a ResourceClaimTemplate" in message
+
+
+def test_a_class_configured_extended_resource_name_is_left_to_the_fence(render: Render, env: Any) -> None:
+    """A device plugin may serve the same name (nvidia.com/gpu) on other nodes: not refused; the
+    scheduler fence keeps kube-scheduler's DRA first fit off our classes instead."""
+    classes = [{"name": "gpu.hami.io", "extendedResourceName": "nvidia.com/gpu"}]
+    objects = render(values={"deviceClasses": classes})
+    rendered = find(objects, "ValidatingAdmissionPolicy", "-extended-resources")
+    request_body = request(TENANT, operation="CREATE")
+    assert _admit(env, rendered, request_body, asking("nvidia.com/gpu"), None) is None
+    implicit = asking("deviceclass.resource.kubernetes.io/gpu.hami.io")
+    assert _admit(env, rendered, request_body, implicit, None) is not None
+    (mapped,) = [o for o in objects if o["kind"] == "DeviceClass" and o["metadata"]["name"] == "gpu.hami.io"]
+    assert SCHEDULER_FENCE in [s["cel"]["expression"] for s in mapped["spec"]["selectors"]]

@@ -43,13 +43,13 @@ from tests.controller.worlds import NODE, CacheWorld, edited, other_class, tenan
         (lambda p: p["spec"].update(nodeName=NODE), False),
         (lambda p: p["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z"), False),
         (lambda p: p.update(status={"phase": "Succeeded"}), False),
-        (lambda p: p["spec"].pop("schedulingGates"), False),
+        # Ungated with its claim of ours unallocated: kube-scheduler cannot allocate it (fence).
+        (lambda p: p["spec"].pop("schedulingGates"), True),
+        (lambda p: p["spec"].update(schedulingGates=[{"name": "someone.else/gate"}]), False),
     ],
-    ids=["gated", "bound", "deleting", "finished", "ungated"],
+    ids=["gated", "bound", "deleting", "finished", "ungated", "another-gate"],
 )
-def test_a_gated_pod_is_placed_until_it_is_bound_deleted_finished_or_ungated(
-    change: Any, candidate: bool
-) -> None:
+def test_a_pod_is_placed_until_it_is_bound_deleted_or_finished(change: Any, candidate: bool) -> None:
     world = CacheWorld()
     world.add_claim(claim("c", request()))
     world.add_pod(pod("p", {"gpu": "claim:c"}))
@@ -59,17 +59,27 @@ def test_a_gated_pod_is_placed_until_it_is_bound_deleted_finished_or_ungated(
         assert isinstance(world.allocator.allocate(changed), NotCandidate)
 
 
-def test_an_ungated_pod_is_placed_only_when_kube_scheduler_cleared_our_allocation() -> None:
-    """kube-scheduler's PostFilter clears an allocation whose node it rejects; our finalizer stays."""
+def test_an_ungated_pod_is_placed_when_its_claim_of_ours_is_unallocated() -> None:
+    """kube-scheduler's PostFilter clears an allocation whose node it rejects (our finalizer stays);
+    a pod admitted ungated with another driver's claim, swapped for one of ours since, has no
+    finalizer yet. kube-scheduler allocates neither (the scheduler fence), so the controller does."""
     world = CacheWorld()
+    world.add_class(other_class())
     ours = claim("ours", request())
     ours["metadata"]["finalizers"] = [FINALIZER]
     ours["status"] = {"allocation": {"devices": {"results": []}}}
     world.add_claim(ours)
-    world.add_claim(claim("theirs", request()))
-    for name in ("ours", "theirs"):  # allocated, or not ours
+    world.add_claim(claim("theirs", request(klass="other")))
+    for name in ("ours", "theirs"):  # allocated, or not of our classes
         ungated = world.add_pod(pod(f"{name}-pod", {"gpu": f"claim:{name}"}, gated=False))
         assert not world.allocator.is_candidate(ungated)
+    swapped = claim("theirs", request())
+    swapped["metadata"]["uid"] = "swapped-in"
+    world.deliver("ResourceClaim", swapped)
+    swapper = world.pod_view("theirs-pod")
+    assert world.allocator.is_candidate(swapper)
+    placed = world.allocator.allocate(swapper)
+    assert isinstance(placed, Placed) and [write.claim.uid for write in placed.writes] == ["swapped-in"]
     other_gate = edited(
         world.add_pod(pod("other-gate", {"gpu": "claim:ours"}, gated=False)),
         lambda p: p["spec"].update(schedulingGates=[{"name": "someone.else/gate"}]),

@@ -430,3 +430,50 @@ def test_fencing_skips_allocated_and_foreign_claims_and_goes_on_past_each_claim(
     assert fence() == ["b-ours"]  # c is fenced at its current version: only b is written again
     assert fence() == []
     assert [c[2] for c in world.kube.writes("resourceclaims")] == ["b-ours", "c-ours", "b-ours"]
+
+
+def recreated_first(world: World, method: str, resource: Resource, name: str) -> None:
+    """Just before our next ``method`` write of ``resource``, object ``name`` is deleted and one of
+    the same name created (a new UID; a tenant swapping a claim or a pod while we write): ours
+    then meets a 409 and the re-read by name finds the new object."""
+    update = world.kube.update
+    raced: list[bool] = []
+
+    def racing(target: Resource, obj: Obj, *, status: bool = False) -> Obj:
+        if not raced and target == resource and method == ("update/status" if status else "update"):
+            raced.append(True)
+            again = world.kube.stored(resource, NS, name)
+            del world.kube.objects[(resource.plural, NS, name)]
+            del again["metadata"]["uid"]
+            world.kube.put(resource, again)
+        return update(target, obj, status=status)
+
+    world.kube.update = racing  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("method", ["update", "update/status"], ids=["finalizer", "allocation"])
+def test_a_claim_recreated_under_its_name_during_a_conflict_is_not_written(method: str) -> None:
+    """After a 409 the re-read by name may find another claim (deleted and created again, e.g. with
+    a bigger request or one that tolerates everything): the plan was made for the old one, so
+    nothing is written to the new one and the old one leaves the ledger."""
+    world = World()
+    tenant(world, "a")
+    planned_uid = world.claim("a")["metadata"]["uid"]
+    job = world.planned("a-pod")
+    recreated_first(world, method, RESOURCE_CLAIMS, "a")
+    result = world.binder.bind(job)
+    assert result.outcome == "retry" and result.failed == [(job.writes[0].claim, None)]
+    assert "allocation" not in world.claim("a").get("status", {})
+    assert world.claim("a")["metadata"]["uid"] != planned_uid
+    world.controller.apply(result)
+    assert planned_uid not in world.cache.ledger.claims()
+    assert world.pod("a-pod")["spec"]["schedulingGates"]  # planned again, for the new claim
+
+
+def test_a_pod_recreated_under_its_name_during_a_conflict_keeps_its_gate() -> None:
+    world = World()
+    tenant(world, "a")
+    job = world.planned("a-pod")
+    recreated_first(world, "update", PODS, "a-pod")
+    assert world.binder.bind(job).outcome == "gone"
+    assert GATE_NAME in [g["name"] for g in world.pod("a-pod")["spec"]["schedulingGates"]]

@@ -104,10 +104,31 @@ def test_unreadable_claim_is_gated_to_be_safe(lookup: FakeLookup) -> None:
     assert verdict.patch is not None
 
 
-def test_pod_with_node_name_is_warned_not_gated(lookup: FakeLookup) -> None:
+def test_pod_bound_to_a_node_may_not_name_a_claim_of_ours(lookup: FakeLookup) -> None:
+    """A rider: kube-controller-manager would reserve the running claim for it and the kubelet
+    would run it without asking our plugin, so a limited share would serve a second pod."""
     verdict = mutate_pod(review(pod([{"name": "g", "resourceClaimName": "shared"}], nodeName="n1")), lookup)
+    assert not verdict.allowed and verdict.patch is None
+    assert "sets spec.nodeName n1 and uses claim(s) g of a hami-dra DeviceClass" in verdict.message
+    from_template = mutate_pod(
+        review(pod([{"name": "t", "resourceClaimTemplateName": "t-gpu"}], nodeName="n1")), lookup
+    )
+    assert not from_template.allowed and "claim(s) t" in from_template.message
+
+
+def test_pod_bound_to_a_node_is_warned_when_its_claim_is_unknown(lookup: FakeLookup) -> None:
+    # Not readable yet: it may be another driver's, so admitted; the claim-reservations policy
+    # keeps a limited claim of ours to one pod if it turns out to be ours.
+    verdict = mutate_pod(review(pod([{"name": "g", "resourceClaimName": "not-yet"}], nodeName="n1")), lookup)
     assert verdict.allowed and verdict.patch is None
     assert any("spec.nodeName" in warning for warning in verdict.warnings)
+
+
+def test_pod_bound_to_a_node_with_other_claims_is_untouched(lookup: FakeLookup) -> None:
+    verdict = mutate_pod(
+        review(pod([{"name": "x", "resourceClaimTemplateName": "t-other"}], nodeName="n1")), lookup
+    )
+    assert verdict.allowed and verdict.patch is None and not verdict.warnings
 
 
 def test_bad_hami_annotations_produce_warnings(lookup: FakeLookup) -> None:
