@@ -11,7 +11,7 @@ seeing the pod the API server stored, creates them:
   it into a pod of their own;
 - owned by the pod, so the garbage collector deletes them with it: no template outlives the pods
   using it, and there is no per-namespace count for anyone to exhaust;
-- then it marks the pod (``gpu.hami.io/hami-templates``), which makes kube-controller-manager look
+- then it marks the pod (``<driver>/hami-templates``), which makes kube-controller-manager look
   at the pod again at once instead of after the backoff its failed attempts earned.
 
 A pod whose annotation does not match its claims, or whose namespace did not opt in, is reported
@@ -35,8 +35,14 @@ log = logging.getLogger(__name__)
 
 TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
-#: Pod annotation: the templates the controller made for the pod (also what wakes kcm up).
-MADE_ANNOTATION = "gpu.hami.io/hami-templates"
+
+
+def made_annotation(driver: str) -> str:
+    """Pod annotation: the templates the controller made for the pod (also what wakes kcm up);
+    named by the driver like the decision record, so two installs never read each other's."""
+    return f"{driver}/hami-templates"
+
+
 #: Pods remembered as done; beyond, the oldest are forgotten (a second try only meets 409s).
 REMEMBERED_PODS = 4096
 
@@ -109,7 +115,8 @@ class HamiTemplates:
         """
         raw = dict(pod.raw)
         meta = dict(raw.get("metadata") or {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), MADE_ANNOTATION: ",".join(names)}
+        mark = {made_annotation(self._driver): ",".join(names)}
+        meta["annotations"] = {**(meta.get("annotations") or {}), **mark}
         raw["metadata"] = meta
         try:
             self._kube.update(PODS, raw)

@@ -10,11 +10,11 @@ import pytest
 
 from dra_driver.controller.controller import Step
 from dra_driver.controller.hami_templates import (
-    MADE_ANNOTATION,
     NAMESPACES,
     TEMPLATES,
     HamiTemplates,
     KubeNamespaces,
+    made_annotation,
 )
 from dra_driver.kube.api import PODS
 from dra_driver.resource.objects import PodView
@@ -70,7 +70,8 @@ def test_the_pods_template_is_made_owned_by_it_and_the_pod_is_marked(kube: FakeK
         "memory": "8000Mi",
     }
     marked = kube.stored(PODS, "team", "inference")
-    assert marked["metadata"]["annotations"][MADE_ANNOTATION] == name, "kcm's claim controller is woken"
+    woken = marked["metadata"]["annotations"][made_annotation(DRIVER)] == name
+    assert woken, "kcm's claim controller is woken"
     calls = len(kube.calls)
     assert templates.ensure(pod) is None and len(kube.calls) == calls, "once per pod"
 
@@ -117,7 +118,7 @@ def test_a_template_that_exists_already_is_not_an_error(kube: FakeKube) -> None:
     name = str(pod.claim_entries[0].template)
     kube.put(TEMPLATES, {"metadata": {"name": name, "namespace": "team"}, "spec": {"spec": {}}})
     assert maker(kube).ensure(pod) is None
-    assert MADE_ANNOTATION not in kube.stored(PODS, "team", "inference")["metadata"]["annotations"]
+    assert made_annotation(DRIVER) not in kube.stored(PODS, "team", "inference")["metadata"]["annotations"]
 
 
 def test_an_api_error_propagates_and_the_pod_is_tried_again(kube: FakeKube) -> None:
