@@ -28,7 +28,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -411,6 +411,10 @@ def test_a_driver_root_mounted_after_the_plugin_started_is_waited_for_and_publis
         assert gpu_node.devices() == []
 
         subprocess.run(["mount", "--bind", str(gpu_node.driver.root), str(late)], check=True)
+        # The Operator's toolkit writes its spec once its driver root is there, naming the host paths
+        # below it, which the plugin sees through its driver-root mount (control nodes included).
+        generate_spec("host", replace(gpu_node.driver, root=late), CDI_DIR)
+        gpu_node.driver.load_uvm()
         devices = gpu_node.wait_devices(len(gpu_node.driver.gpus))
         assert sorted(d["name"] for d in devices) == sorted(f"gpu-{g.minor}" for g in gpu_node.driver.gpus)
         log = gpu_node.chart.log(PLUGIN)
@@ -420,6 +424,7 @@ def test_a_driver_root_mounted_after_the_plugin_started_is_waited_for_and_publis
         assert same["status"]["containerStatuses"][0]["restartCount"] == restarts
         print(json.dumps({"waiting": line[-160:], "restarts": restarts}))
     finally:
+        gpu_node.use_layout("host")  # the spec of the mock's own root again
         gpu_node.upgrade()  # back to the mock's root for the module's other tests
         subprocess.run(["umount", str(late)], check=False)
         subprocess.run(["umount", str(parent)], check=False)
