@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -117,6 +119,20 @@ MAX_CACHED_SELECTORS = 4096
 _cache: dict[str, CompiledSelector] = {}
 _lock = threading.Lock()
 _env: Any = None
+
+
+@atexit.register
+def _keep_programs_past_teardown() -> None:
+    """Never destroy the environment and the cached programs at interpreter exit.
+
+    cel-expr-python crashes (SIGSEGV) when the final garbage collection frees an environment and
+    its programs in an arbitrary order, after every test or the daemon's work is done; a process
+    that exits frees its memory anyway, so one extra reference on each keeps them alive to the end.
+    """
+    with _lock:
+        for kept in (_env, _cache):
+            if kept is not None:
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
 
 
 def default_env() -> Any:
