@@ -12,11 +12,15 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from dra_driver import __version__
 from dra_driver.flags import warn_deprecations
+from dra_driver.suggest import closest
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -30,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.sandbox.command",
     "dra_driver.cluster.command",
     "dra_driver.demo.command",
+    "dra_driver.completion",
 )
 
 #: Development tools: they need the ``sandbox`` extra (``pip install 'hami-dra[sandbox]'``), which
@@ -46,9 +51,69 @@ class UsageError(Exception):
     """A user-facing error: printed as one line and exits with status 2, never as a traceback."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hami-dra",
+#: The name of the program when it is not run as a kubectl plugin.
+PROGRAM = "hami-dra"
+#: kubectl runs ``kubectl hami-dra ARGS`` as ``kubectl-hami_dra ARGS`` (a ``-`` of the plugin's name
+#: is ``_`` in its file name, found on PATH); pyproject.toml installs that entry point.
+KUBECTL_PLUGIN_PREFIX = "kubectl-"
+
+
+def program_name(argv0: str | None = None) -> str:
+    """How the user invoked us, for usage and error lines: ``kubectl hami-dra`` when run as the
+    kubectl plugin (the file ``kubectl-hami_dra``), else ``hami-dra`` (also for ``python -m``)."""
+    name = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    if name.startswith(KUBECTL_PLUGIN_PREFIX):
+        return "kubectl " + name.removeprefix(KUBECTL_PLUGIN_PREFIX).replace("_", "-")
+    return PROGRAM
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<word>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a suggestion for a mistyped flag, subcommand or choice (Python 3.11's argparse
+    has none): ``unrecognized arguments: --outptu (did you mean --output?)``."""
+
+    def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.search(message)
+        if choice:
+            options = re.findall(r"'([^']*)'", choice["choices"])
+            suggestion = closest(choice["word"], options)
+            if suggestion:
+                message += f"; did you mean {suggestion!r}?"
+        super().error(message)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        words = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(words, namespace)
+        if extras:
+            # Complain from the subcommand the flags were given to: its usage, its flags suggested.
+            parser = self._subcommand_of(words)
+            hints = []
+            for extra in extras:
+                flag = extra.split("=", 1)[0]
+                suggestion = closest(flag, parser._option_string_actions) if flag.startswith("-") else None
+                hints.append(f"{extra} (did you mean {suggestion}?)" if suggestion else extra)
+            parser.error(f"unrecognized arguments: {' '.join(hints)}")
+        return parsed
+
+    def _subcommand_of(self, words: Sequence[str]) -> argparse.ArgumentParser:
+        """The innermost (sub)command parser the words select."""
+        parser: argparse.ArgumentParser = self
+        for word in words:
+            subcommands = next(
+                (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+            )
+            if subcommands is not None and word in subcommands.choices:
+                parser = subcommands.choices[word]
+        return parser
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=prog or program_name(),
         description="Kubernetes DRA driver for NVIDIA GPUs with HAMi's composable placement policies.",
     )
     parser.add_argument("--version", action="version", version=f"hami-dra {__version__}")
@@ -106,27 +171,46 @@ def configure_logging(verbosity: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    prog = program_name()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     configure_logging(_verbosity(args))
     warn_deprecations(args)
     try:
         result: int = args.handler(args)
     except UsageError as err:
-        print(f"hami-dra {args.command}: error: {err}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {err}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as err:
         if args.command not in DEV_COMMANDS:
             raise
         print(
-            f"hami-dra {args.command}: error: a development tool; it needs the sandbox extra "
+            f"{prog} {args.command}: error: a development tool; it needs the sandbox extra "
             f"(module {err.name!r} is missing): {DEV_EXTRA_HINT}",
             file=sys.stderr,
         )
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        # A request no command turned into its own line: the same line as theirs, not a traceback.
+        server = _unreached_server(err)
+        if server is None:
+            raise
+        from dra_driver.kube.config import unreachable
+
+        print(f"{prog} {args.command}: error: {unreachable(server, err)}", file=sys.stderr)
+        return 2
     return result
+
+
+def _unreached_server(err: BaseException) -> str | None:
+    """The server URL of urllib3's "could not reach it" error (``MaxRetryError``), else None."""
+    pool: Any = getattr(err, "pool", None)
+    if type(err).__name__ != "MaxRetryError" or pool is None:
+        return None
+    port = f":{pool.port}" if pool.port else ""
+    return f"{pool.scheme}://{pool.host}{port}"
 
 
 if __name__ == "__main__":  # pragma: no cover

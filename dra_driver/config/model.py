@@ -27,6 +27,7 @@ from pydantic import (
 
 from dra_driver.engine import KNOWN_POLICY_NAMES, ScoringWeights, WeightsError, parse_policy_chain
 from dra_driver.engine.weights import MAX_WEIGHT
+from dra_driver.suggest import unknown_field_hint
 
 API_VERSION = "gpu.hami.io/v1alpha1"
 KIND = "GpuConfig"
@@ -140,7 +141,7 @@ def format_validation_error(err: ValidationError) -> str:
     for problem in err.errors(include_url=False):
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown field"
+            message = "unknown field" + unknown_field_hint(GpuConfig, tuple(problem["loc"]))
         elif problem["type"] == "literal_error":
             message = f"{message}, got {problem.get('input')!r}"
         lines.append(f"{_location(tuple(problem['loc']))}: {message}")

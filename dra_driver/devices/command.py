@@ -13,8 +13,10 @@ Options: ``--source nvml|simulated`` (default: ``simulated`` when ``--profile`` 
 ``--devices-file`` is given, else ``nvml``; never a silent fallback), ``--profile
 t4|a100-80gb|h100-80gb|h200``, ``--gpus N``, ``--devices-file F`` (YAML/JSON), ``--node-name``
 (default ``$NODE_NAME``, else for ``nvml`` this host's name, lower-cased, as kubelet names its
-node), ``--driver-name`` (default ``gpu.hami.io``), ``--output yaml|json`` (YAML: one document per
-slice; JSON: the slice, or a ``v1 List`` when the pool needs several), ``--policy-taint`` /
+node), ``--driver-name`` (default ``gpu.hami.io``), ``--output yaml|json|table|wide`` (YAML, the
+default: one document per slice, ready for ``kubectl apply``; JSON: the slice, or a ``v1 List``
+when the pool needs several; ``table``: one line per GPU; ``wide`` adds UUID, NUMA node, PCI bus
+and compute mode), ``--policy-taint`` /
 ``--taint-unhealthy`` (``[=true|false]``) to preview the device taints the kubelet plugin adds on
 clusters that keep them (1.36+). Exit status 2 with one line on stderr for bad input or when NVML
 cannot be loaded.
@@ -39,6 +41,7 @@ from dra_driver.devices.simulated import PROFILES
 from dra_driver.devices.source import SOURCE_KINDS, DeviceSourceError, open_source
 from dra_driver.flags import add_bool, env_default
 from dra_driver.kubeletplugin.slices import SliceError, build_resource_slices
+from dra_driver.output import JSON, TABLE, WIDE, YAML, add_output_flag, columns
 
 #: A Kubernetes object name that is a DNS subdomain (RFC 1123), as node names are.
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -66,7 +69,7 @@ def register(subparsers: Any) -> None:
         help="node name (env NODE_NAME; with --source nvml default: this host's name)",
     )
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    add_output_flag(parser, default=YAML, what="; table: one line per GPU, wide adds UUID, NUMA and PCI")
     add_bool(
         parser, "--policy-taint", default=False, env=False, help="add the policy-managed NoSchedule taint"
     )
@@ -112,9 +115,43 @@ def host_node_name() -> str:
     return name
 
 
+def _attribute(device: dict[str, Any], name: str) -> str:
+    value = (device.get("attributes") or {}).get(name) or {}
+    found = next(iter(value.values()), None) if isinstance(value, dict) else None
+    return "-" if found is None else str(found).lower() if isinstance(found, bool) else str(found)
+
+
+def _capacity(device: dict[str, Any], name: str) -> str:
+    return str(((device.get("capacity") or {}).get(name) or {}).get("value", "-"))
+
+
+def device_rows(slices: list[dict[str, Any]], wide: bool) -> list[list[str]]:
+    """One row per device of the slices: what ``-o table`` (``wide``) prints."""
+    header = ["NODE", "DEVICE", "PRODUCT", "MEMORY", "CORES", "SLOTS", "ISOLATION", "HEALTHY"]
+    if wide:
+        header += ["UUID", "NUMA", "PCI", "COMPUTE-MODE", "TAINTS"]
+    rows = [header]
+    for item in slices:
+        spec = item.get("spec") or {}
+        for device in spec.get("devices") or ():
+            row = [str(spec.get("nodeName") or "-"), str(device.get("name"))]
+            row += [_attribute(device, "productName")]
+            row += [_capacity(device, name) for name in ("memory", "cores", "slots")]
+            row += [_attribute(device, "isolation"), _attribute(device, "healthy")]
+            if wide:
+                taints = ",".join(f"{t['key']}:{t['effect']}" for t in device.get("taints") or ()) or "-"
+                row += [_attribute(device, "uuid"), _attribute(device, "resource.kubernetes.io/numaNode")]
+                row += [_attribute(device, "resource.kubernetes.io/pciBusID")]
+                row += [_attribute(device, "computeMode"), taints]
+            rows.append(row)
+    return rows
+
+
 def render(slices: list[dict[str, Any]], output: str) -> str:
-    """YAML documents, or JSON (one object, or a v1 List for several slices)."""
-    if output == "json":
+    """YAML documents, JSON (one object, or a v1 List for several slices), or a device table."""
+    if output in (TABLE, WIDE):
+        return "\n".join(columns(device_rows(slices, wide=output == WIDE))) + "\n"
+    if output == JSON:
         document: Any = (
             slices[0] if len(slices) == 1 else {"apiVersion": "v1", "kind": "List", "items": slices}
         )

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
-from dra_driver.kube.config import add_kubectl_flags, load_kubectl_client
+from dra_driver.kube.config import (
+    CLI_REQUEST_TIMEOUT,
+    add_kubectl_flags,
+    is_connection_error,
+    load_kubectl_client,
+    unreachable,
+)
+from dra_driver.output import DOCUMENTS, WIDE, add_output_flag, render_document
 
 
 def register(subparsers: Any) -> None:
@@ -31,7 +39,7 @@ def register(subparsers: Any) -> None:
     )
     add_kubectl_flags(parser)
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output_flag(parser, what="; wide adds what would make each card fit")
     parser.set_defaults(handler=run)
 
 
@@ -57,7 +65,17 @@ def run(args: argparse.Namespace) -> int:
     name = _pod_name(args.target)
 
     def read(call: Any, *call_args: Any, **kwargs: Any) -> Any:
-        return json.loads(call(*call_args, _preload_content=False, **kwargs).data)
+        try:
+            response = call(
+                *call_args, _preload_content=False, _request_timeout=CLI_REQUEST_TIMEOUT, **kwargs
+            )
+        except client.exceptions.ApiException:
+            raise
+        except Exception as err:
+            if is_connection_error(err):
+                raise unreachable(cluster.server, err) from None
+            raise
+        return json.loads(response.data)
 
     try:
         pod = read(core.read_namespaced_pod, name, namespace)
@@ -95,5 +113,8 @@ def run(args: argparse.Namespace) -> int:
         explanation.note = (explanation.note + "; " if explanation.note else "") + (
             f"could not list {', '.join(missing)}: the evaluation now may miss cards or tenants"
         )
-    print(json.dumps(explanation.to_json(), indent=2) if args.output == "json" else render(explanation))
+    if args.output in DOCUMENTS:
+        sys.stdout.write(render_document(explanation.to_json(), args.output))
+    else:
+        print(render(explanation, wide=args.output == WIDE))
     return 0

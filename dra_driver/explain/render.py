@@ -1,11 +1,15 @@
-"""Plain-text rendering of an :class:`~dra_driver.explain.report.Explanation` for a terminal."""
+"""Plain-text rendering of an :class:`~dra_driver.explain.report.Explanation` for a terminal.
+
+The same text on a terminal and in a pipe: plain lines and columns, nothing decorated. ``wide``
+adds to each card the fix for its reason (what the summary says per reason).
+"""
 
 from __future__ import annotations
 
-from dra_driver.explain.report import Explanation
+from dra_driver.explain.report import FIXES, Explanation
 
 
-def render(explanation: Explanation) -> str:
+def render(explanation: Explanation, wide: bool = False) -> str:
     lines = [f"Pod {explanation.pod}: {explanation.state}"]
     for claim in explanation.claims:
         devices = ", ".join(claim.devices) or "-"
@@ -22,10 +26,19 @@ def render(explanation: Explanation) -> str:
         lines.append(f"    config: {request.config}")
         chosen = f"{request.node}/{','.join(request.devices)}" if request.node else "none"
         lines.append(f"    chosen: {chosen}")
-        lines.append(f"    {'CARD':<32} {'SCORE':>10}  RESULT")
+        header = f"    {'CARD':<32} {'SCORE':>10}  RESULT"
+        if wide:
+            results = ["chosen" if c.chosen else (c.reason or "eligible") for c in request.cards]
+            width = max(len(r) for r in ["RESULT", *results])
+            header = f"    {'CARD':<32} {'SCORE':>10}  {'RESULT':<{width}}  FIX"
+        lines.append(header)
         for card in request.cards:
             result = "chosen" if card.chosen else (card.reason or "eligible")
-            lines.append(f"    {card.device:<32} {card.score:>10.4f}  {result}")
+            line = f"    {card.device:<32} {card.score:>10.4f}  {result}"
+            if wide:
+                fix = FIXES.get(card.reason or "", "") if not card.chosen else ""
+                line = f"    {card.device:<32} {card.score:>10.4f}  {result:<{width}}  {fix or '-'}"
+            lines.append(line.rstrip())
         if request.omitted:
             lines.append(f"    ... {request.omitted} more cards")
     fixes = explanation.fixes()

@@ -149,3 +149,28 @@ def load_kubectl_client(kubeconfig: str | None, context: str | None) -> KubectlC
     return KubectlClient(
         client.ApiClient(configuration), str(chosen.get("name") or ""), namespace, str(configuration.host)
     )
+
+
+#: (connect, read) seconds for the read-only CLI tools' requests: an unreachable server fails in
+#: seconds, not minutes.
+CLI_REQUEST_TIMEOUT = (10, 60)
+
+
+def connection_reason(err: BaseException) -> str:
+    """What went wrong reaching the server, without urllib3's connection reprs: ``Failed to
+    establish a new connection: [Errno 111] Connection refused``."""
+    reason = getattr(err, "reason", None) or err
+    # urllib3 prefixes the connection's repr ("HTTPSConnection(host=...): Failed to ..."); drop it.
+    return str(reason).split("): ", 1)[-1]
+
+
+def unreachable(server: str, err: BaseException) -> UsageError:
+    """The one line every CLI command prints when the API server cannot be reached (exit status 2)."""
+    return UsageError(f"cannot reach the API server at {server}: {connection_reason(err)}")
+
+
+def is_connection_error(err: BaseException) -> bool:
+    """Whether ``err`` is a failure to reach or talk to the server (not an API error status)."""
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(err, HTTPError | OSError)

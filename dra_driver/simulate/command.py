@@ -20,9 +20,11 @@ The claims file is a list of claims, or a mapping with ``claims`` and optionally
 Existing tenants and new claims are checked against the quotas; the claims are placed in order,
 each seeing the ones before it.
 
-``-o json`` prints stable JSON (``render.py``); ``-o table`` a table per claim (``-o`` is the
-output format, so the snapshot file is ``--save``). Exit code 2, with one line per problem, for a
-bad file or an unreachable cluster.
+``-o json`` (or ``yaml``) prints a stable document (``render.py``); ``-o table`` (the default) a
+table per claim, drawn on a terminal and plain columns in a pipe; ``-o wide`` adds the cores used
+(``-o`` is the output format, so the snapshot file is ``--save``). Exit code 2, with one line per
+problem, for a bad file or an unreachable cluster; with ``--fail-on-pending``, exit code 1 when a
+claim stays pending (the output is printed all the same).
 """
 
 from __future__ import annotations
@@ -35,12 +37,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.cli import UsageError
+from dra_driver.cli import UsageError, program_name
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES
-from dra_driver.kube.config import add_kubectl_flags, load_kubectl_client
+from dra_driver.kube.config import (
+    add_kubectl_flags,
+    is_connection_error,
+    load_kubectl_client,
+    unreachable,
+)
+from dra_driver.output import JSON, WIDE, YAML, add_output_flag, is_terminal
+
+#: Exit status of ``--fail-on-pending`` when a claim stays pending (2 is a usage error).
+EXIT_PENDING = 1
 
 DESCRIPTION = """\
 Places claims in order (each placement updates usage) and prints, per claim, the chosen node and
@@ -97,7 +106,12 @@ def register(subparsers: Any) -> None:
     )
     add_kubectl_flags(parser)
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name of our slices")
-    parser.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    add_output_flag(parser, what="; wide adds the cores used")
+    parser.add_argument(
+        "--fail-on-pending",
+        action="store_true",
+        help=f"exit with status {EXIT_PENDING} when a claim stays pending (for CI: 'will this fit?')",
+    )
     parser.add_argument(
         "--max-candidates",
         type=int,
@@ -172,16 +186,33 @@ def _run(args: argparse.Namespace) -> int:
         scenario = parse_scenario(data, source)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    from dra_driver.simulate.render import print_tables, result_to_json
     from dra_driver.simulate.run import run_scenario
 
     result = run_scenario(scenario, max_candidates=args.max_candidates)
-    if args.output == "json":
-        sys.stdout.write(result_to_json(result) + "\n")
-    else:
-        console = Console(width=None if sys.stdout.isatty() else 140)
-        print_tables(result, console)
+    _print(result, args.output)
+    pending = sum(decision.placement is None for decision in result.decisions)
+    if pending and args.fail_on_pending:
+        print(
+            f"{program_name()} simulate: {pending} of {len(result.decisions)} claims stay pending",
+            file=sys.stderr,
+        )
+        return EXIT_PENDING
     return 0
+
+
+def _print(result: Any, output: str) -> None:
+    from dra_driver.simulate.render import plain_tables, print_tables, result_to_json, result_to_yaml
+
+    if output == JSON:
+        sys.stdout.write(result_to_json(result) + "\n")
+    elif output == YAML:
+        sys.stdout.write(result_to_yaml(result))
+    elif is_terminal():
+        from rich.console import Console
+
+        print_tables(result, Console(), wide=output == WIDE)
+    else:
+        sys.stdout.write(plain_tables(result, wide=output == WIDE))
 
 
 def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
@@ -194,12 +225,16 @@ def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
     try:
         objects = fetch(Kube(api_client))
     except KubeError as err:
+        # Kube raises status 0 "from None": the connection error it replaced is its context.
+        cause = err.__context__
+        if err.status == 0 and cause is not None and is_connection_error(cause):
+            raise unreachable(source.server, cause) from None
         raise UsageError(f"cannot read the cluster ({source.server}): {err}") from None
     finally:
         api_client.close()
     snapshot = take_snapshot(objects, args.driver_name, source)
     for warning in snapshot.warnings:
-        print(f"hami-dra simulate: warning: {warning}", file=sys.stderr)
+        print(f"{program_name()} simulate: warning: {warning}", file=sys.stderr)
     if not snapshot.data["nodes"]:
         raise UsageError(
             f"no node publishes a complete ResourceSlice pool of driver {args.driver_name} "
@@ -233,7 +268,7 @@ def _save(data: dict[str, Any], target: str) -> None:
     except OSError as err:
         raise UsageError(f"cannot write {target}: {err.strerror or err}") from None
     print(
-        f"hami-dra simulate: wrote {target}: {len(data['nodes'])} nodes, "
+        f"{program_name()} simulate: wrote {target}: {len(data['nodes'])} nodes, "
         f"{sum(len(node['gpus']) for node in data['nodes'])} GPUs",
         file=sys.stderr,
     )

@@ -1,4 +1,9 @@
-"""Output of ``hami-dra simulate``: a readable table per claim, or stable JSON.
+"""Output of ``hami-dra simulate``: a table per claim, or a stable JSON (or YAML) document.
+
+On a terminal the tables are drawn with rich (boxes, colour, the terminal's width); anywhere else
+(a pipe, a file) they are plain kubectl-style columns (:func:`plain_tables`): a title line per
+claim, then one line per candidate card, no box drawing, no padding. ``wide`` adds the cores the
+card's tenants use.
 
 JSON format (documented in the README; keys are stable, new keys may be added)::
 
@@ -18,7 +23,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dra_driver.engine import Decision
+from dra_driver.engine import CandidateCard, Decision
+from dra_driver.output import YAML, columns, render_document
 from dra_driver.quantity import MIB, format_bytes
 from dra_driver.simulate.documents import json_text
 from dra_driver.simulate.run import SimulationResult
@@ -63,25 +69,46 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
     }
 
 
+def result_document(result: SimulationResult) -> dict[str, Any]:
+    return {"results": [decision_to_json(d, result.blocked_by(i)) for i, d in enumerate(result.decisions)]}
+
+
 def result_to_json(result: SimulationResult) -> str:
     """Indented down to each result's fields; each device and candidate card on one line."""
-    results = [decision_to_json(d, result.blocked_by(i)) for i, d in enumerate(result.decisions)]
-    return json_text({"results": results}, depth=4)
+    return json_text(result_document(result), depth=4)
+
+
+def result_to_yaml(result: SimulationResult) -> str:
+    """The JSON document as YAML."""
+    return render_document(result_document(result), YAML)
 
 
 def _mib(value: int) -> str:
     return f"{value // MIB}Mi" if value % MIB == 0 else format_bytes(value)
 
 
-def decision_table(decision: Decision) -> Table:
+def _outcome(decision: Decision) -> str:
+    """``node-1 gpu-0, gpu-1``, or ``PENDING <reason>``."""
+    placement = decision.placement
+    if placement is None:
+        return f"PENDING {decision.reason}"
+    return f"{placement.node} " + ", ".join(f"gpu-{share.index}" for share in placement.devices)
+
+
+def _numa(card: CandidateCard) -> str:
+    return "-" if card.numa_node is None else str(card.numa_node)
+
+
+def decision_table(decision: Decision, wide: bool = False) -> Table:
     placement = decision.placement
     if placement is None:
         title = f"[bold]{decision.request}[/] ({decision.policy.text}): [red]PENDING[/] {decision.reason}"
     else:
-        chosen = ", ".join(f"gpu-{share.index}" for share in placement.devices)
-        title = f"[bold]{decision.request}[/] ({decision.policy.text}): [green]{placement.node} {chosen}[/]"
+        title = f"[bold]{decision.request}[/] ({decision.policy.text}): [green]{_outcome(decision)}[/]"
     table = Table(title=title, title_justify="left")
-    for column in ("node", "index", "model", "numa", "tenants", "used memory", "score", "eligible", "reason"):
+    names = ["node", "index", "model", "numa", "tenants", "used memory"]
+    names += [*(["used cores"] if wide else []), "score", "eligible", "reason"]
+    for column in names:
         table.add_column(column, justify="right" if column in {"index", "tenants", "score"} else "left")
     for card in decision.candidates:
         marker = "[green]chosen[/]" if card.chosen else ("yes" if card.eligible else "[red]no[/]")
@@ -89,9 +116,10 @@ def decision_table(decision: Decision) -> Table:
             card.node,
             str(card.index),
             card.product_name,
-            "-" if card.numa_node is None else str(card.numa_node),
+            _numa(card),
             str(card.tenants),
             f"{_mib(card.used_memory)} / {_mib(card.total_memory)}",
+            *([str(card.used_cores)] if wide else []),
             f"{card.score:.6f}",
             marker,
             "" if card.reason is None else card.reason.value,
@@ -99,10 +127,50 @@ def decision_table(decision: Decision) -> Table:
     return table
 
 
-def print_tables(result: SimulationResult, console: Console) -> None:
+def _warning(decision: Decision) -> str | None:
+    if not decision.policy.unknown:
+        return None
+    return f"ignored unknown policies: {', '.join(decision.policy.unknown)}"
+
+
+def print_tables(result: SimulationResult, console: Console, wide: bool = False) -> None:
+    """Rich tables, for a terminal."""
     for decision in result.decisions:
-        if decision.policy.unknown:
-            ignored = ", ".join(decision.policy.unknown)
-            console.print(f"[yellow]warning:[/] ignored unknown policies: {ignored}")
-        console.print(decision_table(decision))
+        warning = _warning(decision)
+        if warning:
+            console.print(f"[yellow]warning:[/] {warning}")
+        console.print(decision_table(decision, wide))
         console.print()
+
+
+def plain_tables(result: SimulationResult, wide: bool = False) -> str:
+    """kubectl-style columns, for a pipe or a file: per claim a title line
+    (``name (policy): node-1 gpu-0`` or ``name (policy): PENDING reason``), then its cards."""
+    header = ["NODE", "INDEX", "MODEL", "NUMA", "TENANTS", "MEMORY", *(["CORES"] if wide else [])]
+    header += ["SCORE", "ELIGIBLE", "REASON"]
+    blocks = []
+    for decision in result.decisions:
+        lines = []
+        warning = _warning(decision)
+        if warning:
+            lines.append(f"warning: {warning}")
+        lines.append(f"{decision.request} ({decision.policy.text}): {_outcome(decision)}")
+        rows = [header]
+        for card in decision.candidates:
+            rows.append(
+                [
+                    card.node,
+                    str(card.index),
+                    card.product_name or "-",
+                    _numa(card),
+                    str(card.tenants),
+                    f"{_mib(card.used_memory)}/{_mib(card.total_memory)}",
+                    *([str(card.used_cores)] if wide else []),
+                    f"{card.score:.6f}",
+                    "chosen" if card.chosen else ("yes" if card.eligible else "no"),
+                    "-" if card.reason is None else card.reason.value,
+                ]
+            )
+        lines += columns(rows)
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)

@@ -52,6 +52,7 @@ from dra_driver.quantity import QuantityError, parse_bytes
 from dra_driver.quota import Charge, Limits, Quota
 from dra_driver.quota.usage import charged_cores
 from dra_driver.simulate.documents import load_document
+from dra_driver.suggest import unknown_field_hint
 
 
 def simulated_device(node: str, index: int) -> DeviceId:
@@ -398,13 +399,15 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data, context={_OBSERVED: observed})
     except ValidationError as err:
-        raise ScenarioError(_messages(err, data, source)) from None
+        raise ScenarioError(_messages(err, data, source, Scenario)) from None
 
 
-def _messages(err: ValidationError, data: Any, source: str) -> str:
+def _messages(err: ValidationError, data: Any, source: str, model: type[BaseModel]) -> str:
     lines = []
     for error in err.errors():
         message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message += unknown_field_hint(model, tuple(error["loc"]))
         lines.append(f"{source}: {_location(data, tuple(error['loc']))}: {message}")
     return "\n".join(lines)
 
@@ -456,7 +459,7 @@ def read_claims(path: Path) -> dict[str, Any]:
     try:
         ClaimsFile.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError(_messages(err, data, str(path))) from None
+        raise ScenarioError(_messages(err, data, str(path), ClaimsFile)) from None
     return data
 
 

@@ -3,8 +3,9 @@
 The client follows kubectl (:func:`dra_driver.kube.config.load_kubectl_client`), because ``top``
 is also run as ``kubectl hami-dra top``; the namespace defaults to the context's.
 
-Reads are lists only (ResourceSlices by ``spec.driver``, ResourceClaims and Pods of one namespace
-or all), paged so a large cluster is never one giant response, as raw JSON so fields newer than
+Reads are lists only (ResourceSlices by ``spec.driver``, ResourceClaims of all namespaces, which
+a card's usage needs, falling back to one namespace's when those are forbidden, and Pods of one
+namespace or all), paged so a large cluster is never one giant response, as raw JSON so fields newer than
 the client survive. API errors become :class:`~dra_driver.cli.UsageError` (one line, exit 2):
 an unreachable server, missing permissions and a cluster without ``resource.k8s.io/v1`` each say
 what to do.
@@ -20,11 +21,10 @@ from typing import Any
 
 from dra_driver.cli import UsageError
 from dra_driver.kube.api import Obj
-from dra_driver.kube.config import KubectlClient
+from dra_driver.kube.config import CLI_REQUEST_TIMEOUT as REQUEST_TIMEOUT
+from dra_driver.kube.config import KubectlClient, is_connection_error, unreachable
 
 PAGE_SIZE = 500
-#: (connect, read) seconds: an unreachable server fails in seconds, not minutes.
-REQUEST_TIMEOUT = (10, 60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,12 @@ class ClusterObjects:
     slices: list[Obj]
     claims: list[Obj]
     pods: list[Obj]
+    #: ``claims`` are only this namespace's: listing every namespace's was forbidden.
+    claims_namespace: str | None = None
+
+
+class Forbidden(UsageError):
+    """The credentials may not list something (401 or 403)."""
 
 
 def _list_all(call: Callable[..., Any], what: str, server: str, **kwargs: Any) -> list[Obj]:
@@ -49,18 +55,18 @@ def _list_all(call: Callable[..., Any], what: str, server: str, **kwargs: Any) -
 
 def _request(call: Callable[..., Any], what: str, server: str, **kwargs: Any) -> Obj:
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
 
     try:
         response = call(_preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
         data: Obj = json.loads(response.data)
         return data
     except ApiException as err:
-        raise UsageError(_api_error(err, what, server)) from None
-    except (HTTPError, OSError) as err:
-        # urllib3 prefixes the connection's repr ("HTTPSConnection(host=...): Failed to ..."); drop it.
-        reason = str(getattr(err, "reason", None) or err).split("): ", 1)[-1]
-        raise UsageError(f"cannot reach the API server at {server}: {reason}") from None
+        error = Forbidden if err.status in (401, 403) else UsageError
+        raise error(_api_error(err, what, server)) from None
+    except Exception as err:
+        if is_connection_error(err):
+            raise unreachable(server, err) from None
+        raise
 
 
 def _api_error(err: Any, what: str, server: str) -> str:
@@ -76,7 +82,8 @@ def _api_error(err: Any, what: str, server: str) -> str:
 
 
 def fetch(connection: KubectlClient, driver: str, namespace: str | None) -> ClusterObjects:
-    """Our driver's slices, and the claims and pods of ``namespace`` (None: all namespaces)."""
+    """Our driver's slices, the claims of every namespace (of ``namespace`` when the others are
+    forbidden) and the pods of ``namespace`` (None: all namespaces)."""
     from kubernetes import client
 
     resource = client.ResourceV1Api(connection.api_client)
@@ -85,15 +92,17 @@ def fetch(connection: KubectlClient, driver: str, namespace: str | None) -> Clus
     slices = _list_all(
         resource.list_resource_slice, "resourceslices", server, field_selector=f"spec.driver={driver}"
     )
+    every_claim = (resource.list_resource_claim_for_all_namespaces, "resourceclaims in all namespaces")
     if namespace is None:
-        claims = _list_all(
-            resource.list_resource_claim_for_all_namespaces, "resourceclaims in all namespaces", server
-        )
+        claims = _list_all(*every_claim, server)
         pods = _list_all(core.list_pod_for_all_namespaces, "pods in all namespaces", server)
-    else:
-        where = f"in namespace {namespace}"
+        return ClusterObjects(slices, claims, pods)
+    where = f"in namespace {namespace}"
+    pods = _list_all(core.list_namespaced_pod, f"pods {where}", server, namespace=namespace)
+    try:
+        return ClusterObjects(slices, _list_all(*every_claim, server), pods)
+    except Forbidden:  # a tenant's Role: usage becomes the namespace's share, and says so
         claims = _list_all(
             resource.list_namespaced_resource_claim, f"resourceclaims {where}", server, namespace=namespace
         )
-        pods = _list_all(core.list_namespaced_pod, f"pods {where}", server, namespace=namespace)
-    return ClusterObjects(slices, claims, pods)
+        return ClusterObjects(slices, claims, pods, claims_namespace=namespace)

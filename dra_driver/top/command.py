@@ -9,10 +9,12 @@ Usage::
     kubectl hami-dra top -A           # the same, as a kubectl plugin (see below)
 
 Options: ``-A/--all-namespaces``, ``-n/--namespace`` (default: the context's namespace, else
-``default``), ``--kubeconfig``, ``--context``, ``-o/--output table|wide|json``, ``--driver-name``
-(default ``gpu.hami.io``). Read-only: it lists ResourceSlices, ResourceClaims and Pods, so a
-namespaced user sees their namespace with ``-n`` and an admin the whole cluster with ``-A``.
-Without ``-A`` usage counts only the namespace's claims (the table says so).
+``default``), ``--kubeconfig``, ``--context``, ``-o/--output table|wide|json|yaml``,
+``--driver-name`` (default ``gpu.hami.io``). Read-only: it lists ResourceSlices, ResourceClaims
+and Pods, so a namespaced user sees their namespace with ``-n`` and an admin the whole cluster
+with ``-A``. Without ``-A`` the tenants and pending pods are the namespace's, while a card's usage
+is the card's (every namespace's claims); only a user who may not list claims of all namespaces
+gets the namespace's share, and the table says so.
 
 kubectl plugin: the distribution installs the same entry point as ``kubectl-hami_dra`` too (a
 symlink ``kubectl-hami_dra -> hami-dra`` on ``PATH`` does the same), so ``kubectl hami-dra top``
@@ -30,6 +32,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.kube.config import add_kubectl_flags, load_kubectl_client
+from dra_driver.output import DOCUMENTS, WIDE, add_output_flag
 from dra_driver.top import GPUS, NODES
 
 VIEWS = {GPUS: GPUS, "gpu": GPUS, NODES: NODES, "node": NODES}
@@ -52,7 +55,7 @@ def register(subparsers: Any) -> None:
     )
     scope.add_argument("-n", "--namespace", help="namespace (default: the context's, else 'default')")
     add_kubectl_flags(parser)
-    parser.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    add_output_flag(parser, what="; wide adds UUIDs and pending messages")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="DRA driver name")
     parser.set_defaults(handler=run)
 
@@ -73,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
         [parse_pod(pod) for pod in objects.pods],
         driver=args.driver_name,
         namespace=namespace,
+        usage_namespace=objects.claims_namespace,
     )
-    if args.output == "json":
-        sys.stdout.write(render_json(report))
+    if args.output in DOCUMENTS:
+        sys.stdout.write(render_json(report, args.output))
     else:
-        sys.stdout.write(render_table(report, VIEWS[args.view], wide=args.output == "wide"))
+        sys.stdout.write(render_table(report, VIEWS[args.view], wide=args.output == WIDE))
     return 0

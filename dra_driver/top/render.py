@@ -5,12 +5,17 @@ and narrow terminals; usage is a ten-character bar and ``used/total`` (``[#####.
 a bar of ``!`` meaning more is allocated than the card has. ``gpus`` prints one line per card
 (further tenants of a card on continuation lines), ``nodes`` one line per node; both end with the
 pods our controller holds pending, by reason. ``wide`` adds the UUID and each pending pod's message.
+With ``-n`` a card lists the namespace's tenants and counts the others (``+2 of other namespaces``);
+its usage is the card's whole usage.
 
-JSON (``-o json``; the same document for both views; keys are stable, new keys may be added;
-memory in bytes, cores in percent of one GPU, slots in tenants)::
+JSON (``-o json``, or the same document as YAML with ``-o yaml``; the same document for both
+views; keys are stable, new keys may be added; memory in bytes, cores in percent of one GPU, slots
+in tenants)::
 
     {"driver": str,
-     "namespace": str | null,           # the namespace read; null with -A (all namespaces)
+     "namespace": str | null,           # the namespace listed; null with -A (all namespaces)
+     "usageNamespace": str | null,      # usage counts only this namespace's claims (the user may
+                                        # not list all namespaces'); null: every namespace's
      "nodes": [{"name": str, "gpus": int, "healthyGpus": int,
                 "memory": {"used": int, "total": int}, "cores": {...}, "slots": {...},
                 "tenants": int,         # distinct claims allocated on the node
@@ -23,7 +28,8 @@ memory in bytes, cores in percent of one GPU, slots in tenants)::
                              "healthMonitored": bool | null,
                              "taints": [{"key": str, "value": str, "effect": str}],
                              "memory": {...}, "cores": {...}, "slots": {...},
-                             "tenants": [TENANT]}]}],
+                             "tenants": [TENANT],  # of the namespace listed
+                             "otherTenants": int}]}],  # tenants of other namespaces, counted
      "pending": [{"reason": str, "count": int,
                   "pods": [{"namespace": str, "name": str, "gated": bool, "message": str}]}],
      "unpublished": [{"pool": str, "device": str, "tenant": TENANT}]}
@@ -40,10 +46,10 @@ its result lists (nothing) and is not counted in ``used``. Pending reasons are t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from dra_driver.output import JSON, columns, render_document
 from dra_driver.quantity import GIB, MIB
 from dra_driver.top import GPUS, NODES
 from dra_driver.top.report import Card, NodeSummary, PendingGroup, Tenant, TopReport, Usage
@@ -97,21 +103,15 @@ def health_cell(card: Card) -> str:
     return card.health
 
 
-def columns(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns three spaces apart, as kubectl prints them."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-
-
 def gpu_rows(report: TopReport, wide: bool) -> list[list[str]]:
     header = ["NODE", "DEVICE", *(["UUID"] if wide else []), "PRODUCT", "ISOLATION", "HEALTH"]
     header += ["MEMORY", "CORES", "SLOTS", "TENANTS"]
     rows = [header]
     for card in report.cards:
-        tenants = [tenant_cell(t) for t in card.tenants] or ["-"]
+        tenants = [tenant_cell(t) for t in card.tenants]
+        if card.other_tenants:
+            tenants.append(f"+{card.other_tenants} of other namespaces")
+        tenants = tenants or ["-"]
         rows.append(
             [
                 card.node or "-",
@@ -170,8 +170,16 @@ def render_table(report: TopReport, view: str = GPUS, wide: bool = False) -> str
     if report.pending:
         lines += ["", *columns(pending_rows(report.pending, wide))]
     notes = []
-    if report.namespace is not None:
-        notes.append(f"Usage and tenants of namespace {report.namespace} only; -A for all namespaces.")
+    if report.usage_namespace is not None:
+        notes.append(
+            f"Usage and tenants of namespace {report.usage_namespace} only (claims of all namespaces "
+            "cannot be listed with these credentials); -A for all namespaces."
+        )
+    elif report.namespace is not None:
+        notes.append(
+            f"Tenants and pending pods of namespace {report.namespace} only (usage counts every "
+            "namespace); -A for all namespaces."
+        )
     for use in report.unpublished:
         notes.append(
             f"{tenant_cell(use.tenant)} is allocated {use.pool}/{use.device}, which no slice publishes."
@@ -218,6 +226,7 @@ def card_json(card: Card) -> dict[str, Any]:
         "cores": _usage(card.cores),
         "slots": _usage(card.slots),
         "tenants": [tenant_json(t) for t in card.tenants],
+        "otherTenants": card.other_tenants,
     }
 
 
@@ -239,6 +248,7 @@ def report_json(report: TopReport) -> dict[str, Any]:
     return {
         "driver": report.driver,
         "namespace": report.namespace,
+        "usageNamespace": report.usage_namespace,
         "nodes": [node_json(node) for node in report.nodes],
         "pending": [
             {
@@ -258,5 +268,6 @@ def report_json(report: TopReport) -> dict[str, Any]:
     }
 
 
-def render_json(report: TopReport) -> str:
-    return json.dumps(report_json(report), indent=2) + "\n"
+def render_json(report: TopReport, output: str = JSON) -> str:
+    """The document as JSON, or YAML with ``output`` ``yaml``."""
+    return render_document(report_json(report), output)

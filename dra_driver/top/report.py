@@ -4,8 +4,13 @@ Pure (no I/O), so every rule is tested with plain objects. A card's usage is the
 tenants take, a whole-card tenant taking every capacity of the card; ``used`` may exceed
 ``total`` on an overcommitted card and is reported as it is, never clamped. A tenant's pods are
 those the claim is reserved for, else the pod that owns it (a claim generated from a template
-before the scheduler reserves it), else the pods that reference it by name. With a namespace
-scope only that namespace's claims and pods are read, so usage is that namespace's share.
+before the scheduler reserves it), else the pods that reference it by name.
+
+With a namespace scope (``-n``) the tenants, pods and pending pods listed are that namespace's,
+but a card's usage is still the card's: every namespace's claims are counted (``7.5Gi/15Gi`` on a
+card where the namespace holds 5Gi), and the tenants of other namespaces are only counted
+(``otherTenants``). Only when the user may not list claims of every namespace is usage the
+namespace's share, and the report says so (``usage_namespace``).
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class Card:
     tenants: tuple[Tenant, ...]
     #: The ``healthMonitored`` attribute (False: nothing watches its health; None: not published).
     health_monitored: bool | None = None
+    #: Tenants of namespaces out of scope: counted in usage, not listed.
+    other_tenants: int = 0
 
     @property
     def health(self) -> str:
@@ -111,7 +118,7 @@ class NodeSummary:
 
     @property
     def tenants(self) -> int:
-        """Distinct claims with an allocation on this node."""
+        """Distinct claims listed (of the namespace in scope) with an allocation on this node."""
         return len({(t.namespace, t.claim) for card in self.cards for t in card.tenants})
 
     @property
@@ -151,6 +158,9 @@ class TopReport:
     nodes: tuple[NodeSummary, ...]
     pending: tuple[PendingGroup, ...]
     unpublished: tuple[UnpublishedUse, ...]
+    #: Usage counts only this namespace's claims (claims of all namespaces could not be listed);
+    #: None: usage counts every namespace's claims.
+    usage_namespace: str | None = None
 
     @property
     def cards(self) -> tuple[Card, ...]:
@@ -177,7 +187,10 @@ def _tenant(claim: AllocatedClaim, result: AllocatedResult, pods: Sequence[PodRe
     )
 
 
-def _card(device: PublishedDevice, tenants: Iterable[Tenant], driver: str) -> Card:
+def _card(
+    device: PublishedDevice, tenants: Iterable[Tenant], driver: str, namespace: str | None = None
+) -> Card:
+    """The card with every tenant charged; those of ``namespace`` (None: all) listed."""
     # A whole-card tenant takes every capacity of the card it sits on.
     placed = sorted(
         (
@@ -187,6 +200,7 @@ def _card(device: PublishedDevice, tenants: Iterable[Tenant], driver: str) -> Ca
         key=lambda t: (t.label, t.request),
     )
     charged = [t for t in placed if not t.admin_access]
+    listed = tuple(t for t in placed if namespace is None or t.namespace == namespace)
     unhealthy_key = unhealthy_taint_key(driver)
     return Card(
         node=device.node,
@@ -202,8 +216,9 @@ def _card(device: PublishedDevice, tenants: Iterable[Tenant], driver: str) -> Ca
         memory=Usage(sum(t.memory for t in charged), device.memory),
         cores=Usage(sum(t.cores for t in charged), device.cores),
         slots=Usage(sum(t.slots for t in charged), device.slots),
-        tenants=tuple(placed),
+        tenants=listed,
         health_monitored=device.health_monitored,
+        other_tenants=len(placed) - len(listed),
     )
 
 
@@ -227,8 +242,12 @@ def build_report(
     *,
     driver: str = DEFAULT_DRIVER_NAME,
     namespace: str | None = None,
+    usage_namespace: str | None = None,
 ) -> TopReport:
-    """Join cards, allocations and pods; ``namespace`` None reads every namespace."""
+    """Join cards, allocations and pods; ``namespace`` None lists every namespace's tenants and
+    pending pods, else that namespace's. Usage counts every claim given: pass ``usage_namespace``
+    when the claims are only that namespace's (the others could not be read), so the report says so.
+    """
     in_scope_pods = [pod for pod in pods if namespace is None or pod.namespace == namespace]
     pods_by_namespace: dict[str, list[PodRecord]] = {}
     for pod in in_scope_pods:
@@ -237,18 +256,17 @@ def build_report(
     on_device: dict[tuple[str, str], list[Tenant]] = {key: [] for key in published}
     unpublished: list[UnpublishedUse] = []
     for claim in claims:
-        if namespace is not None and claim.namespace != namespace:
-            continue
+        in_scope = namespace is None or claim.namespace == namespace
         for result in claim.results:
             tenant = _tenant(claim, result, pods_by_namespace.get(claim.namespace, ()))
             key = (result.pool, result.device)
             if key in on_device:
                 on_device[key].append(tenant)
-            else:
+            elif in_scope:
                 unpublished.append(UnpublishedUse(result.pool, result.device, tenant))
     cards_by_node: dict[str, list[Card]] = {}
     for key, device in published.items():
-        cards_by_node.setdefault(device.node, []).append(_card(device, on_device[key], driver))
+        cards_by_node.setdefault(device.node, []).append(_card(device, on_device[key], driver, namespace))
     nodes = tuple(
         NodeSummary(
             name,
@@ -262,4 +280,5 @@ def build_report(
         nodes=nodes,
         pending=_pending(in_scope_pods),
         unpublished=tuple(sorted(unpublished, key=lambda u: (u.pool, u.device, u.tenant.label))),
+        usage_namespace=usage_namespace,
     )

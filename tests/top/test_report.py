@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from dra_driver.kube.api import Obj
 from dra_driver.quantity import GIB, MIB
@@ -34,6 +35,7 @@ def report(
     slices: list[Obj] | None = None,
     claims: list[Obj] | None = None,
     pods: list[Obj] | None = None,
+    usage_namespace: str | None = None,
 ) -> TopReport:
     parsed = [parse_claim(c, DRIVER) for c in (lab_claims() if claims is None else claims)]
     return build_report(
@@ -42,6 +44,7 @@ def report(
         [parse_pod(p) for p in (lab_pods() if pods is None else pods)],
         driver=DRIVER,
         namespace=namespace,
+        usage_namespace=usage_namespace,
     )
 
 
@@ -123,15 +126,38 @@ def test_pending_pods_are_grouped_by_the_controllers_reason() -> None:
     assert groups[0].pods[0].message == UNSCHEDULABLE_MESSAGE
 
 
-def test_namespace_scope_counts_only_that_namespace() -> None:
+def test_namespace_scope_lists_its_tenants_but_counts_the_whole_card() -> None:
+    # Issue 39: "a card with 7.5Gi used read 5Gi/15Gi" under -n: the used figure is the card's.
     everything, team_a = report(), report("team-a")
     assert card(everything, "node-1", "gpu-0").memory.used == 7 * GIB + 512 * MIB
     scoped = card(team_a, "node-1", "gpu-0")
     assert [t.label for t in scoped.tenants] == ["team-a/train-0/train"]
-    assert scoped.memory.used == 5 * GIB
+    assert scoped.other_tenants == 1
+    assert scoped.memory == card(everything, "node-1", "gpu-0").memory
+    assert (scoped.cores, scoped.slots) == (Usage(40, 100), Usage(2, 10))
+    assert [n.memory for n in team_a.nodes] == [n.memory for n in everything.nodes]
     assert [g.reason for g in team_a.pending] == ["Unschedulable"]
-    assert "namespace team-a only; -A for all namespaces" in render_table(team_a)
+    table = render_table(team_a)
+    first, second = table.splitlines()[1:3]
+    assert "[#####.....] 7.5Gi/14.6Gi" in first and "team-a/train-0/train (5Gi 30%)" in first
+    assert second.strip() == "+1 of other namespaces" and "team-b/" not in table
+    assert "Tenants and pending pods of namespace team-a only (usage counts every namespace)" in table
     assert "-A for all" not in render_table(everything)
+    document = json.loads(render_json(team_a))
+    assert document["usageNamespace"] is None and document["namespace"] == "team-a"
+    assert document["nodes"][0]["devices"][0]["otherTenants"] == 1
+
+
+def test_without_the_other_namespaces_claims_usage_is_the_namespaces_share_and_says_so() -> None:
+    # A tenant's Role cannot list every namespace's claims: top gets only its own and is told so.
+    own = [c for c in lab_claims() if c["metadata"]["namespace"] == "team-a"]
+    team_a = report("team-a", claims=own, usage_namespace="team-a")
+    scoped = card(team_a, "node-1", "gpu-0")
+    assert scoped.memory.used == 5 * GIB and scoped.other_tenants == 0
+    assert "Usage and tenants of namespace team-a only (claims of all namespaces cannot be listed" in (
+        render_table(team_a)
+    )
+    assert json.loads(render_json(team_a))["usageNamespace"] == "team-a"
 
 
 def test_gpus_table_has_a_line_per_card_and_a_continuation_per_extra_tenant() -> None:
@@ -164,7 +190,7 @@ def test_wide_adds_uuids_and_pending_messages() -> None:
 
 def test_json_is_the_documented_structure() -> None:
     document = json.loads(render_json(report()))
-    assert set(document) == {"driver", "namespace", "nodes", "pending", "unpublished"}
+    assert set(document) == {"driver", "namespace", "usageNamespace", "nodes", "pending", "unpublished"}
     assert document["namespace"] is None
     node = document["nodes"][0]
     assert set(node) == {
@@ -174,6 +200,7 @@ def test_json_is_the_documented_structure() -> None:
     assert set(device) == {
         "pool", "device", "index", "uuid", "productName", "isolation", "health", "healthyAttribute",
         "unhealthyTaint", "healthMonitored", "taints", "memory", "cores", "slots", "tenants",
+        "otherTenants",
     }  # fmt: skip
     assert device["memory"] == {"used": 7 * GIB + 512 * MIB, "total": T4_MEMORY}
     tenant = device["tenants"][0]
@@ -190,6 +217,11 @@ def test_json_is_the_documented_structure() -> None:
             for n in ("big-0", "big-1")
         ],
     }
+
+
+def test_yaml_is_the_json_document() -> None:
+    top = report()
+    assert yaml.safe_load(render_json(top, "yaml")) == json.loads(render_json(top))
 
 
 def test_only_the_newest_generation_of_a_pool_counts() -> None:
