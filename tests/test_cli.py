@@ -1,4 +1,5 @@
-"""The command line's conventions: `-v` anywhere, booleans, bind addresses, env names, deprecations."""
+"""The command line's conventions: `-v` anywhere, booleans, bind addresses, env names, deprecations,
+the program's name, suggestions, output formats and the line for an unreachable API server."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +163,170 @@ def test_verbose_after_the_subcommand_sets_the_log_level(flag: list[str], level:
         check=True,
     )
     assert run.stderr.strip().splitlines()[-1] == level
+
+
+# --- One CLI (issue 39): the program's name, suggestions, output formats, unreachable servers ---
+
+#: The commands that read the cluster, with the arguments each needs besides the kubeconfig.
+CLUSTER_COMMANDS = [
+    ["explain", "pod/x"],
+    ["top"],
+    ["top", "nodes", "-A"],
+    ["simulate", "--from-cluster", "--save", "-"],
+]
+#: The read commands and arguments that make each parse.
+READ_COMMANDS = [["explain", "pod/x"], ["top"], ["simulate", "s.yaml"], ["discover"]]
+
+
+@pytest.mark.parametrize(
+    ("argv0", "name"),
+    [
+        ("/usr/local/bin/hami-dra", "hami-dra"),
+        ("/home/u/.local/bin/kubectl-hami_dra", "kubectl hami-dra"),
+        ("kubectl-hami_dra", "kubectl hami-dra"),
+        ("/usr/lib/python3/site-packages/dra_driver/__main__.py", "hami-dra"),
+    ],
+)
+def test_the_program_is_named_as_it_was_invoked(argv0: str, name: str) -> None:
+    assert cli.program_name(argv0) == name
+
+
+def test_run_as_the_kubectl_plugin_usage_and_errors_say_kubectl_hami_dra(tmp_path: Path) -> None:
+    # kubectl runs `kubectl hami-dra ARGS` as the file kubectl-hami_dra on PATH (pyproject.toml's
+    # entry point, or a symlink to hami-dra): argv[0] is that file.
+    plugin = tmp_path / "kubectl-hami_dra"
+    plugin.write_text(f"#!{sys.executable}\n{cli.CHILD_ENTRY}\n")
+    plugin.chmod(0o755)
+    done = subprocess.run(
+        [str(plugin), "top", "-A", "--outptu=json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: kubectl hami-dra top ")
+    assert done.stderr.endswith(
+        "kubectl hami-dra top: error: unrecognized arguments: --outptu=json (did you mean --output?)\n"
+    )
+    help_text = subprocess.run(
+        [str(plugin), "--help"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert help_text.startswith("usage: kubectl hami-dra [-h]")
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["tpo"], "invalid choice: 'tpo' (choose from "),
+        (["top", "-o", "jsno"], "argument -o/--output: invalid choice: 'jsno'"),
+        (["top", "-A", "--outptu=json"], "unrecognized arguments: --outptu=json (did you mean --output?)"),
+        (["simulate", "s.yaml", "--fail-on-pendng"], "--fail-on-pendng (did you mean --fail-on-pending?)"),
+        (["top", "--all-namepsaces"], "--all-namepsaces (did you mean --all-namespaces?)"),
+    ],
+)
+def test_a_mistyped_flag_or_choice_gets_the_closest_name(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    err = _error(capsys, argv)
+    assert expected in err
+    assert "did you mean" in err
+    # The usage shown is the subcommand's the flag was given to.
+    assert err.startswith(f"usage: hami-dra {argv[0]}" if argv[0] != "tpo" else "usage: hami-dra [-h]")
+
+
+def test_only_a_close_name_is_suggested(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(capsys, ["top", "-A", "--zzzzzz"])
+    assert err.endswith("hami-dra top: error: unrecognized arguments: --zzzzzz\n")
+    assert "did you mean" not in _error(capsys, ["xylophone"])
+
+
+@pytest.mark.parametrize("argv", READ_COMMANDS, ids=lambda argv: argv[0])
+@pytest.mark.parametrize("output", ["table", "wide", "json", "yaml"])
+def test_every_read_command_takes_the_same_output_formats(argv: list[str], output: str) -> None:
+    assert cli.build_parser().parse_args([*argv, "-o", output]).output == output
+
+
+@pytest.mark.parametrize("argv", READ_COMMANDS, ids=lambda argv: argv[0])
+def test_earlier_format_names_stay_aliases_and_the_help_says_so(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.build_parser().parse_args([*argv, "-o", "text"]).output == "table"
+    with pytest.raises(SystemExit):
+        cli.main([argv[0], "--help"])
+    assert "'text' is an alias of table" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture
+def closed_port_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kubeconfig whose server is 127.0.0.1:1, where nothing listens."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u, namespace: team-a}}]\n"
+    )
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    return path
+
+
+@pytest.mark.parametrize("argv", CLUSTER_COMMANDS, ids=" ".join)
+def test_an_unreachable_api_server_is_the_same_line_and_status_for_every_command(
+    argv: list[str],
+    closed_port_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert cli.main([*argv, "--kubeconfig", str(closed_port_kubeconfig)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"hami-dra {argv[0]}: error: cannot reach the API server at https://127.0.0.1:1: "
+        "Failed to establish a new connection: [Errno 111] Connection refused\n"
+    )
+    assert not caplog.records  # no retry warnings before the line
+
+
+def test_a_connection_error_no_command_caught_is_the_same_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The safety net in main(): urllib3's own error, as a request with no handler of its own raises it.
+    from urllib3 import HTTPSConnectionPool
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+    pool = HTTPSConnectionPool("10.0.0.9", 6443)
+    reason = NewConnectionError(pool, "Failed to establish a new connection: [Errno 113] No route to host")
+
+    def unreachable(args: argparse.Namespace) -> int:
+        raise MaxRetryError(pool, "/api", reason)
+
+    parser = cli.build_parser()
+    original = parser.parse_args
+
+    def parse(argv: list[str] | None = None) -> argparse.Namespace:
+        args = original(argv)
+        args.handler = unreachable
+        return args
+
+    monkeypatch.setattr(parser, "parse_args", parse)
+    monkeypatch.setattr(cli, "build_parser", lambda prog=None: parser)
+    assert cli.main(DISCOVER) == 2
+    assert capsys.readouterr().err == (
+        "hami-dra discover: error: cannot reach the API server at https://10.0.0.9:6443: "
+        "Failed to establish a new connection: [Errno 113] No route to host\n"
+    )
+
+    def other(args: argparse.Namespace) -> int:
+        raise RuntimeError("a bug stays a traceback")
+
+    monkeypatch.setattr(
+        parser,
+        "parse_args",
+        lambda argv=None: argparse.Namespace(**{**vars(original(argv)), "handler": other}),
+    )
+    with pytest.raises(RuntimeError, match="a bug stays a traceback"):
+        cli.main(DISCOVER)

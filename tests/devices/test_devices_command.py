@@ -43,6 +43,45 @@ def test_json_output_and_source_inferred_from_profile(capsys: pytest.CaptureFixt
     assert_valid(slice_)
 
 
+def test_table_has_a_line_per_gpu_and_wide_adds_identity_and_topology(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ("--profile", "t4", "--gpus", "2", "--node-name", "n1", "--taint-unhealthy")
+    code, table, _ = discover(capsys, *args, "-o", "table")
+    assert code == 0
+    lines = table.splitlines()
+    assert lines[0].split() == [
+        "NODE",
+        "DEVICE",
+        "PRODUCT",
+        "MEMORY",
+        "CORES",
+        "SLOTS",
+        "ISOLATION",
+        "HEALTHY",
+    ]
+    assert lines[1].split() == ["n1", "gpu-0", "Tesla", "T4", "14967Mi", "100", "10", "simulated", "true"]
+    assert len(lines) == 3
+    _, wide, _ = discover(capsys, *args, "-o", "wide")
+    _, document, _ = discover(capsys, *args, "-o", "json")
+    devices = json.loads(document)["spec"]["devices"]
+    header, *rows = wide.splitlines()
+    assert header.split()[8:] == ["UUID", "NUMA", "PCI", "COMPUTE-MODE", "TAINTS"]
+    for row, device in zip(rows, devices, strict=True):
+        attributes = device["attributes"]
+        assert row.split()[9:13] == [
+            attributes["uuid"]["string"],
+            str(attributes["resource.kubernetes.io/numaNode"]["int"]),
+            attributes["resource.kubernetes.io/pciBusID"]["string"],
+            "Default",
+        ]
+
+
+def test_yaml_stays_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--profile", "t4", "--gpus", "1", "--node-name", "n1")
+    assert discover(capsys, *args)[1] == discover(capsys, *args, "-o", "yaml")[1]
+
+
 def test_several_slices_print_as_a_list_or_documents(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = discover(capsys, "--profile", "t4", "--gpus", "130", "--node-name", "n1", "-o", "json")
     assert code == 0

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
+
 from dra_driver.controller.decision_record import decision_annotation, decode
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.explain.render import render
-from dra_driver.explain.report import explain
+from dra_driver.explain.report import FIXES, explain
 from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.output import render_document
 from tests.controller.fake_cluster import PODS, RESOURCE_CLAIMS, FakeCluster
 from tests.controller.harness import DRIVER, NS, claim, request
 
@@ -66,3 +69,27 @@ def test_a_pending_pod_gets_the_reasons_now_and_what_would_make_it_fit() -> None
     text = render(explanation)
     assert "1 card(s) CardInsufficientMemory: less memory requested" in text
     assert "evaluated now" in text
+
+
+def test_wide_adds_the_fix_for_each_cards_reason() -> None:
+    cluster = FakeCluster(gpus=1)
+    cluster.pod("big", claim("x", request(memory="70Gi")))
+    cluster.pod("more", claim("y", request(memory="70Gi")))
+    cluster.run()
+    explanation = explained(cluster, "more", 1)
+    table = render(explanation)
+    wide = render(explanation, wide=True)
+    assert "FIX" not in table
+    (card,) = [line for line in wide.splitlines() if line.strip().startswith("node-1/gpu-0")]
+    assert card.endswith(FIXES["CardInsufficientMemory"])
+    header = next(line for line in wide.splitlines() if "CARD" in line)
+    assert header.split() == ["CARD", "SCORE", "RESULT", "FIX"]
+    assert header.index("FIX") == card.index(FIXES["CardInsufficientMemory"])
+
+
+def test_yaml_is_the_json_document() -> None:
+    cluster = FakeCluster(gpus=2)
+    cluster.pod("first", claim("x", request(memory="10Gi")))
+    cluster.run()
+    document = explained(cluster, "first", 2).to_json()
+    assert yaml.safe_load(render_document(document, "yaml")) == json.loads(render_document(document, "json"))

@@ -62,7 +62,24 @@ def run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[
         ),
         (
             GOOD_NODE + "claims:\n  - {name: c, colour: red}\n",
-            "FILE: claims[0](c).colour: Extra inputs are not permitted",
+            "FILE: claims[0](c).colour: Extra inputs are not permitted\n",
+        ),
+        # A mistyped field is refused with the field it most likely meant (issue 39).
+        (
+            GOOD_NODE + "claims:\n  - {name: c, memroy: 1Gi}\n",
+            "FILE: claims[0](c).memroy: Extra inputs are not permitted; did you mean 'memory'?",
+        ),
+        (
+            GOOD_NODE + "claims:\n  - {name: c, exclude_uuid: [GPU-1]}\n",
+            "FILE: claims[0](c).exclude_uuid: Extra inputs are not permitted; did you mean 'excludeUuids'?",
+        ),
+        (
+            "nodes:\n  - name: n1\n    gpus:\n      - {index: 0, memory: 1Gi, numNode: 0}\n",
+            "FILE: nodes[0](n1).gpus[0].numNode: Extra inputs are not permitted; did you mean 'numaNode'?",
+        ),
+        (
+            GOOD_NODE + "qoutas: []\n",
+            "FILE: qoutas: Extra inputs are not permitted; did you mean 'quotas'?",
         ),
         (
             GOOD_NODE + "claims:\n  - {name: c, memory: 1Gi, memoryPercent: 5}\n",
@@ -120,6 +137,11 @@ def test_a_share_is_refused_on_a_gpu_whose_node_cannot_enforce_it(
     ("claims", "expected"),
     [
         ("- {name: c, policy: fastest}\n", "CLAIMS: claims[0](c).policy: unknown policy name(s) 'fastest'"),
+        (
+            "- {name: c, cors: 10}\n",
+            "CLAIMS: claims[0](c).cors: Extra inputs are not permitted; did you mean 'cores'?",
+        ),
+        ("defaults: {nodePolcy: spread}\nclaims: [{name: c}]\n", "did you mean 'nodePolicy'?"),
         ("claims: []\n", "CLAIMS: claims: List should have at least 1 item"),
         ("- {name: c}\n- {name: c}\n", "CLAIMS: (top level): claim name listed twice: ['c']"),
         ("- {name: mine}\n", "CLAIMS: claims[0](mine): FILE has a claim of that name"),

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from dra_driver.cli import main
+from dra_driver.quantity import GIB, MIB
 from dra_driver.sandbox import SandboxServer
 from tests.sandbox_fixtures import kubectl_binary
 from tests.top.builders import lab_claims, lab_pods, lab_slices
@@ -99,7 +101,24 @@ def test_namespace_defaults_to_the_context_and_n_picks_one(
     assert all(not d["tenants"] for n in document["nodes"] for d in n["devices"])
     status, table, _ = top(capsys, lab, "-n", "team-b")
     assert "team-b/infer-0/infer" in table and "team-a/" not in table
-    assert "GpuQuotaExceeded" in table and "namespace team-b only" in table
+    assert "GpuQuotaExceeded" in table and "namespace team-b only (usage counts every namespace)" in table
+    # The shared card's usage is the card's (team-a's 5Gi too), not team-b's 2.5Gi share.
+    lines = table.splitlines()
+    assert "[#####.....] 7.5Gi/14.6Gi" in lines[1] and "team-b/infer-0/infer (2.5Gi 10%)" in lines[1]
+    assert lines[2].strip() == "+1 of other namespaces"
+
+
+def test_a_user_who_may_not_list_every_namespaces_claims_gets_the_namespaces_share(
+    lab: SandboxServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As a tenant's Role answers: claims of all namespaces forbidden, the namespace's allowed.
+    lab.faults.inject(r"/resource\.k8s\.io/v1/resourceclaims", status=403, count=1)
+    status, text, err = top(capsys, lab, "-n", "team-b", "-o", "yaml")
+    document = yaml.safe_load(text)
+    assert status == 0 and err == ""
+    assert document["usageNamespace"] == "team-b" and document["namespace"] == "team-b"
+    shared = document["nodes"][0]["devices"][0]
+    assert shared["memory"]["used"] == 2 * GIB + 512 * MIB and shared["otherTenants"] == 0
 
 
 def test_errors_are_one_line_with_exit_status_2(
@@ -149,3 +168,12 @@ def test_runs_as_a_kubectl_plugin(lab: SandboxServer, tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1].split()[0] == "node-1"
+    # Usage and errors name the program as the user typed it.
+    done = subprocess.run(
+        [shutil.which("kubectl") or binary, "hami-dra", "top", "--outptu=json"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "usage: kubectl hami-dra top " in done.stderr
+    assert "kubectl hami-dra top: error: unrecognized arguments: --outptu=json (did you mean --output?)" in (
+        done.stderr
+    )
