@@ -3,8 +3,12 @@
 Why it exists: NodeUnprepareResources must work after the claim object is gone, kubelet re-calls
 NodePrepareResources after restarts, and the last-line-of-defence check needs to know what is
 already prepared on the node. Properties that peers got wrong and we must not:
-- two phases per claim: ``PrepareStarted`` is durable *before* any side effect (CDI spec), and
-  ``PrepareCompleted`` after, so a crash in between is visible and the claim is simply prepared again;
+- an entry is ``PrepareCompleted`` and durable before kubelet hears that its claim is prepared, so
+  the share of every claim a container may use survives a crash; one write per NodePrepareResources
+  call serves all its claims (``prepare.py`` says why no durable intent entry precedes the CDI
+  spec). ``PrepareStarted`` marks an entry whose files may be incomplete (a claim being prepared,
+  a rebuilt entry without its spec, or an entry older plugin versions wrote before the spec): it
+  keeps its share and is prepared again on request;
 - atomic replace with fsync (file and directory), so a crash never leaves a half-written file;
 - a version and a SHA-256 checksum, so corruption is detected (and the caller rebuilds from the API
   instead of crashing);
@@ -25,7 +29,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +63,10 @@ class ClaimEntry:
     devices: list[AllocatedDevice] = field(default_factory=list)
     #: CDI IDs returned per device, in the order of ``devices``.
     cdi_ids: list[list[str]] = field(default_factory=list)
+
+    def completed(self) -> ClaimEntry:
+        """This entry in the ``PrepareCompleted`` state (a new object: entries are never mutated)."""
+        return replace(self, state=PREPARE_COMPLETED)
 
     def to_json(self) -> dict[str, Any]:
         return {
