@@ -3,13 +3,15 @@
 Why it exists: NodeUnprepareResources must work after the claim object is gone, kubelet re-calls
 NodePrepareResources after restarts, and the last-line-of-defence check needs to know what is
 already prepared on the node. Properties that peers got wrong and we must not:
-- an entry is ``PrepareCompleted`` and durable before kubelet hears that its claim is prepared, so
-  the share of every claim a container may use survives a crash; one write per NodePrepareResources
-  call serves all its claims (``prepare.py`` says why no durable intent entry precedes the CDI
-  spec). ``PrepareStarted`` marks an entry whose files may be incomplete (a claim being prepared,
-  a rebuilt entry without its spec, or an entry older plugin versions wrote before the spec): it
-  keeps its share and is prepared again on request;
-- atomic replace with fsync (file and directory), so a crash never leaves a half-written file;
+- an entry is ``PrepareCompleted`` and on disk before kubelet hears that its claim is prepared,
+  so the share of every claim a container may use survives a crash; one write per
+  NodePrepareResources call serves all its claims (``prepare.py`` says why no durable intent
+  entry precedes the CDI spec). ``PrepareStarted`` marks an entry whose files may be incomplete (a
+  claim being prepared, a rebuilt entry without its spec, or an entry older plugin versions wrote
+  before the spec): it keeps its share and is prepared again on request;
+- atomic replace with an fsync of the file before the rename, so no crash leaves a half-written
+  file, and of the directory after it where a power loss must not undo the rename (removals:
+  ``Preparer._persist``);
 - a version and a SHA-256 checksum, so corruption is detected (and the caller rebuilds from the API
   instead of crashing);
 - the node boot ID, so entries written before a reboot (when ``/var/run/cdi`` was wiped) are
@@ -164,8 +166,13 @@ class Checkpoint:
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptCheckpoint(f"{self.path}: {err}") from err
 
-    def save(self, entries: dict[str, ClaimEntry]) -> None:
-        """Atomically replace the checkpoint with ``entries``."""
+    def save(self, entries: dict[str, ClaimEntry], *, sync_directory: bool = True) -> None:
+        """Atomically replace the checkpoint with ``entries``; its contents are on disk when it returns.
+
+        ``sync_directory=False`` leaves the rename itself to the file system's next commit (a
+        process crash still sees it; a power loss may bring back the previous file, whole): the
+        caller then calls :meth:`sync_directory` before it relies on the new file surviving one.
+        """
         canonical = self._encode(entries)
         checksum = hashlib.sha256(canonical).hexdigest()
         # The claims object is embedded exactly as hashed, so one serialisation serves both.
@@ -181,6 +188,11 @@ class Checkpoint:
         except BaseException:
             Path(tmp_name).unlink(missing_ok=True)
             raise
+        if sync_directory:
+            self.sync_directory()
+
+    def sync_directory(self) -> None:
+        """Make the last rename of the checkpoint durable (fsync of its directory)."""
         fsync_dir(self.path.parent)
 
     def quarantine(self) -> Path | None:

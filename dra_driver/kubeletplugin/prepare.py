@@ -10,11 +10,13 @@ One Preparer per plugin. Concurrency design:
 - calls for the same claim are serialised by a striped per-claim lock; a call holds the stripes
   of all its claims, taken in ascending order, so two calls never wait on each other in a cycle.
 
-One durable write per call. A NodePrepareResources call (kubelet sends all claims of a pod for
-our driver in one) admits its claims in memory (capacity check), writes each claim's record and
-CDI spec (neither fsynced), and then makes the ``PrepareCompleted`` entries of all of them durable
-with ONE checkpoint write (fsync of the file and of its directory) before it answers. A
-NodeUnprepareResources call removes its claims' files, then their entries with one write.
+One checkpoint write per call. A NodePrepareResources call (kubelet sends all claims of a pod
+for our driver in one) admits its claims in memory (capacity check), writes each claim's record
+and CDI spec (neither fsynced: ``cdi.write_spec``, ``ClaimRecords``), and then writes the
+``PrepareCompleted`` entries of all of them with ONE checkpoint write before it answers: one fsync
+(the file, before its rename). A NodeUnprepareResources call removes its claims' files, then their
+entries with one write of two fsyncs (the file and its directory, so that the removal survives a
+power loss); ``_persist`` says why an addition's rename needs no fsync of its own.
 
 Why no durable ``PrepareStarted`` before the side effects: what must survive a crash is the share
 of every claim kubelet was told is prepared, and kubelet is told only after the write above. A
@@ -166,7 +168,8 @@ class Preparer:
         self._entries: dict[str, ClaimEntry] = {}  # entries are replaced, never mutated in place
         self._version = 0  # bumped on every change of _entries
         self._io_lock = threading.Lock()
-        self._durable_version = 0
+        self._written_version = 0  # on disk, contents fsynced (guarded by _io_lock)
+        self._durable_version = 0  # and its rename fsynced too (guarded by _io_lock)
         self._claim_locks = [threading.Lock() for _ in range(64)]
         self._usage_cache: tuple[int, int, dict[str, GpuUsage]] | None = None
         self._deleted: set[str] = set()  # prepared claims the API no longer has (guarded by _lock)
@@ -326,7 +329,7 @@ class Preparer:
                     version = self._changed()
                 _failpoint("after-side-effects")
                 try:
-                    self._persist(version)  # the call's one durable write, before any answer
+                    self._persist(version, removal=False)  # the call's one write, before any answer
                 except OSError as err:
                     LOG.error("prepare: writing the checkpoint failed: %s", err)
                     with self._lock:  # not durable: a retry prepares them again
@@ -536,7 +539,7 @@ class Preparer:
                 version = self._changed() if removed else 0
             try:
                 if version:
-                    self._persist(version)  # the call's one durable write, before any answer
+                    self._persist(version, removal=True)  # the call's one durable write
             except OSError as err:
                 LOG.error("unprepare: writing the checkpoint failed: %s", err)
                 with self._lock:  # still on disk: keep them, kubelet repeats the unprepare
@@ -611,15 +614,30 @@ class Preparer:
         self._version += 1
         return self._version
 
-    def _persist(self, version: int) -> None:
-        """Return once a checkpoint containing change ``version`` is on disk (group commit)."""
+    def _persist(self, version: int, *, removal: bool) -> None:
+        """Return once a checkpoint containing change ``version`` is on disk (group commit).
+
+        Every write fsyncs the file before the rename, so the checkpoint on disk is always whole.
+        The rename is made durable (fsync of the directory) only for a change that ``removal``s
+        entries: losing it to a power loss would bring back entries kubelet has unprepared and
+        never unprepares again, shares lost for good. A lost rename of added entries costs
+        nothing: a power loss ends every container, and kubelet, which does not keep across its
+        restarts whether a claim was prepared, prepares every claim again after the reboot (and
+        the entries of an earlier boot are not trusted anyway). A process crash sees either rename.
+        """
         with self._io_lock:
-            if self._durable_version >= version:
+            if self._durable_version >= version or (not removal and self._written_version >= version):
                 return  # another caller's write already included our change
-            with self._lock:
-                snapshot, current = dict(self._entries), self._version
-            self.checkpoint.save(snapshot)
-            self._durable_version = current
+            if self._written_version < version:
+                with self._lock:
+                    snapshot, current = dict(self._entries), self._version
+                self.checkpoint.save(snapshot, sync_directory=removal)
+                self._written_version = current
+                if removal:
+                    self._durable_version = current
+            else:  # written by a caller that did not need the rename durable: only that is left
+                self.checkpoint.sync_directory()
+                self._durable_version = self._written_version
 
     def _usage(self) -> tuple[int, dict[str, GpuUsage]]:
         """Prepared device count and per-GPU usage, computed once per version of ``_entries``.

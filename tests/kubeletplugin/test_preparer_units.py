@@ -593,7 +593,7 @@ def counting_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_a_call_makes_one_durable_write_whatever_its_claims(
+def test_a_call_makes_one_checkpoint_write_whatever_its_claims(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     objs = [claim(f"c{i}", [result(f"gpu-{i % 2}", memory="1Gi")]) for i in range(3)]
@@ -602,14 +602,49 @@ def test_a_call_makes_one_durable_write_whatever_its_claims(
     fsyncs = counting_fsyncs(monkeypatch)
     saves: list[int] = []
     real_save = Checkpoint.save
-    monkeypatch.setattr(Checkpoint, "save", lambda self, e: (saves.append(len(e)), real_save(self, e))[1])
+
+    def save(self: Checkpoint, entries: dict[str, ClaimEntry], **kwargs: bool) -> None:
+        saves.append(len(entries))
+        real_save(self, entries, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "save", save)
     assert not any(a.error for a in preparer.prepare([ref_of(o) for o in objs]).values())
-    assert (saves, len(fsyncs)) == ([3], 2)  # the checkpoint file and its directory
+    assert (saves, len(fsyncs)) == ([3], 1)  # the file; its rename needs no fsync (see _persist)
     assert {e.state for e in Checkpoint(tmp_path / "checkpoint.json").load().values()} == {PREPARE_COMPLETED}
     assert not any(a.error for a in preparer.prepare([ref_of(o) for o in objs]).values())
-    assert (saves, len(fsyncs)) == ([3], 2)  # a repeat is answered from memory: no write
+    assert (saves, len(fsyncs)) == ([3], 1)  # a repeat is answered from memory: no write
     assert preparer.unprepare([ref_of(o) for o in objs]) == {o["metadata"]["uid"]: "" for o in objs}
-    assert (saves, len(fsyncs)) == ([3, 0], 4)
+    assert (saves, len(fsyncs)) == ([3, 0], 3)  # a removal: the file and its directory
+    assert Checkpoint(tmp_path / "checkpoint.json").load() == {}
+
+
+def test_a_removal_another_callers_write_took_along_only_needs_the_directory_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    obj = claim("gone", [result("gpu-0")])
+    preparer = make(tmp_path, FakeClaims(obj))
+    preparer.start()
+    assert not preparer.prepare([ref_of(obj)])[obj["metadata"]["uid"]].error
+    calls: list[str] = []
+    real_save, real_sync = Checkpoint.save, Checkpoint.sync_directory
+
+    def save(self: Checkpoint, entries: dict[str, ClaimEntry], *, sync_directory: bool = True) -> None:
+        calls.append(f"save sync_directory={sync_directory}")
+        real_save(self, entries, sync_directory=sync_directory)
+
+    def sync(self: Checkpoint) -> None:
+        calls.append("sync_directory")
+        real_sync(self)
+
+    monkeypatch.setattr(Checkpoint, "save", save)
+    monkeypatch.setattr(Checkpoint, "sync_directory", sync)
+    with preparer._lock:  # an unprepare removes the entry; a prepare's write runs first
+        preparer._entries.pop(obj["metadata"]["uid"])
+        version = preparer._changed()
+    preparer._persist(version, removal=False)
+    preparer._persist(version, removal=True)
+    preparer._persist(version, removal=True)  # durable already: nothing more
+    assert calls == ["save sync_directory=False", "sync_directory"]
     assert Checkpoint(tmp_path / "checkpoint.json").load() == {}
 
 
@@ -623,10 +658,10 @@ def test_a_failed_checkpoint_write_fails_the_calls_claims_and_a_retry_writes_it(
     real_save = Checkpoint.save
     failing = [True]
 
-    def save(self: Checkpoint, entries: dict[str, ClaimEntry]) -> None:
+    def save(self: Checkpoint, entries: dict[str, ClaimEntry], **kwargs: bool) -> None:
         if failing[0]:
             raise OSError(28, "No space left on device")
-        real_save(self, entries)
+        real_save(self, entries, **kwargs)
 
     monkeypatch.setattr(Checkpoint, "save", save)
     answers = preparer.prepare([ref_of(o) for o in objs])
@@ -659,7 +694,7 @@ def test_a_failed_checkpoint_write_on_unprepare_keeps_the_entries_for_kubelets_r
     uid = obj["metadata"]["uid"]
     assert not preparer.prepare([ref_of(obj)])[uid].error
     real_save = Checkpoint.save
-    monkeypatch.setattr(Checkpoint, "save", lambda self, e: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    monkeypatch.setattr(Checkpoint, "save", lambda *_, **__: (_ for _ in ()).throw(OSError(5, "I/O error")))
     assert preparer.unprepare([ref_of(obj)]) == {
         uid: "removing state of claim default/keep: [Errno 5] I/O error"
     }
