@@ -29,13 +29,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver.kubeletplugin.cdi import fsync_dir
+from dra_driver.kubeletplugin.cdi import fsync_dir, temp_file_in
 from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
 
 LOG = logging.getLogger(__name__)
@@ -177,8 +176,7 @@ class Checkpoint:
         checksum = hashlib.sha256(canonical).hexdigest()
         # The claims object is embedded exactly as hashed, so one serialisation serves both.
         data = b'{"version":%d,"checksum":"%s","claims":%s}' % (VERSION, checksum.encode(), canonical)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".checkpoint.", suffix=".tmp", dir=self.path.parent)
+        fd, tmp_name = temp_file_in(self.path.parent, prefix=".checkpoint.")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -226,8 +224,7 @@ class ClaimRecords:
         """Atomically replace the record of ``claim_uid``."""
         data = json.dumps({"uid": claim_uid, **entry.to_json()}, sort_keys=True).encode()
         path = self.path(claim_uid)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.directory)
+        fd, tmp_name = temp_file_in(self.directory, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
