@@ -991,7 +991,9 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
                 qualities.append(quality(api, f"ours {label}", classes, stream, False, card_memory))
         if "prepare" in sections:
             log("prepare latency: our kubelet plugin and dra-example-driver's")
-            prepare = bench_prepare_peer.compare(api, layout.admin_kubeconfig, layout.root / "bench-prepare")
+            prepare = bench_prepare_peer.compare(
+                api, layout.admin_kubeconfig, layout.root / "bench-prepare", baseline=args.ours_before
+            )
 
         # (c) both paths with kube-scheduler's client unthrottled, at --nodes and --large-nodes.
         if "unthrottled" in sections:
@@ -1256,7 +1258,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--ours-before", type=Path, default=None,
         help="a checkout of an earlier commit (git worktree add DIR COMMIT): section 1 runs ours again "
-             "with its webhook and controller, back to back in the same cluster",
+             "with its webhook and controller, back to back in the same cluster; section 3 measures its "
+             "kubelet plugin in the same rounds",
     )  # fmt: skip
     parser.add_argument("--kubernetes-version", default=None)
     parser.add_argument("--report", type=Path, default=ROOT / "build" / "bench-cluster.json")

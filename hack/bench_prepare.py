@@ -5,7 +5,7 @@ Three processes, as on a node: the sandbox API server, ``hami-dra kubelet-plugin
 H200 x 8), and this script playing kubelet with a client compiled from kubelet's protos (kubelet's
 own files when they are beside the repository, else ours in api/kubelet). Every prepare is a
 first prepare: the plugin reads the claim from the API server, runs the capacity check, writes
-the two checkpoint phases and the CDI spec. Claims are prepared in rounds of 80 (the node's share
+the claim's record and CDI spec and one checkpoint. Claims are prepared in rounds of 80 (the node's share
 slots), each round followed by concurrent unprepares (timed separately), so capacity never runs
 out.
 

@@ -109,9 +109,8 @@ def write_spec(path: Path, spec: dict[str, Any]) -> None:
     that a reboot empties anyway, and the plugin re-creates missing specs on the next prepare;
     the checkpoint, not the spec, is the durable record.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(spec, indent=1).encode() + b"\n"
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    data = json.dumps(spec, separators=(",", ":")).encode() + b"\n"  # compact: the C encoder
+    fd, tmp_name = temp_file_in(path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -120,6 +119,19 @@ def write_spec(path: Path, spec: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def temp_file_in(directory: Path, prefix: str) -> tuple[int, str]:
+    """``tempfile.mkstemp`` in ``directory`` (suffix ``.tmp``), creating it when it is missing.
+
+    Tried before the directory is created: on the prepare path the directory exists, and a
+    ``mkdir`` per write was a system call per file for nothing.
+    """
+    try:
+        return tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -3,9 +3,15 @@
 Why it exists: NodeUnprepareResources must work after the claim object is gone, kubelet re-calls
 NodePrepareResources after restarts, and the last-line-of-defence check needs to know what is
 already prepared on the node. Properties that peers got wrong and we must not:
-- two phases per claim: ``PrepareStarted`` is durable *before* any side effect (CDI spec), and
-  ``PrepareCompleted`` after, so a crash in between is visible and the claim is simply prepared again;
-- atomic replace with fsync (file and directory), so a crash never leaves a half-written file;
+- an entry is ``PrepareCompleted`` and on disk before kubelet hears that its claim is prepared,
+  so the share of every claim a container may use survives a crash; one write per
+  NodePrepareResources call serves all its claims (``prepare.py`` says why no durable intent
+  entry precedes the CDI spec). ``PrepareStarted`` marks an entry whose files may be incomplete (a
+  claim being prepared, a rebuilt entry without its spec, or an entry older plugin versions wrote
+  before the spec): it keeps its share and is prepared again on request;
+- atomic replace with an fsync of the file before the rename, so no crash leaves a half-written
+  file, and of the directory after it where a power loss must not undo the rename (removals:
+  ``Preparer._persist``);
 - a version and a SHA-256 checksum, so corruption is detected (and the caller rebuilds from the API
   instead of crashing);
 - the node boot ID, so entries written before a reboot (when ``/var/run/cdi`` was wiped) are
@@ -23,13 +29,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver.kubeletplugin.cdi import fsync_dir
+from dra_driver.kubeletplugin.cdi import fsync_dir, temp_file_in
 from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
 
 LOG = logging.getLogger(__name__)
@@ -59,6 +64,10 @@ class ClaimEntry:
     devices: list[AllocatedDevice] = field(default_factory=list)
     #: CDI IDs returned per device, in the order of ``devices``.
     cdi_ids: list[list[str]] = field(default_factory=list)
+
+    def completed(self) -> ClaimEntry:
+        """This entry in the ``PrepareCompleted`` state (a new object: entries are never mutated)."""
+        return replace(self, state=PREPARE_COMPLETED)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,14 +165,18 @@ class Checkpoint:
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptCheckpoint(f"{self.path}: {err}") from err
 
-    def save(self, entries: dict[str, ClaimEntry]) -> None:
-        """Atomically replace the checkpoint with ``entries``."""
+    def save(self, entries: dict[str, ClaimEntry], *, sync_directory: bool = True) -> None:
+        """Atomically replace the checkpoint with ``entries``; its contents are on disk when it returns.
+
+        ``sync_directory=False`` leaves the rename itself to the file system's next commit (a
+        process crash still sees it; a power loss may bring back the previous file, whole): the
+        caller then calls :meth:`sync_directory` before it relies on the new file surviving one.
+        """
         canonical = self._encode(entries)
         checksum = hashlib.sha256(canonical).hexdigest()
         # The claims object is embedded exactly as hashed, so one serialisation serves both.
         data = b'{"version":%d,"checksum":"%s","claims":%s}' % (VERSION, checksum.encode(), canonical)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".checkpoint.", suffix=".tmp", dir=self.path.parent)
+        fd, tmp_name = temp_file_in(self.path.parent, prefix=".checkpoint.")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -173,6 +186,11 @@ class Checkpoint:
         except BaseException:
             Path(tmp_name).unlink(missing_ok=True)
             raise
+        if sync_directory:
+            self.sync_directory()
+
+    def sync_directory(self) -> None:
+        """Make the last rename of the checkpoint durable (fsync of its directory)."""
         fsync_dir(self.path.parent)
 
     def quarantine(self) -> Path | None:
@@ -206,8 +224,7 @@ class ClaimRecords:
         """Atomically replace the record of ``claim_uid``."""
         data = json.dumps({"uid": claim_uid, **entry.to_json()}, sort_keys=True).encode()
         path = self.path(claim_uid)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.directory)
+        fd, tmp_name = temp_file_in(self.directory, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

@@ -7,7 +7,25 @@ One Preparer per plugin. Concurrency design:
 - API reads, CDI writes and checkpoint fsyncs happen outside it;
 - checkpoint writes are group-committed (``_persist``): a caller waits until a snapshot that
   includes its change is on disk, and one write serves every change made before it;
-- calls for the same claim are serialised by a striped per-claim lock.
+- calls for the same claim are serialised by a striped per-claim lock; a call holds the stripes
+  of all its claims, taken in ascending order, so two calls never wait on each other in a cycle.
+
+One checkpoint write per call. A NodePrepareResources call (kubelet sends all claims of a pod
+for our driver in one) admits its claims in memory (capacity check), writes each claim's record
+and CDI spec (neither fsynced: ``cdi.write_spec``, ``ClaimRecords``), and then writes the
+``PrepareCompleted`` entries of all of them with ONE checkpoint write before it answers: one fsync
+(the file, before its rename). A NodeUnprepareResources call removes its claims' files, then their
+entries with one write of two fsyncs (the file and its directory, so that the removal survives a
+power loss); ``_persist`` says why an addition's rename needs no fsync of its own.
+
+Why no durable ``PrepareStarted`` before the side effects: what must survive a crash is the share
+of every claim kubelet was told is prepared, and kubelet is told only after the write above. A
+crash before it leaves files of claims that were never answered; they hold no share (the
+checkpoint does not know them) and nobody uses them (kubelet passes CDI IDs to the runtime only
+after a successful answer). kubelet itself checkpoints every claim *before* it calls
+NodePrepareResources, so it either retries the prepare (which rewrites the same files, named by
+the claim UID) or, when the pod is gone, calls NodeUnprepareResources, which removes them whether
+or not an entry exists. An intent record of ours would only repeat kubelet's.
 
 Only NodeUnprepareResources removes a prepared entry. A claim deleted from the API may still back
 a running container (a tenant can strip the controller's finalizer and delete the claim of a
@@ -20,12 +38,14 @@ only reports such entries (log and gauge).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import shutil
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -65,6 +85,10 @@ CAPACITY_HINT = (
 
 #: Test hook: when set to a phase name the process SIGKILLs itself there (crash-consistency tests).
 FAILPOINT_ENV = "HAMI_DRA_FAILPOINT"
+#: The phases of a NodePrepareResources call where the hook can kill it, in order: the claims are
+#: admitted in memory (nothing on disk), their records and CDI specs are written (no checkpoint
+#: entry yet), their ``PrepareCompleted`` entries are durable (kubelet not answered yet).
+FAILPOINTS = ("after-admission", "after-side-effects", "after-checkpoint")
 
 
 def _failpoint(name: str) -> None:
@@ -104,6 +128,20 @@ class PreparerConfig:
     boot_id: str
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    """A claim of the current call that passed the capacity check and holds its room in memory."""
+
+    ref: ClaimRef
+    entry: ClaimEntry  # PrepareStarted, with the devices and CDI IDs it will answer
+    spec: dict[str, Any]
+    previous: ClaimEntry | None  # what the map held for the claim before (an earlier boot's entry)
+
+
+def _write_error(ref: ClaimRef, err: OSError) -> str:
+    return f"writing state for claim {ref}: {err}"
+
+
 class Preparer:
     """Prepares and unprepares claims; owns the checkpoint and the per-claim CDI specs."""
 
@@ -130,7 +168,8 @@ class Preparer:
         self._entries: dict[str, ClaimEntry] = {}  # entries are replaced, never mutated in place
         self._version = 0  # bumped on every change of _entries
         self._io_lock = threading.Lock()
-        self._durable_version = 0
+        self._written_version = 0  # on disk, contents fsynced (guarded by _io_lock)
+        self._durable_version = 0  # and its rename fsynced too (guarded by _io_lock)
         self._claim_locks = [threading.Lock() for _ in range(64)]
         self._usage_cache: tuple[int, int, dict[str, GpuUsage]] | None = None
         self._deleted: set[str] = set()  # prepared claims the API no longer has (guarded by _lock)
@@ -200,36 +239,41 @@ class Preparer:
     # -- prepare ----------------------------------------------------------------------------
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
-        """Prepare each claim; failures are per claim and leave nothing behind."""
-        results: dict[str, PrepareResult] = {}
+        """Prepare each claim; failures are per claim and leave nothing behind.
+
+        Answers are in kubelet's order, one per UID; the claims that need preparing share one
+        checkpoint write (see the module docstring).
+        """
+        order: list[str] = []
+        refused: dict[str, PrepareResult] = {}
+        wanted: list[ClaimRef] = []
         for ref in refs:
-            if ref.uid in results:
+            if ref.uid in order:
                 continue  # kubelet named the claim twice: one answer per UID
+            order.append(ref.uid)
             problem = ref.problem()
             if problem is not None:
                 LOG.warning("prepare: refusing claim reference %s: %s", ref, problem)
-                results[ref.uid] = PrepareResult(error=f"invalid claim reference {ref}: {problem}")
+                refused[ref.uid] = PrepareResult(error=f"invalid claim reference {ref}: {problem}")
             else:
-                results[ref.uid] = self._guarded_prepare(ref)
-            if self.metrics is not None:
+                wanted.append(ref)
+        prepared = self._prepare_all(wanted) if wanted else {}
+        answers = {uid: refused[uid] if uid in refused else prepared[uid] for uid in order}
+        if self.metrics is not None:
+            for answer in answers.values():
                 self.metrics.requests.labels("prepare").inc()
-                if results[ref.uid].error:
+                if answer.error:
                     self.metrics.errors.labels("prepare").inc()
-        return results
+        return answers
 
-    def _guarded_prepare(self, ref: ClaimRef) -> PrepareResult:
-        """One well-formed claim: its own errors become its result, never another claim's."""
-        try:
-            return PrepareResult(devices=self._prepare_one(ref))
-        except ClaimError as err:
-            LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
-            return PrepareResult(error=str(err))
-        except OSError as err:
-            LOG.error("prepare %s (%s) failed: %s", ref, ref.uid, err)
-            return PrepareResult(error=f"writing state for claim {ref}: {err}")
-
-    def _claim_lock(self, claim_uid: str) -> threading.Lock:
-        return self._claim_locks[hash(claim_uid) % len(self._claim_locks)]
+    @contextlib.contextmanager
+    def _claims_locked(self, claim_uids: list[str]) -> Iterator[None]:
+        """Hold the stripes of ``claim_uids``, taken in ascending order (no lock-order cycles)."""
+        stripes = sorted({hash(uid) % len(self._claim_locks) for uid in claim_uids})
+        with contextlib.ExitStack() as stack:
+            for stripe in stripes:
+                stack.enter_context(self._claim_locks[stripe])
+            yield
 
     def _cached(self, ref: ClaimRef) -> list[PreparedDevice] | None:
         """Result of an earlier prepare in this boot; re-creates a missing spec file from the entry."""
@@ -246,32 +290,84 @@ class Preparer:
             self._write_side_effects(ref.uid, spec)
         return self._response(entry.devices, entry.cdi_ids)
 
-    def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
-        with self._claim_lock(ref.uid):
-            cached = self._cached(ref)
-            if cached is not None:
-                return cached
-            claim = self.claims.get(ref)
-            devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
-            resolved = self._resolve(ref, devices)
-            spec, cdi_ids = self._build_spec(ref.uid, resolved)
-            gpus = {g.name: g for g in self.inventory.all()}
-            entry = ClaimEntry(
-                ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids
-            )
-            with self._lock:
-                self._check_room(ref, resolved, gpus)
-                self._entries[ref.uid] = entry
-                version = self._changed()
-            self._persist(version)  # PrepareStarted is durable before any side effect
-            _failpoint("after-prepare-started")
-            self.records.write(ref.uid, replace(entry, state=PREPARE_COMPLETED))  # before the spec
-            self._write_side_effects(ref.uid, spec)
-            with self._lock:
-                self._entries[ref.uid] = replace(entry, state=PREPARE_COMPLETED)
-                version = self._changed()
-            self._persist(version)
-            return self._response(devices, cdi_ids)
+    def _prepare_all(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+        """Well-formed, distinct claims of one call: each one's errors are its own result."""
+        results: dict[str, PrepareResult] = {}
+        with self._claims_locked([ref.uid for ref in refs]):
+            admitted: list[_Admitted] = []
+            for ref in refs:
+                try:
+                    cached = self._cached(ref)
+                    if cached is not None:
+                        results[ref.uid] = PrepareResult(devices=cached)
+                    else:
+                        admitted.append(self._admit(ref))
+                except ClaimError as err:
+                    LOG.warning("prepare %s (%s) failed: %s", ref, ref.uid, err)
+                    results[ref.uid] = PrepareResult(error=str(err))
+                except OSError as err:
+                    LOG.error("prepare %s (%s) failed: %s", ref, ref.uid, err)
+                    results[ref.uid] = PrepareResult(error=_write_error(ref, err))
+            if not admitted:
+                return results
+            _failpoint("after-admission")
+            written = []
+            for claim in admitted:
+                try:
+                    # The record before the spec: every spec of ours on the node has a record.
+                    self.records.write(claim.ref.uid, claim.entry.completed())
+                    self._write_side_effects(claim.ref.uid, claim.spec)
+                    written.append(claim)
+                except OSError as err:
+                    LOG.error("prepare %s (%s) failed: %s", claim.ref, claim.ref.uid, err)
+                    results[claim.ref.uid] = PrepareResult(error=_write_error(claim.ref, err))
+                    self._withdraw(claim)
+            if written:
+                with self._lock:
+                    for claim in written:
+                        self._entries[claim.ref.uid] = claim.entry.completed()
+                    version = self._changed()
+                _failpoint("after-side-effects")
+                try:
+                    self._persist(version, removal=False)  # the call's one write, before any answer
+                except OSError as err:
+                    LOG.error("prepare: writing the checkpoint failed: %s", err)
+                    with self._lock:  # not durable: a retry prepares them again
+                        for claim in written:
+                            self._entries[claim.ref.uid] = claim.entry
+                        self._changed()
+                    for claim in written:
+                        results[claim.ref.uid] = PrepareResult(error=_write_error(claim.ref, err))
+                    written = []
+                _failpoint("after-checkpoint")
+            for claim in written:
+                devices = self._response(claim.entry.devices, claim.entry.cdi_ids)
+                results[claim.ref.uid] = PrepareResult(devices=devices)
+        return results
+
+    def _admit(self, ref: ClaimRef) -> _Admitted:
+        """Read and check the claim, then take its room: a ``PrepareStarted`` entry, in memory only."""
+        claim = self.claims.get(ref)
+        devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
+        resolved = self._resolve(ref, devices)
+        spec, cdi_ids = self._build_spec(ref.uid, resolved)
+        gpus = {g.name: g for g in self.inventory.all()}
+        entry = ClaimEntry(ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids)
+        with self._lock:
+            self._check_room(ref, resolved, gpus)
+            previous = self._entries.get(ref.uid)
+            self._entries[ref.uid] = entry
+            self._changed()
+        return _Admitted(ref, entry, spec, previous)
+
+    def _withdraw(self, claim: _Admitted) -> None:
+        """Undo an admission whose files could not be written: its entry is what it was before."""
+        with self._lock:
+            if claim.previous is None:
+                self._entries.pop(claim.ref.uid, None)
+            else:
+                self._entries[claim.ref.uid] = claim.previous
+            self._changed()
 
     def _check_room(
         self, ref: ClaimRef, resolved: list[tuple[AllocatedDevice, NodeGpu]], gpus: dict[str, NodeGpu]
@@ -390,52 +486,80 @@ class Preparer:
     # -- unprepare --------------------------------------------------------------------------
 
     def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
-        """Undo prepare; unknown claims succeed. Returns an error message per claim UID ('' = ok)."""
-        results: dict[str, str] = {}
+        """Undo prepare; unknown claims succeed. Returns an error message per claim UID ('' = ok).
+
+        The claims of one call share one checkpoint write.
+        """
+        order: list[str] = []
+        refused: dict[str, str] = {}
+        wanted: list[ClaimRef] = []
         for ref in refs:
-            if ref.uid in results:
+            if ref.uid in order:
                 continue  # one answer per UID
+            order.append(ref.uid)
             problem = ref.problem()
             if problem is not None:
                 # Nothing of ours can be named by it: refuse, touch no file.
                 LOG.warning("unprepare: refusing claim reference %s: %s", ref, problem)
-                results[ref.uid] = f"invalid claim reference {ref}: {problem}"
+                refused[ref.uid] = f"invalid claim reference {ref}: {problem}"
             else:
-                results[ref.uid] = self._guarded_unprepare(ref)
-            if self.metrics is not None:
+                wanted.append(ref)
+        done = self._unprepare_all(wanted) if wanted else {}
+        answers = {uid: refused[uid] if uid in refused else done[uid] for uid in order}
+        if self.metrics is not None:
+            for error in answers.values():
                 self.metrics.requests.labels("unprepare").inc()
-                if results[ref.uid]:
+                if error:
                     self.metrics.errors.labels("unprepare").inc()
-        return results
+        return answers
 
-    def _guarded_unprepare(self, ref: ClaimRef) -> str:
-        try:
-            self._unprepare_one(ref.uid)
-        except OSError as err:
-            LOG.error("unprepare %s (%s) failed: %s", ref, ref.uid, err)
-            return f"removing state of claim {ref}: {err}"
-        return ""
-
-    def _unprepare_one(self, claim_uid: str) -> None:
-        # Side effects first, then the entry: a crash in between leaves an entry whose unprepare
+    def _unprepare_all(self, refs: list[ClaimRef]) -> dict[str, str]:
+        # Side effects first, then the entries: a crash in between leaves entries whose unprepare
         # is simply repeated, never a CDI spec that nothing remembers. The record goes last of
         # the files, so every spec on the node keeps one.
-        with self._claim_lock(claim_uid):
-            cdi.remove_spec(self.config.cdi_dir / self.names.spec_file_name(claim_uid))
-            shutil.rmtree(self.config.hami.claim_dir(claim_uid), ignore_errors=True)
-            self.records.remove(claim_uid)
+        results: dict[str, str] = {}
+        with self._claims_locked([ref.uid for ref in refs]):
+            cleared: list[ClaimRef] = []
+            for ref in refs:
+                try:
+                    cdi.remove_spec(self.config.cdi_dir / self.names.spec_file_name(ref.uid))
+                    shutil.rmtree(self.config.hami.claim_dir(ref.uid), ignore_errors=True)
+                    self.records.remove(ref.uid)
+                    cleared.append(ref)
+                except OSError as err:
+                    LOG.error("unprepare %s (%s) failed: %s", ref, ref.uid, err)
+                    results[ref.uid] = f"removing state of claim {ref}: {err}"
+            removed: dict[str, tuple[ClaimEntry, bool]] = {}
             with self._lock:
-                entry = self._entries.pop(claim_uid, None)
-                version = self._changed() if entry is not None else 0
-                was_deleted = claim_uid in self._deleted
-                self._deleted.discard(claim_uid)
-            if version:
-                self._persist(version)
-            if entry is not None and was_deleted:
+                for ref in cleared:
+                    entry = self._entries.pop(ref.uid, None)
+                    if entry is not None:
+                        removed[ref.uid] = (entry, ref.uid in self._deleted)
+                        self._deleted.discard(ref.uid)
+                version = self._changed() if removed else 0
+            try:
+                if version:
+                    self._persist(version, removal=True)  # the call's one durable write
+            except OSError as err:
+                LOG.error("unprepare: writing the checkpoint failed: %s", err)
+                with self._lock:  # still on disk: keep them, kubelet repeats the unprepare
+                    for uid, (entry, was_deleted) in removed.items():
+                        self._entries.setdefault(uid, entry)
+                        if was_deleted:
+                            self._deleted.add(uid)
+                    self._changed()
+                for ref in cleared:
+                    results[ref.uid] = f"removing state of claim {ref}: {err}"
+                return results
+        for ref in cleared:
+            results[ref.uid] = ""
+        for uid, (entry, was_deleted) in removed.items():
+            if was_deleted:
                 LOG.info(
                     "claim %s/%s (%s), deleted from the API earlier, is unprepared by kubelet: share freed",
-                    entry.namespace, entry.name, claim_uid,
+                    entry.namespace, entry.name, uid,
                 )  # fmt: skip
+        return results
 
     def report_deleted(self) -> list[str]:
         """Report prepared claims that no longer exist in the API; never removes an entry.
@@ -490,15 +614,30 @@ class Preparer:
         self._version += 1
         return self._version
 
-    def _persist(self, version: int) -> None:
-        """Return once a checkpoint containing change ``version`` is on disk (group commit)."""
+    def _persist(self, version: int, *, removal: bool) -> None:
+        """Return once a checkpoint containing change ``version`` is on disk (group commit).
+
+        Every write fsyncs the file before the rename, so the checkpoint on disk is always whole.
+        The rename is made durable (fsync of the directory) only for a change that ``removal``s
+        entries: losing it to a power loss would bring back entries kubelet has unprepared and
+        never unprepares again, shares lost for good. A lost rename of added entries costs
+        nothing: a power loss ends every container, and kubelet, which does not keep across its
+        restarts whether a claim was prepared, prepares every claim again after the reboot (and
+        the entries of an earlier boot are not trusted anyway). A process crash sees either rename.
+        """
         with self._io_lock:
-            if self._durable_version >= version:
+            if self._durable_version >= version or (not removal and self._written_version >= version):
                 return  # another caller's write already included our change
-            with self._lock:
-                snapshot, current = dict(self._entries), self._version
-            self.checkpoint.save(snapshot)
-            self._durable_version = current
+            if self._written_version < version:
+                with self._lock:
+                    snapshot, current = dict(self._entries), self._version
+                self.checkpoint.save(snapshot, sync_directory=removal)
+                self._written_version = current
+                if removal:
+                    self._durable_version = current
+            else:  # written by a caller that did not need the rename durable: only that is left
+                self.checkpoint.sync_directory()
+                self._durable_version = self._written_version
 
     def _usage(self) -> tuple[int, dict[str, GpuUsage]]:
         """Prepared device count and per-GPU usage, computed once per version of ``_entries``.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +102,13 @@ def test_saves_go_through_a_dot_temp_file_in_the_same_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[dict[str, Any]] = []
-    real = module.tempfile.mkstemp
+    real = tempfile.mkstemp
 
     def recording(**kwargs: Any) -> tuple[int, str]:
         seen.append(kwargs)
         return real(**kwargs)
 
-    monkeypatch.setattr(module.tempfile, "mkstemp", recording)
+    monkeypatch.setattr(tempfile, "mkstemp", recording)
     path = tmp_path / "checkpoint.json"
     Checkpoint(path).save({UID: entry()})
     assert seen == [{"prefix": ".checkpoint.", "suffix": ".tmp", "dir": tmp_path}]

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import stat
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -462,6 +463,7 @@ def test_a_state_write_failure_is_that_claims_error(tmp_path: Path) -> None:
     (tmp_path / "cdi").write_text("a file where the CDI directory should be")
     answer = preparer.prepare([ref_of(obj)])[obj["metadata"]["uid"]]
     assert answer.error.startswith("writing state for claim default/nowrite: ")
+    assert preparer.prepared() == {}  # its room is given back: kubelet's retry takes it again
 
 
 def test_claims_named_twice_are_answered_once_and_the_rest_still_handled(tmp_path: Path) -> None:
@@ -536,27 +538,216 @@ def test_the_allocation_gauges_follow_prepares(tmp_path: Path) -> None:
 def test_the_crash_hook_kills_this_process_with_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(prepare_module.os, "kill", lambda pid, sig: calls.append((pid, sig)))
-    monkeypatch.setenv(prepare_module.FAILPOINT_ENV, "after-prepare-started")
-    prepare_module._failpoint("before-something-else")
+    monkeypatch.setenv(prepare_module.FAILPOINT_ENV, "after-side-effects")
+    prepare_module._failpoint("after-admission")
     assert calls == []
-    prepare_module._failpoint("after-prepare-started")
+    prepare_module._failpoint("after-side-effects")
     assert calls == [(os.getpid(), signal.SIGKILL)]
 
 
-def test_the_crash_point_sits_between_the_durable_started_entry_and_the_side_effects(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+#: What is on the node at each crash point of a call: (checkpoint state, record, CDI spec) per claim.
+ON_DISK_AT = {
+    "after-admission": (None, False, False),  # admitted in memory only
+    "after-side-effects": (None, True, True),  # files written, no entry: never answered, holds no share
+    "after-checkpoint": (PREPARE_COMPLETED, True, True),  # durable before kubelet hears of it
+}
+
+
+@pytest.mark.parametrize("point", prepare_module.FAILPOINTS)
+def test_each_crash_point_of_a_call_sees_the_files_in_their_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
-    obj = claim("crash", [result("gpu-0")])
-    preparer = make(tmp_path, FakeClaims(obj))
+    objs = [claim("one", [result("gpu-0")]), claim("two", [result("gpu-1", share=False)])]
+    preparer = make(tmp_path, FakeClaims(*objs))
     preparer.start()
-    seen: list[tuple[str, bool]] = []
+    seen: list[list[tuple[str | None, bool, bool]]] = []
 
     def kill(pid: int, sig: int) -> None:
-        entry = Checkpoint(tmp_path / "checkpoint.json").load()[obj["metadata"]["uid"]]
-        spec = tmp_path / "cdi" / preparer.names.spec_file_name(obj["metadata"]["uid"])
-        seen.append((entry.state, spec.exists()))
+        entries = Checkpoint(tmp_path / "checkpoint.json").load()
+        seen.append([
+            (
+                entries[uid].state if uid in entries else None,
+                ClaimRecords(tmp_path / "prepared").exists(uid),
+                (tmp_path / "cdi" / preparer.names.spec_file_name(uid)).exists(),
+            )
+            for uid in (o["metadata"]["uid"] for o in objs)
+        ])  # fmt: skip
 
     monkeypatch.setattr(prepare_module.os, "kill", kill)
-    monkeypatch.setenv(prepare_module.FAILPOINT_ENV, "after-prepare-started")
+    monkeypatch.setenv(prepare_module.FAILPOINT_ENV, point)
+    answers = preparer.prepare([ref_of(o) for o in objs])
+    assert not any(a.error for a in answers.values())
+    assert seen == [[ON_DISK_AT[point]] * 2]  # one crash point per call, whatever its claims
+
+
+def counting_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every os.fsync of the process from now on (the checkpoint's file and directory, any other)."""
+    calls: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_a_call_makes_one_checkpoint_write_whatever_its_claims(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = [claim(f"c{i}", [result(f"gpu-{i % 2}", memory="1Gi")]) for i in range(3)]
+    preparer = make(tmp_path, FakeClaims(*objs))
+    preparer.start()
+    fsyncs = counting_fsyncs(monkeypatch)
+    saves: list[int] = []
+    real_save = Checkpoint.save
+
+    def save(self: Checkpoint, entries: dict[str, ClaimEntry], **kwargs: bool) -> None:
+        saves.append(len(entries))
+        real_save(self, entries, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "save", save)
+    assert not any(a.error for a in preparer.prepare([ref_of(o) for o in objs]).values())
+    assert (saves, len(fsyncs)) == ([3], 1)  # the file; its rename needs no fsync (see _persist)
+    assert {e.state for e in Checkpoint(tmp_path / "checkpoint.json").load().values()} == {PREPARE_COMPLETED}
+    assert not any(a.error for a in preparer.prepare([ref_of(o) for o in objs]).values())
+    assert (saves, len(fsyncs)) == ([3], 1)  # a repeat is answered from memory: no write
+    assert preparer.unprepare([ref_of(o) for o in objs]) == {o["metadata"]["uid"]: "" for o in objs}
+    assert (saves, len(fsyncs)) == ([3, 0], 3)  # a removal: the file and its directory
+    assert Checkpoint(tmp_path / "checkpoint.json").load() == {}
+
+
+def test_a_removal_another_callers_write_took_along_only_needs_the_directory_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    obj = claim("gone", [result("gpu-0")])
+    preparer = make(tmp_path, FakeClaims(obj))
+    preparer.start()
     assert not preparer.prepare([ref_of(obj)])[obj["metadata"]["uid"]].error
-    assert seen == [(PREPARE_STARTED, False)]
+    calls: list[str] = []
+    real_save, real_sync = Checkpoint.save, Checkpoint.sync_directory
+
+    def save(self: Checkpoint, entries: dict[str, ClaimEntry], *, sync_directory: bool = True) -> None:
+        calls.append(f"save sync_directory={sync_directory}")
+        real_save(self, entries, sync_directory=sync_directory)
+
+    def sync(self: Checkpoint) -> None:
+        calls.append("sync_directory")
+        real_sync(self)
+
+    monkeypatch.setattr(Checkpoint, "save", save)
+    monkeypatch.setattr(Checkpoint, "sync_directory", sync)
+    with preparer._lock:  # an unprepare removes the entry; a prepare's write runs first
+        preparer._entries.pop(obj["metadata"]["uid"])
+        version = preparer._changed()
+    preparer._persist(version, removal=False)
+    preparer._persist(version, removal=True)
+    preparer._persist(version, removal=True)  # durable already: nothing more
+    assert calls == ["save sync_directory=False", "sync_directory"]
+    assert Checkpoint(tmp_path / "checkpoint.json").load() == {}
+
+
+def test_a_failed_checkpoint_write_fails_the_calls_claims_and_a_retry_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = [claim("a", [result("gpu-0", share=False)]), claim("b", [result("gpu-1")])]
+    claims = FakeClaims(*objs)
+    preparer = make(tmp_path, claims)
+    preparer.start()
+    real_save = Checkpoint.save
+    failing = [True]
+
+    def save(self: Checkpoint, entries: dict[str, ClaimEntry], **kwargs: bool) -> None:
+        if failing[0]:
+            raise OSError(28, "No space left on device")
+        real_save(self, entries, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "save", save)
+    answers = preparer.prepare([ref_of(o) for o in objs])
+    assert [a.error for a in answers.values()] == [
+        "writing state for claim default/a: [Errno 28] No space left on device",
+        "writing state for claim default/b: [Errno 28] No space left on device",
+    ]
+    # Not durable, so not prepared: the room stays taken (their specs are on the node) until a
+    # retry prepares them again, which reads the API, rewrites the files and the checkpoint.
+    assert {e.state for e in preparer.prepared().values()} == {PREPARE_STARTED}
+    rival = claim("rival", [result("gpu-0", memory="1Gi")])
+    claims.by_uid[rival["metadata"]["uid"]] = rival
+    failing[0] = False
+    assert "allocated exclusively" in preparer.prepare([ref_of(rival)])[rival["metadata"]["uid"]].error
+    reads = claims.reads
+    assert not any(a.error for a in preparer.prepare([ref_of(o) for o in objs]).values())
+    assert claims.reads == reads + 2
+    durable = Checkpoint(tmp_path / "checkpoint.json").load()
+    assert {uid: e.state for uid, e in durable.items()} == {
+        o["metadata"]["uid"]: PREPARE_COMPLETED for o in objs
+    }
+
+
+def test_a_failed_checkpoint_write_on_unprepare_keeps_the_entries_for_kubelets_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    obj = claim("keep", [result("gpu-0")])
+    preparer = make(tmp_path, FakeClaims(obj))
+    preparer.start()
+    uid = obj["metadata"]["uid"]
+    assert not preparer.prepare([ref_of(obj)])[uid].error
+    real_save = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda *_, **__: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    assert preparer.unprepare([ref_of(obj)]) == {
+        uid: "removing state of claim default/keep: [Errno 5] I/O error"
+    }
+    assert set(preparer.prepared()) == {uid}  # the durable checkpoint still has it: so does memory
+    monkeypatch.setattr(Checkpoint, "save", real_save)
+    assert preparer.unprepare([ref_of(obj)]) == {uid: ""}
+    assert preparer.prepared() == {} and Checkpoint(tmp_path / "checkpoint.json").load() == {}
+
+
+def test_a_claim_whose_files_cannot_be_written_gives_back_its_room_and_not_its_neighbours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = claim("old", [result("gpu-0", share=False)])
+    Checkpoint(tmp_path / "checkpoint.json").save({old["metadata"]["uid"]: entry_for(old, boot="boot-1")})
+    fine = claim("fine", [result("gpu-1")])
+    preparer = make(tmp_path, FakeClaims(old, fine))
+    preparer.start()
+    real_write = ClaimRecords.write
+
+    def write(self: ClaimRecords, uid: str, entry: ClaimEntry) -> None:
+        if uid == old["metadata"]["uid"]:
+            raise OSError(30, "Read-only file system")
+        real_write(self, uid, entry)
+
+    monkeypatch.setattr(ClaimRecords, "write", write)
+    answers = preparer.prepare([ref_of(old), ref_of(fine)])
+    assert answers[old["metadata"]["uid"]].error.startswith("writing state for claim default/old: ")
+    assert not answers[fine["metadata"]["uid"]].error
+    # the earlier boot's entry is back as it was (it keeps its share), the neighbour is prepared
+    assert preparer.prepared()[old["metadata"]["uid"]] == entry_for(old, boot="boot-1")
+    durable = Checkpoint(tmp_path / "checkpoint.json").load()
+    assert durable[old["metadata"]["uid"]].boot_id == "boot-1"
+    assert durable[fine["metadata"]["uid"]].state == PREPARE_COMPLETED
+
+
+def test_calls_naming_the_same_claims_in_opposite_orders_never_deadlock(tmp_path: Path) -> None:
+    objs = [claim(f"c{i}", [result(f"gpu-{i % 2}", memory="1Gi")]) for i in range(6)]
+    preparer = make(tmp_path, FakeClaims(*objs))
+    preparer.start()
+    refs = [ref_of(o) for o in objs]
+    failures: list[str] = []
+
+    def work(order: list[ClaimRef]) -> None:
+        for _ in range(20):
+            failures.extend(a.error for a in preparer.prepare(order).values() if a.error)
+            failures.extend(e for e in preparer.unprepare(order[:2]).values() if e)
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in (refs, refs[::-1], refs[2:] + refs[:2])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads), "a call waits on another's claim locks forever"
+    assert failures == []
+    assert preparer.prepared().keys() <= {r.uid for r in refs}
+    assert Checkpoint(tmp_path / "checkpoint.json").load() == preparer.prepared()

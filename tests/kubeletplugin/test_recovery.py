@@ -1,4 +1,4 @@
-"""Crash between the checkpoint phases (kill -9), corrupt checkpoint, reboot, clean shutdown, CLI errors."""
+"""A kill -9 at each point of a prepare call, corrupt checkpoint, reboot, clean shutdown, CLI errors."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint
+from dra_driver.kubeletplugin.checkpoint import PREPARE_COMPLETED, Checkpoint
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from dra_driver.kubeletplugin.prepare import FAILPOINT_ENV
+from dra_driver.kubeletplugin.prepare import FAILPOINT_ENV, FAILPOINTS
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
 from dra_driver.sandbox.server import SandboxServer
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
@@ -82,37 +82,94 @@ def connect(protocol: KubeletProtocol, socket: Path) -> PluginClient:
     return client
 
 
-def test_kill_between_checkpoint_phases(
+#: After a kill at each point of a call, what the restarted plugin finds for each of its claims:
+#: (checkpoint state, CDI spec present). Before the checkpoint write nothing holds a share.
+AFTER_KILL_AT = {
+    "after-admission": (None, False),
+    "after-side-effects": (None, True),  # never answered: kubelet retries or unprepares it
+    "after-checkpoint": (PREPARE_COMPLETED, True),  # durable before the answer that never came
+}
+
+
+@pytest.mark.parametrize("point", FAILPOINTS)
+def test_a_kill_at_each_point_of_a_call_is_completed_by_kubelets_retry(
+    dirs: Dirs,
+    sandbox: SandboxServer,
+    api_client: Any,
+    protocol: KubeletProtocol,
+    processes: list[PluginProcess],
+    point: str,
+) -> None:
+    objs = [
+        create_claim(api_client, claim("c1", [result("gpu-1", share=False)])),
+        create_claim(api_client, claim("c2", [result("gpu-2", memory="4Gi")])),
+    ]
+    uids = [c["metadata"]["uid"] for c in objs]
+    crashing = PluginProcess(dirs, sandbox, {FAILPOINT_ENV: point})
+    processes.append(crashing)
+    kubelet = connect(protocol, crashing.registration_socket)
+    with pytest.raises(grpc.RpcError):
+        kubelet.prepare([ref(c) for c in objs], timeout=10)
+    assert crashing.process.wait(10) == -signal.SIGKILL
+    kubelet.close()
+    path = dirs.plugin / "checkpoint.json"
+    entries = Checkpoint(path).load() if path.exists() else {}
+    spec_of = {uid: dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json" for uid in uids}
+    found = [(entries[uid].state if uid in entries else None, spec_of[uid].exists()) for uid in uids]
+    assert found == [AFTER_KILL_AT[point]] * 2
+
+    restarted = PluginProcess(dirs, sandbox)
+    processes.append(restarted)
+    kubelet = connect(protocol, restarted.registration_socket)
+    response = kubelet.prepare([ref(c) for c in objs])  # kubelet's retry, the same call
+    assert [response.claims[uid].error for uid in uids] == ["", ""]
+    assert {u: e.state for u, e in Checkpoint(path).load().items()} == dict.fromkeys(uids, PREPARE_COMPLETED)
+    assert all(spec.exists() for spec in spec_of.values())
+    # the retried claims hold their room: a rival for the exclusive card is refused
+    rival = create_claim(api_client, claim("rival", [result("gpu-1", memory="1Gi")]))
+    assert "allocated exclusively" in kubelet.prepare([ref(rival)]).claims[rival["metadata"]["uid"]].error
+    # and kubelet's unprepare when the pod ends clears every trace
+    assert [e.error for e in kubelet.unprepare([ref(c) for c in objs]).claims.values()] == ["", ""]
+    assert Checkpoint(path).load() == {} and not list(dirs.cdi.glob("*.json"))
+    assert not list((dirs.plugin / "prepared").glob("*.json"))
+    kubelet.close()
+    assert restarted.terminate() == 0
+    # clean shutdown removed both sockets (deregistration)
+    assert not (dirs.registry / f"{DRIVER}-reg.sock").exists() and not (dirs.plugin / "dra.sock").exists()
+
+
+def test_a_call_killed_before_its_checkpoint_write_is_cleared_by_kubelets_unprepare(
     dirs: Dirs,
     sandbox: SandboxServer,
     api_client: Any,
     protocol: KubeletProtocol,
     processes: list[PluginProcess],
 ) -> None:
-    c = create_claim(api_client, claim("c1", [result("gpu-1")]))
+    """The pod is deleted while the plugin is down: kubelet never retries, it unprepares."""
+    c = create_claim(api_client, claim("c1", [result("gpu-0", share=False)]))
     uid = c["metadata"]["uid"]
-    crashing = PluginProcess(dirs, sandbox, {FAILPOINT_ENV: "after-prepare-started"})
+    crashing = PluginProcess(dirs, sandbox, {FAILPOINT_ENV: "after-side-effects"})
     processes.append(crashing)
     kubelet = connect(protocol, crashing.registration_socket)
     with pytest.raises(grpc.RpcError):
         kubelet.prepare([ref(c)], timeout=10)
     assert crashing.process.wait(10) == -signal.SIGKILL
     kubelet.close()
-    entries = Checkpoint(dirs.plugin / "checkpoint.json").load()
-    assert entries[uid].state == PREPARE_STARTED  # durable before any side effect
-    assert not list(dirs.cdi.glob("*.json"))
+    assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
 
     restarted = PluginProcess(dirs, sandbox)
     processes.append(restarted)
     kubelet = connect(protocol, restarted.registration_socket)
-    response = kubelet.prepare([ref(c)])
-    assert response.claims[uid].error == ""
-    assert Checkpoint(dirs.plugin / "checkpoint.json").load()[uid].state == PREPARE_COMPLETED
-    assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
+    # the share was never counted: another claim on the card is prepared at once
+    other = create_claim(api_client, claim("other", [result("gpu-0", share=False)]))
+    assert kubelet.prepare([ref(other)]).claims[other["metadata"]["uid"]].error == ""
+    assert kubelet.unprepare([ref(c)]).claims[uid].error == ""
+    assert [p.name for p in dirs.cdi.glob("*.json")] == [
+        f"k8s.gpu.hami.io-gpu_{other['metadata']['uid']}.json"
+    ]
+    assert not (dirs.plugin / "prepared" / f"{uid}.json").exists()
+    assert set(Checkpoint(dirs.plugin / "checkpoint.json").load()) == {other["metadata"]["uid"]}
     kubelet.close()
-    assert restarted.terminate() == 0
-    # clean shutdown removed both sockets (deregistration)
-    assert not (dirs.registry / f"{DRIVER}-reg.sock").exists() and not (dirs.plugin / "dra.sock").exists()
 
 
 def start_plugin(dirs: Dirs, api_client: Any) -> KubeletPlugin:
