@@ -7,6 +7,7 @@ Flags and fields are those documented by the upstream projects for the pinned ve
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,30 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         "--enable-aggregator-routing=true",
         f"--feature-gates={FEATURE_GATES}",
         *runtime_config(tools.kubernetes_version),
+        *audit_args(layout),
         "--profiling=false",
         "--v=1",
     ]
+
+
+#: An audit policy file for kube-apiserver (set by hack/bench_cluster.py, which counts the requests of
+#: each client from the audit log: the API server's own metrics do not say who sent a request).
+#: Unset, the API server writes no audit log.
+AUDIT_POLICY_ENV = "HAMI_DRA_AUDIT_POLICY"
+
+
+def audit_log_path(layout: Layout) -> Path:
+    return layout.logs / "kube-apiserver-audit.log"
+
+
+def audit_args(layout: Layout) -> list[str]:
+    """The audit log flags when ``$HAMI_DRA_AUDIT_POLICY`` names a policy file (JSON lines, one file,
+    never rotated: `cluster up` clears the logs directory at every start)."""
+    policy = os.environ.get(AUDIT_POLICY_ENV)
+    if not policy:
+        return []
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={audit_log_path(layout)}",
+            "--audit-log-format=json", "--audit-log-maxsize=0"]  # fmt: skip
 
 
 def runtime_config(kubernetes_version: str) -> list[str]:
