@@ -73,6 +73,15 @@ def provenance(report: dict[str, Any], path: Path) -> list[str]:
             f"`{report.get('full_command', 'make bench-cluster')}`.",
             "",
         ]
+    cpus = machine.get("cpus") or 0
+    busiest = max([*load.get("before", [])[:1], *load.get("after", [])[:1], 0.0])  # the 1-minute loads
+    if cpus and busiest > cpus:
+        lines += [
+            f"> **Measured on a busy machine**: load average up to {busiest:g} on {cpus} CPUs (other work "
+            "shared them). Wall-clock figures (seconds, rates, latencies) are inflated by that load; CPU "
+            "seconds, memory and request counts much less.",
+            "",
+        ]
     dirty = " with uncommitted changes to tracked files" if report.get("dirty") else ""
     lines.append(
         f"Report `{path.relative_to(ROOT)}`: commit `{commit}`{dirty} "
