@@ -3,7 +3,8 @@
 
     .venv/bin/python hack/bench_cluster.py [--nodes 100] [--pods 1000] [--rounds 5] [--warmup 1]
         [--paths kube-scheduler,binpack,mutex-binpack] [--steady-pods 600] [--steady-rate 10]
-        [--scheduler-qps 5000] [--large-nodes N] [--stream 2000] [--only rounds,quality,prepare]
+        [--scheduler-qps 5000] [--large-nodes N] [--foreign-pods N] [--stream 2000]
+        [--only rounds,quality,prepare]
         [--profile-controller DIR] [--ours-before DIR] [--report PATH]
 
 One run, one cluster (``hami-dra cluster up --no-driver``, the upstream binaries of
@@ -34,7 +35,9 @@ kube-scheduler runs as scheduler_perf runs it: a second kube-scheduler whose cli
 ``--scheduler-qps`` requests/s with that burst (default 5000, scheduler_perf's; the pods name its
 profile); ``--scheduler-qps 0``: the cluster's default-scheduler at its default 50/100. Our
 controller's client has no client-side limit. Before the rounds at each size, what each component
-burns idle per second.
+burns idle per second. ``--foreign-pods`` pods without claims are bound to the simulated nodes
+first, so that every pod informer (kube-scheduler's, kube-controller-manager's, ours) holds a
+cluster's worth of pods: the real control plane at scale, as far as this machine holds it.
 
 *Requests per client.* ``apiserver_request_total`` counts by verb and resource, not by client, and
 every client is active during a run. So the API server runs with an audit policy (level
@@ -1099,6 +1102,8 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
         for gpu in profile_gpus(args.profile, node_name=name, gpus=args.gpus)
     }
     stream = make_stream(args.stream, args.seed)
+    if args.foreign_pods:
+        create_foreign_pods(api, args.foreign_pods, all_nodes[0].names)
     report: dict[str, Any] = {"sections": sorted(sections)}
     layout = Layout(state_dir)
     pids = cluster_pids(layout)
@@ -1176,6 +1181,30 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
         }
         report["rounds"]["summary"] = bench_report.summarise_rounds(report["rounds"]["runs"])
     return report
+
+
+#: The namespace of ``--foreign-pods``: pods that are not ours nor DRA's.
+FOREIGN_NAMESPACE = "bench-foreign"
+
+
+def create_foreign_pods(api: Api, count: int, nodes: list[str]) -> None:
+    """``count`` pods without claims, bound to the simulated nodes at creation (``spec.nodeName``:
+    no scheduler involved; no kubelet runs them): objects every informer of pods lists and watches,
+    so the rounds run at a cluster's size of pods, not an empty one's."""
+    log(f"creating {count} foreign pods (no claims) bound to the simulated nodes")
+    api.create("/api/v1/namespaces", {"metadata": {"name": FOREIGN_NAMESPACE}})
+    path = f"/api/v1/namespaces/{FOREIGN_NAMESPACE}/pods"
+
+    def create(i: int) -> None:
+        body = pod_body(f"f-{i}")
+        body["metadata"]["namespace"] = FOREIGN_NAMESPACE
+        body["metadata"]["labels"] = {"app": f"app-{i % 100}"}
+        body["spec"].pop("resourceClaims")
+        body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"}}
+        body["spec"]["nodeName"] = nodes[i % len(nodes)]
+        api.create(path, body)
+
+    parallel(create, list(range(count)))
 
 
 def full_size(args: argparse.Namespace) -> bool:
@@ -1283,6 +1312,10 @@ def main(argv: list[str]) -> int:
              "so configured; 0: the cluster's default-scheduler at its default 50/100)",
     )  # fmt: skip
     parser.add_argument("--large-nodes", type=int, default=0, help="the rounds again at this many nodes")
+    parser.add_argument(
+        "--foreign-pods", type=int, default=0,
+        help="pods without claims bound to the simulated nodes before the runs (a real cluster's pod count)",
+    )  # fmt: skip
     parser.add_argument("--stream", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -1366,12 +1399,14 @@ def main(argv: list[str]) -> int:
         "load_average": {"before": load_before, "after": bench_report.load_average()},
         "kubernetes": toolchain.kubernetes_version,
         "command": " ".join(["hack/bench_cluster.py", *argv]),
+        "full_command": FULL_COMMAND,
         "config": {
             "nodes": args.nodes, "large_nodes": args.large_nodes, "gpus_per_node": args.gpus,
             "profile": args.profile, "pods": args.pods, "memory_gib": args.memory_gib,
             "rounds": args.rounds, "warmup": args.warmup, "paths": args.paths,
             "steady_pods": args.steady_pods, "steady_rate": args.steady_rate,
             "steady_lifetime_s": args.steady_lifetime, "stream": args.stream, "seed": args.seed,
+            "foreign_pods": args.foreign_pods,
         },
         **report,
         "wall_s": round(time.monotonic() - started, 1),
