@@ -31,9 +31,12 @@ on all alike and ours / kube-scheduler is taken per round (then its median and s
   ``--steady-rate`` per second, each deleted ``--steady-lifetime`` seconds after it is bound (so
   claims are made and released while others arrive): p50/p99 create -> bound.
 
-kube-scheduler runs as scheduler_perf runs it: a second kube-scheduler whose client may send
-``--scheduler-qps`` requests/s with that burst (default 5000, scheduler_perf's; the pods name its
-profile); ``--scheduler-qps 0``: the cluster's default-scheduler at its default 50/100. Our
+kube-controller-manager's client may send ``--controller-manager-qps`` requests/s (default 5000;
+0: its own default, 20/s, burst 30, at which its resourceclaim controller, 2 requests per pod,
+caps both paths at 10 pods/s: measured). kube-scheduler runs as scheduler_perf runs it: a second
+kube-scheduler whose client may send ``--scheduler-qps`` requests/s with that burst (default 5000,
+scheduler_perf's; the pods name its profile); ``--scheduler-qps 0``: the cluster's
+default-scheduler at its default 50/100. Our
 controller's client has no client-side limit. Before the rounds at each size, what each component
 burns idle per second. ``--foreign-pods`` pods without claims are bound to the simulated nodes
 first, so that every pod informer (kube-scheduler's, kube-controller-manager's, ours) holds a
@@ -1311,6 +1314,11 @@ def main(argv: list[str]) -> int:
         help="kube-scheduler's client QPS and burst (scheduler_perf's 5000: a second kube-scheduler "
              "so configured; 0: the cluster's default-scheduler at its default 50/100)",
     )  # fmt: skip
+    parser.add_argument(
+        "--controller-manager-qps", type=float, default=5000.0,
+        help="kube-controller-manager's client QPS and burst (its resourceclaim controller makes 2 "
+             "requests per pod: at the default 20/s it caps both paths at 10 pods/s; 0: the default)",
+    )  # fmt: skip
     parser.add_argument("--large-nodes", type=int, default=0, help="the rounds again at this many nodes")
     parser.add_argument(
         "--foreign-pods", type=int, default=0,
@@ -1354,7 +1362,7 @@ def main(argv: list[str]) -> int:
 
     from dra_driver.cluster.binaries import MissingBinaries, require_toolchain
     from dra_driver.cluster.child import ClusterChild
-    from dra_driver.cluster.configs import AUDIT_POLICY_ENV
+    from dra_driver.cluster.configs import AUDIT_POLICY_ENV, CONTROLLER_MANAGER_QPS_ENV
     from dra_driver.cluster.layout import default_state_dir
     from dra_driver.pidfile import running_pid
 
@@ -1375,6 +1383,8 @@ def main(argv: list[str]) -> int:
         policy.parent.mkdir(parents=True, exist_ok=True)
         policy.write_text(json.dumps(AUDIT_POLICY, indent=2) + "\n")
         os.environ[AUDIT_POLICY_ENV] = str(policy)
+    if args.controller_manager_qps > 0:
+        os.environ[CONTROLLER_MANAGER_QPS_ENV] = f"{args.controller_manager_qps:g}"
     log(f"starting the cluster (Kubernetes {toolchain.kubernetes_version})")
     started = time.monotonic()
     cluster = ClusterChild(state_dir, args.kubernetes_version)
@@ -1406,6 +1416,7 @@ def main(argv: list[str]) -> int:
             "rounds": args.rounds, "warmup": args.warmup, "paths": args.paths,
             "steady_pods": args.steady_pods, "steady_rate": args.steady_rate,
             "steady_lifetime_s": args.steady_lifetime, "stream": args.stream, "seed": args.seed,
+            "controller_manager_qps": args.controller_manager_qps or "default (20, burst 30)",
             "foreign_pods": args.foreign_pods,
         },
         **report,

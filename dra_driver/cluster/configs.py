@@ -227,7 +227,26 @@ def controller_manager_args(
         "--use-service-account-credentials=true",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--controllers=*",
+        *controller_manager_client_args(),
     ]
+
+
+#: kube-controller-manager's client rate (requests/s, burst the same), set by hack/bench_cluster.py:
+#: at its default 20/s (burst 30) the resourceclaim controller, which makes 2 requests per pod with
+#: a claim template (the claim, the pod's status), caps any allocator at 10 pods/s. Unset: default.
+CONTROLLER_MANAGER_QPS_ENV = "HAMI_DRA_CONTROLLER_MANAGER_QPS"
+
+
+def controller_manager_client_args() -> list[str]:
+    qps = os.environ.get(CONTROLLER_MANAGER_QPS_ENV)
+    if not qps:
+        return []
+    rate = float(qps)
+    if rate <= 0:
+        raise ValueError(
+            f"${CONTROLLER_MANAGER_QPS_ENV} must be a positive number of requests/s, not {qps!r}"
+        )
+    return [f"--kube-api-qps={rate:g}", f"--kube-api-burst={int(rate)}"]
 
 
 def scheduler_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> list[str]:
