@@ -861,6 +861,8 @@ def delete_classes(api: Api, names: list[str]) -> None:
 
 #: What ``--only`` picks from.
 SECTIONS = ("rounds", "quality", "prepare")
+#: Sections of earlier versions, whose runs the rounds now make (with template claims, repeated).
+RENAMED = {"throughput", "unthrottled"}
 #: Where the report goes: the full run's (docs/performance.md's tables are made from it) and a
 #: smaller run's, which only shows that the harness works.
 REPORT = ROOT / "docs" / "bench" / "cluster.json"
@@ -1354,7 +1356,10 @@ def main(argv: list[str]) -> int:
         parser.error("--profile-controller needs py-spy (pip install py-spy, e.g. into .venv)")
     unknown = set(args.only) - set(SECTIONS)
     if unknown:
-        parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+        renamed = " (throughput and unthrottled are now the rounds: issue 35)" if unknown & RENAMED else ""
+        parser.error(
+            f"--only: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}{renamed}"
+        )
     if args.report is None:
         args.report = REPORT if full_size(args) else VALIDATION_REPORT
 

@@ -68,8 +68,8 @@ def provenance(report: dict[str, Any], path: Path) -> list[str]:
     lines = []
     if report.get("purpose") != "figures":
         lines += [
-            f"> **Validation run, not the figures** ({report.get('purpose')}): it shows the harness works "
-            f"end to end; its numbers are too small and too few to compare paths. The full run: "
+            "> **Validation run, not the figures**: a run smaller than the full one; it shows the "
+            "harness works end to end; its numbers are too small and too few to compare paths. The full run: "
             f"`{report.get('full_command', 'make bench-cluster')}`.",
             "",
         ]
