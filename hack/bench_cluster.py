@@ -1430,8 +1430,8 @@ def main(argv: list[str]) -> int:
     report["lines"] = print_summary(report)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"(report: {args.report}; {report['wall_s'] / 60:.1f} minutes; docs/performance.md: "
-          f"hack/perf_tables.py --report {args.report})")  # fmt: skip
+    print(f"(report: {args.report}; {report['wall_s'] / 60:.1f} minutes; docs/performance.md's tables "
+          "from it: hack/perf_tables.py)")  # fmt: skip
     for line in report["lines"]:
         print(line)
     return 0

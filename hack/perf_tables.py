@@ -107,6 +107,10 @@ COMPONENT_ORDER = (
 )
 
 
+def _rate(qps: object) -> str:
+    return f"{qps:g} requests/s" if isinstance(qps, int | float) else str(qps)
+
+
 def _components(names: Iterable[str]) -> list[str]:
     names = set(names)
     return [c for c in COMPONENT_ORDER if c in names] + sorted(names - set(COMPONENT_ORDER))
@@ -127,7 +131,7 @@ def cluster_section(report: dict[str, Any], path: Path) -> list[str]:
             f"kube-controller-manager; "
             f"{rounds['scheduler']} with its client at {rounds['scheduler_qps']:g} requests/s (burst "
             f"{rounds['scheduler_burst']}), kube-controller-manager's at "
-            f"{config.get('controller_manager_qps', 'default (20, burst 30)')}; "
+            f"{_rate(config.get('controller_manager_qps', 'its default (20, burst 30)'))}; "
             f"{config.get('foreign_pods', 0):,} foreign pods (no claims) bound to the nodes. "
             f"{config['warmup']} warm-up round(s) dropped, then "
             f"{config['rounds']} measured rounds, the paths alternating; a burst of {config['pods']} pods "
