@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster gpu-check clean
+.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster bench-scale gpu-check clean
 
 venv: $(STAMP)
 
@@ -79,20 +79,31 @@ bench: $(STAMP) tools
 	$(PY) hack/bench_controller.py --nodes 100 --pods 800 --policy mutex,binpack
 	$(PY) -m pytest -q -m bench -p no:cacheprovider tests/sandbox/test_bench.py -s
 
-# Figures on the real control plane, side by side with kube-scheduler's own DRA allocator: the
-# pending storm (in-process controller), then one real cluster with 100 simulated nodes for
-# throughput, placement quality and prepare latency against dra-example-driver (built from the Go
-# module proxy), then both paths again with kube-scheduler's client unthrottled (QPS/burst 5000, as
-# scheduler_perf runs it) at 100 and at 500 simulated nodes, 2 rounds each. About 35-40 minutes on
-# 2 cores; the last lines are machine-readable (ratios ours/kube-scheduler), the whole report is
-# build/bench-cluster.json (docs/performance.md). Not part of `make test`. Extra arguments:
-# BENCH_CLUSTER_ARGS, e.g. "--only unthrottled" (about 20 minutes) or "--profile-controller
-# build/bench-profiles" (py-spy records our controller during the unthrottled runs; pip install py-spy).
+# Figures on the real control plane, side by side with kube-scheduler's own DRA allocator (issue 35):
+# the pending storm (in-process controller), then one real cluster with 100 simulated nodes: claims
+# from ResourceClaimTemplates (kube-controller-manager's resourceclaim controller in the path), one
+# warm-up round dropped and 5 measured rounds of kube-scheduler and ours alternating (a burst of
+# 1,000 pods and a steady state of 600 pods at 10/s each), requests per pod by client from the API
+# server's audit log, CPU per pod per component; placement quality; prepare latency against
+# dra-example-driver. About 1.5 hours on 2 cores: run it on a quiet machine. The report (raw JSON,
+# with the commit and the machine) goes to docs/bench/cluster.json, and docs/performance.md's tables
+# are generated from it (hack/perf_tables.py); commit both. A run smaller than the defaults writes
+# docs/bench/cluster-validation.json. Extra arguments: BENCH_CLUSTER_ARGS, e.g. "--paths
+# kube-scheduler,binpack,mutex-binpack --large-nodes 500" or "--only rounds". Not part of `make test`.
 BENCH_CLUSTER_ARGS ?=
 bench-cluster: $(STAMP) tools cluster-build
 	bash hack/cluster/build.sh dra-example-driver
 	$(PY) hack/bench_storm.py
 	$(PY) hack/bench_cluster.py $(BENCH_CLUSTER_ARGS)
+	$(PY) hack/perf_tables.py
+
+# The controller at scale (issue 35): 5,000 nodes x 8 GPUs, 50,000 pods (4,000 ours) served as JSON
+# by an in-memory API: initial sync, RSS, decision p99, /metrics scrape time, CPU while foreign pods
+# churn. About 5 minutes and 2.5 GiB of memory; report in docs/bench/scale.json, tables regenerated.
+BENCH_SCALE_ARGS ?=
+bench-scale: $(STAMP)
+	$(PY) hack/bench_scale.py $(BENCH_SCALE_ARGS)
+	$(PY) hack/perf_tables.py
 
 # The driver's image without Docker: a debootstrapped Debian base, podman build of the Dockerfile,
 # an OCI archive in ~/.cache/hami-dra/image/, imported into a running `hami-dra cluster up`.

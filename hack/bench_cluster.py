@@ -1,48 +1,65 @@
 #!/usr/bin/env python3
 """Benchmarks on the real control plane, side by side with kube-scheduler's own DRA allocator.
 
-    .venv/bin/python hack/bench_cluster.py [--nodes 100] [--pods 1000] [--stream 2000] [--seed 1]
-        [--only throughput,quality,prepare,unthrottled] [--unthrottled-qps 5000] [--large-nodes 500]
-        [--rounds 2] [--profile-controller DIR]
+    .venv/bin/python hack/bench_cluster.py [--nodes 100] [--pods 1000] [--rounds 5] [--warmup 1]
+        [--paths kube-scheduler,binpack,mutex-binpack] [--steady-pods 600] [--steady-rate 10]
+        [--scheduler-qps 5000] [--large-nodes N] [--foreign-pods N] [--stream 2000]
+        [--only rounds,quality,prepare]
+        [--profile-controller DIR] [--ours-before DIR] [--report PATH]
 
 One run, one cluster (``hami-dra cluster up --no-driver``, the upstream binaries of
 hack/cluster/versions.env), ``--nodes`` simulated nodes (dra_driver/cluster/fakenodes.py) with
-``--gpus`` simulated H100 80GB each, published as our kubelet plugin publishes them:
+``--gpus`` simulated H100 80GB each, published as our kubelet plugin publishes them.
 
-1. Throughput: ``--pods`` pods, each with one ResourceClaim for one GPU with a memory slice.
-   (a) kube-scheduler alone: a DeviceClass of our driver, claims that tolerate the policy taint,
-   no webhook, no controller of ours: kube-scheduler allocates first fit with consumable capacity.
-   (b) our webhook and controller, DeviceClasses with ``binpack`` and then ``mutex,binpack``.
-   A pod counts as placed when a watch sees it bound (its claim is allocated before that on both
-   paths); times run from just before the pod's create call. API writes per pod come from the API
-   server's ``apiserver_request_total`` before and after, per verb and resource, without the
-   benchmark's own creates and the simulated nodes' Lease renewals.
-2. Placement quality: the same seeded stream of ``--stream`` claims (1-4 GPUs, 4-40 GiB per GPU,
-   one in ten a whole-card ``mutex`` claim) arriving and leaving on the same cluster, through
-   kube-scheduler's first fit, ours with ``binpack`` and ours with ``spread``; at the end: GPUs
-   left idle, pods left pending although the cluster's free cards would hold them (fragmentation),
-   and free memory on partly used cards.
-3. Prepare latency against a peer: hack/bench_prepare_peer.py (run by ``make bench-cluster``).
-4. Unthrottled throughput, as kube-scheduler's scheduler_perf runs it: a second kube-scheduler
-   (profile ``hami-bench-unthrottled``; the cluster's own default-scheduler stays up, idle for these
-   pods) whose client may send ``--unthrottled-qps`` requests/s with that burst (scheduler_perf: 5000;
-   the default is 50, burst 100), and the throughput pods name it in ``spec.schedulerName``; our
-   controller's client has no client-side rate limit in any run. Both paths at ``--nodes`` and then
-   at ``--large-nodes`` simulated nodes, ``--rounds`` times each, kube-scheduler and ours
-   alternating (ours stopped, its webhook configurations removed, for kube-scheduler's runs).
-   Per pod the phases as the benchmark's watches see them (create -> claim allocated -> gate
-   lifted -> bound) and, per run, the CPU seconds of each component (kube-apiserver, etcd,
-   kube-scheduler, our controller and webhook, the benchmark itself; before the runs at each size,
-   what each burns idle per second), kube-scheduler's own client figures (requests per pod, time
-   in its rate limiter: its /metrics) and the API server's own latency per write kind;
-   ``--profile-controller DIR`` records our controller with py-spy (all threads, idle ones too,
-   raw collapsed stacks) during our runs. Sections 1 and 4 report the same per-run figures.
+**rounds** (issue 35 item 5: figures that can be trusted). Every pod asks for one GPU with a
+``--memory-gib`` slice through a ResourceClaimTemplate, so kube-controller-manager's resourceclaim
+controller makes each claim on both paths, as in most real workloads. The paths: kube-scheduler
+alone (a DeviceClass of our driver whose claims tolerate the policy taint; our webhook and
+controller stopped, their webhook configurations removed) and ours (``binpack``, optionally
+``mutex,binpack`` and an earlier checkout's, ``--ours-before``). ``--warmup`` rounds first (reported,
+marked, left out of every figure), then ``--rounds`` measured rounds; in each, every path runs
+back to back, in order in even rounds and reversed in odd ones, so a drift of the machine weighs
+on all alike and ours / kube-scheduler is taken per round (then its median and spread). Each run:
 
-``--only`` picks sections (default all four; section 1's throughput runs are ``throughput``).
+- a burst: ``--pods`` pods created at once by 16 threads, until every one is bound (a watch sees
+  ``spec.nodeName``; no kubelet runs them). Pods/s, p50/p99 create -> bound and its steps (create ->
+  claim made -> allocated -> gate lifted -> bound); the CPU seconds of every component
+  (/proc/<pid>/stat: kube-apiserver, etcd, kube-controller-manager, kube-scheduler(s), our
+  controller and webhook, the benchmark) per pod; the requests per pod by client and verb, reads
+  included, from kube-apiserver's audit log (see below); the API server's own latency per write.
+- a steady state, as scheduler_perf's SteadyState workloads: ``--steady-pods`` pods arriving at
+  ``--steady-rate`` per second, each deleted ``--steady-lifetime`` seconds after it is bound (so
+  claims are made and released while others arrive): p50/p99 create -> bound.
 
-Figures, not assertions. The last lines are machine-readable (issue 15's form: the throughput
-ratio, idle GPUs, pending by fragmentation, then one line per node count of section 4); the whole
-report is also written to build/bench-cluster.json.
+kube-controller-manager's client may send ``--controller-manager-qps`` requests/s (default 5000;
+0: its own default, 20/s, burst 30, at which its resourceclaim controller, 2 requests per pod,
+caps both paths at 10 pods/s: measured). kube-scheduler runs as scheduler_perf runs it: a second
+kube-scheduler whose client may send ``--scheduler-qps`` requests/s with that burst (default 5000,
+scheduler_perf's; the pods name its profile); ``--scheduler-qps 0``: the cluster's
+default-scheduler at its default 50/100. Our
+controller's client has no client-side limit. Before the rounds at each size, what each component
+burns idle per second. ``--foreign-pods`` pods without claims are bound to the simulated nodes
+first, so that every pod informer (kube-scheduler's, kube-controller-manager's, ours) holds a
+cluster's worth of pods: the real control plane at scale, as far as this machine holds it.
+
+*Requests per client.* ``apiserver_request_total`` counts by verb and resource, not by client, and
+every client is active during a run. So the API server runs with an audit policy (level
+Metadata, one event per request, Lease renewals left out: ``AUDIT_POLICY``) and each run counts the
+events it added by user and user agent (hack/bench_report.py ``client_of``): kube-controller-manager
+runs each controller under its own service account, our controller and webhook get identities of
+their own here, the benchmark's client its own user agent. Writing the audit log costs the API
+server some CPU on both paths alike (``--no-audit`` turns it off and the counts with it).
+
+**quality**: the same seeded stream of ``--stream`` claims (1-4 GPUs, 4-40 GiB per GPU, one in ten
+whole-card) arriving and leaving, through kube-scheduler's first fit, ours with ``binpack`` and
+ours with ``spread``: GPUs left idle, pods pending by fragmentation, free memory on partly used cards.
+**prepare**: NodePrepareResources against dra-example-driver (hack/bench_prepare_peer.py).
+
+Figures, not assertions. The report (JSON) records the commit measured, whether tracked files
+differed from it, the machine and its load, the exact command; the full-size run writes
+docs/bench/cluster.json (docs/performance.md's tables are generated from it by
+hack/perf_tables.py), a smaller one docs/bench/cluster-validation.json, marked as a validation of
+the harness. The last lines are machine-readable (the per-round ratios).
 """
 
 from __future__ import annotations
@@ -54,7 +71,6 @@ import random
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -62,7 +78,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +88,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "hack"))
 
 import bench_prepare_peer  # noqa: E402
+import bench_report  # noqa: E402
 
 from dra_driver import DEFAULT_DRIVER_NAME  # noqa: E402
 from dra_driver.contract import policy_taint_key  # noqa: E402
@@ -90,11 +107,7 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+percentile = bench_report.percentile
 
 
 # --- objects ---------------------------------------------------------------------------------------
@@ -141,11 +154,27 @@ def claim_body(name: str, class_name: str, shape: Shape, tolerate_policy_taint: 
     }
 
 
-def pod_body(name: str, claim: str, scheduler: str | None = None) -> dict[str, Any]:
+def template_body(name: str, class_name: str, shape: Shape, tolerate_policy_taint: bool) -> dict[str, Any]:
+    """A ResourceClaimTemplate of the claim ``claim_body`` makes: kube-controller-manager's
+    resourceclaim controller creates each pod's claim from it, as in most real workloads."""
+    claim = claim_body(name, class_name, shape, tolerate_policy_taint)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"spec": claim["spec"]},
+    }
+
+
+def pod_body(
+    name: str, claim: str | None = None, scheduler: str | None = None, *, template: str | None = None
+) -> dict[str, Any]:
+    """A pod with one claim: ``claim`` by name, or one made for it from ``template``."""
+    source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "main", "image": PAUSE, "resources": {"claims": [{"name": "gpu"}]}}],
-        "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        "resourceClaims": [{"name": "gpu", **source}],
     }
     if scheduler is not None:
         spec["schedulerName"] = scheduler
@@ -315,21 +344,34 @@ class PodWatch(Watch):
 
 
 class ClaimWatch(Watch):
-    """When each claim of the namespace was first seen with a finalizer and with its allocation."""
+    """When each claim of the namespace was first seen, with a finalizer and with its allocation;
+    keyed by the pod that owns it (a claim made from a template: kube-controller-manager names it
+    ``<pod>-<claim>-<suffix>`` and makes the pod its owner) or by its own name (a claim made by the
+    benchmark)."""
 
     resource_name = "RESOURCE_CLAIMS"
     path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
 
     def __init__(self, api: Api) -> None:
+        self.created: dict[str, float] = {}
         self.finalized: dict[str, float] = {}
         self.allocated: dict[str, float] = {}
         super().__init__(api)
 
+    @staticmethod
+    def key(claim: dict[str, Any]) -> str:
+        for owner in claim["metadata"].get("ownerReferences") or ():
+            if owner.get("kind") == "Pod":
+                return str(owner["name"])
+        return str(claim["metadata"]["name"])
+
     def seen(self, name: str, claim: dict[str, Any], now: float) -> None:
+        key = self.key(claim)
+        self.created.setdefault(key, now)
         if claim["metadata"].get("finalizers"):
-            self.finalized.setdefault(name, now)
+            self.finalized.setdefault(key, now)
         if (claim.get("status") or {}).get("allocation"):
-            self.allocated.setdefault(name, now)
+            self.allocated.setdefault(key, now)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.1) -> None:
@@ -449,97 +491,67 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"p50_s": round(percentile(values, 0.5), 3), "p99_s": round(percentile(values, 0.99), 3)}
 
 
-@dataclass
-class Throughput:
-    label: str
-    pods: int
-    seconds: float
-    p50: float
-    p99: float
-    writes: dict[str, float] = field(default_factory=dict)
-    #: create -> claim allocated -> gate lifted (ours) -> bound, p50/p99 of each step per pod
-    phases: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: seconds from the first create until the last claim was allocated / the last gate lifted
-    allocated_by: float = 0.0
-    ungated_by: float = 0.0
-    #: CPU seconds per component over the run (create to last bound)
-    cpu: dict[str, float] = field(default_factory=dict)
-    scheduler: str = "default-scheduler"
-    #: kube-scheduler's client over the run: requests per pod by method, rate-limiter wait
-    scheduler_client: dict[str, float] = field(default_factory=dict)
-    #: the API server's own mean latency (ms) per write kind over the run
-    server_ms: dict[str, float] = field(default_factory=dict)
+#: kube-apiserver's audit policy while the benchmark runs: one event per request (level Metadata:
+#: who, which verb, which object; no bodies), the simulated nodes' Lease renewals left out.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "None", "nonResourceURLs": ["*"]},
+        {"level": "Metadata"},
+    ],
+}
 
-    @property
-    def pods_per_second(self) -> float:
-        return self.pods / self.seconds
 
-    def row(self) -> str:
-        per_pod = sum(self.writes.values())
-        return (
-            f"{self.label:<40} {self.pods_per_second:8.1f} pods/s   p50 {self.p50 * 1000:7.0f} ms   "
-            f"p99 {self.p99 * 1000:7.0f} ms   {per_pod:4.1f} writes/pod"
-        )
+class AuditLog:
+    """kube-apiserver's audit log (``HAMI_DRA_AUDIT_POLICY``, dra_driver/cluster/configs.py), read
+    between two offsets: the requests of one run by client, verb and resource."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label, "scheduler": self.scheduler, "pods": self.pods,
-            "seconds": round(self.seconds, 2), "pods_per_second": round(self.pods_per_second, 2),
-            "p50_s": round(self.p50, 3), "p99_s": round(self.p99, 3),
-            "writes_per_pod": {k: round(v, 2) for k, v in sorted(self.writes.items())},
-            "phases": self.phases, "allocated_by_s": round(self.allocated_by, 2),
-            "ungated_by_s": round(self.ungated_by, 2), "cpu_s": self.cpu,
-            "scheduler_client": self.scheduler_client, "server_ms": self.server_ms,
-        }  # fmt: skip
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
-    def phase_row(self) -> str:
-        steps = ", ".join(
-            f"{step} p50 {v['p50_s']:.2f} s p99 {v['p99_s']:.2f} s" for step, v in self.phases.items()
-        )
-        last = f"last allocation at {self.allocated_by:.1f} s"
-        if self.ungated_by:
-            last += f", last gate lifted at {self.ungated_by:.1f} s"
-        return f"{self.label:<40} {steps}; {last}, last bound at {self.seconds:.1f} s"
+    def offset(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
 
-    def cpu_row(self) -> str:
-        return f"{self.label:<40} " + ", ".join(f"{name} {sec:.1f}" for name, sec in self.cpu.items())
-
-    def scheduler_row(self) -> str:
-        return f"{self.label:<40} " + ", ".join(f"{k} {v:g}" for k, v in self.scheduler_client.items())
+    def requests(self, start: int, end: int) -> Counter[tuple[str, str, str]]:
+        with self.path.open("rb") as log_file:
+            log_file.seek(start)
+            return bench_report.audit_requests(log_file.read(end - start).splitlines())
 
 
 def throughput(
     api: Api,
     label: str,
-    class_name: str,
+    template: str,
     pods: int,
-    tolerate: bool,
-    memory_gib: int,
     *,
     scheduler: str | None = None,
     pids: dict[str, int] | None = None,
     profile: tuple[int, Path] | None = None,
     scheduler_client: SchedulerClient | None = None,
-) -> Throughput:
-    """``pods`` pods with one claim each, created at once; until every one is bound. ``scheduler``:
-    the pods' ``spec.schedulerName``; ``pids``: processes whose CPU is measured over the run;
-    ``profile``: (pid, output) to record with py-spy over the run; ``scheduler_client``: the
-    kube-scheduler whose client figures are read before and after."""
-    log(f"throughput {label}: {pods} claims")
-    claims = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
-    shape = Shape(1, memory_gib)
-    parallel(
-        lambda i: api.create(claims, claim_body(f"c-{i}", class_name, shape, tolerate)), list(range(pods))
-    )
+    audit: AuditLog | None = None,
+) -> dict[str, Any]:
+    """A burst: ``pods`` pods, each with one claim made from ``template`` by kube-controller-manager,
+    created at once by 16 threads; until every one is bound. ``scheduler``: the pods'
+    ``spec.schedulerName``; ``pids``: processes whose CPU is measured over the run; ``profile``:
+    (pid, output) to record with py-spy; ``scheduler_client``: the kube-scheduler whose client
+    figures are read before and after; ``audit``: where the requests per client are counted."""
+    log(f"burst {label}: {pods} pods")
+    pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     watch, claim_watch = PodWatch(api), ClaimWatch(api)
     before, seconds_before = api.request_metrics()
+    audit_from = audit.offset() if audit is not None else 0
     created: dict[str, float] = {}
 
     def create(i: int) -> None:
         created[f"p-{i}"] = time.perf_counter()
-        api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(f"p-{i}", f"c-{i}", scheduler))
+        api.create(pods_path, pod_body(f"p-{i}", scheduler=scheduler, template=template))
 
-    log(f"throughput {label}: {pods} pods")
     meter = CpuMeter({**(pids or {}), "benchmark": os.getpid()})
     client_before = scheduler_client.read() if scheduler_client is not None else Counter()
     spy = PySpy(*profile) if profile is not None else None
@@ -558,34 +570,35 @@ def throughput(
         for k, v in sorted(client_after.items())
         if v - client_before[k] > 0
     }
+    wait_until(lambda: len(claim_watch.allocated) >= pods, 60, f"{pods} claims seen allocated ({label})")
     watch.stop()
     claim_watch.stop()
     after, seconds_after = api.request_metrics()
-    allocated = [c for c in api.items(claims) if (c.get("status") or {}).get("allocation")]
+    claims = api.items(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims")
+    allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     if len(allocated) != pods:
         raise RuntimeError(
             f"{label}: {len(allocated)} of {pods} claims allocated although every pod is bound"
         )
+    requests = audit.requests(audit_from, audit.offset()) if audit is not None else Counter()
     start, end = min(created.values()), max(watch.bound.values())
     latencies = [watch.bound[name] - created[name] for name in created]
-    # The steps of each pod as the watches saw them (a watch event's arrival, so each step includes
-    # its delivery; the same for every step and both paths).
-    claim_of = {f"p-{i}": f"c-{i}" for i in range(pods)}
-    allocated_at = {
-        pod: claim_watch.allocated.get(claim, watch.bound[pod]) for pod, claim in claim_of.items()
+    # Each pod's steps as the watches saw them (a watch event's arrival: each step includes its
+    # delivery, the same for every step and both paths).
+    bound, made = watch.bound, claim_watch.created
+    allocated_at = {p: claim_watch.allocated.get(p, bound[p]) for p in created}
+    phases = {
+        "create->claim": summary([made.get(p, allocated_at[p]) - created[p] for p in created]),
+        "claim->allocated": summary([allocated_at[p] - made.get(p, allocated_at[p]) for p in created]),
     }
-    phases = {"create->allocated": summary([allocated_at[p] - created[p] for p in created])}
     if watch.ungated:
         phases["allocated->ungated"] = summary(
-            [watch.ungated.get(p, watch.bound[p]) - allocated_at[p] for p in created]
+            [watch.ungated.get(p, bound[p]) - allocated_at[p] for p in created]
         )
-        phases["ungated->bound"] = summary(
-            [watch.bound[p] - watch.ungated.get(p, watch.bound[p]) for p in created]
-        )
+        phases["ungated->bound"] = summary([bound[p] - watch.ungated.get(p, bound[p]) for p in created])
     else:
-        phases["allocated->bound"] = summary([watch.bound[p] - allocated_at[p] for p in created])
-    writes = after - before
-    # The API server's own mean latency per write kind over the run (ms), beside what our writers see.
+        phases["allocated->bound"] = summary([bound[p] - allocated_at[p] for p in created])
+    # The API server's own mean latency per write kind over the run (ms).
     server_ms = {
         f"{verb} {resource}{'/' + sub if sub else ''}": round(
             1000 * (seconds_after[key] - seconds_before[key]) / (after[key] - before[key]), 1
@@ -594,30 +607,99 @@ def throughput(
         for verb, resource, sub in [key]
         if resource not in NOT_ALLOCATION and after[key] - before[key] >= pods / 2
     }
-    own = {("POST", "pods", ""): pods}  # the benchmark's creates (claims were created before `before`)
-    per_pod: dict[str, float] = {}
+    writes = after - before
+    own = {("POST", "pods", ""): pods}  # the benchmark's creates
+    metric_writes: dict[str, float] = {}
     for (verb, resource, sub), count in writes.items():
-        if resource in NOT_ALLOCATION:
-            continue
         count -= own.get((verb, resource, sub), 0)
-        if count > 0:
-            per_pod[f"{verb} {resource}{'/' + sub if sub else ''}"] = count / pods
-    result = Throughput(
-        label, pods, end - start, percentile(latencies, 0.5), percentile(latencies, 0.99), per_pod,
-        phases=phases,
-        allocated_by=max(allocated_at.values()) - start,
-        ungated_by=(max(watch.ungated.values()) - start) if watch.ungated else 0.0,
-        cpu=cpu, scheduler=scheduler or "default-scheduler", scheduler_client=client, server_ms=server_ms,
-    )  # fmt: skip
-    log(result.row())
-    log(result.phase_row())
-    log(result.cpu_row())
-    if client:
-        log(result.scheduler_row())
-    log(
-        f"{label:<40} API server latency (ms): "
-        + ", ".join(f"{k} {v:g}" for k, v in sorted(server_ms.items()))
-    )
+        if resource not in NOT_ALLOCATION and count > 0:
+            metric_writes[f"{verb} {resource}{'/' + sub if sub else ''}"] = round(count / pods, 2)
+    seconds = end - start
+    result: dict[str, Any] = {
+        "label": label, "scheduler": scheduler or "default-scheduler", "pods": pods,
+        "seconds": round(seconds, 2), "pods_per_second": round(pods / seconds, 2),
+        "p50_s": round(percentile(latencies, 0.5), 3), "p99_s": round(percentile(latencies, 0.99), 3),
+        "phases": phases, "allocated_by_s": round(max(allocated_at.values()) - start, 2),
+        "ungated_by_s": round(max(watch.ungated.values()) - start, 2) if watch.ungated else 0.0,
+        "cpu_s": cpu, "cpu_ms_per_pod": {name: round(1000 * sec / pods, 2) for name, sec in cpu.items()},
+        "requests_per_pod": bench_report.requests_per_pod(requests, pods) if audit is not None else None,
+        "writes_per_pod_metrics": dict(sorted(metric_writes.items())),
+        "scheduler_client": client, "server_ms": server_ms,
+    }  # fmt: skip
+    per_pod = result["requests_per_pod"]
+    traffic = f"{per_pod['reads']:.1f} reads + {per_pod['writes']:.1f} writes/pod" if per_pod else ""
+    log(f"{label:<44} {result['pods_per_second']:7.1f} pods/s  p50 {result['p50_s']:6.2f} s  "
+        f"p99 {result['p99_s']:6.2f} s  {traffic}")  # fmt: skip
+    log(f"{label:<44} CPU ms/pod: " + ", ".join(f"{k} {v:g}" for k, v in result["cpu_ms_per_pod"].items()))
+    reset_namespace(api)
+    return result
+
+
+def steady(
+    api: Api,
+    label: str,
+    template: str,
+    pods: int,
+    rate: float,
+    lifetime: float,
+    *,
+    scheduler: str | None = None,
+) -> dict[str, Any]:
+    """A steady state, as scheduler_perf's SteadyState workloads run one: ``pods`` pods arriving at
+    ``rate`` per second (each with a claim from ``template``), each deleted ``lifetime`` seconds
+    after it is bound (its claim goes with it: pods end while others arrive). Per pod the time from
+    its create call to a watch seeing it bound: with simulated nodes there is no kubelet, so bound
+    is where a pod's placement ends (create -> running would add the kubelet's prepare and start)."""
+    log(f"steady {label}: {pods} pods at {rate:g}/s, each deleted {lifetime:g} s after it is bound")
+    pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    watch = PodWatch(api)
+    created: dict[str, float] = {}
+    deleted: set[str] = set()
+    done = threading.Event()
+
+    def create(i: int) -> None:
+        created[f"p-{i}"] = time.perf_counter()
+        api.create(pods_path, pod_body(f"p-{i}", scheduler=scheduler, template=template))
+
+    def delete(name: str) -> None:
+        api.call("DELETE", f"{pods_path}/{name}", query=[("gracePeriodSeconds", "0")])
+
+    with ThreadPoolExecutor(16) as pool:
+
+        def reap() -> None:
+            while not done.wait(0.2):
+                now = time.perf_counter()
+                for name, at in list(watch.bound.items()):
+                    if name not in deleted and now - at >= lifetime:
+                        deleted.add(name)
+                        pool.submit(delete, name)
+
+        reaper = threading.Thread(target=reap, daemon=True)
+        reaper.start()
+        start = time.perf_counter()
+        for i in range(pods):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(create, i)
+        try:
+            wait_until(lambda: len(watch.bound) >= pods, 900, f"{pods} steady pods bound ({label})", poll=0.2)
+        finally:
+            done.set()
+            reaper.join()
+    watch.stop()
+    latencies = [watch.bound[name] - created[name] for name in created]
+    arrivals = max(created.values()) - min(created.values())
+    result = {
+        "label": label, "pods": pods, "rate_per_second": rate, "lifetime_s": lifetime,
+        "p50_s": round(percentile(latencies, 0.5), 3), "p99_s": round(percentile(latencies, 0.99), 3),
+        "max_s": round(max(latencies), 3),
+        # Pods bound per second from the first create to the last bind (the rate, if it kept up).
+        "achieved_per_second": round(pods / (max(watch.bound.values()) - min(created.values())), 2),
+        "arrival_seconds": round(arrivals, 2),
+    }  # fmt: skip
+    log(f"{label:<44} steady {rate:g}/s: p50 {result['p50_s']:.3f} s  p99 {result['p99_s']:.3f} s  "
+        f"({result['achieved_per_second']:.1f} bound/s)")  # fmt: skip
     reset_namespace(api)
     return result
 
@@ -778,13 +860,19 @@ def delete_classes(api: Api, names: list[str]) -> None:
 
 
 #: What ``--only`` picks from.
-SECTIONS = ("throughput", "quality", "prepare", "unthrottled")
-#: The unthrottled kube-scheduler's profile (the throughput pods of section 4 name it).
+SECTIONS = ("rounds", "quality", "prepare")
+#: Sections of earlier versions, whose runs the rounds now make (with template claims, repeated).
+RENAMED = {"throughput", "unthrottled"}
+#: Where the report goes: the full run's (docs/performance.md's tables are made from it) and a
+#: smaller run's, which only shows that the harness works.
+REPORT = ROOT / "docs" / "bench" / "cluster.json"
+VALIDATION_REPORT = ROOT / "docs" / "bench" / "cluster-validation.json"
+#: The unthrottled kube-scheduler's profile (the rounds' pods name it).
 UNTHROTTLED = "hami-bench-unthrottled"
 UNTHROTTLED_PORT = 10269
 #: kube-scheduler's own default client rate (KubeSchedulerConfiguration clientConnection).
 DEFAULT_SCHEDULER_QPS, DEFAULT_SCHEDULER_BURST = 50, 100
-#: How long the idle CPU of the components is measured before section 4's runs at each size.
+#: How long the idle CPU of the components is measured before the rounds at each size.
 IDLE_SECONDS = 15.0
 #: The kube-scheduler-side components whose CPU every throughput run reports.
 CLUSTER_COMPONENTS = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager")
@@ -835,6 +923,17 @@ def start_unthrottled_scheduler(toolchain: Any, layout: Any, qps: float) -> Any:
     return process
 
 
+def identity(layout: Any, user: str) -> str:
+    """A kubeconfig for ``user`` (a client certificate of the cluster's CA, group system:masters as
+    the admin's), so that the audit log tells our controller's and webhook's requests apart."""
+    from dra_driver.cluster.configs import kubeconfig
+    from dra_driver.cluster.pki import ClusterPki
+
+    pki = ClusterPki(layout.pki)
+    pair = pki.issue(user, user, organization="system:masters")
+    return str(kubeconfig(layout.root / f"{user}.kubeconfig", layout, pki, pair, user))
+
+
 class Ours:
     """Our webhook and controller, started and stopped between kube-scheduler's runs. Stopped, their
     webhook configurations go too (their failurePolicy is Fail: nothing could be created)."""
@@ -850,14 +949,17 @@ class Ours:
         from dra_driver.cluster.pki import ClusterPki
 
         log(f"starting our webhook and controller{f' from {self.source}' if self.source else ''}")
+        options = DriverOptions(
+            plugin=False,
+            controller_kubeconfig=identity(self.layout, bench_report.CONTROLLER_USER),
+            webhook_kubeconfig=identity(self.layout, bench_report.WEBHOOK_USER),
+        )
         saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
         if self.source is not None:  # the children import dra_driver from there ("-c" puts cwd first)
             os.environ["PYTHONPATH"] = str(self.source)
             os.chdir(self.source)
         try:
-            self.processes = start_driver(
-                self.layout, ClusterPki(self.layout.pki), self.api_client, DriverOptions(plugin=False)
-            )
+            self.processes = start_driver(self.layout, ClusterPki(self.layout.pki), self.api_client, options)
             if self.source is not None:
                 where = {p.name: os.readlink(f"/proc/{p.pid}/cwd") for p in self.processes}
                 log(f"running from: {where}")
@@ -889,35 +991,100 @@ class Ours:
                 log(f"deleting {kind}/hami-dra: {err}")
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    """Median, min and max of repeated figures."""
-    return {"median": round(statistics.median(values), 2), "min": round(min(values), 2),
-            "max": round(max(values), 2), "n": len(values)}  # fmt: skip
+@dataclass(frozen=True)
+class Path_:
+    """One allocation path of the rounds: its name, the DeviceClass its template asks for, and
+    whose components run (``None``: kube-scheduler alone; else the ``Ours`` to run)."""
+
+    name: str
+    class_name: str
+    whole_cards: bool = False  # mutex: one idle card per pod
 
 
-def unthrottled_summary(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per node count: pods/s of each path over the rounds (median, min, max) and ours /
-    kube-scheduler, as the ratio of the medians and per round (each round's runs back to back)."""
-    rows = []
-    for nodes in sorted({e["nodes"] for e in entries}):
-        at = [e for e in entries if e["nodes"] == nodes and e["path"] != "idle"]
-        by_path: dict[str, dict[int, float]] = {}
-        for e in at:
-            by_path.setdefault(e["path"], {})[e["round"]] = e["result"]["pods_per_second"]
-        first_fit = by_path.get("kube-scheduler", {})
-        row: dict[str, Any] = {"nodes": nodes, "pods_per_second": {}, "ratio": {}}
-        for path, per_round in by_path.items():
-            row["pods_per_second"][path] = spread(list(per_round.values()))
-            if path == "kube-scheduler" or not first_fit:
-                continue
-            rounds = [per_round[r] / first_fit[r] for r in per_round if r in first_fit]
-            medians = statistics.median(per_round.values()) / statistics.median(first_fit.values())
-            row["ratio"][path] = {"of_medians": round(medians, 2), "per_round": [round(r, 2) for r in rounds]}
-        rows.append(row)
-    return rows
+#: The paths ``--paths`` picks from.
+PATHS = {
+    "kube-scheduler": Path_("kube-scheduler", "first-fit.bench"),
+    "binpack": Path_("ours binpack", "binpack.bench"),
+    "mutex-binpack": Path_("ours mutex,binpack", "mutex-binpack.bench", whole_cards=True),
+}
+#: ``--ours-before``: our binpack path once more, with an earlier checkout's webhook and controller.
+BEFORE = Path_("ours-before binpack", "binpack.bench")
+
+
+def template_name(class_name: str) -> str:
+    return f"t-{class_name.removesuffix('.bench')}"
+
+
+def create_templates(api: Api, memory_gib: int) -> None:
+    """One ResourceClaimTemplate per class the rounds use (kube-scheduler's tolerates the taint)."""
+    templates = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaimtemplates"
+    shape = Shape(1, memory_gib)
+    for path in (*PATHS.values(), BEFORE):
+        name = template_name(path.class_name)
+        if any(t["metadata"]["name"] == name for t in api.items(templates)):
+            continue
+        tolerate = path.name == "kube-scheduler"
+        api.create(templates, template_body(name, path.class_name, shape, tolerate))
+
+
+def rounds(
+    args: argparse.Namespace, api: Api, runners: dict[str, Ours | None], nodes: int, *,
+    scheduler: str | None, pids: dict[str, int], client: SchedulerClient, audit: AuditLog | None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """``args.warmup`` + ``args.rounds`` rounds of every path, in alternating order (the paths in
+    order in even rounds, reversed in odd ones, so that a drift of the machine weighs on every path
+    alike and each switch between kube-scheduler and ours happens once per two rounds). Each run of
+    a path: a burst, then (``args.steady_pods`` > 0) a steady state. The warm-up rounds are
+    reported and marked, and left out of every summary. First the components' CPU per second while
+    nothing is created (lease renewals, resyncs, watches)."""
+    entries: list[dict[str, Any]] = []
+    paths = [PATHS[name] for name in args.paths] + ([BEFORE] if runners.get(BEFORE.name) else [])
+    for runner in runners.values():
+        if runner is not None:
+            runner.stop()
+    log(f"idle CPU at {nodes} nodes ({IDLE_SECONDS:g} s, nothing created)")
+    meter = CpuMeter({**pids, "benchmark": os.getpid()})
+    time.sleep(IDLE_SECONDS)
+    idle = {name: round(sec / IDLE_SECONDS, 3) for name, sec in meter.stop().items()}
+    entries.append({"nodes": nodes, "path": "idle", "cpu_per_s": idle})
+    running: Ours | None = None
+    for round_ in range(args.warmup + args.rounds):
+        warmup = round_ < args.warmup
+        for path in paths if round_ % 2 == 0 else reversed(paths):
+            runner = runners.get(path.name)
+            if running is not runner:
+                if running is not None:
+                    running.stop()
+                if runner is not None:
+                    runner.start()
+                running = runner
+            pods = min(args.pods, nodes * args.gpus) if path.whole_cards else args.pods
+            label = f"{path.name}, {nodes} nodes, round {round_}{' (warm-up)' if warmup else ''}"
+            profile = None
+            if args.profile_controller is not None and runner is not None and not warmup:
+                name = f"{path.name.replace(' ', '-').replace(',', '+')}-{nodes}nodes-round{round_}.txt"
+                profile = (runner.processes[1].pid, args.profile_controller / name)
+            template = template_name(path.class_name)
+            entry: dict[str, Any] = {"nodes": nodes, "round": round_, "warmup": warmup, "path": path.name}
+            entry["burst"] = throughput(
+                api, label, template, pods, scheduler=scheduler,
+                pids={**pids, **(runner.pids() if runner else {})}, profile=profile,
+                scheduler_client=client, audit=audit,
+            )  # fmt: skip
+            if args.steady_pods > 0:
+                steady_pods = (
+                    min(args.steady_pods, nodes * args.gpus) if path.whole_cards else args.steady_pods
+                )
+                entry["steady"] = steady(api, label, template, steady_pods, args.steady_rate,
+                                         args.steady_lifetime, scheduler=scheduler)  # fmt: skip
+            entries.append(entry)
+    if running is not None:
+        running.stop()
+    return entries
 
 
 def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: Any) -> dict[str, Any]:
+    from dra_driver.cluster.configs import audit_log_path
     from dra_driver.cluster.fakenodes import FakeNodes, FakeNodeSpec
     from dra_driver.cluster.layout import Layout
     from dra_driver.devices.simulated import profile_gpus
@@ -940,64 +1107,53 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
         for gpu in profile_gpus(args.profile, node_name=name, gpus=args.gpus)
     }
     stream = make_stream(args.stream, args.seed)
-    report: dict[str, Any] = {"nodes": args.nodes, "gpus_per_node": args.gpus, "profile": args.profile,
-                              "pods": args.pods, "stream": args.stream, "seed": args.seed,
-                              "sections": sorted(sections)}  # fmt: skip
-    mutex_pods = min(args.pods, args.nodes * args.gpus)  # a mutex pod needs an idle card of its own
+    if args.foreign_pods:
+        create_foreign_pods(api, args.foreign_pods, all_nodes[0].names)
+    report: dict[str, Any] = {"sections": sorted(sections)}
     layout = Layout(state_dir)
     pids = cluster_pids(layout)
-    default_client = scheduler_client(layout, layout.ports.scheduler)
-    runs: list[Throughput] = []
+    audit = AuditLog(audit_log_path(layout)) if args.audit else None
     qualities: list[Quality] = []
     prepare: dict[str, Any] = {}
-    unthrottled: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
     ours_classes = [
         device_class("binpack.bench", "binpack", "binpack"),
         device_class("mutex-binpack.bench", "mutex,binpack", "binpack"),
         device_class("spread.bench", "spread", "spread"),
         device_class("mutex-spread.bench", "mutex,spread", "spread"),
     ]
-
-    # (a) kube-scheduler alone: no webhook, no controller of ours.
-    create_classes(api, [device_class("first-fit.bench", None, None)])
-    if "throughput" in sections:
-        runs.append(throughput(api, "kube-scheduler (first fit)", "first-fit.bench", args.pods, True,
-                               args.memory_gib, pids=pids, scheduler_client=default_client))  # fmt: skip
-    if "quality" in sections:
-        qualities.append(quality(api, "kube-scheduler", {False: "first-fit.bench", True: "first-fit.bench"},
-                                 stream, True, card_memory))  # fmt: skip
-
+    create_classes(api, [device_class("first-fit.bench", None, None), *ours_classes])
+    create_templates(api, args.memory_gib)
     ours = Ours(layout, api_client, api)
-    before_runs: list[Throughput] = []
+    runners: dict[str, Ours | None] = {
+        p.name: (None if p.name == "kube-scheduler" else ours) for p in PATHS.values()
+    }
+    if args.ours_before is not None:
+        runners[BEFORE.name] = Ours(layout, api_client, api, args.ours_before)
     scheduler = None
     try:
-        # (b) our webhook and controller.
-        if sections & {"throughput", "quality", "prepare"}:
-            ours.start()
-            create_classes(api, ours_classes)
-        if "throughput" in sections:
-            runs.append(throughput(api, "ours binpack", "binpack.bench", args.pods, False, args.memory_gib,
-                                   pids={**pids, **ours.pids()},
-                                   scheduler_client=default_client))  # fmt: skip
-            runs.append(throughput(api, "ours mutex,binpack", "mutex-binpack.bench", mutex_pods, False,
-                                   args.memory_gib, pids={**pids, **ours.pids()},
-                                   scheduler_client=default_client))  # fmt: skip
-            if args.ours_before is not None:
-                before = Ours(layout, api_client, api, args.ours_before)
-                before_runs = throughput_before(args, api, before, ours, pids, mutex_pods, default_client)
         if "quality" in sections:
+            first_fit = {False: "first-fit.bench", True: "first-fit.bench"}
+            qualities.append(quality(api, "kube-scheduler", first_fit, stream, True, card_memory))
+            ours.start()
             for label, _, _ in OUR_STREAM_POLICIES:
                 classes = {False: f"{label}.bench", True: f"mutex-{label}.bench"}
                 qualities.append(quality(api, f"ours {label}", classes, stream, False, card_memory))
         if "prepare" in sections:
+            if not ours.running:
+                ours.start()
             log("prepare latency: our kubelet plugin and dra-example-driver's")
             prepare = bench_prepare_peer.compare(
                 api, layout.admin_kubeconfig, layout.root / "bench-prepare", baseline=args.ours_before
             )
-
-        # (c) both paths with kube-scheduler's client unthrottled, at --nodes and --large-nodes.
-        if "unthrottled" in sections:
-            scheduler = start_unthrottled_scheduler(toolchain, layout, args.unthrottled_qps)
+        ours.stop()
+        if "rounds" in sections:
+            if args.scheduler_qps > 0:
+                scheduler = start_unthrottled_scheduler(toolchain, layout, args.scheduler_qps)
+                name, client = UNTHROTTLED, scheduler_client(layout, UNTHROTTLED_PORT)
+                round_pids = {**pids, "kube-scheduler (unthrottled)": scheduler.pid}
+            else:
+                name, client, round_pids = None, scheduler_client(layout, layout.ports.scheduler), pids
             sizes = [args.nodes] + ([args.large_nodes] if args.large_nodes > args.nodes else [])
             for nodes in sizes:
                 have = sum(len(n.names) for n in all_nodes)
@@ -1008,164 +1164,121 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
                     )
                     all_nodes.append(more)
                     more.create()
-                unthrottled += unthrottled_rounds(args, api, ours, scheduler, pids, ours_classes, nodes)
+                entries += rounds(args, api, runners, nodes, scheduler=name, pids=round_pids, client=client,
+                                  audit=audit)  # fmt: skip
     finally:
-        ours.stop()
+        for runner in runners.values():
+            if runner is not None:
+                runner.stop()
         if scheduler is not None:
             scheduler.stop()
     for nodes_ in reversed(all_nodes):
         nodes_.delete()
-    runs += before_runs
-    report["throughput"] = [r.as_dict() for r in runs]
     report["quality"] = [q.__dict__ for q in qualities]
     report["prepare"] = prepare
-    if unthrottled:
-        report["unthrottled"] = {
-            "scheduler_qps": args.unthrottled_qps,
-            "scheduler_burst": int(args.unthrottled_qps),
-            "runs": unthrottled,
-            "summary": unthrottled_summary(unthrottled),
+    if entries:
+        report["rounds"] = {
+            "scheduler": UNTHROTTLED if args.scheduler_qps > 0 else "default-scheduler",
+            "scheduler_qps": args.scheduler_qps or DEFAULT_SCHEDULER_QPS,
+            "scheduler_burst": int(args.scheduler_qps) or DEFAULT_SCHEDULER_BURST,
+            "claims": "from a ResourceClaimTemplate (kube-controller-manager's resourceclaim controller)",
+            "requests_counted_from": "kube-apiserver audit log (user, userAgent)" if audit else "not counted",
+            "idle": [e for e in entries if e["path"] == "idle"],
+            "runs": [e for e in entries if e["path"] != "idle"],
         }
-    report["lines"] = print_summary(args, report, runs, qualities, prepare, mutex_pods)
+        report["rounds"]["summary"] = bench_report.summarise_rounds(report["rounds"]["runs"])
     return report
 
 
-def throughput_before(
-    args: argparse.Namespace, api: Api, before: Ours, ours: Ours, pids: dict[str, int], mutex_pods: int,
-    scheduler_client: Any,
-) -> list[Throughput]:  # fmt: skip
-    """Section 1's two runs of ours again with the webhook and controller of ``--ours-before`` (the
-    same cluster, nodes and client, right after this checkout's runs), then this checkout's again."""
-    ours.stop()
-    before.start()
-    try:
-        return [
-            throughput(api, "ours-before binpack", "binpack.bench", args.pods, False, args.memory_gib,
-                       pids={**pids, **before.pids()}, scheduler_client=scheduler_client),
-            throughput(api, "ours-before mutex,binpack", "mutex-binpack.bench", mutex_pods, False,
-                       args.memory_gib, pids={**pids, **before.pids()}, scheduler_client=scheduler_client),
-        ]  # fmt: skip
-    finally:
-        before.stop()
-        ours.start()
+#: The namespace of ``--foreign-pods``: pods that are not ours nor DRA's.
+FOREIGN_NAMESPACE = "bench-foreign"
 
 
-def unthrottled_rounds(
-    args: argparse.Namespace, api: Api, ours: Ours, scheduler: Any, pids: dict[str, int],
-    ours_classes: list[dict[str, Any]], nodes: int,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """``args.rounds`` rounds of kube-scheduler alone, ours binpack and ours mutex,binpack, in
-    alternating order (ABBA: kube-scheduler first in even rounds, last in odd ones), so that a
-    drift of the machine over the rounds weighs on both paths alike. First the components' CPU
-    per second while nothing is created (lease renewals, resyncs, watches): the part of each
-    run's CPU that is the run's length, not its pods."""
-    entries: list[dict[str, Any]] = []
-    mutex_pods = min(args.pods, nodes * args.gpus)
-    scheduler_pids = {**pids, "kube-scheduler (unthrottled)": scheduler.pid}
-    client = scheduler_client(ours.layout, UNTHROTTLED_PORT)
+def create_foreign_pods(api: Api, count: int, nodes: list[str]) -> None:
+    """``count`` pods without claims, bound to the simulated nodes at creation (``spec.nodeName``:
+    no scheduler involved; no kubelet runs them): objects every informer of pods lists and watches,
+    so the rounds run at a cluster's size of pods, not an empty one's."""
+    log(f"creating {count} foreign pods (no claims) bound to the simulated nodes")
+    api.create("/api/v1/namespaces", {"metadata": {"name": FOREIGN_NAMESPACE}})
+    path = f"/api/v1/namespaces/{FOREIGN_NAMESPACE}/pods"
 
-    def first_fit(round_: int) -> None:
-        ours.stop()
-        result = throughput(api, f"kube-scheduler unthrottled, {nodes} nodes", "first-fit.bench", args.pods,
-                            True, args.memory_gib, scheduler=UNTHROTTLED, pids=scheduler_pids,
-                            scheduler_client=client)  # fmt: skip
-        entries.append(
-            {"nodes": nodes, "round": round_, "path": "kube-scheduler", "result": result.as_dict()}
-        )
+    def create(i: int) -> None:
+        body = pod_body(f"f-{i}")
+        body["metadata"]["namespace"] = FOREIGN_NAMESPACE
+        body["metadata"]["labels"] = {"app": f"app-{i % 100}"}
+        body["spec"].pop("resourceClaims")
+        body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"}}
+        body["spec"]["nodeName"] = nodes[i % len(nodes)]
+        api.create(path, body)
 
-    def ours_runs(round_: int) -> None:
-        if not ours.running:
-            ours.start()
-            create_classes_once(api, ours_classes)
-        ours_paths = (
-            ("ours binpack", "binpack.bench", args.pods),
-            ("ours mutex,binpack", "mutex-binpack.bench", mutex_pods),
-        )
-        for path, class_name, pods in ours_paths:
-            profile = None
-            if args.profile_controller is not None:
-                name = f"{path.replace(' ', '-').replace(',', '+')}-{nodes}nodes-round{round_}.txt"
-                profile = (ours.processes[1].pid, args.profile_controller / name)
-            result = throughput(
-                api, f"{path} unthrottled, {nodes} nodes", class_name, pods, False, args.memory_gib,
-                scheduler=UNTHROTTLED, pids={**scheduler_pids, **ours.pids()}, profile=profile,
-                scheduler_client=client,
-            )  # fmt: skip
-            entries.append({"nodes": nodes, "round": round_, "path": path, "result": result.as_dict()})
-
-    ours.stop()
-    log(f"idle CPU at {nodes} nodes ({IDLE_SECONDS:g} s, nothing created)")
-    meter = CpuMeter({**scheduler_pids, "benchmark": os.getpid()})
-    time.sleep(IDLE_SECONDS)
-    idle = {name: round(sec / IDLE_SECONDS, 3) for name, sec in meter.stop().items()}
-    entries.append({"nodes": nodes, "path": "idle", "cpu_per_s": idle})
-    for round_ in range(args.rounds):
-        if round_ % 2 == 0:
-            first_fit(round_)
-            ours_runs(round_)
-        else:
-            ours_runs(round_)
-            first_fit(round_)
-    return entries
+    parallel(create, list(range(count)))
 
 
-def create_classes_once(api: Api, classes: list[dict[str, Any]]) -> None:
-    """Create the classes that do not exist yet."""
-    have = {c["metadata"]["name"] for c in api.items("/apis/resource.k8s.io/v1/deviceclasses")}
-    create_classes(api, [body for body in classes if body["metadata"]["name"] not in have])
+def full_size(args: argparse.Namespace) -> bool:
+    """Whether the run is at least the documented size (else its report is a harness validation)."""
+    return bool(args.rounds >= 5 and args.warmup >= 1 and args.nodes >= 100 and args.pods >= 1000
+            and args.steady_pods >= 500 and args.stream >= 2000)  # fmt: skip
 
 
-def print_summary(
-    args: argparse.Namespace, report: dict[str, Any], runs: list[Throughput], qualities: list[Quality],
-    prepare: dict[str, Any], mutex_pods: int,
-) -> list[str]:  # fmt: skip
+#: What ``make bench-cluster`` runs for the figures of docs/performance.md.
+FULL_COMMAND = "make bench-cluster"
+
+
+def print_summary(report: dict[str, Any]) -> list[str]:
     """Print the human summary; return the machine-readable lines."""
     lines: list[str] = []
     print()
-    sizes = f"{args.nodes} nodes x {args.gpus} GPUs"
-    if runs:
-        print(f"Throughput: {args.pods} pods, one claim each (1 GPU, {args.memory_gib} GiB), {sizes} "
-              f"(mutex,binpack: {mutex_pods} pods, one idle card each); kube-scheduler's client at its "
-              f"default {DEFAULT_SCHEDULER_QPS} requests/s, burst {DEFAULT_SCHEDULER_BURST}")  # fmt: skip
-        for r in runs:
-            print(f"  {r.row()}")
-        print("API writes per pod (without the benchmark's pod creates and node heartbeats):")
-        for r in runs:
-            print(f"  {r.label:<40} " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.writes.items())))
-        print("Steps per pod (as the benchmark's watches see them):")
-        for r in runs:
-            print(f"  {r.phase_row()}")
-        print("CPU seconds per component over each run:")
-        for r in runs:
-            print(f"  {r.cpu_row()}")
-        print("kube-scheduler's client (its /metrics rest_client_*): requests per pod, rate-limiter wait:")
-        for r in runs:
-            print(f"  {r.scheduler_row()}")
-        print("The API server's own mean latency per write (ms):")
-        for r in runs:
-            print(f"  {r.label:<40} " + ", ".join(f"{k} {v:g}" for k, v in sorted(r.server_ms.items())))
-    if len(runs) in (3, 5):
-        first_fit, binpack, mutex = (r.pods_per_second for r in runs[:3])
-        lines.append(
-            f"throughput ratio ours/kube-scheduler: {binpack / first_fit:.2f} (binpack), "
-            f"{mutex / first_fit:.2f} (mutex,binpack)"
-        )
-    if len(runs) == 5:
-        old_binpack, old_mutex = (r.pods_per_second for r in runs[3:])
-        lines.append(
-            f"throughput ours/ours-before: {binpack / old_binpack:.2f} (binpack), "
-            f"{mutex / old_mutex:.2f} (mutex,binpack); before/kube-scheduler {old_binpack / first_fit:.2f}, "
-            f"{old_mutex / first_fit:.2f}"
-        )
+    if report.get("purpose") != "figures":
+        print(f"VALIDATION RUN ({report.get('purpose')}): not the figures; the full run: {FULL_COMMAND}")
+    rounds_ = report.get("rounds")
+    if rounds_:
+        config = report["config"]
+        print(f"Rounds: {config['warmup']} warm-up + {config['rounds']} measured, paths alternating; "
+              f"{config['pods']} pods per burst, steady {config['steady_pods']} pods at "
+              f"{config['steady_rate']:g}/s; claims from templates; {rounds_['scheduler']} "
+              f"(client {rounds_['scheduler_qps']:g}/s, burst {rounds_['scheduler_burst']})")  # fmt: skip
+        for run in rounds_["runs"]:
+            burst, steady_ = run["burst"], run.get("steady") or {}
+            traffic = burst.get("requests_per_pod") or {}
+            text = (
+                f"  {burst['label']:<48} {burst['pods_per_second']:7.1f} pods/s  p99 {burst['p99_s']:6.2f} s"
+            )
+            if steady_:
+                text += f"  steady p50 {steady_['p50_s']:.3f} p99 {steady_['p99_s']:.3f} s"
+            if traffic:
+                text += f"  {traffic['reads']:.1f} reads {traffic['writes']:.1f} writes/pod"
+            print(text)
+        for row in rounds_["summary"]:
+            print(f"  {row['nodes']} nodes, median (min-max) over {row['rounds']} rounds:")
+            for path, entry in row["paths"].items():
+                figures = entry["figures"]
+                rate = figures["burst_pods_per_second"]
+                text = f"    {path:<22} {rate['median']:.1f} ({rate['min']:.1f}-{rate['max']:.1f}) pods/s"
+                if "steady_p99_s" in figures:
+                    p99 = figures["steady_p99_s"]
+                    text += f", steady p99 {p99['median']:.3f} ({p99['min']:.3f}-{p99['max']:.3f}) s"
+                cpu = entry["cpu_ms_per_pod"]
+                text += ", CPU ms/pod " + ", ".join(f"{k} {v:g}" for k, v in cpu.items())
+                print(text)
+                ratio = entry["ratio"].get("burst_pods_per_second")
+                if ratio:
+                    lines.append(
+                        f"ratio {path}/kube-scheduler at {row['nodes']} nodes, pods/s: "
+                        f"median {ratio['median']:.2f} "
+                        f"(min {ratio['min']:.2f}, max {ratio['max']:.2f}; per round "
+                        f"{', '.join(f'{r:.2f}' for r in ratio['per_round'])})"
+                    )
+    qualities = report.get("quality") or []
     if len(qualities) == 3:
-        print(f"Placement quality: {args.stream} claims arriving and leaving (seed {args.seed})")
+        print("Placement quality:")
         for q in qualities:
-            print(f"  {q.row()}")
+            print(f"  {Quality(**q).row()}")
         ff, bp, sp = qualities
-        lines.append(f"idle GPUs after the stream: kube-scheduler {ff.idle_gpus}, "
-                     f"binpack {bp.idle_gpus}, spread {sp.idle_gpus}")  # fmt: skip
-        lines.append(f"pending by fragmentation: kube-scheduler {ff.pending_fragmentation}, "
-                     f"binpack {bp.pending_fragmentation}, spread {sp.pending_fragmentation}")  # fmt: skip
+        lines.append(
+            f"pending by fragmentation: kube-scheduler {ff['pending_fragmentation']}, "
+            f"binpack {bp['pending_fragmentation']}, spread {sp['pending_fragmentation']}"
+        )
+    prepare = report.get("prepare") or {}
     if prepare:
         print("NodePrepareResources (one client playing kubelet, the same claims, 8 per round):")
         if "skipped" in prepare:
@@ -1176,58 +1289,10 @@ def print_summary(
                     prepare[f"ours callers={callers}"],
                     prepare[f"dra-example-driver callers={callers}"],
                 )
-                print(f"  {callers} caller(s): ours p50 {ours['p50_ms']:.1f} ms p99 {ours['p99_ms']:.1f} ms, "
-                      f"dra-example-driver p50 {peer['p50_ms']:.1f} ms p99 {peer['p99_ms']:.1f} ms, "
-                      f"ratio ours/peer p50 {ours['p50_ms'] / peer['p50_ms']:.2f}")  # fmt: skip
-    if "unthrottled" in report:
-        idle = [e for e in report["unthrottled"]["runs"] if e["path"] == "idle"]
-        entries = [e for e in report["unthrottled"]["runs"] if e["path"] != "idle"]
-        print(f"Unthrottled (kube-scheduler's client at {args.unthrottled_qps:g} requests/s, burst "
-              f"{int(args.unthrottled_qps)}, as scheduler_perf; ours has no client-side limit), "
-              f"{args.rounds} round(s), kube-scheduler and ours alternating:")  # fmt: skip
-        for e in entries:
-            result = e["result"]
-            print(f"  round {e['round']} {result['label']:<44} {result['pods_per_second']:8.1f} pods/s   "
-                  f"p50 {result['p50_s'] * 1000:7.0f} ms   p99 {result['p99_s'] * 1000:7.0f} ms   "
-                  f"{sum(result['writes_per_pod'].values()):4.1f} writes/pod")  # fmt: skip
-        print("  steps per pod:")
-        for e in entries:
-            result = e["result"]
-            steps = ", ".join(f"{k} p50 {v['p50_s']:.2f} s" for k, v in result["phases"].items())
-            print(f"    round {e['round']} {result['label']:<44} {steps}; last allocation at "
-                  f"{result['allocated_by_s']:.1f} s, last bound at {result['seconds']:.1f} s")  # fmt: skip
-        print("  CPU seconds per component (idle: per second with nothing created):")
-        for e in idle:
-            print(f"    idle at {e['nodes']} nodes{'':<31} "
-                  + ", ".join(f"{name} {sec:.2f}" for name, sec in e["cpu_per_s"].items()))  # fmt: skip
-        for e in entries:
-            result = e["result"]
-            print(f"    round {e['round']} {result['label']:<44} "
-                  + ", ".join(f"{name} {sec:.1f}" for name, sec in result["cpu_s"].items()))  # fmt: skip
-        print("  the API server's own mean latency per write (ms):")
-        for e in entries:
-            result = e["result"]
-            latency = sorted(result.get("server_ms", {}).items())
-            print(
-                f"    round {e['round']} {result['label']:<44} " + ", ".join(f"{k} {v:g}" for k, v in latency)
-            )
-        print("  kube-scheduler's client: requests per pod, rate-limiter wait:")
-        for e in entries:
-            result = e["result"]
-            print(f"    round {e['round']} {result['label']:<44} "
-                  + ", ".join(f"{k} {v:g}" for k, v in result["scheduler_client"].items()))  # fmt: skip
-        for row in report["unthrottled"]["summary"]:
-            figures = ", ".join(
-                f"{path} {v['median']:.1f} ({v['min']:.1f}-{v['max']:.1f})"
-                for path, v in row["pods_per_second"].items()
-            )
-            print(f"  {row['nodes']} nodes, pods/s median (min-max): {figures}")
-            ratios = ", ".join(
-                f"{v['of_medians']:.2f} ({path.removeprefix('ours ')}; per round "
-                f"{', '.join(f'{r:.2f}' for r in v['per_round'])})"
-                for path, v in row["ratio"].items()
-            )
-            lines.append(f"unthrottled ratio ours/kube-scheduler at {row['nodes']} nodes: {ratios}")
+                print(
+                    f"  {callers} caller(s): ours p50 {ours['p50_ms']:.1f} ms p99 {ours['p99_ms']:.1f} ms, "
+                    f"dra-example-driver p50 {peer['p50_ms']:.1f} ms p99 {peer['p99_ms']:.1f} ms"
+                )
     return lines
 
 
@@ -1236,44 +1301,76 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--profile", default="h100-80gb")
-    parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--memory-gib", type=int, default=10, help="memory slice of the throughput pods")
+    parser.add_argument("--pods", type=int, default=1000, help="pods per burst")
+    parser.add_argument("--memory-gib", type=int, default=10, help="memory slice of the rounds' pods")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds of every path at each size")
+    parser.add_argument("--warmup", type=int, default=1, help="rounds run first and left out of the figures")
+    parser.add_argument(
+        "--paths", type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
+        default=["kube-scheduler", "binpack"],
+        help=f"comma-separated paths of the rounds, of: {','.join(PATHS)}",
+    )  # fmt: skip
+    parser.add_argument("--steady-pods", type=int, default=600, help="pods of each steady run (0: none)")
+    parser.add_argument("--steady-rate", type=float, default=10.0, help="pods per second arriving")
+    parser.add_argument("--steady-lifetime", type=float, default=10.0, help="seconds a pod lives once bound")
+    parser.add_argument(
+        "--scheduler-qps", type=float, default=5000.0,
+        help="kube-scheduler's client QPS and burst (scheduler_perf's 5000: a second kube-scheduler "
+             "so configured; 0: the cluster's default-scheduler at its default 50/100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--controller-manager-qps", type=float, default=5000.0,
+        help="kube-controller-manager's client QPS and burst (its resourceclaim controller makes 2 "
+             "requests per pod: at the default 20/s it caps both paths at 10 pods/s; 0: the default)",
+    )  # fmt: skip
+    parser.add_argument("--large-nodes", type=int, default=0, help="the rounds again at this many nodes")
+    parser.add_argument(
+        "--foreign-pods", type=int, default=0,
+        help="pods without claims bound to the simulated nodes before the runs (a real cluster's pod count)",
+    )  # fmt: skip
     parser.add_argument("--stream", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--only", type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
         default=list(SECTIONS), help=f"comma-separated sections of {','.join(SECTIONS)} (default: all)",
     )  # fmt: skip
-    parser.add_argument(
-        "--unthrottled-qps", type=float, default=5000.0,
-        help="kube-scheduler's client QPS and burst in section 4 (scheduler_perf's 5000)",
-    )  # fmt: skip
-    parser.add_argument("--large-nodes", type=int, default=500,
-                        help="section 4 again at this many simulated nodes (0: only at --nodes)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of section 4 at each node count")
+    parser.add_argument("--no-audit", dest="audit", action="store_false",
+                        help="no audit log (requests per pod by client are then not counted)")  # fmt: skip
     parser.add_argument(
         "--profile-controller", type=Path, default=None,
-        help="record our controller with py-spy during section 4's runs, into this directory",
+        help="record our controller with py-spy during the measured rounds, into this directory",
     )  # fmt: skip
     parser.add_argument(
         "--ours-before", type=Path, default=None,
-        help="a checkout of an earlier commit (git worktree add DIR COMMIT): section 1 runs ours again "
-             "with its webhook and controller, back to back in the same cluster; section 3 measures its "
+        help="a checkout of an earlier commit (git worktree add DIR COMMIT): its webhook and controller "
+             "are one more path of the rounds ('ours-before binpack'); the prepare section measures its "
              "kubelet plugin in the same rounds",
     )  # fmt: skip
     parser.add_argument("--kubernetes-version", default=None)
-    parser.add_argument("--report", type=Path, default=ROOT / "build" / "bench-cluster.json")
+    parser.add_argument(
+        "--report", type=Path, default=None,
+        help=f"default: {REPORT.relative_to(ROOT)} (full size), else {VALIDATION_REPORT.relative_to(ROOT)}",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    unknown_paths = [p for p in args.paths if p not in PATHS]
+    if unknown_paths:
+        parser.error(f"--paths: unknown {unknown_paths}; known: {list(PATHS)}")
     if args.profile_controller is not None and py_spy() is None:
         parser.error("--profile-controller needs py-spy (pip install py-spy, e.g. into .venv)")
     unknown = set(args.only) - set(SECTIONS)
     if unknown:
-        parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+        renamed = " (throughput and unthrottled are now the rounds: issue 35)" if unknown & RENAMED else ""
+        parser.error(
+            f"--only: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}{renamed}"
+        )
+    if args.report is None:
+        args.report = REPORT if full_size(args) else VALIDATION_REPORT
 
     from kubernetes import config
 
     from dra_driver.cluster.binaries import MissingBinaries, require_toolchain
     from dra_driver.cluster.child import ClusterChild
+    from dra_driver.cluster.configs import AUDIT_POLICY_ENV, CONTROLLER_MANAGER_QPS_ENV
     from dra_driver.cluster.layout import default_state_dir
     from dra_driver.pidfile import running_pid
 
@@ -1287,6 +1384,15 @@ def main(argv: list[str]) -> int:
         print(f"bench_cluster: a cluster already runs from {state_dir}; stop it with `hami-dra cluster down`",
               file=sys.stderr)  # fmt: skip
         return 2
+    provenance = bench_report.provenance()
+    load_before = bench_report.load_average()
+    if args.audit:
+        policy = ROOT / "build" / "bench-audit-policy.json"  # JSON is YAML
+        policy.parent.mkdir(parents=True, exist_ok=True)
+        policy.write_text(json.dumps(AUDIT_POLICY, indent=2) + "\n")
+        os.environ[AUDIT_POLICY_ENV] = str(policy)
+    if args.controller_manager_qps > 0:
+        os.environ[CONTROLLER_MANAGER_QPS_ENV] = f"{args.controller_manager_qps:g}"
     log(f"starting the cluster (Kubernetes {toolchain.kubernetes_version})")
     started = time.monotonic()
     cluster = ClusterChild(state_dir, args.kubernetes_version)
@@ -1299,14 +1405,36 @@ def main(argv: list[str]) -> int:
         load(config_file=str(kubeconfig), client_configuration=configuration)
         configuration.connection_pool_maxsize = 32  # the benchmark's parallel creates and its watches
         api_client = client.ApiClient(configuration)
+        api_client.user_agent = (
+            f"{bench_report.BENCHMARK_AGENT}/1"  # its requests told apart in the audit log
+        )
         report = run(args, api_client, state_dir, toolchain)
     finally:
         cluster.stop()
-    report["kubernetes"] = toolchain.kubernetes_version
-    report["wall_s"] = round(time.monotonic() - started, 1)
+    report = {
+        "purpose": "figures" if full_size(args) else "validation of the harness (smaller than the full run)",
+        **provenance,
+        "load_average": {"before": load_before, "after": bench_report.load_average()},
+        "kubernetes": toolchain.kubernetes_version,
+        "command": " ".join(["hack/bench_cluster.py", *argv]),
+        "full_command": FULL_COMMAND,
+        "config": {
+            "nodes": args.nodes, "large_nodes": args.large_nodes, "gpus_per_node": args.gpus,
+            "profile": args.profile, "pods": args.pods, "memory_gib": args.memory_gib,
+            "rounds": args.rounds, "warmup": args.warmup, "paths": args.paths,
+            "steady_pods": args.steady_pods, "steady_rate": args.steady_rate,
+            "steady_lifetime_s": args.steady_lifetime, "stream": args.stream, "seed": args.seed,
+            "controller_manager_qps": args.controller_manager_qps or "default (20, burst 30)",
+            "foreign_pods": args.foreign_pods,
+        },
+        **report,
+        "wall_s": round(time.monotonic() - started, 1),
+    }  # fmt: skip
+    report["lines"] = print_summary(report)
     args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"(report: {args.report}; {report['wall_s'] / 60:.1f} minutes)")
+    args.report.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"(report: {args.report}; {report['wall_s'] / 60:.1f} minutes; docs/performance.md's tables "
+          "from it: hack/perf_tables.py)")  # fmt: skip
     for line in report["lines"]:
         print(line)
     return 0

@@ -7,6 +7,7 @@ Flags and fields are those documented by the upstream projects for the pinned ve
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,30 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         "--enable-aggregator-routing=true",
         f"--feature-gates={FEATURE_GATES}",
         *runtime_config(tools.kubernetes_version),
+        *audit_args(layout),
         "--profiling=false",
         "--v=1",
     ]
+
+
+#: An audit policy file for kube-apiserver (set by hack/bench_cluster.py, which counts the requests of
+#: each client from the audit log: the API server's own metrics do not say who sent a request).
+#: Unset, the API server writes no audit log.
+AUDIT_POLICY_ENV = "HAMI_DRA_AUDIT_POLICY"
+
+
+def audit_log_path(layout: Layout) -> Path:
+    return layout.logs / "kube-apiserver-audit.log"
+
+
+def audit_args(layout: Layout) -> list[str]:
+    """The audit log flags when ``$HAMI_DRA_AUDIT_POLICY`` names a policy file (JSON lines, one file,
+    never rotated: `cluster up` clears the logs directory at every start)."""
+    policy = os.environ.get(AUDIT_POLICY_ENV)
+    if not policy:
+        return []
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={audit_log_path(layout)}",
+            "--audit-log-format=json", "--audit-log-maxsize=0"]  # fmt: skip
 
 
 def runtime_config(kubernetes_version: str) -> list[str]:
@@ -205,7 +227,26 @@ def controller_manager_args(
         "--use-service-account-credentials=true",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--controllers=*",
+        *controller_manager_client_args(),
     ]
+
+
+#: kube-controller-manager's client rate (requests/s, burst the same), set by hack/bench_cluster.py:
+#: at its default 20/s (burst 30) the resourceclaim controller, which makes 2 requests per pod with
+#: a claim template (the claim, the pod's status), caps any allocator at 10 pods/s. Unset: default.
+CONTROLLER_MANAGER_QPS_ENV = "HAMI_DRA_CONTROLLER_MANAGER_QPS"
+
+
+def controller_manager_client_args() -> list[str]:
+    qps = os.environ.get(CONTROLLER_MANAGER_QPS_ENV)
+    if not qps:
+        return []
+    rate = float(qps)
+    if rate <= 0:
+        raise ValueError(
+            f"${CONTROLLER_MANAGER_QPS_ENV} must be a positive number of requests/s, not {qps!r}"
+        )
+    return [f"--kube-api-qps={rate:g}", f"--kube-api-burst={int(rate)}"]
 
 
 def scheduler_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> list[str]:

@@ -34,6 +34,9 @@ class DriverOptions:
     #: Where the controller reaches the API (default: the admin kubeconfig); the fault tests put
     #: a proxy of theirs in between.
     controller_kubeconfig: str | None = None
+    #: Where the webhook reaches the API (default: the admin kubeconfig); the benchmark gives it an
+    #: identity of its own, to tell its requests from others' in the API server's audit log.
+    webhook_kubeconfig: str | None = None
     #: False: webhook and controller only (the benchmark's simulated nodes publish their own slices).
     plugin: bool = True
 
@@ -133,7 +136,8 @@ def start_driver(
     )
     webhook = _hami(
         "webhook", layout, "webhook", "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
-        "--port", str(WEBHOOK_PORT), "--driver-name", driver, "--kubeconfig", kubeconfig,
+        "--port", str(WEBHOOK_PORT), "--driver-name", driver,
+        "--kubeconfig", options.webhook_kubeconfig or kubeconfig,
         ready=lambda: _port_open(WEBHOOK_PORT),
     )  # fmt: skip
     started.append(webhook)

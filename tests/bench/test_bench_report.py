@@ -1,0 +1,180 @@
+"""The statistics and the report rendering behind ``make bench-cluster`` and ``make bench-scale``.
+
+The benchmarks assert nothing about speed; what they compute from their measurements must still
+be right: the warm-up round left out, the median and spread of the rounds, ours / kube-scheduler
+taken round by round, requests attributed to the client that sent them (from the audit log), and
+docs/performance.md's tables made from the committed reports (not copied by hand).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent / "fixtures" / "cluster-report.json"
+
+
+def load(name: str) -> ModuleType:
+    sys.path.insert(0, str(ROOT / "hack"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def report_lib() -> ModuleType:
+    return load("bench_report")
+
+
+@pytest.fixture(scope="module")
+def tables() -> ModuleType:
+    return load("perf_tables")
+
+
+@pytest.fixture
+def fixture_report() -> dict[str, Any]:
+    return dict(json.loads(FIXTURE.read_text()))
+
+
+def test_percentile_is_the_nearest_rank(report_lib: ModuleType) -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert report_lib.percentile(values, 0.5) == 51.0
+    assert report_lib.percentile(values, 0.99) == 100.0
+    assert report_lib.percentile([3.0, 1.0, 2.0], 0.0) == 1.0
+    assert report_lib.percentile([], 0.5) != report_lib.percentile([], 0.5)  # NaN
+
+
+def test_spread_gives_median_range_and_relative_spread(report_lib: ModuleType) -> None:
+    figure = report_lib.spread([40.0, 50.0, 45.0, 48.0])
+    assert figure == {"median": 46.5, "min": 40.0, "max": 50.0, "rel_spread": round(10 / 46.5, 3), "n": 4}
+    assert report_lib.spread([]) == {"n": 0}
+
+
+@pytest.mark.parametrize(
+    ("user", "agent", "client"),
+    [
+        ("admin", "hami-dra-bench/1", "benchmark"),
+        ("hami-dra-bench-controller", "OpenAPI-Generator/33.1.0/python", "ours controller"),
+        ("hami-dra-bench-webhook", "OpenAPI-Generator/33.1.0/python", "ours webhook"),
+        ("system:kube-scheduler", "kube-scheduler/v1.37.2", "kube-scheduler"),
+        ("system:serviceaccount:kube-system:resource-claim-controller", "kube-controller-manager/v1.37.2",
+         "kube-controller-manager (resource-claim-controller)"),
+        ("system:kube-controller-manager", "kube-controller-manager/v1.37.2", "kube-controller-manager"),
+        ("someone", "curl/8", "someone"),
+    ],
+)  # fmt: skip
+def test_client_of_tells_the_components_apart(
+    report_lib: ModuleType, user: str, agent: str, client: str
+) -> None:
+    assert report_lib.client_of(user, agent) == client
+
+
+def audit_event(verb: str, stage: str, resource: str | None, user: str, sub: str = "") -> str:
+    event: dict[str, Any] = {"verb": verb, "stage": stage, "user": {"username": user}, "userAgent": "x"}
+    if resource is not None:
+        event["objectRef"] = {"resource": resource, **({"subresource": sub} if sub else {})}
+    return json.dumps(event)
+
+
+def test_audit_requests_count_each_request_once(report_lib: ModuleType) -> None:
+    scheduler = "system:kube-scheduler"
+    lines = [
+        audit_event("create", "ResponseComplete", "pods", scheduler, "binding"),
+        audit_event("watch", "ResponseStarted", "pods", scheduler),  # a watch: counted when it starts
+        audit_event("watch", "ResponseComplete", "pods", scheduler),  # ... not again when it ends
+        audit_event("update", "ResponseStarted", "resourceclaims", scheduler),  # not a watch: not yet
+        audit_event("update", "ResponseComplete", "resourceclaims", scheduler, "status"),
+        audit_event("get", "ResponseComplete", None, scheduler),  # /healthz: no object
+        '{"verb": "get", "stage": "ResponseComp',  # cut at the window's edge
+    ]
+    counts = report_lib.audit_requests(lines)
+    assert counts == {
+        ("kube-scheduler", "create", "pods/binding"): 1,
+        ("kube-scheduler", "watch", "pods"): 1,
+        ("kube-scheduler", "update", "resourceclaims/status"): 1,
+    }
+
+
+def test_requests_per_pod_totals_leave_out_the_benchmark(report_lib: ModuleType) -> None:
+    counts = {
+        ("benchmark", "create", "pods"): 100,
+        ("ours controller", "update", "pods"): 100,
+        ("ours controller", "get", "resourceclaims"): 50,
+        ("kube-scheduler", "watch", "pods"): 2,
+    }
+    per_pod = report_lib.requests_per_pod(counts, 100)
+    assert per_pod["reads"] == 0.52 and per_pod["writes"] == 1.0
+    assert per_pod["by_client"]["benchmark"] == {"create pods": 1.0}
+    assert per_pod["by_client"]["ours controller"] == {"get resourceclaims": 0.5, "update pods": 1.0}
+
+
+def test_rounds_summary_drops_the_warm_up_and_takes_ratios_per_round(
+    report_lib: ModuleType, fixture_report: dict[str, Any]
+) -> None:
+    # The fixture: kube-scheduler 10 (warm-up), 40, 50, 45 pods/s; ours 5 (warm-up), 20, 30, 27.
+    (row,) = report_lib.summarise_rounds(fixture_report["rounds"]["runs"])
+    assert row["nodes"] == 50 and row["rounds"] == 3
+    baseline = row["paths"]["kube-scheduler"]
+    ours = row["paths"]["ours binpack"]
+    assert baseline["figures"]["burst_pods_per_second"] == {
+        "median": 45.0, "min": 40.0, "max": 50.0, "rel_spread": round(10 / 45, 3), "n": 3,
+    }  # fmt: skip
+    assert baseline["ratio"] == {}
+    ratio = ours["ratio"]["burst_pods_per_second"]
+    assert ratio["per_round"] == [0.5, 0.6, 0.6]  # 20/40, 30/50, 27/45: never the warm-up's 5/10
+    assert (ratio["median"], ratio["min"], ratio["max"]) == (0.6, 0.5, 0.6)
+    # Steady p99 of round r is 0.2 (r + 1) on kube-scheduler's path, 0.4 (r + 1) on ours.
+    assert ours["ratio"]["steady_p99_s"]["per_round"] == [2.0, 2.0, 2.0]
+    # CPU per pod: the median of rounds 1-3 (15 + r on the API server for ours).
+    assert ours["cpu_ms_per_pod"]["kube-apiserver"] == 17.0
+    assert ours["requests_per_pod"]["reads"] == 0.5 and ours["requests_per_pod"]["writes"] == 5.0
+
+
+def test_the_tables_are_made_from_the_report(
+    tables: ModuleType, fixture_report: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tables.BENCH / "fixture.json"
+    lines = tables.cluster_section(fixture_report, path)
+    text = "\n".join(lines)
+    assert "Validation run" not in text
+    assert "commit `0123456789`" in text and "load average (1, 5, 15 min) before 1, 1.5, 2" in text
+    assert "| 50 | kube-scheduler | 45.0 (40.0–50.0) |" in text
+    assert "| 50 | ours binpack | 27.0 (20.0–30.0) |" in text
+    assert "| 50 | ours binpack | 0.60 (0.50–0.60) | 17% | 0.50, 0.60, 0.60 |" in text
+    # The CPU table puts the API server first and totals the path without the benchmark.
+    cpu_header = next(line for line in lines if line.startswith("| nodes | path | kube-apiserver"))
+    assert cpu_header.split(" | ")[-1] == "total |"
+    assert "| 50 | ours binpack | 17.0 | — | 22.0 | 3.0 | **39.0** |" in text
+    assert "| ours webhook | get resourceclaimtemplates | — | 1.00 |" in text
+
+
+def test_a_validation_report_is_marked_as_such(tables: ModuleType, fixture_report: dict[str, Any]) -> None:
+    fixture_report["purpose"] = "validation of the harness (smaller than the full run)"
+    text = "\n".join(tables.cluster_section(fixture_report, tables.BENCH / "fixture.json"))
+    assert "**Validation run, not the figures**" in text and "`make bench-cluster`" in text
+
+
+def test_rewrite_replaces_only_the_marked_section(tables: ModuleType) -> None:
+    begin, end = tables.begin_marker("cluster"), tables.end_marker("cluster")
+    doc = f"# Title\n\nprose\n{begin}\nold table\n{end}\nmore prose\n"
+    new = tables.rewrite(doc, {"cluster": ["| new |"]})
+    assert new == f"# Title\n\nprose\n{begin}\n| new |\n{end}\nmore prose\n"
+    assert tables.rewrite(new, {"cluster": ["| new |"]}) == new
+    with pytest.raises(ValueError, match="no section 'scale'"):
+        tables.rewrite(doc, {"scale": []})
+
+
+def test_docs_performance_is_what_the_committed_reports_give(tables: ModuleType) -> None:
+    """docs/performance.md's generated sections are up to date with docs/bench/*.json: a figure
+    edited by hand, or a report committed without `hack/perf_tables.py`, fails here."""
+    assert tables.main(["--check"]) == 0

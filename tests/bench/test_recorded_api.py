@@ -1,0 +1,65 @@
+"""``RecordedApi`` (hack/bench_scale.py): the in-memory API the scale benchmark serves its objects
+from must behave as the API server does where the controller relies on it, or the benchmark would
+measure a controller that never runs in production: lists and watch events are fresh JSON, a watch
+resumes after the list's resourceVersion, writes carry the stored resourceVersion, a status write
+changes only the status."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from dra_driver.kube.api import PODS
+from dra_driver.kube.errors import KubeError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def scale() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "hack"))
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "hack" / "bench_scale.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_scale"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_list_then_watch_from_its_version(scale: ModuleType) -> None:
+    api = scale.RecordedApi()
+    api.load(PODS, scale.pod_object("a", "ns", "node-1", 1))
+    listing = api.list(PODS)
+    (item,) = listing["items"]
+    assert item["metadata"]["name"] == "a" and item["status"]["phase"] == "Running"
+    item["metadata"]["labels"]["app"] = "changed"  # the caller's copy, not the store
+    assert api.get(PODS, "ns", "a")["metadata"]["labels"]["app"] != "changed"
+    api.create(PODS, "ns", scale.pod_object("b", "ns", None, 2))
+    api.delete(PODS, "ns", "a")
+    events = api.watch(PODS, listing["metadata"]["resourceVersion"], timeout_seconds=1)
+    seen = [(event["type"], event["object"]["metadata"]["name"]) for event in events]
+    assert seen == [("ADDED", "b"), ("DELETED", "a")]
+
+
+def test_writes_carry_the_stored_version_and_status_writes_only_status(scale: ModuleType) -> None:
+    api = scale.RecordedApi()
+    created = api.create(PODS, "ns", scale.pod_object("p", "ns", None, 3))
+    stale = dict(created)
+    created["spec"]["nodeName"] = "node-1"
+    bound = api.update(PODS, created)
+    assert bound["spec"]["nodeName"] == "node-1"
+    assert int(bound["metadata"]["resourceVersion"]) > int(stale["metadata"]["resourceVersion"])
+    with pytest.raises(KubeError) as conflict:
+        api.update(PODS, stale)
+    assert conflict.value.status == 409
+    bound["status"] = scale.running_status(3)
+    bound["spec"]["nodeName"] = "elsewhere"  # ignored by a status write
+    written = api.update(PODS, bound, status=True)
+    assert written["status"]["phase"] == "Running" and written["spec"]["nodeName"] == "node-1"
+    with pytest.raises(KubeError) as missing:
+        api.get(PODS, "ns", "nope")
+    assert missing.value.status == 404
