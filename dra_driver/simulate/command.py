@@ -85,7 +85,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "scenario", type=Path, nargs="?", help="scenario file, YAML or JSON (docs/simulate.md, 'Scenario files')"
+        "scenario", type=Path, nargs="?", help="scenario file, YAML or JSON (docs/simulate.md)"
     )
     parser.add_argument(
         "--from-cluster",

@@ -16,11 +16,13 @@ server's own counters, HamiDraWebhookCallsFailing (a pod refused) and HamiDraWeb
 DeviceClass let through). Every query's result goes to build/monitoring-report.txt (what the
 dashboard would show).
 
-Prometheus finds the components as the Operator's PodMonitor config does: Kubernetes pod discovery
-(through the admin kubeconfig) kept by the monitors' selector labels and port name, `job`
-`<namespace>/<monitor>`, a `pod` label; so a deleted pod's target disappears. It also scrapes the
-real kube-apiserver and kube-scheduler with the admin's client certificate. kube-state-metrics is
-not in the lab: HamiDraKubeletPluginUnavailable is evaluated by tests/chart/test_alert_rules.py.
+Prometheus finds the components as the Operator's PodMonitor config does: the pods the monitors'
+selector labels match, by their port's name, `job` `<namespace>/<monitor>`, a `pod` label; so a
+deleted pod's target disappears. Debian's Prometheus has no Kubernetes discovery, so the test
+lists the pods and writes them for file discovery (``PodDiscovery``), again after each scaling.
+It also scrapes the real kube-apiserver and kube-scheduler with the admin's client certificate.
+kube-state-metrics is not in the lab: HamiDraKubeletPluginUnavailable is evaluated by
+tests/chart/test_alert_rules.py.
 
 The module's name sorts before test_helm_install.py, whose last test uninstalls the chart; the
 chart is restored (upgraded without the monitoring values) at the module's end.
@@ -29,7 +31,6 @@ chart is restored (upgraded without the monitoring values) at the module's end.
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import time
@@ -50,7 +51,14 @@ from dra_driver.quota import crd
 from tests.chart.helpers import REPO
 from tests.chart.monitoring import MONITORING_SETS, Query, panel_queries, split_threshold
 from tests.cluster.conftest import RealCluster
-from tests.cluster.drivers import CHART_NAMESPACE, DRIVER, RELEASE, ChartDriver, DriverUnderTest
+from tests.cluster.drivers import (
+    CHART_NAMESPACE,
+    COMPONENT_LABEL,
+    DRIVER,
+    RELEASE,
+    ChartDriver,
+    DriverUnderTest,
+)
 from tests.cluster.tenancy import claim, manifest, pod
 from tests.waiting import wait_for
 
@@ -177,6 +185,7 @@ class Monitoring:
     panels: list[Query]
     rules: list[dict[str, Any]]
     driver: ChartDriver
+    discovery: PodDiscovery
 
 
 @dataclass(frozen=True)
@@ -198,41 +207,58 @@ class Kubeconfig:
                    user["user"]["client-certificate"], user["user"]["client-key"])  # fmt: skip
 
 
-def _pod_monitor_job(monitor: dict[str, Any], kubeconfig: Kubeconfig) -> dict[str, Any]:
-    """The scrape job the Prometheus Operator generates for a PodMonitor (no jobLabel, one endpoint):
-    pod discovery in its namespaces, kept by its selector's labels and the endpoint's port name,
-    pods that ended dropped, ``job`` ``<namespace>/<name>``, ``namespace`` and ``pod`` labels."""
-    spec, meta = monitor["spec"], monitor["metadata"]
-    [endpoint] = spec["podMetricsEndpoints"]
-    selector = spec["selector"]["matchLabels"]
-    label = "__meta_kubernetes_pod_label_"
-    relabel: list[dict[str, Any]] = [
-        {
-            "source_labels": [label + re.sub(r"[^a-zA-Z0-9_]", "_", key)],
-            "regex": re.escape(value),
-            "action": "keep",
+@dataclass
+class PodDiscovery:
+    """What the Prometheus Operator's PodMonitor config makes Prometheus discover, written as file
+    discovery (Debian's Prometheus is built without Kubernetes discovery): for each monitor the
+    pods its selector's labels match in its namespaces, that have not ended, one target per
+    container port of the endpoint's name, labelled ``namespace`` and ``pod``. ``refresh()``
+    re-lists the pods: a deleted pod's target disappears as with the operator."""
+
+    cluster: RealCluster
+    monitors: list[dict[str, Any]]
+    directory: Path
+
+    def file(self, monitor: dict[str, Any]) -> Path:
+        return self.directory / f"{monitor['metadata']['name']}.json"
+
+    def targets(self, monitor: dict[str, Any]) -> list[dict[str, Any]]:
+        spec = monitor["spec"]
+        [endpoint] = spec["podMetricsEndpoints"]
+        selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
+        groups = []
+        for namespace in spec["namespaceSelector"]["matchNames"]:
+            for item in self.cluster.get("pods", "-n", namespace, "-l", selector)["items"]:
+                status = item.get("status") or {}
+                if status.get("phase") in ("Failed", "Succeeded") or not status.get("podIP"):
+                    continue
+                for container in item["spec"]["containers"]:
+                    for port in container.get("ports", ()):
+                        if port.get("name") == endpoint["port"]:
+                            groups.append({
+                                "targets": [f"{status['podIP']}:{port['containerPort']}"],
+                                "labels": {"namespace": namespace, "pod": item["metadata"]["name"]},
+                            })  # fmt: skip
+        return groups
+
+    def refresh(self) -> None:
+        for monitor in self.monitors:
+            written = self.file(monitor).with_suffix(".tmp")
+            written.write_text(json.dumps(self.targets(monitor)))
+            written.replace(self.file(monitor))  # Prometheus never reads half a file
+
+    def job(self, monitor: dict[str, Any]) -> dict[str, Any]:
+        """The monitor's scrape job: ``job`` ``<namespace>/<name>`` (no jobLabel set), its path and scheme."""
+        [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+        meta = monitor["metadata"]
+        job: dict[str, Any] = {
+            "job_name": f"{meta['namespace']}/{meta['name']}",
+            "metrics_path": endpoint["path"],
+            "file_sd_configs": [{"files": [str(self.file(monitor))], "refresh_interval": "1s"}],
         }
-        for key, value in selector.items()
-    ]
-    relabel += [
-        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": endpoint["port"],
-         "action": "keep"},
-        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)", "action": "drop"},
-        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-    ]  # fmt: skip
-    job: dict[str, Any] = {
-        "job_name": f"{meta['namespace']}/{meta['name']}",
-        "metrics_path": endpoint["path"],
-        "kubernetes_sd_configs": [{
-            "role": "pod", "kubeconfig_file": str(kubeconfig.path),
-            "namespaces": {"names": spec["namespaceSelector"]["matchNames"]},
-        }],
-        "relabel_configs": relabel,
-    }  # fmt: skip
-    if endpoint.get("scheme") == "https":
-        job |= {"scheme": "https", "tls_config": {"insecure_skip_verify": True}}
-    return job
+        if endpoint.get("scheme") == "https":
+            job |= {"scheme": "https", "tls_config": {"insecure_skip_verify": True}}
+        return job
 
 
 def _control_plane_jobs(kubeconfig: Kubeconfig, scheduler_port: int) -> list[dict[str, Any]]:
@@ -250,13 +276,13 @@ def _control_plane_jobs(kubeconfig: Kubeconfig, scheduler_port: int) -> list[dic
 
 
 def _scrape_config(
-    monitors: list[dict[str, Any]], kubeconfig: Kubeconfig, layout: Layout, rules_file: Path
+    discovery: PodDiscovery, kubeconfig: Kubeconfig, layout: Layout, rules_file: Path
 ) -> dict[str, Any]:
     return {
         "global": {"scrape_interval": INTERVAL, "scrape_timeout": INTERVAL, "evaluation_interval": INTERVAL},
         "rule_files": [str(rules_file)],
         "scrape_configs": [
-            *(_pod_monitor_job(m, kubeconfig) for m in monitors),
+            *(discovery.job(m) for m in discovery.monitors),
             *_control_plane_jobs(kubeconfig, layout.ports.scheduler),
         ],
     }
@@ -307,8 +333,10 @@ def monitoring(
         [board] = [json.loads(text) for item in dashboards for text in item["data"].values()]
         config = work / "prometheus.yml"
         kubeconfig = Kubeconfig.read(cluster.kubeconfig)
+        discovery = PodDiscovery(cluster, monitors, work)
+        discovery.refresh()
         config.write_text(
-            yaml.safe_dump(_scrape_config(monitors, kubeconfig, Layout(cluster.state_dir), rules_file))
+            yaml.safe_dump(_scrape_config(discovery, kubeconfig, Layout(cluster.state_dir), rules_file))
         )
         port = _free_port()
         log = work / "prometheus.log"
@@ -323,7 +351,7 @@ def monitoring(
         wait_for(lambda: prometheus.all_up(), 30, "every target scraped", interval=0.2)
         _workloads(cluster)
         rules = [rule for group in rule_object["spec"]["groups"] for rule in group["rules"]]
-        yield Monitoring(cluster, prometheus, panel_queries(board), rules, driver)
+        yield Monitoring(cluster, prometheus, panel_queries(board), rules, driver, discovery)
     finally:
         if prometheus is not None:
             prometheus.stop()
@@ -463,7 +491,12 @@ def _scale(monitoring: Monitoring, component: str, replicas: int) -> None:
     if replicas:
         cluster.kubectl("rollout", "status", "-n", CHART_NAMESPACE, deployment, "--timeout=180s")
     else:
-        wait_for(lambda: not monitoring.driver.pods(component), 120, f"no {component} pod")
+        # Deleted, not only terminating: until then discovery (and the operator's) still lists them.
+        selector = f"{COMPONENT_LABEL}={component}"
+        wait_for(
+            lambda: not cluster.get("pods", "-n", CHART_NAMESPACE, "-l", selector)["items"], 120, "pods gone"
+        )
+    monitoring.discovery.refresh()
 
 
 def _replicas(monitoring: Monitoring, component: str) -> int:
