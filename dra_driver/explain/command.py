@@ -91,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
                     raise UsageError(f"claim {namespace}/{claim_name}: {err.status} {err.reason}") from None
     missing: list[str] = []
 
-    def listed(what: str, call: Any, *call_args: Any) -> list[Any]:
+    def listed(what: str, call: Any, *call_args: Any, **kwargs: Any) -> list[Any]:
         try:
-            items: list[Any] = read(call, *call_args).get("items") or []
+            items: list[Any] = read(call, *call_args, **kwargs).get("items") or []
             return items
         except client.exceptions.ApiException as err:
             missing.append(f"{what} ({err.status} {err.reason})")
@@ -106,9 +106,26 @@ def run(args: argparse.Namespace) -> int:
         everyone = everyone or listed(
             "claims of the namespace", resource.list_namespaced_resource_claim, namespace
         )
-    explanation = explain(
-        pod, claims=claims, all_claims=everyone, slices=slices, classes=classes, driver=args.driver_name
+    events = listed(
+        "the pod's events",
+        core.list_namespaced_event,
+        namespace,
+        field_selector=f"involvedObject.name={name}",
     )
+    explanation = explain(
+        pod,
+        claims=claims,
+        all_claims=everyone,
+        slices=slices,
+        classes=classes,
+        driver=args.driver_name,
+        events=events,
+    )
+    if any(what.startswith("the pod's events") for what in missing):
+        explanation.note = (explanation.note + "; " if explanation.note else "") + (
+            f"could not list {missing[-1]}: kubelet's warnings are not shown"
+        )
+        missing = missing[:-1]
     if missing and explanation.state == "pending":
         explanation.note = (explanation.note + "; " if explanation.note else "") + (
             f"could not list {', '.join(missing)}: the evaluation now may miss cards or tenants"

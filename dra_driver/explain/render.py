@@ -48,4 +48,13 @@ def render(explanation: Explanation, wide: bool = False) -> str:
             lines.append(f"    {count} card(s) {reason}: {fix or '-'}")
     if explanation.note:
         lines.append(f"  note: {explanation.note}")
+    if explanation.events:
+        lines.append("  warnings on the pod (newest last):")
+        for event in explanation.events:
+            times = f" x{event.count}" if event.count > 1 else ""
+            lines.append(
+                f"    {event.last_seen} {event.reason}{times} ({event.source or '-'}): {event.message}"
+            )
+            if event.hint:
+                lines.append(f"      what to do: {event.hint}")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.planner import PlanInput, Planner
 from dra_driver.engine import Reason
+from dra_driver.explain.events import PodEvent, pod_warnings
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import RequestError, claim_requests
 
@@ -74,6 +75,8 @@ class Explanation:
     #: For a pending pod evaluated now: reason -> count of cards, and the fix.
     reasons: dict[str, int] = field(default_factory=dict)
     note: str = ""
+    #: The pod's Warning events from kubelet and others (a placed pod that does not start).
+    events: list[PodEvent] = field(default_factory=list)
 
     def fixes(self) -> list[tuple[str, int, str]]:
         return [(r, n, FIXES.get(r, "")) for r, n in sorted(self.reasons.items(), key=lambda x: -x[1])]
@@ -90,6 +93,7 @@ class Explanation:
             "pending": {"reason": self.pending[0], "message": self.pending[1]} if self.pending else None,
             "reasonsNow": [{"reason": r, "cards": n, "fix": fix} for r, n, fix in self.fixes()],
             "note": self.note,
+            "events": [event.to_json() for event in self.events],
         }
 
 
@@ -123,12 +127,14 @@ def explain(
     classes: Sequence[Mapping[str, Any]],
     driver: str,
     defaults: ControllerDefaults | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> Explanation:
     """Explain ``pod``; ``claims``: its ResourceClaims by name, ``all_claims``: every allocated claim
-    of the cluster (what the cards hold now), ``slices`` and ``classes`` as listed."""
+    of the cluster (what the cards hold now), ``slices`` and ``classes`` as listed, ``events``
+    those involving the pod."""
     view = PodView.parse(pod)
     claim_views = {name: ClaimView.parse(claim, driver) for name, claim in claims.items()}
-    result = Explanation(view.key, "allocated")
+    result = Explanation(view.key, "allocated", events=pod_warnings(events, pod, driver))
     for pod_claim, name in view.claim_names:
         claim = claim_views.get(name) if name else None
         result.claims.append(ClaimLine(pod_claim, name, _devices(claim, driver) if claim else ()))

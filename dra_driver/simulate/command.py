@@ -16,7 +16,7 @@ on it as often as needed without touching the cluster. A ``.json`` name writes J
 about ten times faster than YAML for a cluster of thousands of nodes.
 
 The claims file is a list of claims, or a mapping with ``claims`` and optionally ``defaults``
-(which then replace the scenario's); claims are as in a scenario file (README, "Scenario files").
+(which then replace the scenario's); claims are as in a scenario file (docs/simulate.md, "Scenario files").
 Existing tenants and new claims are checked against the quotas; the claims are placed in order,
 each seeing the ones before it.
 
@@ -85,7 +85,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "scenario", type=Path, nargs="?", help="scenario file, YAML or JSON (see README, 'Scenario files')"
+        "scenario", type=Path, nargs="?", help="scenario file, YAML or JSON (docs/simulate.md)"
     )
     parser.add_argument(
         "--from-cluster",

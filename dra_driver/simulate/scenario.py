@@ -1,6 +1,6 @@
 """Scenario files for ``hami-dra simulate``: schema, loading and conversion to engine inputs.
 
-The keys are documented in the README ("Scenario files") and must stay stable so scenario files
+The keys are documented in docs/simulate.md ("Scenario files") and must stay stable so scenario files
 remain portable. Every error names the file, the path inside it and what is wrong.
 
 A scenario may be a snapshot of a live cluster (``simulate --from-cluster``,

@@ -18,10 +18,14 @@ import yaml
 
 from tests.chart.helpers import REPO, Render, all_of, find
 from tests.chart.monitoring import (
+    EXTERNAL_SERIES,
+    MONITORING_ALL_RULES,
     MONITORING_KINDS,
     MONITORING_ON,
     dashboard,
     dashboard_config_map,
+    external_names,
+    groups,
     metric_names,
     panel_queries,
     promtool,
@@ -98,17 +102,25 @@ def test_the_controller_probes_health_and_readiness(render: Render) -> None:
 
 
 def test_rules_pass_promtool_and_name_exported_metrics(render: Render, tmp_path: Path) -> None:
-    objects = render(values=MONITORING_ON)
+    objects = render(values=MONITORING_ALL_RULES)
     alerts = rules(objects)
     assert {rule["alert"] for rule in alerts} >= {
         "HamiDraGpuOvercommitted", "HamiDraPodPendingTooLong", "HamiDraKubeletPluginNotReady",
-        "HamiDraSharesNotEnforced", "HamiDraWebhookErrors",
+        "HamiDraSharesNotEnforced", "HamiDraWebhookErrors", "HamiDraControllerDown", "HamiDraWebhookDown",
+        "HamiDraKubeletPluginDown", "HamiDraKubeletPluginUnavailable", "HamiDraWebhookCallsFailing",
+        "HamiDraWebhookFailedOpen", "HamiDraGatedPodsGrowing",
     }  # fmt: skip
-    for rule in alerts:
-        query, _, _ = split_threshold(rule["expr"])
-        assert metric_names(query) and metric_names(query) <= EXPORTED, rule["expr"]
-        assert rule["labels"]["severity"] in {"critical", "warning"}
-        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+    assert [group["name"] for group in groups(objects)] == list(EXTERNAL_SERIES)
+    for group in groups(objects):
+        for rule in group["rules"]:
+            query, _, _ = split_threshold(rule["expr"])
+            ours, theirs = metric_names(query), external_names(query)
+            assert ours | theirs, rule["expr"]
+            assert ours <= EXPORTED, rule["expr"]
+            # Another exporter's series only in the group named after what it needs.
+            assert theirs <= EXTERNAL_SERIES[group["name"]], (group["name"], rule["expr"])
+            assert rule["labels"]["severity"] in {"critical", "warning"}
+            assert rule["annotations"]["summary"] and rule["annotations"]["description"]
     tool = promtool()
     if tool is None:
         pytest.skip("promtool is not installed (hack/install.d/prometheus.sh)")
@@ -126,6 +138,55 @@ def test_rule_values_reach_the_rules(render: Render) -> None:
     assert split_threshold(alerts["HamiDraPodPendingTooLong"]["expr"])[2] == 30 * 60
     assert "[1h]" in alerts["HamiDraGpuOvercommitted"]["expr"]
     assert all(rule["labels"]["team"] == "gpu" for rule in alerts.values())
+
+
+def test_the_absence_rules_follow_the_components_and_the_sources_chosen(render: Render) -> None:
+    """A rule for a component that is not installed would fire for ever; a source turned off
+    (no kube-state-metrics, no API server scrape, no scheduler scrape) drops its group."""
+    on = {"enabled": True}
+    objects = render(values={"monitoring": {"prometheusRule": on}})
+    names = {rule["alert"] for rule in rules(objects)}
+    assert {"HamiDraControllerDown", "HamiDraWebhookDown", "HamiDraKubeletPluginDown"} <= names
+    assert "HamiDraGatedPodsGrowing" not in names  # the scheduler's metrics: opt in
+    assert [g["name"] for g in groups(objects)] == [
+        "hami-dra", "hami-dra-kube-state-metrics", "hami-dra-apiserver",
+    ]  # fmt: skip
+    no_ksm = {"prometheusRule": {**on, "kubeStateMetrics": False}}
+    objects = render(
+        values={"controller": {"enabled": False}, "webhook": {"enabled": False}, "monitoring": no_ksm}
+    )
+    names = {rule["alert"] for rule in rules(objects)}
+    assert not names & {"HamiDraControllerDown", "HamiDraWebhookDown", "HamiDraWebhookCallsFailing"}
+    assert "HamiDraKubeletPluginDown" in names and "HamiDraKubeletPluginUnavailable" not in names
+    assert [g["name"] for g in groups(objects)] == ["hami-dra"]
+    # Not scraping the webhook: no `up` for it, so no rule that would read its absence as down.
+    objects = render(values={"monitoring": {"prometheusRule": on, "podMonitor": {"webhook": False}}})
+    assert "HamiDraWebhookDown" not in {rule["alert"] for rule in rules(objects)}
+
+
+def test_the_absence_rules_read_the_jobs_of_the_pod_monitors(render: Render) -> None:
+    on = MONITORING_ON["monitoring"]
+    objects = render(values={"monitoring": on})
+    alerts = {rule["alert"]: rule for rule in rules(objects)}
+    for alert, component in (("HamiDraControllerDown", "controller"), ("HamiDraWebhookDown", "webhook"),
+                             ("HamiDraKubeletPluginDown", "kubelet-plugin")):  # fmt: skip
+        monitor = find(objects, "PodMonitor", f"-{component}")["metadata"]
+        # The Prometheus Operator names a PodMonitor's job <namespace>/<name> (no jobLabel set).
+        assert f'up{{job="{monitor["namespace"]}/{monitor["name"]}"}}' in alerts[alert]["expr"]
+    assert "jobLabel" not in find(objects, "PodMonitor", "-controller")["spec"]
+    own = {"controller": "gpu/ctl", "kubeletPlugin": "gpu/plugin", "webhook": "gpu/hook"}
+    values = {"monitoring": {**on, "prometheusRule": {"enabled": True, "jobs": own, "downFor": "2m"}}}
+    alerts = {rule["alert"]: rule for rule in rules(render(values=values))}
+    assert 'up{job="gpu/ctl"}' in alerts["HamiDraControllerDown"]["expr"]
+    assert 'up{job="gpu/plugin"}' in alerts["HamiDraKubeletPluginDown"]["expr"]
+    assert 'up{job="gpu/hook"}' in alerts["HamiDraWebhookDown"]["expr"]
+    assert alerts["HamiDraWebhookDown"]["for"] == "2m"
+    # The API server's webhook names are ours: every webhook the chart registers matches the regex.
+    hooks = [hook["name"] for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+             for config in all_of(render(), kind) for hook in config["webhooks"]]  # fmt: skip
+    pattern = re.search(r'name=~"([^"]+)"', alerts["HamiDraWebhookCallsFailing"]["expr"])
+    assert pattern and hooks and all(re.fullmatch(pattern[1], hook) for hook in hooks), hooks
+    assert not re.fullmatch(pattern[1], "pods.gpu-hami.io") and not re.fullmatch(pattern[1], "gpu.hami.io")
 
 
 def test_dashboard_queries_parse_and_name_exported_metrics(render: Render, tmp_path: Path) -> None:
@@ -174,7 +235,8 @@ def test_docs_list_every_alert_as_rendered_and_every_panel(render: Render) -> No
             documented[match[1]] = (match[2], match[3], match[4].replace("\\|", "|"))
     rendered = {
         rule["alert"]: (rule["labels"]["severity"], rule.get("for", ""), rule["expr"])
-        for rule in rules(render(values=MONITORING_ON))
+        # as installed in the docs' examples: release hami-dra in hami-system
+        for rule in rules(render(values={**MONITORING_ALL_RULES, "fullnameOverride": "hami-dra"}))
     }
     assert documented == rendered
     titles = {p["title"] for p in dashboard(render(values=MONITORING_ON))["panels"] if p["type"] != "row"}

@@ -74,6 +74,16 @@ TESTED: dict[str, str] = {
     "make image": "tests/cluster/test_helm_install.py::test_every_component_runs_as_the_chart_installs_it",
     "make gpu-check": "tests/devices/test_gpu_check.py::test_gpu_check_passes_against_the_mock",
     "hami-dra sandbox ": "tests/sandbox/test_command.py::test_up_status_down",
+    "hami-dra simulate --from-cluster --claims ": (
+        "tests/simulate/test_from_cluster.py::"
+        "test_what_if_claims_are_placed_on_the_live_cluster_as_the_controller_would"
+    ),
+    "hami-dra simulate --from-cluster --save ": (
+        "tests/simulate/test_from_cluster.py::test_the_snapshot_round_trips_every_gpu_field_and_the_ledgers_usage"
+    ),
+    "hami-dra simulate snapshot.yaml --claims ": (
+        "tests/simulate/test_from_cluster.py::test_a_saved_snapshot_is_edited_and_simulated_with_a_claims_file"
+    ),
     "hami-dra cluster up": _CLUSTER,
     "kubectl --kubeconfig /tmp/hami-dra-cluster-0/admin.kubeconfig get resourceslices": _CLUSTER,
     "hami-dra discover --source nvml": (
