@@ -60,7 +60,15 @@ def _message(node: ast.expr) -> tuple[re.Pattern[str], int] | None:
 
 def _messages(path: Path) -> list[Message]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    error_returns = {
+        ret
+        for func in ast.walk(tree)
+        if isinstance(func, ast.FunctionDef) and func.name.endswith("_error")
+        for ret in ast.walk(func)
+        if isinstance(ret, ast.Return)
+    }
+    for node in ast.walk(tree):
         argument: ast.expr | None = None
         if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
             call = node.exc
@@ -70,6 +78,9 @@ def _messages(path: Path) -> list[Message]:
             isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "PrepareResult"
         ):
             argument = next((k.value for k in node.keywords if k.arg == "error"), None)
+        elif isinstance(node, ast.Return) and node.value is not None and node in error_returns:
+            # A helper that builds a PrepareResult's error (``def _write_error(...) -> str``).
+            argument = node.value
         built = _message(argument) if argument is not None else None
         if built is not None:
             where = f"{path.name}:{node.lineno}"
