@@ -36,7 +36,7 @@ from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
 from dra_driver.controller.requeue import Requeue
 from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff, fair_order
-from dra_driver.controller.slim import keep_pod, placement_node, slice_selector
+from dra_driver.controller.slim import SliceParts, keep_pod, placement_node, slice_selector
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -151,12 +151,17 @@ class Controller:
         self.binding = BindingPool(self.binder.bind, write_workers, self._wake)
         # What each informer keeps is cut down as objects arrive (dra_driver/controller/slim.py):
         # every pod is watched (node fit counts every bound pod's requests) but only those that may
-        # be ours are kept whole; nodes keep what placement reads; slices only our driver's.
+        # be ours are kept whole; nodes keep what placement reads; slices only our driver's, their
+        # equal attribute and capacity values once.
         self.informers = {
             DEVICE_CLASSES.kind: Informer(kube, DEVICE_CLASSES, self._on_change),
             NODES.kind: Informer(kube, NODES, self._on_change, transform=placement_node),
             RESOURCE_SLICES.kind: Informer(
-                kube, RESOURCE_SLICES, self._on_change, field_selector=slice_selector(driver)
+                kube,
+                RESOURCE_SLICES,
+                self._on_change,
+                transform=SliceParts(),
+                field_selector=slice_selector(driver),
             ),
             RESOURCE_CLAIMS.kind: Informer(kube, RESOURCE_CLAIMS, self._on_change),
             PODS.kind: Informer(kube, PODS, self._on_change, transform=keep_pod),

@@ -11,7 +11,8 @@ import pytest
 
 from dra_driver.contract import GATE_NAME
 from dra_driver.controller.controller import WATCHED, Controller, api_connections
-from dra_driver.controller.slim import keep_pod, may_be_ours, neighbour_pod, placement_node
+from dra_driver.controller.inventory import build_inventory
+from dra_driver.controller.slim import SliceParts, keep_pod, may_be_ours, neighbour_pod, placement_node
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
@@ -188,6 +189,31 @@ def test_a_node_keeps_what_placement_reads() -> None:
     assert NodeView.parse(kept).allocatable_quantities == NodeView.parse(node).allocatable_quantities
     assert "images" not in kept["status"] and "managedFields" not in kept["metadata"]
     assert kept["metadata"]["resourceVersion"] == "9"
+
+
+def node_slices(node: str, gpus: int = 4) -> list[Obj]:
+    found = build_resource_slices(profile_gpus("h100-80gb", node_name=node, gpus=gpus), node_name=node)
+    for item in found:
+        item["metadata"]["managedFields"] = copy.deepcopy(MANAGED)
+    return found
+
+
+@pytest.mark.parametrize("limit", [1_000_000, 3], ids=["kept", "table emptied as it fills"])
+def test_slices_read_as_published_with_equal_values_kept_once(limit: int) -> None:
+    published = [item for node in ("n1", "n2") for item in node_slices(node)]
+    parts = SliceParts(limit)
+    kept = [parts(copy.deepcopy(item)) for item in published]
+    assert kept == [without_managed_fields(item) for item in published]
+    assert build_inventory(kept, DRIVER) == build_inventory(published, DRIVER)
+    devices = [device for item in kept for device in item["spec"]["devices"]]
+    assert len({id(device) for device in devices}) == len(devices) == 8, "each device keeps its own entry"
+    assert len({id(device["attributes"]) for device in devices}) == 8
+    products = {id(device["attributes"]["productName"]) for device in devices}
+    uuids = {id(device["attributes"]["uuid"]) for device in devices}
+    memory = {id(device["capacity"]["memory"]) for device in devices}
+    if limit > 3:
+        assert len(products) == len(memory) == 1, "one product name, one capacity: kept once"
+    assert len(uuids) == 8, "values that differ stay apart"
 
 
 # --- through the informers -------------------------------------------------------------------------
