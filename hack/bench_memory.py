@@ -16,13 +16,15 @@ write it. The cluster: ``--nodes`` nodes of ``--gpus`` H100s, ``--pods`` pods bo
 ``--ours`` of which are ours (an allocated template claim each, gate lifted, running); the rest
 are other workloads' pods. ``--other-slices``: another driver's slices per node (a NIC driver).
 
-Each measurement runs in a fresh process: RSS before the informers start, after the initial
-sync (the informers have listed; the worker has applied every event to the cache and built
-the inventory) and the process's peak RSS (VmHWM); the time to list and the time until the cache
-is ready, with the fake server's own generation and encoding time reported apart (a real API
-server does that work, not us). ``--tracemalloc`` adds a second run per code under tracemalloc
-(Python allocations: current and peak; slower). ``--compare REV`` runs the same measurements
-on the code of git revision REV (extracted to a temporary directory) and reports both.
+Each measurement runs in a fresh process, after a warm-up sync of a tiny cluster (which imports
+what the controller imports lazily): RSS before the informers start, after the initial sync
+(the informers have listed; the worker has applied every event to the cache and built the
+inventory) and the process's peak RSS (VmHWM); the time to list, the time until the cache is
+ready and the CPU time spent until then (the fake server's share is reading pre-encoded lines
+from a file, next to nothing; a real API server's work is not counted). ``--tracemalloc`` adds a
+second run per code under tracemalloc (Python allocations: current and peak; slower).
+``--compare REV`` runs the same measurements on the code of git revision REV (extracted to a
+temporary directory) and reports both.
 
 The report is one JSON object on stdout (and in ``--out``): the parameters, each code's runs,
 and what its cache holds (pods, claims, devices, the CPU requested on the nodes), which must be
@@ -720,9 +722,11 @@ def memory_kib() -> dict[str, int]:
     return found
 
 
-def sync(data: Path, page_size: int | None, timeout: float) -> tuple[Any, FakeApi, float, float]:
+def sync(data: Path, page_size: int | None, timeout: float) -> tuple[Any, FakeApi, float, float, float]:
     """A standby controller (it plans nothing) whose informers listed ``data`` and whose worker
-    applied every event; returns it, its API, and the seconds to list and to have the cache."""
+    applied every event; returns it, its API, the seconds to list and to have the cache, and the
+    CPU seconds the process spent until then (all threads: less sensitive to the machine's load
+    than the wall clock)."""
     from dra_driver.controller.controller import Controller
 
     api = FakeApi(data)
@@ -730,7 +734,7 @@ def sync(data: Path, page_size: int | None, timeout: float) -> tuple[Any, FakeAp
     for informer in controller.informers.values():
         if page_size is not None and hasattr(informer, "page_size"):
             informer.page_size = page_size
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for informer in controller.informers.values():
         informer.start()
     for informer in controller.informers.values():
@@ -738,7 +742,7 @@ def sync(data: Path, page_size: int | None, timeout: float) -> tuple[Any, FakeAp
             raise SystemExit(f"{informer.resource.plural} not listed within {timeout}s")
     listed = time.perf_counter()
     controller.run_once()  # the worker applies every queued event: the cache is ready
-    return controller, api, listed - started, time.perf_counter() - started
+    return controller, api, listed - started, time.perf_counter() - started, time.process_time() - cpu
 
 
 def measure(args: argparse.Namespace) -> Obj:
@@ -746,7 +750,7 @@ def measure(args: argparse.Namespace) -> Obj:
     what the controller imports lazily: CEL, the engine), so that only the caches are counted."""
     import tracemalloc
 
-    warm, _api, _listed, _ready = sync(args.data / "warm-up", args.page_size, args.timeout)
+    warm, *_ = sync(args.data / "warm-up", args.page_size, args.timeout)
     for informer in warm.informers.values():
         informer.stop()
     del warm
@@ -754,7 +758,7 @@ def measure(args: argparse.Namespace) -> Obj:
     before = memory_kib()
     if args.trace:
         tracemalloc.start()
-    controller, api, listed, ready = sync(args.data / "cluster", args.page_size, args.timeout)
+    controller, api, listed, ready, cpu = sync(args.data / "cluster", args.page_size, args.timeout)
     traced = tracemalloc.get_traced_memory() if args.trace else None
     if args.trace:
         tracemalloc.stop()
@@ -770,6 +774,7 @@ def measure(args: argparse.Namespace) -> Obj:
         "peak_growth_mib": round((after["VmHWM"] - before["VmRSS"]) / 1024, 1),
         "list_seconds": round(listed, 2),
         "sync_seconds": round(ready, 2),
+        "sync_cpu_seconds": round(cpu, 2),
         "list_calls": dict(sorted(api.calls.items())),
         "cache": {
             "pods": len(cache.pods),

@@ -20,16 +20,22 @@ from dra_driver.kube.api import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    Kube,
     Obj,
 )
 from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.resource.nodes import NodeView
 from dra_driver.resource.objects import PodView, bound_requests_by_node
+from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import TRANSLATED_ANNOTATION, apply_patch
 from tests.api_objects import allocated_claim
 from tests.controller.fake_kube import FakeKube
-from tests.controller.harness import DRIVER, device_class
+from tests.controller.harness import DRIVER, device_class, running_harness, wait_for
+from tests.controller.harness import NS as HARNESS_NS
+from tests.controller.harness import claim as harness_claim
+from tests.controller.harness import pod as harness_pod
+from tests.controller.harness import request as harness_request
 
 NS = "team"
 MANAGED = [
@@ -309,3 +315,44 @@ def test_the_connection_pool_has_room_for_every_watch_writer_and_worker() -> Non
     controller = Controller(FakeKube(), DRIVER)
     assert {informer.resource for informer in controller.informers.values()} == set(WATCHED)
     assert api_connections() == 14
+
+
+# --- against the sandbox API server (HTTP, field selectors, pages) ---------------------------------
+
+
+def test_on_the_sandbox_neighbours_count_and_only_our_slices_are_listed(sandbox: SandboxServer) -> None:
+    """Everything exists before the controller starts (as before an install): another driver's
+    slice, pods of other workloads (bound by the sandbox's scheduler) and our gated pod with its
+    claim. Listed in pages of two over HTTP, the controller places our pod, keeps it whole, counts
+    the others' CPU on their node, and never sees the other driver's slice."""
+    with running_harness(sandbox) as h:
+        h.publish("node-1")
+        nic = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-1-nic"},
+            "spec": {"driver": "nic.example.com", "nodeName": "node-1",
+                     "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "nic-0"}]},
+        }  # fmt: skip
+        h.kube.create(RESOURCE_SLICES, None, nic)
+        h.create_class(device_class(DRIVER))
+        for number in range(3):
+            web = a_pod(f"web-{number}", container("main", cpu="250m", memory="64Mi"))
+            web["metadata"] = {"name": f"web-{number}", "namespace": HARNESS_NS, "annotations": {"note": "x"}}
+            del web["status"]
+            h.create_pod(web)
+        for number in range(3):
+            wait_for(lambda number=number: h.bound_node(f"web-{number}"), what=f"web-{number} bound")
+        h.create_claim(harness_claim("gpu-claim", harness_request(memory="1Gi")))
+        h.create_pod(harness_pod("gpu-pod", {"gpu": "claim:gpu-claim"}))
+        controller = Controller(Kube(h.server.api_client()), DRIVER)
+        for informer in controller.informers.values():
+            informer.page_size = 2
+        h.controllers.append(controller)
+        controller.start()
+        wait_for(lambda: h.bound_node("gpu-pod"), what="our pod placed")
+        slices = controller.informers["ResourceSlice"].snapshot()
+        assert slices and {item["spec"]["driver"] for item in slices} == {DRIVER}
+        pods = controller.informers["Pod"].cache
+        assert "annotations" not in pods[f"{HARNESS_NS}/web-0"]["metadata"]
+        assert pods[f"{HARNESS_NS}/gpu-pod"]["spec"]["resourceClaims"]
+        assert controller.cache.bound_requests()["node-1"]["cpu"] >= 0.75
