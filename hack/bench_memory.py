@@ -745,6 +745,23 @@ def sync(data: Path, page_size: int | None, timeout: float) -> tuple[Any, FakeAp
     return controller, api, listed - started, time.perf_counter() - started, time.process_time() - cpu
 
 
+class CollectorTime:
+    """Time spent in Python's cyclic garbage collector (a ``gc.callbacks`` entry), and how many
+    full (generation 2) collections ran: each walks every live container object."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._started
+        self.full += info.get("generation") == 2
+
+
 def measure(args: argparse.Namespace) -> Obj:
     """Memory and time of one initial sync, after a warm-up sync of a tiny cluster (which imports
     what the controller imports lazily: CEL, the engine), so that only the caches are counted."""
@@ -758,6 +775,8 @@ def measure(args: argparse.Namespace) -> Obj:
     before = memory_kib()
     if args.trace:
         tracemalloc.start()
+    collector = CollectorTime()
+    gc.callbacks.append(collector)
     controller, api, listed, ready, cpu = sync(args.data / "cluster", args.page_size, args.timeout)
     traced = tracemalloc.get_traced_memory() if args.trace else None
     if args.trace:
@@ -775,6 +794,8 @@ def measure(args: argparse.Namespace) -> Obj:
         "list_seconds": round(listed, 2),
         "sync_seconds": round(ready, 2),
         "sync_cpu_seconds": round(cpu, 2),
+        "gc_seconds": round(collector.seconds, 2),
+        "gc_full_collections": collector.full,
         "list_calls": dict(sorted(api.calls.items())),
         "cache": {
             "pods": len(cache.pods),

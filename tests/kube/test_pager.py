@@ -4,6 +4,7 @@ watched object through the transform, the field selector on the list and on the 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -11,7 +12,7 @@ import pytest
 
 from dra_driver.kube.api import PODS, RESOURCE_SLICES, Obj, Resource
 from dra_driver.kube.errors import KubeError
-from dra_driver.kube.pager import list_all
+from dra_driver.kube.pager import collection_paused, list_all
 from dra_driver.kube.watch import Informer, drop_managed_fields
 
 
@@ -163,3 +164,28 @@ def test_by_default_an_informer_drops_managed_fields_only() -> None:
         "spec": {"driver": "gpu.hami.io"},
     }  # fmt: skip
     assert drop_managed_fields({"kind": "Node"}) == {"kind": "Node"}
+
+
+def test_the_collector_is_paused_while_any_list_runs_and_resumed_by_the_last() -> None:
+    assert gc.isenabled()
+    first, second = collection_paused(), collection_paused()
+    first.__enter__()
+    second.__enter__()
+    assert not gc.isenabled()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled(), "another list still runs"
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+    seen: list[bool] = []
+    list_all(PagedApi([item(0)]), PODS, lambda obj: seen.append(gc.isenabled()) or obj)
+    assert seen == [False] and gc.isenabled()
+
+
+def test_a_collector_turned_off_before_stays_off() -> None:
+    gc.disable()
+    try:
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
