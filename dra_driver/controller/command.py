@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     address = metrics_address(args)
-    from dra_driver.controller.controller import Controller
+    from dra_driver.controller.controller import Controller, api_connections
     from dra_driver.controller.hami_templates import HamiTemplates, KubeNamespaces
     from dra_driver.controller.metrics import ControllerMetrics
     from dra_driver.kube.api import Kube
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.kube.leader import LeaderElector
     from dra_driver.webhook.optin import namespace_gate
 
-    kube = Kube(load_api_client(args.kubeconfig))
+    kube = Kube(load_api_client(args.kubeconfig, connections=api_connections()))
     hami_templates = None
     if args.hami_translate != "off":
         gate = namespace_gate(args.hami_translate, selector, KubeNamespaces(kube))

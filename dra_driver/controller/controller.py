@@ -8,6 +8,17 @@ no API calls), the cache assumes the decision, and the binder writes it on a sma
 (``binder.py``) so planning overlaps API round trips; finished writes are folded back into the
 cache on the worker thread. A replica that does not lead keeps its caches warm (a failover takes
 effect at once) and writes nothing.
+
+Why a standby lists and watches everything too, as kube-scheduler's does by default (it starts
+its informers and waits for their sync before it runs for the lease; ``DelayCacheUntilActive``
+is its opt-out): a standby exists to become the leader, so its memory limit must fit the
+leader's caches anyway (both replicas run one pod spec), and a cold standby would only lower
+what it uses while it waits. What it would cost is the failover: after winning the lease it
+would have to list every pod, claim, slice and node before its first decision (about two
+minutes of wall clock for 5,000 nodes and 50,000 pods on a loaded 2-CPU machine,
+hack/bench_memory.py), on top of the lease's expiry, with every gated pod waiting. The caches
+are what our work needs (dra_driver/controller/slim.py: about 550 MiB at that size, where the
+API's whole objects took 3 GiB), so keeping them warm is the better trade.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
 from dra_driver.controller.requeue import Requeue
 from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff, fair_order
+from dra_driver.controller.slim import SliceParts, keep_pod, placement_node, slice_selector
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -58,6 +70,21 @@ log = logging.getLogger(__name__)
 #: (each pod's selectors bounded by their cost budget, dra_driver/cel/cost.py), not for every pod
 #: one tenant created before it (issue 34; docs/multi-tenant.md, "Planner fairness").
 PASS_BUDGET_SECONDS = 0.5
+#: Threads that write placements (claims' allocations, pods' gates) in parallel (binding.py).
+WRITE_WORKERS = 4
+#: The resources the controller watches, one informer each.
+WATCHED = (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS, RESOURCE_QUOTAS, GPU_QUOTAS)
+
+
+def api_connections(write_workers: int = WRITE_WORKERS) -> int:
+    """Connections to the API server the controller's client keeps open: one for each thread that
+    may hold one at the same time. Each informer holds its watch open for minutes (or lists, on
+    the same thread); each writer does its writes one at a time; the worker (fences, pending
+    reports, quota status, HAMi templates), the event sender and the leader elector one each.
+    With fewer, the client's default (5 per CPU: 10 on 2 CPUs) left 3 connections beside the 7
+    watches, and every further concurrent request opened a connection with a new TLS handshake
+    and dropped it after one use."""
+    return len(WATCHED) + write_workers + 3
 
 
 class Step(StrEnum):
@@ -81,7 +108,7 @@ class Controller:
         identity: str = "hami-dra-controller",
         resync_seconds: float = 30.0,
         metrics: ControllerMetrics | None = None,
-        write_workers: int = 4,
+        write_workers: int = WRITE_WORKERS,
         pending_batch: int = PENDING_RETRIES_PER_PASS,
         backoff: CommitBackoff | None = None,
         background_events: bool = False,
@@ -133,12 +160,26 @@ class Controller:
         self.passes = 0
         #: Binds in flight on the writer threads (none: each bind runs at once on the worker).
         self.binding = BindingPool(self.binder.bind, write_workers, self._wake)
+        # What each informer keeps is cut down as objects arrive (dra_driver/controller/slim.py):
+        # every pod is watched (node fit counts every bound pod's requests) but only those that may
+        # be ours are kept whole; nodes keep what placement reads; slices only our driver's, their
+        # equal attribute and capacity values once.
         self.informers = {
-            resource.kind: Informer(kube, resource, self._on_change)
-            for resource in (DEVICE_CLASSES, NODES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS, RESOURCE_QUOTAS)
+            DEVICE_CLASSES.kind: Informer(kube, DEVICE_CLASSES, self._on_change),
+            NODES.kind: Informer(kube, NODES, self._on_change, transform=placement_node),
+            RESOURCE_SLICES.kind: Informer(
+                kube,
+                RESOURCE_SLICES,
+                self._on_change,
+                transform=SliceParts(),
+                field_selector=slice_selector(driver),
+            ),
+            RESOURCE_CLAIMS.kind: Informer(kube, RESOURCE_CLAIMS, self._on_change),
+            PODS.kind: Informer(kube, PODS, self._on_change, transform=keep_pod),
+            RESOURCE_QUOTAS.kind: Informer(kube, RESOURCE_QUOTAS, self._on_change),
+            # Quotas are optional: without the chart's CRD the controller runs with none.
+            GPU_QUOTAS.kind: Informer(kube, GPU_QUOTAS, self._on_change, optional=True),
         }
-        # Quotas are optional: without the chart's CRD the controller runs with none.
-        self.informers[GPU_QUOTAS.kind] = Informer(kube, GPU_QUOTAS, self._on_change, optional=True)
         self._thread: threading.Thread | None = None
         self.metrics.ready = self.ready
 

@@ -77,14 +77,26 @@ class KubeApi(Protocol):
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj: ...
 
-    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj: ...
+    def list(
+        self,
+        resource: Resource,
+        *,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Obj: ...
 
     def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj: ...
 
     def update(self, resource: Resource, obj: Obj, *, status: bool = False) -> Obj: ...
 
     def watch(
-        self, resource: Resource, resource_version: str, timeout_seconds: int = 300
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        *,
+        field_selector: str | None = None,
     ) -> Iterator[Obj]: ...
 
 
@@ -148,10 +160,23 @@ class Kube:
         result: Obj = self._call("GET", resource.path(namespace, name))
         return result
 
-    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj:
+    def list(
+        self,
+        resource: Resource,
+        *,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Obj:
+        """One list call; with ``limit``, one page of at most that many items, whose
+        ``metadata.continue`` token (``continue_from``) asks for the next (dra_driver/kube/pager.py)."""
         query: dict[str, Any] = {}
         if field_selector:
             query["fieldSelector"] = field_selector
+        if limit:
+            query["limit"] = str(limit)
+        if continue_from:
+            query["continue"] = continue_from
         result: Obj = self._call("GET", resource.path(), query=query)
         return result
 
@@ -173,7 +198,14 @@ class Kube:
         result: Obj = self._call("PATCH", path, body=patch, content_type=kind)
         return result
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int = 300) -> Iterator[Obj]:
+    def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        *,
+        field_selector: str | None = None,
+    ) -> Iterator[Obj]:
         """Watch events (``type``, ``object``) from ``resource_version``, until the server ends the stream.
 
         An ``ERROR`` event with a 410 status raises ``KubeError(410)`` so the caller relists.
@@ -184,6 +216,8 @@ class Kube:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
+        if field_selector:
+            query["fieldSelector"] = field_selector
         from urllib3.exceptions import HTTPError
 
         response = self._call("GET", resource.path(), query=query, stream=True, timeout=timeout_seconds + 30)

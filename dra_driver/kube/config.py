@@ -26,14 +26,29 @@ IN_CLUSTER = "in-cluster"
 HINT = "(pass --kubeconfig or set KUBECONFIG)"
 
 
-def load_api_client(kubeconfig: str | None) -> Any:
-    """A ``kubernetes.client.ApiClient`` for ``kubeconfig``, or for the pod's service account when None."""
+def load_api_client(kubeconfig: str | None, *, connections: int | None = None) -> Any:
+    """A ``kubernetes.client.ApiClient`` for ``kubeconfig``, or for the pod's service account when None.
+
+    ``connections``: how many connections to the API server are kept open for reuse (None: the
+    client's default, 5 per CPU). A component that holds long-lived watches passes how many of
+    its threads may each hold one at once: beyond the pool's size urllib3 still opens a
+    connection for a request, but drops it afterwards, so every such request pays a new TCP and
+    TLS handshake (and logs "Connection pool is full").
+    """
     from kubernetes import client, config
 
     if not kubeconfig:
-        return client.ApiClient(_in_cluster())
+        configuration = _in_cluster()
+        if connections is not None:
+            configuration.connection_pool_maxsize = connections
+        return client.ApiClient(configuration)
+    configuration = client.Configuration()
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     try:
-        return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
+        return config.new_client_from_config(  # type: ignore[no-untyped-call,unused-ignore]
+            config_file=kubeconfig, client_configuration=configuration
+        )
     except (config.ConfigException, OSError) as err:
         raise UsageError(
             f"cannot load Kubernetes config from {kubeconfig}: {err} (pass --kubeconfig)"

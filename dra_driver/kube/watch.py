@@ -4,6 +4,15 @@ Each informer keeps a cache of its objects keyed by ``namespace/name`` and calls
 old, new)`` for every change (``new`` is None for a deletion) from its own thread. After a relist
 the cache is replaced and differences are reported as changes, so a consumer that only reacts to
 changes never misses a deletion that happened while the watch was down.
+
+What is cached is what the consumer keeps, not what the API sent: every object, listed or watched,
+goes through the informer's ``transform`` first (client-go's ``TransformFunc``), and only its result
+is stored and handed to ``on_change``; the API's dict is dropped right there. The default drops
+``metadata.managedFields`` (server-side apply's bookkeeping, often the largest part of an object,
+read by nothing here); a consumer that needs less passes a transform that keeps less
+(dra_driver/controller/slim.py). The initial list is read in pages (dra_driver/kube/pager.py), so
+the raw objects of at most one page are held at a time, and a ``field_selector`` leaves out, on
+the server, the objects the consumer never looks at (another driver's ResourceSlices).
 """
 
 from __future__ import annotations
@@ -14,10 +23,25 @@ from collections.abc import Callable
 
 from dra_driver.kube.api import KubeApi, Obj, Resource
 from dra_driver.kube.errors import KubeError
+from dra_driver.kube.pager import DEFAULT_PAGE_SIZE, list_all
 
 log = logging.getLogger(__name__)
 
 ChangeHandler = Callable[[str, Obj | None, Obj | None], None]
+#: What an informer keeps of an object the API sent: the object itself, or a smaller copy.
+Transform = Callable[[Obj], Obj]
+
+
+def drop_managed_fields(obj: Obj) -> Obj:
+    """``obj`` without ``metadata.managedFields``; every informer's default transform.
+
+    Safe for objects that are later written back whole: an update that carries no managedFields
+    keeps the stored ones (the API server resets them only when asked to explicitly).
+    """
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def object_key(obj: Obj) -> str:
@@ -40,10 +64,19 @@ class Informer:
         max_backoff: float = 5.0,
         optional: bool = False,
         absent_retry: float = 30.0,
+        transform: Transform = drop_managed_fields,
+        field_selector: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         self.kube = kube
         self.resource = resource
         self.on_change = on_change
+        #: Applied to every object from the API before it is cached or handed on (module docstring).
+        self.transform = transform
+        #: Only the objects matching this are listed and watched (None: all of them).
+        self.field_selector = field_selector
+        #: Items per page of the initial list and of every relist (0: one unpaged call).
+        self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -122,18 +155,21 @@ class Informer:
             self.on_change(self.resource.kind, obj, None)
         self.synced.set()
 
+    def _keep(self, obj: Obj) -> Obj:
+        """What the cache keeps of an object from the API (a list's items carry no kind)."""
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        return self.transform(obj)
+
     def _relist(self) -> None:
-        listing = self.kube.list(self.resource)
-        items = listing.get("items") or []
-        fresh = {}
-        for item in items:
-            item.setdefault("apiVersion", self.resource.api_version)
-            item.setdefault("kind", self.resource.kind)
-            fresh[object_key(item)] = item
+        listing = list_all(
+            self.kube, self.resource, self._keep, field_selector=self.field_selector, page_size=self.page_size
+        )
+        fresh = {object_key(item): item for item in listing.items}
         with self.lock:
             old_cache = self.cache
             self.cache = fresh
-            self.resource_version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
+            self.resource_version = listing.resource_version
             self.relists += 1
         if self.absent:
             log.info("%s.%s is served now", self.resource.plural, self.resource.group)
@@ -148,7 +184,10 @@ class Informer:
         self.synced.set()
 
     def _watch(self) -> None:
-        for event in self.kube.watch(self.resource, self.resource_version, self.watch_timeout):
+        events = self.kube.watch(
+            self.resource, self.resource_version, self.watch_timeout, field_selector=self.field_selector
+        )
+        for event in events:
             if self._stop.is_set():
                 return
             kind, obj = event.get("type"), event.get("object") or {}
@@ -156,6 +195,7 @@ class Informer:
             if kind == "BOOKMARK":
                 self.resource_version = rv or self.resource_version
                 continue
+            obj = self._keep(obj)
             key = object_key(obj)
             with self.lock:
                 old = self.cache.get(key)

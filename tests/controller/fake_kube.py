@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -100,14 +101,33 @@ class FakeKube:
             raise KubeError(404, f'{resource.plural} "{name}" not found')
         return _shown(resource, copy.deepcopy(self.objects[key]))
 
-    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj:
+    def list(
+        self,
+        resource: Resource,
+        *,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Obj:
+        """The stored objects in key order; ``field_selector``: ``path=value`` terms joined by
+        commas (equality only); ``limit``/``continue_from``: one page, whose token is the key of the
+        page's last item (it never expires here)."""
         self._check("list", resource, "")
-        items = [
-            _shown(resource, copy.deepcopy(o))
-            for (plural, _, _), o in sorted(self.objects.items())
-            if plural == resource.plural
+        terms = [term.partition("=")[::2] for term in (field_selector or "").split(",") if term]
+        after = tuple(json.loads(continue_from)) if continue_from else None
+        keys = [
+            key
+            for key, o in sorted(self.objects.items())
+            if key[0] == resource.plural
+            and (after is None or key > after)
+            and all(_field(o, path) == value for path, value in terms)
         ]
-        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
+        page = keys[:limit] if limit else keys
+        items = [_shown(resource, copy.deepcopy(self.objects[key])) for key in page]
+        meta: Obj = {"resourceVersion": str(next(self._rv))}
+        if len(page) < len(keys):
+            meta["continue"] = json.dumps(page[-1])
+        return {"items": items, "metadata": meta}
 
     def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj:
         body = copy.deepcopy(obj)
@@ -146,5 +166,20 @@ class FakeKube:
         self.objects[key] = new
         return _shown(resource, copy.deepcopy(new))
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int = 300) -> Iterator[Obj]:
+    def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        *,
+        field_selector: str | None = None,
+    ) -> Iterator[Obj]:
         return iter(())
+
+
+def _field(obj: Obj, path: str) -> str:
+    """A field selector's value of ``obj`` (``spec.driver``): the dotted path's string, or ''."""
+    value: object = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)

@@ -110,6 +110,10 @@ EXEMPT: dict[str, str] = {
     "make bench": "figures, not assertions",
     "make bench-cluster": "figures, not assertions, about 1.5 hours (tests/bench checks its statistics)",
     "make bench-scale": "figures, not assertions, about 5 minutes at 2.5 GiB (tests/bench checks its tables)",
+    "python hack/bench_memory.py": (
+        "figures, not assertions, about 15 minutes and 8 GiB at full size "
+        "(tests/bench/test_memory_bench.py runs it at a tiny size)"
+    ),
     "hami-dra cluster build": "builds Kubernetes from Go modules (minutes, root); make test runs it first",
     "hami-dra cluster status": "needs root and a running real cluster; no test reads its output yet",
     "hami-dra cluster lab": "needs root and a running real cluster; no test runs it yet",

@@ -144,3 +144,17 @@ def test_in_a_pod_the_service_account_and_its_namespace(
     assert load_kubectl_client(None, None).namespace == "default"
     with pytest.raises(UsageError, match="--context lab needs a kubeconfig"):
         load_kubectl_client(None, "lab")
+
+
+def test_a_component_sizes_its_connection_pool_for_its_threads(tmp_path: Path) -> None:
+    """``connections`` is how many connections to the API server stay open for reuse; without it
+    the client keeps its default (5 per CPU)."""
+    path = kubeconfig(tmp_path / "config", ("lab", "https://lab:6443", None), current="lab")
+    sized = config.load_api_client(str(path), connections=14)
+    assert sized.rest_client.pool_manager.connection_pool_kw["maxsize"] == 14
+    assert sized.configuration.host == "https://lab:6443"
+    default = config.load_api_client(str(path))
+    assert (
+        default.rest_client.pool_manager.connection_pool_kw["maxsize"]
+        == default.configuration.connection_pool_maxsize
+    )

@@ -1,0 +1,175 @@
+"""What the controller's informers keep of each object: its memory grows with our work, not the cluster.
+
+Every Pod of the cluster has to be watched: a node is chosen for a pod only where its CPU and
+memory requests fit beside those of every active pod bound there (``ClusterCache.bound_requests``,
+dra_driver/controller/nodefit.py), and most of those pods are not ours. No label or field selector
+can tell the API server which pods those are, and a label set by our webhook would miss the pods
+created before it was installed. So every pod is listed and watched, and each is cut down here,
+the moment it arrives, to what the controller will ever read of it:
+
+* a pod that names a ResourceClaim or carries our scheduling gate may be ours to place, to report
+  on or to release claims for, and the controller writes it back whole (an Update of the gate, an
+  UpdateStatus of its condition: what we leave out of such a write is erased on the server): it is
+  kept whole, without ``managedFields``. This includes pods created before the driver was installed
+  (their claims are found by name) and pods the webhook translated from HAMi's resources (it adds
+  template claims and our gate). ``spec.resourceClaims`` and the gates cannot be added to a pod
+  after it is created, so a pod never moves from the other kind to this one;
+* any other pod is only a neighbour: its node, phase, identity and CPU/memory requests are kept
+  (:func:`neighbour_pod`), a few hundred bytes instead of the tens of kilobytes a pod takes as
+  parsed JSON with its managedFields, status and annotations. It stays a Pod as far as every reader
+  is concerned (``PodView`` parses it like any pod), so nothing past this boundary changes.
+
+Nodes are read only through ``NodeView`` and never written: only its fields are kept
+(:func:`placement_node`; a node's status lists its images, often most of the object). Claims,
+DeviceClasses and quotas are kept whole apart from ``managedFields`` (claims and quotas are written
+back). Slices are read whole by the inventory (CEL sees every attribute), and the slice informer
+lists only our driver's (:func:`slice_selector`); but 5,000 nodes publish 40,000 devices whose
+attribute and capacity values are mostly the same few (one product name, one driver version, one
+capacity policy): :class:`SliceParts` keeps each distinct value once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from dra_driver.contract import GATE_NAME
+from dra_driver.kube.api import Obj
+from dra_driver.kube.watch import drop_managed_fields
+
+#: The pod's metadata every reader of a neighbour uses (``ObjectView``): identity, version, age.
+_NEIGHBOUR_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
+#: The requests ``pod_requests`` adds up (dra_driver/resource/objects.py).
+_COUNTED_REQUESTS = ("cpu", "memory")
+
+
+def may_be_ours(pod: Mapping[str, Any]) -> bool:
+    """Whether the controller may place, report on or release claims for ``pod``: it names a
+    ResourceClaim (any driver's: which are ours is only known from the claims and classes, which
+    may arrive later) or carries our scheduling gate."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    return any(gate.get("name") == GATE_NAME for gate in spec.get("schedulingGates") or ())
+
+
+def keep_pod(pod: Obj) -> Obj:
+    """The informer's transform for Pods: whole for a pod that may be ours, else a neighbour."""
+    return drop_managed_fields(pod) if may_be_ours(pod) else neighbour_pod(pod)
+
+
+def _requests_only(containers: Any) -> list[Obj]:
+    kept = []
+    for container in containers or ():
+        requests = (container.get("resources") or {}).get("requests") or {}
+        counted = {name: requests[name] for name in _COUNTED_REQUESTS if name in requests}
+        kept.append({"name": container.get("name"), "resources": {"requests": counted}})
+    return kept
+
+
+def neighbour_pod(pod: Mapping[str, Any]) -> Obj:
+    """A pod that is not ours, as node fit reads it: where it is bound, whether it still runs, and
+    its containers' CPU/memory requests (with its init containers' and its overhead: the
+    effective requests come out as for the whole pod)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    kept_spec: Obj = {"containers": _requests_only(spec.get("containers"))}
+    if spec.get("initContainers"):
+        kept_spec["initContainers"] = _requests_only(spec["initContainers"])
+    overhead = spec.get("overhead") or {}
+    if any(name in overhead for name in _COUNTED_REQUESTS):
+        kept_spec["overhead"] = {name: overhead[name] for name in _COUNTED_REQUESTS if name in overhead}
+    if spec.get("nodeName"):
+        kept_spec["nodeName"] = spec["nodeName"]
+    if spec.get("schedulingGates"):  # another component's gates (ours make a pod ours)
+        kept_spec["schedulingGates"] = [{"name": gate.get("name")} for gate in spec["schedulingGates"]]
+    kept: Obj = {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": {key: meta[key] for key in _NEIGHBOUR_METADATA if key in meta},
+        "spec": kept_spec,
+    }
+    phase = (pod.get("status") or {}).get("phase")
+    if phase:
+        kept["status"] = {"phase": phase}
+    return kept
+
+
+def placement_node(node: Mapping[str, Any]) -> Obj:
+    """The informer's transform for Nodes: what ``NodeView`` reads (labels, taints,
+    unschedulable, allocatable) and the identity the informer needs."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    kept_spec = {key: spec[key] for key in ("taints", "unschedulable") if key in spec}
+    allocatable = (node.get("status") or {}).get("allocatable")
+    return {
+        "apiVersion": node.get("apiVersion", "v1"),
+        "kind": node.get("kind", "Node"),
+        "metadata": {key: meta[key] for key in ("name", "uid", "resourceVersion", "labels") if key in meta},
+        "spec": kept_spec,
+        "status": {"allocatable": allocatable} if allocatable is not None else {},
+    }
+
+
+def slice_selector(driver: str) -> str:
+    """The field selector of our driver's ResourceSlices (the inventory and the slice changes
+    leave every other driver's out; ``spec.driver`` is a selectable field of ResourceSlices,
+    k8s.io/api's ``ResourceSliceSelectorDriver``)."""
+    return f"spec.driver={driver}"
+
+
+#: A value's key in ``SliceParts``: its compact JSON (the C encoder: four times faster than building
+#: a tuple key in Python, and about as small).
+_json_key = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class SliceParts:
+    """The informer's transform for our ResourceSlices: ``managedFields`` dropped, and each device's
+    attribute and capacity values shared with every equal value already kept.
+
+    A decoded slice holds its own copy of every value (``{"string": "NVIDIA H100 80GB HBM3"}``,
+    a capacity's ``requestPolicy``): about 60 kB per 8-GPU slice, 300 MB at 5,000 nodes, for what
+    is mostly the same few values (hack/bench_memory.py). Shared, a device keeps its own dicts
+    (``entry``, its ``attributes`` and ``capacity``: the inventory tells a changed device by its
+    entry's identity) whose values point to one copy each. Nothing that reads slices writes into
+    them (the controller never writes a slice), which is what makes sharing safe.
+
+    The table of kept values is emptied when it passes ``limit`` distinct values (devices come and
+    go with their UUIDs): later slices then share among themselves, the earlier ones keep what
+    they point to, so memory is never worse than without sharing.
+    """
+
+    def __init__(self, limit: int = 1_000_000) -> None:
+        self.limit = limit
+        self._kept: dict[Any, Any] = {}
+
+    def __call__(self, obj: Obj) -> Obj:
+        drop_managed_fields(obj)
+        if len(self._kept) > self.limit:
+            self._kept.clear()
+        for device in (obj.get("spec") or {}).get("devices") or ():
+            if not isinstance(device, dict):
+                continue
+            for part in ("attributes", "capacity"):
+                values = device.get(part)
+                if isinstance(values, dict):
+                    device[part] = {
+                        sys.intern(str(name)): self.share(value) for name, value in values.items()
+                    }
+        return obj
+
+    def share(self, value: Any) -> Any:
+        """The kept value equal to ``value`` (``value`` itself, kept from now on, if none is)."""
+        try:
+            return self._kept.setdefault(_json_key(value), value)
+        except (TypeError, ValueError):  # not JSON (cannot happen from the API): kept as it is
+            return value
