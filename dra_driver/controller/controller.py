@@ -31,6 +31,7 @@ from dra_driver.controller.binder import Binder, BindOutcome, BindResult
 from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.cache import ClusterCache, Wake
 from dra_driver.controller.hami_templates import HamiTemplates
+from dra_driver.controller.ledger import LedgerChanges
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
@@ -128,7 +129,7 @@ class Controller:
         self.backoff = backoff or CommitBackoff()
         self._was_leader = False
         self._last_resync = 0.0
-        self._metrics_generation: tuple[int, int] | None = None
+        self._series_stale = True  # the per-card series are computed in full next time
         self._metrics_at = 0.0
         self.passes = 0
         #: Binds in flight on the writer threads (none: each bind runs at once on the worker).
@@ -207,7 +208,8 @@ class Controller:
             if self._was_leader:
                 self.metrics.clear_leader_series()
                 self.cache.quotas.forget_metrics()
-                self._metrics_generation = None  # a new term reports everything again
+            self._series_stale = True  # a new term reports everything again
+            self._take_series_changes()  # (so what changed meanwhile is not kept)
             self._was_leader = False
             return
         now = time.monotonic()
@@ -328,18 +330,27 @@ class Controller:
             self.cache.pods[pod.key] = written
 
     def _update_metrics(self) -> None:
-        """The per-card and per-claim series when the ledger changed, and the pending pods (their
-        ages grow), at most once a second: a scrape reads the last snapshot."""
+        """The per-card and per-claim series where the ledger, a claim or a pod changed, and the
+        pending pods (their ages grow), at most once a second: a scrape reads the last snapshot."""
         now = time.monotonic()
         if now - self._metrics_at <= 1.0:
             return
         self._metrics_at = now
-        # Pods binding bump the second: a claim's pod may be learnt after its allocation.
-        generation = (self.cache.ledger.generation, self.cache.bound_generation)
-        if generation != self._metrics_generation:
-            self._metrics_generation = generation
-            self.metrics.update_gpus(self.cache.ledger, self.cache.tenants())
+        cache = self.cache
+        changes, claims, pods = self._take_series_changes()
+        if self._series_stale:
+            self._series_stale = False
+            self.metrics.refresh_gpus(cache.ledger, cache.tenant, cache.tenant_pod_uids)
+        elif changes.nodes or changes.inventory_nodes or changes.claims or claims or pods:
+            self.metrics.update_gpus_changed(
+                cache.ledger, changes, claims, pods, cache.tenant, cache.tenant_pod_uids
+            )
         self.metrics.update_pending(self.reports.groups(self.cache.pod_by_uid))
+
+    def _take_series_changes(self) -> tuple[LedgerChanges, set[str], set[str]]:
+        """What changed for the per-card and per-claim series since the last call."""
+        claims, pods = self.cache.take_series_changes()
+        return self.cache.ledger.take_changes(), claims, pods
 
     # --- writes on the pool, folded back here --------------------------------------------------
     def _collect(self) -> None:
