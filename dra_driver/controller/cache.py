@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dra_driver.controller.assumed import ClaimAssumptions
 from dra_driver.controller.bound import BoundRequests
 from dra_driver.controller.changelog import ChangeLog
-from dra_driver.controller.inventory import build_inventory
+from dra_driver.controller.inventory import build_inventory, prepare_cel
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics, Tenant
 from dra_driver.controller.quotas import QuotaBook
@@ -410,6 +410,8 @@ class ClusterCache:
         inventory = self.ledger.inventory
         previous = {node: inventory[node] for node in nodes if node in inventory}
         built = build_inventory(slices, self.driver, previous=previous)
+        for node in nodes & built.keys():
+            prepare_cel(built[node])
         self.ledger.update_nodes({node: built.get(node) for node in nodes})
 
     # --- whom a change wakes -------------------------------------------------------------------

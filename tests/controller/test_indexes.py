@@ -251,6 +251,8 @@ def test_the_cache_rereads_only_the_changed_nodes_devices_and_matches_a_full_reb
     inventory = world.cache.ledger.inventory
     assert inventory[B] is before[B] and inventory[A] is not before[A]
     assert inventory == build_inventory(changed, DRIVER)
+    # Converted for CEL when read (off the decision path), only where the devices were re-read.
+    assert all(d._cel is not None and d._cel._activation is not None for d in inventory[A].devices.values())
     device = next(d for d in inventory[A].devices.values() if d.name == "gpu-1")
     assert device.cel.data["device.attributes"][DRIVER]["architecture"] == "Hopper"
     # node-b's slice deleted: its devices go, node-a's stay as they are.
