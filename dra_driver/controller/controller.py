@@ -130,6 +130,7 @@ class Controller:
         self._was_leader = False
         self._last_resync = 0.0
         self._series_stale = True  # the per-card series are computed in full next time
+        self._series_published = False  # this term has not published them yet
         self._metrics_at = 0.0
         self.passes = 0
         #: Binds in flight on the writer threads (none: each bind runs at once on the worker).
@@ -208,8 +209,11 @@ class Controller:
             if self._was_leader:
                 self.metrics.clear_leader_series()
                 self.cache.quotas.forget_metrics()
-            self._series_stale = True  # a new term reports everything again
-            self._take_series_changes()  # (so what changed meanwhile is not kept)
+            self._series_published = False  # a new term publishes every series at once
+            now = time.monotonic()
+            if now - self._metrics_at > 1.0:  # kept up to date, unpublished, like the caches
+                self._metrics_at = now
+                self._update_series()
             self._was_leader = False
             return
         now = time.monotonic()
@@ -331,21 +335,33 @@ class Controller:
 
     def _update_metrics(self) -> None:
         """The per-card and per-claim series where the ledger, a claim or a pod changed, and the
-        pending pods (their ages grow), at most once a second: a scrape reads the last snapshot."""
+        pending pods (their ages grow), at most once a second (at once in a new term): a scrape
+        reads the last snapshot."""
         now = time.monotonic()
-        if now - self._metrics_at <= 1.0:
+        if now - self._metrics_at <= 1.0 and self._series_published:
             return
         self._metrics_at = now
+        if self._update_series() or not self._series_published:
+            self.metrics.publish_gpus()
+            self._series_published = True
+        self.metrics.update_pending(self.reports.groups(self.cache.pod_by_uid))
+
+    def _update_series(self) -> bool:
+        """Bring the per-card and per-claim series up to date where something changed (in full the
+        first time), without publishing them; whether any changed. A standby does it too, so a
+        new term publishes at once what a full rebuild would give."""
         cache = self.cache
         changes, claims, pods = self._take_series_changes()
         if self._series_stale:
             self._series_stale = False
-            self.metrics.refresh_gpus(cache.ledger, cache.tenant, cache.tenant_pod_uids)
-        elif changes.nodes or changes.inventory_nodes or changes.claims or claims or pods:
+            self.metrics.refresh_gpus(cache.ledger, cache.tenant, cache.tenant_pod_uids, publish=False)
+            return True
+        if changes.nodes or changes.inventory_nodes or changes.claims or claims or pods:
             self.metrics.update_gpus_changed(
-                cache.ledger, changes, claims, pods, cache.tenant, cache.tenant_pod_uids
+                cache.ledger, changes, claims, pods, cache.tenant, cache.tenant_pod_uids, publish=False
             )
-        self.metrics.update_pending(self.reports.groups(self.cache.pod_by_uid))
+            return True
+        return False
 
     def _take_series_changes(self) -> tuple[LedgerChanges, set[str], set[str]]:
         """What changed for the per-card and per-claim series since the last call."""

@@ -201,10 +201,14 @@ class ControllerMetrics:
         ``tenants``; one the controller has not seen yet is labelled with its namespace only)."""
         self.refresh_gpus(ledger, (tenants or {}).get, lambda _uid: ())
 
-    def refresh_gpus(self, ledger: Ledger, tenant_of: TenantOf, pods_of: PodsOf) -> None:
-        """``update_gpus`` with who holds each claim asked per claim (``ClusterCache.tenant``)."""
+    def refresh_gpus(
+        self, ledger: Ledger, tenant_of: TenantOf, pods_of: PodsOf, *, publish: bool = True
+    ) -> None:
+        """``update_gpus`` with who holds each claim asked per claim (``ClusterCache.tenant``);
+        ``publish``: scrapes see them now (else at the next ``publish_gpus``)."""
         self.gpu_series.full(ledger, tenant_of, pods_of)
-        self._publish_gpus()
+        if publish:
+            self.publish_gpus()
 
     def update_gpus_changed(
         self,
@@ -214,13 +218,17 @@ class ControllerMetrics:
         pods: Iterable[str],
         tenant_of: TenantOf,
         pods_of: PodsOf,
+        *,
+        publish: bool = True,
     ) -> None:
         """The cards and claims ``changes`` (the ledger's since the last call), ``claims`` (claim
         uids changed) and ``pods`` (pod uids come or gone) may have changed; the rest is kept."""
         self.gpu_series.update(ledger, changes, claims, pods, tenant_of, pods_of)
-        self._publish_gpus()
+        if publish:
+            self.publish_gpus()
 
-    def _publish_gpus(self) -> None:
+    def publish_gpus(self) -> None:
+        """What scrapes read from now on: the series as they are (copies of the piece maps)."""
         self.gpus.set_pieces(dict(self.gpu_series.nodes), dict(self.gpu_series.holders))
 
     def update_pending(self, groups: Mapping[str, PendingGroup], now: float | None = None) -> None:
@@ -238,10 +246,10 @@ class ControllerMetrics:
         )
 
     def clear_leader_series(self) -> None:
-        """This replica stopped leading: what it would report is the new leader's to say."""
+        """This replica stopped leading: what it would report is the new leader's to say (its
+        series are still kept up to date, unpublished, for its next term)."""
         self.gpus.set({})
         self.pending.set({})
-        self.gpu_series = GpuSeries()
 
     def serve(self, port: int, address: str = "0.0.0.0") -> MetricsServer:
         """``/metrics``, ``/healthz`` and ``/readyz`` (``self.ready``) on ``address:port``."""

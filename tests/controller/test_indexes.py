@@ -342,10 +342,12 @@ def test_a_standby_clears_its_series_and_reports_everything_when_it_leads_again(
     world.controller.run_once()
     assert _series(world.metrics) == {}
     tenant(world, "b")
-    world.place("b-pod")  # changes while standing by are not kept, but a new term shows them
-    world.leading = True
+    world.place("b-pod")
     world.controller._metrics_at = 0.0
-    world.controller.run_once()
+    world.controller.run_once()  # a standby keeps its series up to date, unpublished
+    assert _series(world.metrics) == {}
+    world.leading = True
+    world.controller.run_once()  # published at once in the new term (within the second)
     fresh = ControllerMetrics()
     fresh.update_gpus(world.cache.ledger, world.cache.tenants())
     assert _series(world.metrics) == _series(fresh) != {}
