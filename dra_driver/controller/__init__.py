@@ -5,7 +5,9 @@ Split along kube-scheduler's seams, over the typed model of dra_driver/resource:
 * ``controller`` — the worker: informers -> cache -> ``decide`` (allocate, then assume or report)
   -> binder on a writer pool -> results folded back; releaser and pending retries each pass;
 * ``cache`` — typed caches, indexes, the ledger and quotas; ``apply_event`` says whom a change
-  wakes (``Wake``); ``assumed`` — what we wrote before the informers show it; ``slice_changes``;
+  wakes (``Wake``); ``assumed`` — what we wrote before the informers show it; ``slice_changes``
+  (which nodes' devices to re-read); ``bound`` (CPU/memory bound per node, kept per pod);
+  ``changelog`` (which nodes changed, so derived indexes catch up with only those);
 * ``allocator`` — pure: a pod and the cache -> ``Placed`` or why not (no API calls); with
   ``nodefit`` (where the pod may run), ``eligibility`` (CEL + taints per request), ``planner``
   (one pod's claims through the engine), ``allocation`` (a plan -> ``status.allocation``),
@@ -15,7 +17,8 @@ Split along kube-scheduler's seams, over the typed model of dra_driver/resource:
   fence), on the one retry helper; ``binding`` — the binds in flight on the writer threads,
   collected by the worker; ``releaser`` — deallocation and overcommit repair;
 * ``pending`` (why each pending pod waits), ``requeue`` and ``retries`` (which pending pods a
-  change helps; the bounded, namespace-fair batch), ``quotas``, ``metrics``, ``command``
+  change helps; the bounded, namespace-fair batch), ``quotas``, ``metrics`` (with
+  ``gpu_series``: the per-card and per-claim samples, recomputed where they changed), ``command``
   (``hami-dra controller``).
 
 Generic plumbing (REST client, errors, informers, leader election, write retry, events) is in

@@ -28,7 +28,7 @@ from dra_driver.controller.eligibility import Matcher
 from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_ANNOTATION
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.nodefit import node_fit_problem
+from dra_driver.controller.nodefit import NodeFitIndex, node_fit_problem
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
 from dra_driver.engine import Decision, GpuCard
 from dra_driver.resource.objects import ClaimView, PodView
@@ -136,6 +136,7 @@ class Allocator:
         self.metrics = metrics
         self.matcher = Matcher(self.driver, policy_taint or policy_taint_key(self.driver))
         self.planner = Planner(cache.ledger, self.matcher, self.driver, defaults, cache.classes.get)
+        self.node_fits = NodeFitIndex(lambda: cache.nodes, self._fits, self._fit_changes, self._fit_position)
 
     def is_candidate(self, pod: PodView) -> bool:
         """Ours to place: gated by us, or ungated with an unallocated claim of ours: its allocation
@@ -157,20 +158,27 @@ class Allocator:
 
     def allowed_nodes(self, pod: PodView, among: frozenset[str] | None = None) -> frozenset[str]:
         """Nodes (of ``among``, default all) where the pod itself may run: selectors, affinity,
-        taints, CPU/memory/pods left, and a pool of ours."""
+        taints, CPU/memory/pods left, and a pool of ours. All nodes come from the node fit index
+        (only what changed since is looked at again); a few nodes are looked at directly."""
+        if among is None:
+            return self.node_fits.allowed(pod)
+        return frozenset(name for name in among if self._fits(pod, name))
+
+    def _fits(self, pod: PodView, name: str) -> bool:
         cache = self.cache
-        bound = cache.bound_requests() if any(amount > 0 for amount in pod.requests.values()) else {}
-        inventory = cache.ledger.inventory
-        allowed = set()
-        for name in cache.nodes if among is None else among:
-            node = cache.nodes.get(name)
-            if (
-                node is not None
-                and name in inventory
-                and node_fit_problem(pod, node, bound.get(name, {})) is None
-            ):
-                allowed.add(name)
-        return frozenset(allowed)
+        node = cache.nodes.get(name)
+        if node is None or name not in cache.ledger.inventory:
+            return False
+        bound = cache.bound_requests().get(name, {}) if any(a > 0 for a in pod.requests.values()) else {}
+        return node_fit_problem(pod, node, bound) is None
+
+    def _fit_position(self) -> tuple[int, ...]:
+        return (self.cache.node_log.position, self.cache.ledger.inventory_log.position)
+
+    def _fit_changes(self, position: tuple[int, ...]) -> set[str] | None:
+        nodes = self.cache.node_log.since(position[0])
+        devices = self.cache.ledger.inventory_log.since(position[1])
+        return None if nodes is None or devices is None else nodes | devices
 
     def pending_shape(self, pod: PodView) -> str | None:
         """A key equal for pods that get the same plan on the same state, or None when unsure.

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dra_driver.controller.assumed import ClaimAssumptions
-from dra_driver.controller.inventory import build_inventory
+from dra_driver.controller.bound import BoundRequests
+from dra_driver.controller.changelog import ChangeLog
+from dra_driver.controller.inventory import build_inventory, prepare_cel
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics, Tenant
 from dra_driver.controller.quotas import QuotaBook
@@ -24,7 +26,7 @@ from dra_driver.kube.api import Obj
 from dra_driver.kube.watch import object_key
 from dra_driver.quota.model import QuotaObject
 from dra_driver.resource.nodes import NodeView
-from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView, bound_requests_by_node
+from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.uses import Use
 
 log = logging.getLogger("dra_driver.controller")
@@ -75,13 +77,23 @@ class ClusterCache:
         self.owned: dict[tuple[str, str], str] = {}  # (owner pod uid, pod claim name) -> claim name
         self.consumers: dict[str, set[str]] = {}  # claim key -> pod keys referring to it
         self.pods_by_uid: dict[str, str] = {}
+        # The same two indexes inverted, so a pod's end finds its claims without a scan of all.
+        self.consumed: dict[str, set[str]] = {}  # pod key -> claim keys of ``consumers`` naming it
+        self.owned_by_uid: dict[str, set[str]] = {}  # owner pod uid -> its pod claim names in ``owned``
+        self.claim_keys_by_uid: dict[str, str] = {}  # claim uid -> key, for the per-claim series
         #: Claims (by uid) deleted while a bound, active pod still names them: counted until those
         #: pods end.
         self.orphans: dict[str, ClaimView] = {}
         #: Claims being written or just written: what the controller knows before its cache does.
         self.assumed = ClaimAssumptions(self.ledger, driver)
         self.bound_generation = 0  # bumped when a pod bound to a node changes (CPU/memory in use)
-        self._bound_cache: tuple[int, dict[str, dict[str, float]]] | None = None
+        self.bound = BoundRequests()
+        #: Nodes whose Node object or CPU/memory in use changed (the node fit index catches up).
+        self.node_log = ChangeLog()
+        #: Claims (by uid) whose object changed and pods (by uid) that came or went since the
+        #: per-claim series last looked (``take_series_changes``): who a claim's series names.
+        self._series_claims: set[str] = set()
+        self._series_pods: set[str] = set()
         self.slice_changes = SliceChanges(driver)
 
     # --- reads ---------------------------------------------------------------------------------
@@ -113,10 +125,8 @@ class ClusterCache:
         return self.pods.get(key) if key else None
 
     def bound_requests(self) -> Mapping[str, Mapping[str, float]]:
-        """CPU/memory requested by the active pods bound to each node, recounted when they change."""
-        if self._bound_cache is None or self._bound_cache[0] != self.bound_generation:
-            self._bound_cache = (self.bound_generation, bound_requests_by_node(self.pods.values()))
-        return self._bound_cache[1]
+        """CPU/memory requested by the active pods bound to each node, kept up to date per pod."""
+        return self.bound.by_node
 
     def live_consumers(self, claim: ClaimView, *, bound_only: bool = False) -> bool:
         """Whether an active pod refers to the claim (its pod-claim entry resolves to it);
@@ -138,17 +148,41 @@ class ClusterCache:
                 return False
         return True
 
+    def tenant(self, uid: str) -> Tenant | None:
+        """``tenants()[uid]`` of one claim (None when it has no entry there)."""
+        claim = self._tenant_claim(uid)
+        return None if claim is None else _tenant(claim, self.pods_by_uid)
+
+    def tenant_pod_uids(self, uid: str) -> tuple[str, ...]:
+        """The uids of the pods ``tenant(uid)`` names when they are known."""
+        claim = self._tenant_claim(uid)
+        return () if claim is None else _tenant_pod_uids(claim)
+
+    def _tenant_claim(self, uid: str) -> ClaimView | None:
+        """The claim ``tenants()`` describes under ``uid``: a deleted one still booked, or the
+        effective version of the cached one."""
+        claim = self.orphans.get(uid)
+        if claim is None:
+            key = self.claim_keys_by_uid.get(uid)
+            cached = self.claims.get(key) if key is not None else None
+            if cached is None or cached.uid != uid:
+                return None
+            claim = self.claim(cached.namespace, cached.name) or cached
+        return claim
+
+    def take_series_changes(self) -> tuple[set[str], set[str]]:
+        """(claim uids, pod uids) changed since the last call (one reader: the per-claim series)."""
+        changed = self._series_claims, self._series_pods
+        self._series_claims, self._series_pods = set(), set()
+        return changed
+
     def tenants(self) -> dict[str, Tenant]:
         """Claim uid -> who holds it, for the per-claim metrics: the pods it is reserved for, or
         the pod it was generated for while not reserved yet (deleted claims still booked too)."""
         tenants = {}
         effective = (self.claim(claim.namespace, claim.name) or claim for claim in self.claims.values())
         for claim in (*effective, *self.orphans.values()):
-            pods = [self.pods_by_uid.get(uid) for uid in claim.reserved_uids] or [
-                self.pods_by_uid.get(uid) for uid, _ in claim.owners
-            ]
-            names = sorted({key.partition("/")[2] for key in pods if key})
-            tenants[claim.uid] = Tenant(claim.namespace, claim.name, ",".join(names))
+            tenants[claim.uid] = _tenant(claim, self.pods_by_uid)
         return tenants
 
     # --- informer events -----------------------------------------------------------------------
@@ -203,11 +237,20 @@ class ClusterCache:
 
     def claim_event(self, key: str, old: ClaimView | None, new: ClaimView | None) -> None:
         """Cache a claim's new version; the ledger counts what ``assumed`` says is effective."""
+        cached = self.claims.get(key)
+        if cached is not None and (new is None or cached.uid != new.uid):
+            if self.claim_keys_by_uid.get(cached.uid) == key:
+                del self.claim_keys_by_uid[cached.uid]
+            self._series_claims.add(cached.uid)
         if new is None:
             self.claims.pop(key, None)
             self.assumed.forget(key)
         else:
             self.claims[key] = new
+            self.claim_keys_by_uid[new.uid] = key
+            self._series_claims.add(new.uid)
+        if old is not None:
+            self._series_claims.add(old.uid)
         self.observe_claim(old, new)
 
     def class_event(self, name: str, new: Mapping[str, object] | None) -> None:
@@ -221,6 +264,7 @@ class ClusterCache:
             self.nodes.pop(name, None)
         else:
             self.nodes[name] = new
+        self.node_log.note((name,))
 
     def observe_claim(self, old: ClaimView | None, new: ClaimView | None) -> None:
         """Keep the ledger and the template-claim index in step with a claim change.
@@ -231,7 +275,8 @@ class ClusterCache:
         """
         if old is not None and new is None:
             for owner in old.owners:
-                self.owned.pop(owner, None)
+                if self.owned.pop(owner, None) is not None:
+                    self._unindex_owner(owner)
             if old.uses and self.live_consumers(old, bound_only=True):
                 # Deleted while a pod that names it still runs (our finalizer was stripped by
                 # hand): the container keeps the device until the pod ends, so its share stays
@@ -249,19 +294,45 @@ class ClusterCache:
         self.assumed.observed(new, self.claims.get(new.key))
         for owner in new.owners:
             self.owned[owner] = new.name
+            self.owned_by_uid.setdefault(owner[0], set()).add(owner[1])
+
+    def _unindex_owner(self, owner: tuple[str, str]) -> None:
+        uid, pod_claim = owner
+        names = self.owned_by_uid.get(uid)
+        if names is not None:
+            names.discard(pod_claim)
+            if not names:
+                del self.owned_by_uid[uid]
 
     def observe_pod(self, old: PodView | None, new: PodView | None) -> None:
-        """Index which claims each pod refers to (for releases) and pods by UID."""
+        """Index which claims each pod refers to (for releases), pods by UID, and the CPU/memory
+        bound pods request on each node."""
         if any(pod is not None and pod.bound_to for pod in (old, new)):
             self.bound_generation += 1
         if old is not None:
+            consumed = self.consumed.get(old.key)
             for claim_key in old.claim_keys:
                 self.consumers.get(claim_key, set()).discard(old.key)
-            self.pods_by_uid.pop(old.uid, None)
+                if consumed is not None:
+                    consumed.discard(claim_key)
+            if consumed is not None and not consumed:
+                del self.consumed[old.key]
+            if self.pods_by_uid.pop(old.uid, None) is not None:
+                self._series_pods.add(old.uid)
         if new is not None:
             for claim_key in new.claim_keys:
                 self.consumers.setdefault(claim_key, set()).add(new.key)
+                self.consumed.setdefault(new.key, set()).add(claim_key)
+            if self.pods_by_uid.get(new.uid) != new.key:
+                self._series_pods.add(new.uid)
             self.pods_by_uid[new.uid] = new.key
+        self._track_bound(old, new)
+
+    def _track_bound(self, old: PodView | None, new: PodView | None) -> None:
+        """Count the pod's CPU/memory on the node it is bound to (and no longer where it was)."""
+        key = new.key if new is not None else old.key if old is not None else None
+        if key is not None:
+            self.node_log.note(self.bound.track(key, new))
 
     def release_orphans(self) -> list[str]:
         """Stop counting deleted claims whose last active pod has ended; returns their keys."""
@@ -277,13 +348,16 @@ class ClusterCache:
 
     def wrote(self, obj: Mapping[str, object]) -> ClaimView:
         """A claim as one of our writes returned it (newer than the informer's copy, for now)."""
-        return self.assumed.wrote(obj)
+        view = self.assumed.wrote(obj)
+        self._series_claims.add(view.uid)
+        return view
 
     def assume(self, writes: Iterable[tuple[ClaimView, tuple[Use, ...]]]) -> None:
         """Count planned allocations now, so the next pod is planned with them even while they
         are written (the same uses the written allocation gives when its informer event arrives)."""
         for claim, uses in writes:
             self.assumed.begin_write(claim, uses)
+            self._series_claims.add(claim.uid)
 
     def apply_bind(
         self,
@@ -299,6 +373,8 @@ class ClusterCache:
         """
         attempted = list(attempted)
         written, failed = list(written), list(failed)
+        self._series_claims.update(claim.uid for claim in attempted)
+        self._series_claims.update(current.uid for _, current in failed if current is not None)
         for claim in attempted:
             self.assumed.end_write(claim)
         for claim in written:
@@ -322,9 +398,21 @@ class ClusterCache:
                 self.observe_claim(None, effective)
         if pod is not None:
             self.pods[pod.key] = pod
+            self._track_bound(None, pod)
 
     def refresh_inventory(self, slices: list[Obj]) -> None:
+        """Rebuild the whole inventory from ``slices`` (devices whose entry did not change are kept)."""
         self.ledger.set_inventory(build_inventory(slices, self.driver, previous=self.ledger.inventory))
+
+    def refresh_nodes(self, nodes: set[str], slices: list[Obj]) -> None:
+        """Re-read the devices of ``nodes`` only, from ``slices`` (every slice of their pools):
+        the other nodes' devices, and what was selected among them, stay as they are."""
+        inventory = self.ledger.inventory
+        previous = {node: inventory[node] for node in nodes if node in inventory}
+        built = build_inventory(slices, self.driver, previous=previous)
+        for node in nodes & built.keys():
+            prepare_cel(built[node])
+        self.ledger.update_nodes({node: built.get(node) for node in nodes})
 
     # --- whom a change wakes -------------------------------------------------------------------
     def _pod_changed(self, key: str, old: PodView | None, new: PodView | None) -> Wake:
@@ -336,11 +424,10 @@ class ClusterCache:
             wake.deleted_pods.add(old.uid)
         if (new is None or not new.active) and old is not None:
             wake.claims.update(old.claim_keys)
-            wake.claims.update(claim_key for claim_key, pods in self.consumers.items() if key in pods)
+            wake.claims.update(self.consumed.get(key, ()))
             wake.claims.update(
-                f"{old.namespace}/{claim_name}"
-                for (owner, _), claim_name in self.owned.items()
-                if owner == old.uid
+                f"{old.namespace}/{self.owned[(old.uid, pod_claim)]}"
+                for pod_claim in self.owned_by_uid.get(old.uid, ())
             )
             if old.bound_to:
                 wake.retry_nodes.add(old.bound_to)
@@ -381,10 +468,15 @@ class ClusterCache:
         return self.slice_changes.changed
 
     def refresh_slices(self, slices: list[Obj]) -> Wake:
-        """Rebuild the inventory after slice events; wakes the pending pods where room may be."""
-        nodes = self.slice_changes.take(slices)
-        self.refresh_inventory(slices)
-        return Wake(retry_everywhere=True) if nodes is None else Wake(retry_nodes=nodes)
+        """Re-read the devices of the nodes whose slices changed (all of them when a slice has no
+        node); wakes the pending pods where room may be."""
+        changed = self.slice_changes.take_nodes(slices)
+        if changed is None:
+            self.refresh_inventory(slices)
+            return Wake(retry_everywhere=True)
+        nodes, their_slices = changed
+        self.refresh_nodes(nodes, their_slices)
+        return Wake(retry_nodes=nodes)
 
     def claims_of(self, keys: Iterable[str]) -> list[ClaimView]:
         """The effective claims of ``keys`` that still exist."""
@@ -395,3 +487,15 @@ class ClusterCache:
             if claim is not None:
                 found.append(claim)
         return found
+
+
+def _tenant_pod_uids(claim: ClaimView) -> tuple[str, ...]:
+    """The pods that hold ``claim``: those it is reserved for, else the pod it was generated for."""
+    return tuple(claim.reserved_uids) or tuple(uid for uid, _ in claim.owners)
+
+
+def _tenant(claim: ClaimView, pods_by_uid: Mapping[str, str]) -> Tenant:
+    """Who holds ``claim``: the pods it is reserved for, else the pod it was generated for."""
+    pods = [pods_by_uid.get(uid) for uid in _tenant_pod_uids(claim)]
+    names = sorted({key.partition("/")[2] for key in pods if key})
+    return Tenant(claim.namespace, claim.name, ",".join(names))

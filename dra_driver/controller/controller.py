@@ -42,6 +42,7 @@ from dra_driver.controller.binder import Binder, BindOutcome, BindResult
 from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.cache import ClusterCache, Wake
 from dra_driver.controller.hami_templates import HamiTemplates
+from dra_driver.controller.ledger import LedgerChanges
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pending import PendingReports
 from dra_driver.controller.releaser import Releaser
@@ -155,7 +156,8 @@ class Controller:
         self.backoff = backoff or CommitBackoff()
         self._was_leader = False
         self._last_resync = 0.0
-        self._metrics_generation: tuple[int, int] | None = None
+        self._series_stale = True  # the per-card series are computed in full next time
+        self._series_published = False  # this term has not published them yet
         self._metrics_at = 0.0
         self.passes = 0
         #: Binds in flight on the writer threads (none: each bind runs at once on the worker).
@@ -248,7 +250,11 @@ class Controller:
             if self._was_leader:
                 self.metrics.clear_leader_series()
                 self.cache.quotas.forget_metrics()
-                self._metrics_generation = None  # a new term reports everything again
+            self._series_published = False  # a new term publishes every series at once
+            now = time.monotonic()
+            if now - self._metrics_at > 1.0:  # kept up to date, unpublished, like the caches
+                self._metrics_at = now
+                self._update_series()
             self._was_leader = False
             return
         now = time.monotonic()
@@ -369,18 +375,39 @@ class Controller:
             self.cache.pods[pod.key] = written
 
     def _update_metrics(self) -> None:
-        """The per-card and per-claim series when the ledger changed, and the pending pods (their
-        ages grow), at most once a second: a scrape reads the last snapshot."""
+        """The per-card and per-claim series where the ledger, a claim or a pod changed, and the
+        pending pods (their ages grow), at most once a second (at once in a new term): a scrape
+        reads the last snapshot."""
         now = time.monotonic()
-        if now - self._metrics_at <= 1.0:
+        if now - self._metrics_at <= 1.0 and self._series_published:
             return
         self._metrics_at = now
-        # Pods binding bump the second: a claim's pod may be learnt after its allocation.
-        generation = (self.cache.ledger.generation, self.cache.bound_generation)
-        if generation != self._metrics_generation:
-            self._metrics_generation = generation
-            self.metrics.update_gpus(self.cache.ledger, self.cache.tenants())
+        if self._update_series() or not self._series_published:
+            self.metrics.publish_gpus()
+            self._series_published = True
         self.metrics.update_pending(self.reports.groups(self.cache.pod_by_uid))
+
+    def _update_series(self) -> bool:
+        """Bring the per-card and per-claim series up to date where something changed (in full the
+        first time), without publishing them; whether any changed. A standby does it too, so a
+        new term publishes at once what a full rebuild would give."""
+        cache = self.cache
+        changes, claims, pods = self._take_series_changes()
+        if self._series_stale:
+            self._series_stale = False
+            self.metrics.refresh_gpus(cache.ledger, cache.tenant, cache.tenant_pod_uids, publish=False)
+            return True
+        if changes.nodes or changes.inventory_nodes or changes.claims or claims or pods:
+            self.metrics.update_gpus_changed(
+                cache.ledger, changes, claims, pods, cache.tenant, cache.tenant_pod_uids, publish=False
+            )
+            return True
+        return False
+
+    def _take_series_changes(self) -> tuple[LedgerChanges, set[str], set[str]]:
+        """What changed for the per-card and per-claim series since the last call."""
+        claims, pods = self.cache.take_series_changes()
+        return self.cache.ledger.take_changes(), claims, pods
 
     # --- writes on the pool, folded back here --------------------------------------------------
     def _collect(self) -> None:

@@ -15,7 +15,7 @@ selections (the next plan does not pay again); a budget refusal is kept across i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,13 +43,37 @@ class Eligible:
     tainted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeSelection:
+    """What a request may use on one node: its devices, those kept out by a taint, and how many
+    devices the node has (for "all of ours")."""
+
+    matched: tuple[Device, ...]
+    tainted: tuple[tuple[str, tuple[str, ...]], ...]
+    total: int
+
+
+@dataclass(slots=True)
+class _Selection:
+    """A cached selection: per node, and the ``Eligible`` made of them, at inventory ``position``."""
+
+    position: int
+    per_node: dict[str, _NodeSelection]
+    eligible: Eligible
+
+
 class Matcher:
-    """CEL + taint eligibility per (class, selectors, tolerations), cached until the inventory changes."""
+    """CEL + taint eligibility per (class, selectors, tolerations), cached per node.
+
+    When some nodes' devices change (``changed_since``: the inventory's change log), a cached
+    selection evaluates only those nodes' devices again: every other node's CEL results are
+    kept. Without a log, or when the change is unknown, a selection is evaluated in full.
+    """
 
     def __init__(self, driver: str, policy_taint: str) -> None:
         self.driver = driver
         self.policy_taint = policy_taint
-        self._cache: dict[tuple[Any, ...], Eligible | str] = {}  # str: the selector error
+        self._cache: dict[tuple[Any, ...], _Selection | str] = {}  # str: the selector error
         self._refused: dict[tuple[Any, ...], str] = {}  # selections over their cost budget
         self._generation = -1
 
@@ -61,10 +85,18 @@ class Matcher:
         inventory: Mapping[str, NodeInventory],
         generation: int,
         budget: CostBudget | None = None,
+        changed_since: Callable[[int], set[str] | None] | None = None,
     ) -> Eligible:
-        """The devices ``spec`` may use; raises ``RequestError`` with the selector's error (cached)."""
+        """The devices ``spec`` may use; raises ``RequestError`` with the selector's error (cached).
+
+        ``generation``: the inventory's position in its change log (``Ledger.inventory_log``),
+        ``changed_since`` that log's ``since``: the nodes to evaluate again in a cached selection.
+        """
         if generation != self._generation:
-            self._cache.clear()
+            if changed_since is None:
+                self._cache.clear()
+            else:  # a selection catches up when read; an error is looked at again in full
+                self._cache = {key: value for key, value in self._cache.items() if not isinstance(value, str)}
             self._generation = generation
         class_exprs = tuple(class_selectors(device_class))
         key = (
@@ -77,51 +109,57 @@ class Matcher:
         cached = self._cache.get(key)
         if isinstance(cached, str):
             raise RequestError(cached)
-        if cached is not None:
-            return cached
+        if cached is not None and cached.position == generation:
+            return cached.eligible
         refused = self._refused.get(key)
         if refused is not None:
             raise RequestError(refused)
+        changed = None if cached is None or changed_since is None else changed_since(cached.position)
         try:
-            eligible = self._select(spec, class_exprs, claim_subject, inventory, budget)
+            if cached is None or changed is None:
+                per_node = self._select(spec, class_exprs, claim_subject, inventory.items(), budget)
+            else:
+                per_node = dict(cached.per_node)
+                for node in changed:
+                    per_node.pop(node, None)
+                there = ((node, inventory[node]) for node in changed if node in inventory)
+                per_node.update(self._select(spec, class_exprs, claim_subject, there, budget))
         except SelectorBudgetError as err:
+            self._cache.pop(key, None)
             _bounded_put(self._refused, key, str(err), MAX_REFUSED_SELECTIONS)
             raise RequestError(str(err)) from None
         except SelectorError as err:
             _bounded_put(self._cache, key, str(err), MAX_CACHED_SELECTIONS)
             raise RequestError(str(err)) from None
+        selection = _Selection(generation, per_node, _eligible(per_node, inventory))
         # Per-claim selectors could otherwise grow it without bound; the oldest goes first.
-        _bounded_put(self._cache, key, eligible, MAX_CACHED_SELECTIONS)
-        return eligible
+        _bounded_put(self._cache, key, selection, MAX_CACHED_SELECTIONS)
+        return selection.eligible
 
     def _select(
         self,
         spec: RequestSpec,
         class_exprs: Sequence[str],
         claim_subject: str,
-        inventory: Mapping[str, NodeInventory],
+        nodes: Iterable[tuple[str, NodeInventory]],
         budget: CostBudget | None,
-    ) -> Eligible:
-        devices, nodes, per_node, total = set(), set(), {}, 0
-        tainted: dict[str, tuple[str, ...]] = {}
-        for node, node_inventory in inventory.items():
+    ) -> dict[str, _NodeSelection]:
+        """Evaluate the selectors and taints on every device of ``nodes``."""
+        per_node = {}
+        for node, node_inventory in nodes:
             matched = []
-            for device in sorted(node_inventory.devices.values(), key=lambda item: item.card.index):
-                total += 1
+            tainted = []
+            devices = sorted(node_inventory.devices.values(), key=lambda item: item.card.index)
+            for device in devices:
                 if not self._selected(spec, class_exprs, claim_subject, device, budget):
                     continue
                 keeping_out = self._untolerated(spec, device)
                 if keeping_out:
-                    tainted[f"{node}/{device.name}"] = keeping_out
+                    tainted.append((f"{node}/{device.name}", keeping_out))
                     continue
                 matched.append(device)
-                devices.add((node, device.card.index))
-            if matched:
-                nodes.add(node)
-                per_node[node] = tuple(matched)
-        return Eligible(
-            None if len(devices) == total else frozenset(devices), frozenset(nodes), per_node, tainted
-        )
+            per_node[node] = _NodeSelection(tuple(matched), tuple(tainted), len(devices))
+        return per_node
 
     @staticmethod
     def _selected(
@@ -138,6 +176,25 @@ class Matcher:
         others = [taint for taint in device.taints if taint.get("key") != self.policy_taint]
         kept_out = [taint for taint in others if not taints_tolerated([taint], spec.tolerations, effects)]
         return tuple(str(taint.get("key")) for taint in kept_out)
+
+
+def _eligible(per_node: Mapping[str, _NodeSelection], inventory: Mapping[str, NodeInventory]) -> Eligible:
+    """The ``Eligible`` of per-node selections (nodes no longer in the inventory left out)."""
+    devices: set[tuple[str, int]] = set()
+    nodes: set[str] = set()
+    matched: dict[str, tuple[Device, ...]] = {}
+    tainted: dict[str, tuple[str, ...]] = {}
+    total = 0
+    for node, selection in per_node.items():
+        if node not in inventory:
+            continue
+        total += selection.total
+        tainted.update(selection.tainted)
+        if selection.matched:
+            nodes.add(node)
+            matched[node] = selection.matched
+            devices.update((node, device.card.index) for device in selection.matched)
+    return Eligible(None if len(devices) == total else frozenset(devices), frozenset(nodes), matched, tainted)
 
 
 def _bounded_put(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, limit: int) -> None:

@@ -110,6 +110,20 @@ class NodeInventory:
         return self.by_index[index]
 
 
+def prepare_cel(inventory: NodeInventory) -> None:
+    """Convert the node's devices to their CEL inputs now, when its slices are read (the
+    controller, after a slice change): the first decision that selects among them does not pay
+    for every device of the cluster. A device that does not convert is left for the selection to
+    report (its error is the selector's)."""
+    for device in inventory.devices.values():
+        cel = device.cel
+        if cel.error is None:
+            try:
+                cel.activation()
+            except Exception:  # reported by the selection that evaluates it
+                log.debug("device %s: CEL input not prepared", device.id, exc_info=True)
+
+
 def nvlink_pair_scores(text: str) -> dict[int, int]:
     """``"18:1-3;4:5"`` -> ``{1: 1800, 2: 1800, 3: 1800, 5: 400}`` (pair scores by peer index)."""
     return dict(pair_scores(parse_nvlink_peers(text)))

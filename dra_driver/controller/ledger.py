@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.contract import DeviceId
+from dra_driver.controller.changelog import ChangeLog
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.engine import ClusterState, DeviceShare, GpuCard, Placement, StateError
 from dra_driver.quota import Charge
@@ -33,6 +35,16 @@ def card_capacity(card: GpuCard) -> Capacity:
     return Capacity(card.memory, card.cores, card.slots)
 
 
+@dataclass(slots=True)
+class LedgerChanges:
+    """What changed since the last ``Ledger.take_changes`` (for the per-card and per-claim series):
+    nodes whose engine state was rebuilt, nodes whose devices changed, claims whose uses changed."""
+
+    nodes: set[str] = field(default_factory=set)
+    inventory_nodes: set[str] = field(default_factory=set)
+    claims: set[str] = field(default_factory=set)
+
+
 class Ledger:
     """Inventory + per-claim contributions -> ``ClusterState`` (single owner; not thread-safe)."""
 
@@ -45,7 +57,23 @@ class Ledger:
         self._unplaced: set[str] = set()  # claims with a use on an unknown device
         self._by_namespace: dict[str, set[str]] = {}  # namespace -> claim uids with uses
         self.generation = 0  # bumped whenever usage or inventory changes
-        self.inventory_generation = 0  # bumped whenever the inventory changes (CEL caches)
+        #: The nodes whose devices changed, batch by batch (the CEL selections catch up with it).
+        self.inventory_log = ChangeLog()
+        self._changes = LedgerChanges()
+
+    @property
+    def inventory_generation(self) -> int:
+        """Bumped whenever the inventory changes (``inventory_log``'s position)."""
+        return self.inventory_log.position
+
+    def take_changes(self) -> LedgerChanges:
+        """What changed since the last call (one reader: the controller's per-card series)."""
+        changes, self._changes = self._changes, LedgerChanges()
+        return changes
+
+    def claims_on(self, node: str) -> frozenset[str]:
+        """The uids of the claims with a use on ``node``'s devices."""
+        return frozenset(self._by_node.get(node, ()))
 
     # --- inventory ---------------------------------------------------------------------------
     def set_inventory(self, nodes: Mapping[str, NodeInventory]) -> None:
@@ -68,7 +96,42 @@ class Ledger:
         for name in changed:
             self._rebuild(name)
         self.generation += 1
-        self.inventory_generation += 1
+        self._changes.inventory_nodes |= names
+        self.inventory_log.note_all()
+
+    def update_nodes(self, nodes: Mapping[str, NodeInventory | None]) -> None:
+        """Replace the devices of these nodes only (None: it has none now), after a slice change
+        there; every other node, its claims and its CEL selections are left as they are.
+
+        The same result as ``set_inventory`` with the whole new inventory: the claims re-indexed
+        are those on these nodes and those whose device was not published (it may be now).
+        """
+        if not nodes:
+            return
+        changed = {name for name, new in nodes.items() if _cards(self.inventory.get(name)) != _cards(new)}
+        previously_unplaced = set(self._unplaced)
+        affected = set(previously_unplaced)
+        for name in nodes:
+            affected |= self._by_node.get(name, set())
+        for uid in affected:  # out of the index where its devices were (before they change)
+            for name in self._nodes_of(uid):
+                self._by_node.get(name, set()).discard(uid)
+        for name in nodes:
+            for key in self.inventory.pop(name, NodeInventory(name)).devices:
+                self._devices.pop(key, None)
+        for name, new in nodes.items():
+            if new is not None:
+                self.inventory[name] = new
+                self._devices.update(new.devices)
+        for uid in affected:
+            nodes_used = self._index(uid, self._claims.get(uid, ()))
+            if uid in previously_unplaced:
+                changed |= nodes_used
+        for name in changed:
+            self._rebuild(name)
+        self.generation += 1
+        self._changes.inventory_nodes |= set(nodes)
+        self.inventory_log.note(nodes)
 
     def device_name(self, node: str, index: int) -> str:
         """The published name of the engine's card ``index`` on ``node`` (``gpu-<index>`` if unknown)."""
@@ -98,6 +161,7 @@ class Ledger:
         for node in affected:
             self._rebuild(node)
         self.generation += 1
+        self._changes.claims.add(uid)
 
     def remove_claim(self, uid: str) -> None:
         self.set_claim(uid, ())
@@ -189,6 +253,7 @@ class Ledger:
 
     def _rebuild(self, node: str) -> None:
         """Reset one node of the engine state to inventory + recorded contributions."""
+        self._changes.nodes.add(node)
         self.state.remove_node(node)
         inventory = self.inventory.get(node)
         if inventory is None or not inventory.devices:

@@ -2,9 +2,10 @@
 
 What the controller knows and no other component does: every card's capacity and what allocated
 claims take from it (the ledger, whoever allocated), who those claims are, and which pods it holds
-pending and why. The per-card, per-claim and pending series are set as a whole from the worker
-thread (``update_gpus``, ``update_pending``) and read by scrapes as one snapshot, so a card, claim
-or reason that is gone disappears from the next scrape instead of staying at its last value.
+pending and why. The per-card, per-claim and pending series are set from the worker thread
+(``update_gpus``/``refresh_gpus`` in full, ``update_gpus_changed`` where the ledger, a claim or a
+pod changed: ``gpu_series.py``; ``update_pending``) and read by scrapes as one snapshot, so a card,
+claim or reason that is gone disappears from the next scrape instead of staying at its last value.
 
 Label names never collide with the target labels Prometheus adds (kube-prometheus' PodMonitor adds
 ``namespace``, ``pod``, ``container``; a colliding label would be renamed ``exported_namespace``):
@@ -19,16 +20,16 @@ it decides nothing); a replica that stops leading clears them (``clear_leader_se
 from __future__ import annotations
 
 import datetime
-from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dra_driver.controller.inventory import Device
-from dra_driver.controller.ledger import Ledger
+from dra_driver.controller.gpu_series import GpuSeries, Piece, PodsOf, Sample, TenantOf
+from dra_driver.controller.ledger import Ledger, LedgerChanges
 from dra_driver.metrics import MetricsServer, ReadyCheck, serve
 
 #: Labels of every per-card series: node and published device name, and the card's UUID and
@@ -63,23 +64,37 @@ Samples = Mapping[str, Sequence[tuple[tuple[str, ...], float]]]
 
 
 class _Snapshot(Collector):
-    """Gauge families replaced as a whole by one thread and read by scrapes (no per-series state)."""
+    """Gauge families replaced as a whole by one thread and read by scrapes (no per-series state).
+
+    The samples come in pieces (maps of family -> samples, e.g. one per node), so a change
+    replaces its pieces only; the maps handed to ``set_pieces`` are never changed afterwards.
+    """
 
     def __init__(self, families: Mapping[str, tuple[str, Sequence[str]]]) -> None:
         self.families = families
-        self._samples: Samples = {}
+        self._pieces: tuple[Mapping[Any, Piece], ...] = ()
 
     def set(self, samples: Samples) -> None:
-        self._samples = dict(samples)  # one reference swap: a scrape sees the old or the new whole
+        self._pieces = ({None: dict(samples)},)  # one reference swap: a scrape sees old or new whole
+
+    def set_pieces(self, *pieces: Mapping[Any, Piece]) -> None:
+        self._pieces = pieces
+
+    @staticmethod
+    def _samples(pieces: tuple[Mapping[Any, Piece], ...], name: str) -> Iterator[Sample]:
+        for group in pieces:
+            for piece in group.values():
+                yield from piece.get(name, ())
 
     def value(self, name: str, labels: Sequence[str]) -> float | None:
-        return dict(self._samples.get(name, ())).get(tuple(labels))
+        wanted = tuple(labels)
+        return next((value for values, value in self._samples(self._pieces, name) if values == wanted), None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        samples = self._samples
+        pieces = self._pieces
         for name, (documentation, labels) in self.families.items():
             family = GaugeMetricFamily(name, documentation, labels=list(labels))
-            for values, value in samples.get(name, ()):
+            for values, value in self._samples(pieces, name):
                 family.add_metric(list(values), value)
             yield family
 
@@ -163,6 +178,7 @@ class ControllerMetrics:
             registry=self.registry,
         )
         self.gpus = _Snapshot(_GPU_FAMILIES)
+        self.gpu_series = GpuSeries()
         self.pending = _Snapshot(_PENDING_FAMILIES)
         self.registry.register(self.gpus)
         self.registry.register(self.pending)
@@ -183,37 +199,37 @@ class ControllerMetrics:
     def update_gpus(self, ledger: Ledger, tenants: Mapping[str, Tenant] | None = None) -> None:
         """Capacity and allocation of every card, and each claim's share of it (claims by uid in
         ``tenants``; one the controller has not seen yet is labelled with its namespace only)."""
-        tenants = tenants or {}
-        samples: dict[str, dict[tuple[str, ...], float]] = {name: {} for name in _GPU_FAMILIES}
-        results: Tally[tuple[str, int]] = Tally()
-        for uid, uses in ledger.claims().items():
-            tenant = tenants.get(uid)
-            for use in uses:
-                device = ledger.device(use.device)
-                if device is None:
-                    continue  # its slice is not published (yet): no card to count it on
-                results[(device.node, device.card.index)] += 1
-                charge = ledger.charge(use)
-                who = (tenant.namespace, tenant.claim, tenant.pod) if tenant else (use.namespace, "", "")
-                claim_labels = (*who, *_gpu_labels(device))
-                for metric, amount in (("hami_dra_claim_allocated_memory_bytes", charge.memory),
-                                       ("hami_dra_claim_allocated_cores", charge.cores)):  # fmt: skip
-                    samples[metric][claim_labels] = samples[metric].get(claim_labels, 0.0) + amount
-        for name, node in ledger.state.nodes.items():
-            for card in node.cards:
-                labels = (name, ledger.device_name(name, card.index), card.uuid, card.product_name)
-                usage = node.usage[card.index]
-                for metric, value in (
-                    ("hami_dra_gpu_memory_capacity_bytes", card.memory),
-                    ("hami_dra_gpu_cores_capacity", card.cores),
-                    ("hami_dra_gpu_slots_capacity", card.slots),
-                    ("hami_dra_gpu_allocated_memory_bytes", usage.used_memory),
-                    ("hami_dra_gpu_allocated_cores", usage.used_cores),
-                    ("hami_dra_gpu_allocated_slots", usage.tenants),
-                    ("hami_dra_gpu_tenants", results[(name, card.index)]),
-                ):
-                    samples[metric][labels] = float(value)
-        self.gpus.set({name: tuple(values.items()) for name, values in samples.items()})
+        self.refresh_gpus(ledger, (tenants or {}).get, lambda _uid: ())
+
+    def refresh_gpus(
+        self, ledger: Ledger, tenant_of: TenantOf, pods_of: PodsOf, *, publish: bool = True
+    ) -> None:
+        """``update_gpus`` with who holds each claim asked per claim (``ClusterCache.tenant``);
+        ``publish``: scrapes see them now (else at the next ``publish_gpus``)."""
+        self.gpu_series.full(ledger, tenant_of, pods_of)
+        if publish:
+            self.publish_gpus()
+
+    def update_gpus_changed(
+        self,
+        ledger: Ledger,
+        changes: LedgerChanges,
+        claims: Iterable[str],
+        pods: Iterable[str],
+        tenant_of: TenantOf,
+        pods_of: PodsOf,
+        *,
+        publish: bool = True,
+    ) -> None:
+        """The cards and claims ``changes`` (the ledger's since the last call), ``claims`` (claim
+        uids changed) and ``pods`` (pod uids come or gone) may have changed; the rest is kept."""
+        self.gpu_series.update(ledger, changes, claims, pods, tenant_of, pods_of)
+        if publish:
+            self.publish_gpus()
+
+    def publish_gpus(self) -> None:
+        """What scrapes read from now on: the series as they are (copies of the piece maps)."""
+        self.gpus.set_pieces(dict(self.gpu_series.nodes), dict(self.gpu_series.holders))
 
     def update_pending(self, groups: Mapping[str, PendingGroup], now: float | None = None) -> None:
         """Pending pods by reason, and how long the oldest of each has existed."""
@@ -230,17 +246,14 @@ class ControllerMetrics:
         )
 
     def clear_leader_series(self) -> None:
-        """This replica stopped leading: what it would report is the new leader's to say."""
+        """This replica stopped leading: what it would report is the new leader's to say (its
+        series are still kept up to date, unpublished, for its next term)."""
         self.gpus.set({})
         self.pending.set({})
 
     def serve(self, port: int, address: str = "0.0.0.0") -> MetricsServer:
         """``/metrics``, ``/healthz`` and ``/readyz`` (``self.ready``) on ``address:port``."""
         return serve(self.registry, port, address, ready=lambda: self.ready())
-
-
-def _gpu_labels(device: Device) -> tuple[str, str, str, str]:
-    return (device.node, device.name, device.card.uuid, device.card.product_name)
 
 
 def created_epoch(timestamp: str) -> float | None:

@@ -11,7 +11,8 @@ still reject the node; then PostFilter clears the allocation and we place again 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 
 from dra_driver.resource.nodes import (
     BLOCKING_EFFECTS,
@@ -47,3 +48,73 @@ def node_fit_problem(pod: PodView, node: NodeView, bound_requests: Mapping[str, 
         if bound_requests.get(resource, 0.0) + amount > allocatable[resource]:
             return "InsufficientMemory" if resource == "memory" else "InsufficientCPU"
     return None
+
+
+def fit_key(pod: PodView) -> tuple[object, ...]:
+    """What ``node_fit_problem`` reads of a pod: pods with equal keys fit on the same nodes."""
+    return (
+        pod.node_name,
+        tuple(sorted(pod.node_selector.items())),
+        repr(pod.required_affinity),
+        repr(pod.tolerations),
+        tuple(sorted((resource, amount) for resource, amount in pod.requests.items() if amount > 0)),
+    )
+
+
+class NodeFitIndex:
+    """The nodes each kind of pod may run on (``fit_key``), kept up to date by what changed.
+
+    A full evaluation looks at every node; after that an entry re-checks only the nodes named by
+    ``changed_since`` (a Node object, CPU/memory in use, or its devices changed) since it was
+    computed, so a decision costs what changed rather than the cluster's size. When the change is
+    unknown (``changed_since`` returns None) the entry is evaluated in full again. The least
+    recently used entries go beyond ``limit`` (every workload's pods share one).
+    """
+
+    def __init__(
+        self,
+        nodes: Callable[[], Iterable[str]],
+        fits: Callable[[PodView, str], bool],
+        changed_since: Callable[[tuple[int, ...]], set[str] | None],
+        position: Callable[[], tuple[int, ...]],
+        limit: int = 256,
+    ) -> None:
+        self._nodes = nodes
+        self._fits = fits
+        self._changed_since = changed_since
+        self._position = position
+        self._limit = limit
+        self._entries: OrderedDict[tuple[object, ...], _FitEntry] = OrderedDict()
+
+    def allowed(self, pod: PodView) -> frozenset[str]:
+        key = fit_key(pod)
+        position = self._position()
+        entry = self._entries.get(key)
+        changed = None if entry is None else self._changed_since(entry.position)
+        if entry is None or changed is None:
+            fitting = {name for name in self._nodes() if self._fits(pod, name)}
+            entry = _FitEntry(position, fitting, frozenset(fitting))
+            self._entries[key] = entry
+            while len(self._entries) > self._limit:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+            moved = False
+            for name in changed:
+                fits = self._fits(pod, name)
+                if fits != (name in entry.nodes):
+                    moved = True
+                    (entry.nodes.add if fits else entry.nodes.discard)(name)
+            if moved:
+                entry.frozen = frozenset(entry.nodes)
+            entry.position = position
+        return entry.frozen
+
+
+class _FitEntry:
+    __slots__ = ("frozen", "nodes", "position")
+
+    def __init__(self, position: tuple[int, ...], nodes: set[str], frozen: frozenset[str]) -> None:
+        self.position = position
+        self.nodes = nodes
+        self.frozen = frozen

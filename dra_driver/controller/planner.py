@@ -188,8 +188,15 @@ class Planner:
             if device_class is None:
                 reasons.append(f"DeviceClass {spec.class_name} not found")
                 continue
+            ledger = self.ledger
             eligible = self.matcher.eligible(
-                spec, device_class, subject, self.ledger.inventory, self.ledger.inventory_generation, budget
+                spec,
+                device_class,
+                subject,
+                ledger.inventory,
+                ledger.inventory_generation,
+                budget,
+                changed_since=ledger.inventory_log.since,
             )
             nodes = allowed & eligible.nodes
             if not nodes:

@@ -1,12 +1,16 @@
 """Where ResourceSlices changed since the inventory was last rebuilt: the nodes whose pending pods
 a slice change may help (every node of a changed pool, as a pool's newest complete generation is
-what counts), or "somewhere unknown" when a slice has no node."""
+what counts), or "somewhere unknown" when a slice has no node; and the slices to re-read those
+nodes' devices from (``take_nodes``), so a change costs its nodes, not the whole inventory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from dra_driver.resource.slices import slice_place
+
+S = TypeVar("S", bound=Mapping[str, object])
 
 
 class SliceChanges:
@@ -47,3 +51,16 @@ class SliceChanges:
         if nodes is None:
             return None
         return nodes | {node for pool, node in map(self.place, slices) if pool in pools and node}
+
+    def take_nodes(self, slices: Sequence[S]) -> tuple[set[str], list[S]] | None:
+        """``take``'s nodes, and the current slices of every pool published on one of them (what
+        their devices are read from: a pool's completeness and owner count all its slices); None
+        when anywhere."""
+        placed = [(obj, *self.place(obj)) for obj in slices]
+        nodes, pools = self._nodes, self._pools
+        self.changed, self._nodes, self._pools = False, set(), set()
+        if nodes is None:
+            return None
+        nodes = nodes | {node for _, pool, node in placed if pool in pools and node}
+        there = {pool for _, pool, node in placed if node in nodes and pool is not None}
+        return nodes, [obj for obj, pool, _ in placed if pool in there]
