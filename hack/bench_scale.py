@@ -81,6 +81,21 @@ def _now() -> str:
 
 
 # --- the API ---------------------------------------------------------------------------------------
+def _selected(raw: bytes, terms: list[tuple[str, str]]) -> bool:
+    """Whether the stored object ``raw`` has every ``path=value`` field of a field selector."""
+    return not terms or _has_fields(json.loads(raw), terms)
+
+
+def _has_fields(obj: Any, terms: list[tuple[str, str]]) -> bool:
+    for path, value in terms:
+        node = obj
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node != value:
+            return False
+    return True
+
+
 class RecordedApi:
     """The controller's KubeApi over objects stored as the API server's JSON (see the module doc)."""
 
@@ -129,13 +144,35 @@ class RecordedApi:
             raise KubeError(404, f'{resource.plural} "{name}" not found')
         return dict(json.loads(raw))
 
-    def list(self, resource: Resource, *, field_selector: str | None = None) -> Obj:
+    def list(
+        self,
+        resource: Resource,
+        *,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Obj:
+        """The stored objects in key order, as the API server pages them: ``limit`` items from
+        after ``continue_from`` (the key of the previous page's last item), with a ``continue``
+        token while more remain; ``field_selector``: ``path=value`` terms (equality only, each
+        object decoded to test it, as the API server does)."""
+        terms = [term.partition("=")[::2] for term in (field_selector or "").split(",") if term]
+        after = tuple(json.loads(continue_from)) if continue_from else None
         with self._lock:
-            items = list(self.objects.get(resource.plural, {}).values())
+            stored = sorted(self.objects.get(resource.plural, {}).items())
             version = self.resource_version
-        body = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[%s]}' % (
+        keys = [key for key, raw in stored if (after is None or key > after) and _selected(raw, terms)]
+        page = keys[:limit] if limit else keys
+        chosen = dict(stored)
+        continue_token = (
+            b',"continue":%s' % json.dumps(json.dumps(list(page[-1]))).encode()
+            if len(page) < len(keys)
+            else b""
+        )
+        body = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"%d"%s},"items":[%s]}' % (
             version,
-            b",".join(items),
+            continue_token,
+            b",".join(chosen[key] for key in page),
         )
         return dict(json.loads(body))
 
@@ -192,8 +229,16 @@ class RecordedApi:
             raw = self._stamp(resource, obj)
             self._emit(resource, "DELETED", raw)
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int = 300) -> Any:
+    def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        *,
+        field_selector: str | None = None,
+    ) -> Any:
         plural = resource.plural
+        terms = [term.partition("=")[::2] for term in (field_selector or "").split(",") if term]
         deadline = time.monotonic() + timeout_seconds
         with self._lock:
             rvs, events = self._event_rvs.setdefault(plural, []), self._events.setdefault(plural, [])
@@ -205,7 +250,9 @@ class RecordedApi:
                 batch = events[index:]
             index += len(batch)
             for raw in batch:
-                yield json.loads(raw)
+                event = json.loads(raw)
+                if _has_fields(event.get("object") or {}, terms):
+                    yield event
 
 
 # --- objects shaped like the API server's ----------------------------------------------------------

@@ -63,3 +63,23 @@ def test_writes_carry_the_stored_version_and_status_writes_only_status(scale: Mo
     with pytest.raises(KubeError) as missing:
         api.get(PODS, "ns", "nope")
     assert missing.value.status == 404
+
+
+def test_lists_come_in_pages_and_honour_field_selectors(scale: ModuleType) -> None:
+    """The controller's informers page their lists (limit/continue) and select our driver's slices
+    (spec.driver): every object once across the pages, only the selected ones, the last page
+    without a token."""
+    api = scale.RecordedApi()
+    for i in range(5):
+        api.load(PODS, scale.pod_object(f"p{i}", "ns", f"node-{i % 2}", i))
+    names, token, pages = [], None, 0
+    while True:
+        page = api.list(PODS, limit=2, continue_from=token)
+        pages += 1
+        names += [item["metadata"]["name"] for item in page["items"]]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+    assert names == [f"p{i}" for i in range(5)] and pages == 3
+    selected = api.list(PODS, field_selector="spec.nodeName=node-1")["items"]
+    assert [item["metadata"]["name"] for item in selected] == ["p1", "p3"]
