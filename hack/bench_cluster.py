@@ -844,6 +844,8 @@ class Ours:
         #: Another checkout whose webhook and controller run instead of this one's (--ours-before).
         self.source = source
         self.processes: list[Any] = []
+        #: More ``hami-dra controller`` flags (--controller-args).
+        self.controller_args: list[str] = []
 
     def start(self) -> None:
         from dra_driver.cluster.driver import DriverOptions, start_driver
@@ -855,9 +857,8 @@ class Ours:
             os.environ["PYTHONPATH"] = str(self.source)
             os.chdir(self.source)
         try:
-            self.processes = start_driver(
-                self.layout, ClusterPki(self.layout.pki), self.api_client, DriverOptions(plugin=False)
-            )
+            options = DriverOptions(plugin=False, controller_args=tuple(self.controller_args))
+            self.processes = start_driver(self.layout, ClusterPki(self.layout.pki), self.api_client, options)
             if self.source is not None:
                 where = {p.name: os.readlink(f"/proc/{p.pid}/cwd") for p in self.processes}
                 log(f"running from: {where}")
@@ -882,10 +883,14 @@ class Ours:
         for process in reversed(self.processes):
             process.stop()
         self.processes = []
-        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        kinds = ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+        # The claim finalizer's MutatingAdmissionPolicy (1.36+): kube-scheduler's claims of
+        # first-fit.bench (a class of our driver) must not get a finalizer nobody removes.
+        kinds += ["mutatingadmissionpolicybindings", "mutatingadmissionpolicies"]
+        for kind in kinds:
             try:
                 self.api.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/hami-dra")
-            except Exception as err:  # already gone
+            except Exception as err:  # already gone (or no such API: before 1.36)
                 log(f"deleting {kind}/hami-dra: {err}")
 
 
@@ -968,6 +973,7 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
                                  stream, True, card_memory))  # fmt: skip
 
     ours = Ours(layout, api_client, api)
+    ours.controller_args = args.controller_args
     before_runs: list[Throughput] = []
     scheduler = None
     try:
@@ -1257,6 +1263,10 @@ def main(argv: list[str]) -> int:
         "--ours-before", type=Path, default=None,
         help="a checkout of an earlier commit (git worktree add DIR COMMIT): section 1 runs ours again "
              "with its webhook and controller, back to back in the same cluster",
+    )  # fmt: skip
+    parser.add_argument(
+        "--controller-args", type=lambda text: text.split(), default=[],
+        help="more flags for our controller, e.g. '--write-workers 16 --normal-event-rate -1'",
     )  # fmt: skip
     parser.add_argument("--kubernetes-version", default=None)
     parser.add_argument("--report", type=Path, default=ROOT / "build" / "bench-cluster.json")

@@ -36,6 +36,8 @@ class DriverOptions:
     controller_kubeconfig: str | None = None
     #: False: webhook and controller only (the benchmark's simulated nodes publish their own slices).
     plugin: bool = True
+    #: More ``hami-dra controller`` flags (the benchmark's --controller-args).
+    controller_args: tuple[str, ...] = ()
 
 
 def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
@@ -200,7 +202,7 @@ def start_driver(
     controller = _hami(
         "controller", layout, "controller", "--kubeconfig", options.controller_kubeconfig or kubeconfig,
         "--driver-name", driver,
-        "--metrics-bind-address", "0",
+        "--metrics-bind-address", "0", *options.controller_args,
         ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
     )  # fmt: skip
     started.append(controller)
