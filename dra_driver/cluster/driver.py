@@ -71,12 +71,12 @@ def install_claim_finalizer_policy(api_client: Any, driver_name: str) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from dra_driver.webhook.policy import claim_finalizer_policy
+    from dra_driver.webhook.policy import PLURALS, claim_finalizer_policy
 
     api: Any = client.CustomObjectsApi(api_client)
     group, _, version = "admissionregistration.k8s.io/v1".partition("/")
     for body in claim_finalizer_policy(driver_name, ADMISSION_NAME):
-        plural = f"{body['kind'].lower()}s"
+        plural = PLURALS[body["kind"]]
         try:
             api.create_cluster_custom_object(group, version, plural, body)
         except ApiException as err:
@@ -92,8 +92,10 @@ def remove_claim_finalizer_policy(api_client: Any) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from dra_driver.webhook.policy import BINDING_KIND, PLURALS, POLICY_KIND
+
     api: Any = client.CustomObjectsApi(api_client)
-    for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+    for plural in (PLURALS[BINDING_KIND], PLURALS[POLICY_KIND]):
         try:
             api.delete_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, ADMISSION_NAME)
         except ApiException as err:

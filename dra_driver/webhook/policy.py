@@ -26,6 +26,8 @@ POLICY_KIND = "MutatingAdmissionPolicy"
 BINDING_KIND = "MutatingAdmissionPolicyBinding"
 #: The resource the API server lists when it serves the policy API (discovery of ``API_VERSION``).
 POLICY_RESOURCE = "mutatingadmissionpolicies"
+#: Kind -> the resource's plural, for REST paths.
+PLURALS = {POLICY_KIND: POLICY_RESOURCE, BINDING_KIND: "mutatingadmissionpolicybindings"}
 
 
 def class_is_ours_expression(driver: str) -> str:
