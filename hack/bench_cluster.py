@@ -943,6 +943,8 @@ class Ours:
         #: Another checkout whose webhook and controller run instead of this one's (--ours-before).
         self.source = source
         self.processes: list[Any] = []
+        #: More ``hami-dra controller`` flags (--controller-args).
+        self.controller_args: list[str] = []
 
     def start(self) -> None:
         from dra_driver.cluster.driver import DriverOptions, start_driver
@@ -953,6 +955,7 @@ class Ours:
             plugin=False,
             controller_kubeconfig=identity(self.layout, bench_report.CONTROLLER_USER),
             webhook_kubeconfig=identity(self.layout, bench_report.WEBHOOK_USER),
+            controller_args=tuple(self.controller_args),
         )
         saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
         if self.source is not None:  # the children import dra_driver from there ("-c" puts cwd first)
@@ -984,10 +987,14 @@ class Ours:
         for process in reversed(self.processes):
             process.stop()
         self.processes = []
-        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        kinds = ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+        # The claim finalizer's MutatingAdmissionPolicy (1.36+): kube-scheduler's claims of
+        # first-fit.bench (a class of our driver) must not get a finalizer nobody removes.
+        kinds += ["mutatingadmissionpolicybindings", "mutatingadmissionpolicies"]
+        for kind in kinds:
             try:
                 self.api.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/hami-dra")
-            except Exception as err:  # already gone
+            except Exception as err:  # already gone (or no such API: before 1.36)
                 log(f"deleting {kind}/hami-dra: {err}")
 
 
@@ -1130,6 +1137,10 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
     }
     if args.ours_before is not None:
         runners[BEFORE.name] = Ours(layout, api_client, api, args.ours_before)
+    ours.controller_args = args.controller_args
+    for runner in runners.values():
+        if runner is not None:
+            runner.controller_args = args.controller_args
     scheduler = None
     try:
         if "quality" in sections:
@@ -1345,6 +1356,10 @@ def main(argv: list[str]) -> int:
         help="a checkout of an earlier commit (git worktree add DIR COMMIT): its webhook and controller "
              "are one more path of the rounds ('ours-before binpack'); the prepare section measures its "
              "kubelet plugin in the same rounds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--controller-args", type=lambda text: text.split(), default=[],
+        help="more flags for our controller, e.g. '--write-workers 16 --normal-event-rate -1'",
     )  # fmt: skip
     parser.add_argument("--kubernetes-version", default=None)
     parser.add_argument(

@@ -39,6 +39,8 @@ class DriverOptions:
     webhook_kubeconfig: str | None = None
     #: False: webhook and controller only (the benchmark's simulated nodes publish their own slices).
     plugin: bool = True
+    #: More ``hami-dra controller`` flags (the benchmark's --controller-args).
+    controller_args: tuple[str, ...] = ()
 
 
 def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
@@ -53,8 +55,61 @@ def _port_open(port: int) -> bool:
         return False
 
 
+#: The name of our admission objects on the local cluster (the sandbox's, the benchmark deletes them).
+ADMISSION_NAME = "hami-dra"
+
+
+def serves_mutating_policies(api_client: Any) -> bool:
+    """Whether kube-apiserver serves ``admissionregistration.k8s.io/v1`` MutatingAdmissionPolicy
+    (1.36+; the chart's ``.Capabilities`` check, by discovery)."""
+    from dra_driver.kube.api import Kube
+    from dra_driver.webhook.policy import API_VERSION, POLICY_RESOURCE
+
+    listing = Kube(api_client).request("GET", f"/apis/{API_VERSION}")
+    return any(resource.get("name") == POLICY_RESOURCE for resource in listing.get("resources") or ())
+
+
+def install_claim_finalizer_policy(api_client: Any, driver_name: str) -> None:
+    """Create or replace the claim finalizer's MutatingAdmissionPolicy and binding (webhook/policy.py)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from dra_driver.webhook.policy import PLURALS, claim_finalizer_policy
+
+    api: Any = client.CustomObjectsApi(api_client)
+    group, _, version = "admissionregistration.k8s.io/v1".partition("/")
+    for body in claim_finalizer_policy(driver_name, ADMISSION_NAME):
+        plural = PLURALS[body["kind"]]
+        try:
+            api.create_cluster_custom_object(group, version, plural, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            current = api.get_cluster_custom_object(group, version, plural, ADMISSION_NAME)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            api.replace_cluster_custom_object(group, version, plural, ADMISSION_NAME, body)
+
+
+def remove_claim_finalizer_policy(api_client: Any) -> None:
+    """Delete what ``install_claim_finalizer_policy`` created (gone already: nothing to do)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from dra_driver.webhook.policy import BINDING_KIND, PLURALS, POLICY_KIND
+
+    api: Any = client.CustomObjectsApi(api_client)
+    for plural in (PLURALS[BINDING_KIND], PLURALS[POLICY_KIND]):
+        try:
+            api.delete_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, ADMISSION_NAME)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
 def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name: str) -> None:
-    """Create or replace our Mutating/ValidatingWebhookConfiguration (same objects as the sandbox's)."""
+    """Create or replace our Mutating/ValidatingWebhookConfiguration (same objects as the sandbox's)
+    and, as the chart does, the claim finalizer: a MutatingAdmissionPolicy where the API server
+    serves one, else the ``claims`` webhook."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -62,7 +117,11 @@ def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name
 
     api: Any = client.AdmissionregistrationV1Api(api_client)
     ca = base64.b64encode(ca_pem).decode()
-    for kind, body in webhook_configurations(base_url, ca, driver_name):
+    policy = serves_mutating_policies(api_client)
+    if policy:
+        install_claim_finalizer_policy(api_client, driver_name)
+    configurations = webhook_configurations(base_url, ca, driver_name, claim_finalizer=not policy)
+    for kind, body in configurations:
         name = body["metadata"]["name"]
         create, read, replace = (
             (api.create_mutating_webhook_configuration, api.read_mutating_webhook_configuration,
@@ -149,7 +208,7 @@ def start_driver(
     controller = _hami(
         "controller", layout, "controller", "--kubeconfig", options.controller_kubeconfig or kubeconfig,
         "--driver-name", driver,
-        "--metrics-bind-address", "0",
+        "--metrics-bind-address", "0", *options.controller_args,
         ready=lambda: CONTROLLER_RUNNING in controller_log.read_text(errors="replace"),
     )  # fmt: skip
     started.append(controller)

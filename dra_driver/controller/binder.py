@@ -27,7 +27,7 @@ from dra_driver.controller.decision_record import decision_annotation, placement
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, KubeApi, Obj
 from dra_driver.kube.errors import KubeError, NotFound
-from dra_driver.kube.events import EventRecorder
+from dra_driver.kube.events import EventRecorder, TokenBucket
 from dra_driver.kube.writes import retry_on_conflict
 from dra_driver.resource.edits import (
     with_allocation,
@@ -84,6 +84,7 @@ class Binder:
         identity: str = "hami-dra-controller",
         still_leading: Callable[[], bool] | None = None,
         background_events: bool = False,
+        normal_event_budget: TokenBucket | None = None,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -95,8 +96,13 @@ class Binder:
         self.fenced: dict[str, str] = {}  # claim key -> resourceVersion our fence write produced
         #: ``background_events``: events are queued for the recorder's sender thread, so a bind
         #: does not wait an extra round trip (the production controller); tests write them inline.
+        #: ``normal_event_budget``: Normal events (``Allocated``) past it are dropped (events.py).
         self.events = EventRecorder(
-            kube, controller=f"{driver}/controller", instance=identity, background=background_events
+            kube,
+            controller=f"{driver}/controller",
+            instance=identity,
+            background=background_events,
+            normal_budget=normal_event_budget,
         )
 
     # --- bind ----------------------------------------------------------------------------------

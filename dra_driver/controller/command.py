@@ -54,6 +54,27 @@ def register(subparsers: Any) -> None:
         default=None,
         help="DeviceClass of the translated pods' templates (default: the class named like the driver)",
     )
+    parser.add_argument(
+        "--normal-event-rate",
+        type=float,
+        default=10.0,
+        help="Normal events (Allocated) a second at most, past --normal-event-burst; the rest are "
+        "dropped (the pod's decision annotation says the same): each is one more API write per pod. "
+        "0 with a burst of 0: none; negative: every one (default 10)",
+    )
+    parser.add_argument(
+        "--normal-event-burst",
+        type=int,
+        default=100,
+        help="Normal events sent at once before --normal-event-rate applies (default 100)",
+    )
+    parser.add_argument(
+        "--write-workers",
+        type=int,
+        default=4,
+        help="binds written at once (claim allocations and gates in flight); each holds one API "
+        "connection (default 4)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -68,12 +89,17 @@ def run(args: argparse.Namespace) -> int:
         selector = parse_selector(args.hami_namespace_selector)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if args.normal_event_burst < 0:
+        raise UsageError("--normal-event-burst must be at least 0")
+    if args.write_workers < 1:
+        raise UsageError("--write-workers must be at least 1")
     address = metrics_address(args)
     from dra_driver.controller.controller import Controller, api_connections
     from dra_driver.controller.hami_templates import HamiTemplates, KubeNamespaces
     from dra_driver.controller.metrics import ControllerMetrics
     from dra_driver.kube.api import Kube
     from dra_driver.kube.errors import KubeError
+    from dra_driver.kube.events import TokenBucket
     from dra_driver.kube.leader import LeaderElector
     from dra_driver.webhook.optin import namespace_gate
 
@@ -99,6 +125,12 @@ def run(args: argparse.Namespace) -> int:
         # Events are sent by their own thread: a writer thread waiting an event's round trip
         # per pod cost a quarter of the bind throughput (docs/performance.md).
         background_events=True,
+        normal_event_budget=(
+            TokenBucket(args.normal_event_rate, args.normal_event_burst)
+            if args.normal_event_rate >= 0
+            else None
+        ),
+        write_workers=args.write_workers,
         hami_templates=hami_templates,
     )
     if address is not None:

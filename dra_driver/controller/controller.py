@@ -61,6 +61,7 @@ from dra_driver.kube.api import (
     Obj,
 )
 from dra_driver.kube.errors import KubeError
+from dra_driver.kube.events import TokenBucket
 from dra_driver.kube.watch import Informer
 from dra_driver.resource.objects import PodView
 
@@ -113,6 +114,7 @@ class Controller:
         pending_batch: int = PENDING_RETRIES_PER_PASS,
         backoff: CommitBackoff | None = None,
         background_events: bool = False,
+        normal_event_budget: TokenBucket | None = None,
         pass_budget: float = PASS_BUDGET_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         hami_templates: HamiTemplates | None = None,
@@ -132,6 +134,7 @@ class Controller:
             identity=identity,
             still_leading=lambda: self.is_leader(),
             background_events=background_events,
+            normal_event_budget=normal_event_budget,
         )
         self.releaser = Releaser(kube, self.cache, self.binder, self.metrics)
         self.reports = PendingReports()

@@ -5,6 +5,12 @@ finalizer is released (allocation cleared, then finalizer removed) when it is be
 when nobody reserved it and no live pod refers to it. A claim whose allocation kube-scheduler's
 PostFilter cleared (finalizer still ours) is left to the allocator, which places its pod again.
 
+An unallocated claim that is not being deleted keeps our finalizer: the chart's admission puts it
+on every new claim of our classes (charts/hami-dra/templates/claim-finalizer.yaml), so that the
+binder's one write per claim is the allocation itself; removing it from a claim that waits for
+its pod (a claim is often created before the pod that names it) would only cost a write here and
+another one in the binder. It goes when the claim is deleted.
+
 It runs on the worker thread (the ledger it repairs against is the worker's), over the claims the
 cache's events woke (``run``); what it writes is folded into the cache at once.
 """
@@ -29,6 +35,7 @@ log = logging.getLogger("dra_driver.controller")
 class ReleaseOutcome(StrEnum):
     SKIP = "skip"  # not ours
     IN_USE = "in-use"  # still reserved or referenced: kept
+    WAITING = "waiting"  # unallocated, not being deleted: our finalizer stays for its allocation
     RELEASED = "released"  # allocation and finalizer removed
     GONE = "gone"  # the claim no longer exists
     RETRY = "retry"  # conflicts every attempt: next pass
@@ -83,6 +90,8 @@ class Releaser:
             return ReleaseOutcome.IN_USE
         if not claim.deleting and self.cache.live_consumers(claim):
             return ReleaseOutcome.IN_USE
+        if not claim.deleting and not claim.allocation:
+            return ReleaseOutcome.WAITING
 
         def release(raw: Obj) -> ReleaseOutcome:
             current = self.cache.claim_view(raw)

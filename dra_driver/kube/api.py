@@ -148,9 +148,11 @@ class Kube:
         data = response.read()
         return json.loads(data) if data else {}
 
-    def request(self, method: str, path: str, body: Any = None) -> Obj:
+    def request(
+        self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None
+    ) -> Obj:
         """A raw call for paths without a helper (deletes, other resources); JSON in and out."""
-        result: Obj = self._call(method, path, body=body)
+        result: Obj = self._call(method, path, body=body, query=query)
         return result
 
     def delete(self, resource: Resource, namespace: str | None, name: str) -> Obj:

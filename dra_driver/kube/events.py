@@ -17,6 +17,12 @@ Differences from client-go, on purpose:
 * writes happen on the caller's thread; an API error is logged (info) and dropped, never raised
   and never retried (the log line is the record, as it was for core/v1 events).
 
+Normal events can be sampled (``normal_budget``, a :class:`TokenBucket`): past the budget a Normal
+event is dropped and counted (``sampled_out``), never a Warning. Each is an API write (a POST and a
+watch event to every events watcher) about a different object, so series cannot fold them: at
+hundreds of pods a second the controller's ``Allocated`` events cost the API server as much as a
+write of the allocation path, while the pod's decision annotation already says the same.
+
 Memory stays flat: the recorder remembers at most ``cache_size`` series (least recently seen
 dropped first), and forgets a series not seen for ``series_window`` seconds (client-go's
 ``finishTime``, six minutes), so the next occurrence starts a new Event. An update that finds the
@@ -112,6 +118,35 @@ class _Series:
 _Key = tuple[str, str, str, str, str, str, str, str, str]
 
 
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up; ``take`` spends one if there is one.
+
+    Thread-safe (a background recorder's ``emit`` runs on the callers' threads)."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate < 0 or burst < 0:
+            raise ValueError("an event budget needs a rate and a burst of at least 0")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+        #: How many ``take`` calls found no token.
+        self.refused = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            if self._tokens < 1.0:
+                self.refused += 1
+                return False
+            self._tokens -= 1.0
+            return True
+
+
 class EventRecorder:
     """Writes ``events.k8s.io/v1`` Events with series (see the module docstring).
 
@@ -131,6 +166,7 @@ class EventRecorder:
         series_window: float | None = DEFAULT_SERIES_WINDOW,
         background: bool = False,
         queue_size: int = DEFAULT_QUEUE_SIZE,
+        normal_budget: TokenBucket | None = None,
     ) -> None:
         if not controller:
             raise ValueError("an event recorder needs a reporting controller name")
@@ -152,9 +188,16 @@ class EventRecorder:
             queue.Queue(queue_size) if background else None
         )
         self.dropped = 0
+        #: Normal events past it are dropped (None: every Normal event is recorded).
+        self.normal_budget = normal_budget
         self._last_nanos = 0
         if self._queue is not None:
             threading.Thread(target=self._send_queued, name="event-sender", daemon=True).start()
+
+    @property
+    def sampled_out(self) -> int:
+        """Normal events dropped past the ``normal_budget``."""
+        return 0 if self.normal_budget is None else self.normal_budget.refused
 
     def __len__(self) -> int:
         """How many series the recorder remembers (bounded by ``cache_size``)."""
@@ -162,7 +205,11 @@ class EventRecorder:
 
     def emit(self, regarding: Mapping[str, Any], type: str, reason: str, action: str, note: str) -> None:
         """Record that ``action`` happened (or failed) to ``regarding``: written now, or queued
-        for the sender thread of a ``background`` recorder (dropped, and counted, when it is full)."""
+        for the sender thread of a ``background`` recorder (dropped, and counted, when it is full).
+        A Normal event past the ``normal_budget`` is dropped and counted in ``sampled_out``."""
+        if type == NORMAL and self.normal_budget is not None and not self.normal_budget.take():
+            log.debug("event %s not recorded: past the Normal event budget", reason)
+            return
         if self._queue is None:
             self.write(regarding, type, reason, action, note)
             return

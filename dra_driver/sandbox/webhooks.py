@@ -5,6 +5,9 @@ namespaces labelled ``gpu.hami.io/hami-resources=enabled``: HAMi's ``nvidia.com/
 become claims, see webhook/hami_resources.py), ``pods.<driver>`` (mutating: adds the gate on pod
 CREATE) and ``config.<driver>`` (validating: GpuConfig in DeviceClasses, ResourceClaims and
 ResourceClaimTemplates), reached by URL instead of a Service because the sandbox has no Services.
+With ``claim_finalizer``, also ``claims.<driver>`` (mutating, failurePolicy Ignore: our finalizer on
+new claims of our classes, webhook/claims.py), which the chart installs where the API server has
+no MutatingAdmissionPolicy (webhook/policy.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
 
 _POD_RULES = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]
+_CLAIM_RULES = [
+    {
+        "operations": ["CREATE"],
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["resourceclaims"],
+    }
+]
 #: As the chart's (charts/hami-dra/templates/webhook-admission.yaml): DeviceClasses on CREATE and
 #: UPDATE, claims and templates on CREATE only (their spec is immutable), so that a webhook outage
 #: with failurePolicy Fail never blocks a claim's finalizer removal, hence its deletion.
@@ -44,19 +55,31 @@ def webhook_configurations(
     *,
     name: str = "hami-dra",
     timeout_seconds: int = 10,
+    claim_finalizer: bool = False,
 ) -> list[tuple[str, dict[str, Any]]]:
     """``(kind, object)`` for the mutating and validating configuration; ``ca_bundle`` is base64 PEM."""
+    claims = (
+        [
+            webhook_entry(
+                base_url,
+                ca_bundle,
+                driver_name,
+                timeout_seconds,
+                "claims",
+                "/mutate-claims",
+                _CLAIM_RULES,
+                failurePolicy="Ignore",
+                matchPolicy="Equivalent",
+            )
+        ]
+        if claim_finalizer
+        else []
+    )
 
     def webhook(webhook_name: str, path: str, rules: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return extra | {
-            "name": f"{webhook_name}.{driver_name}",
-            "clientConfig": {"url": f"{base_url}{path}", "caBundle": ca_bundle},
-            "rules": rules,
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": timeout_seconds,
-        }
+        return webhook_entry(
+            base_url, ca_bundle, driver_name, timeout_seconds, webhook_name, path, rules, **extra
+        )
 
     return [
         (
@@ -81,11 +104,28 @@ def webhook_configurations(
                         namespaceSelector={"matchLabels": {HAMI_NAMESPACE_LABEL: HAMI_NAMESPACE_LABEL_VALUE}},
                     ),
                     webhook("pods", "/mutate", _POD_RULES),
+                    *claims,
                 ],
             ),
             (VALIDATING, [webhook("config", "/validate", _CONFIG_RULES)]),
         )
     ]
+
+
+def webhook_entry(
+    base_url: str, ca_bundle: str, driver_name: str, timeout_seconds: int, webhook_name: str, path: str,
+    rules: list[dict[str, Any]], **extra: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """One webhook of a configuration; ``extra`` adds or overrides fields (failurePolicy: Fail)."""
+    return {
+        "name": f"{webhook_name}.{driver_name}",
+        "clientConfig": {"url": f"{base_url}{path}", "caBundle": ca_bundle},
+        "rules": rules,
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": timeout_seconds,
+    } | extra
 
 
 def register_webhooks(api: Any, base_url: str, ca_bundle: str, driver_name: str, **kwargs: Any) -> None:

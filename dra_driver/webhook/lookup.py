@@ -4,9 +4,15 @@ Requests go through the controller's thin REST layer (``dra_driver.kube.api``). 
 admission logic only needs "which device classes do this claim's requests use, with what
 capacity requests" and "is this class ours"; ``Lookup`` is that small interface. ``KubeLookup``
 implements it with the real ``kubernetes`` client, reading plain dicts (no generated models, so
-new API fields never break us) and caching DeviceClasses briefly since they rarely change. It
-never writes: ``/mutate-hami`` answers from the review alone, and the controller creates the
-templates it names (webhook/hami_resources.py).
+new API fields never break us) and caching DeviceClasses and ResourceClaimTemplates briefly (a
+class rarely changes, a template's spec never does). A claim is read from the API server's watch
+cache (``resourceVersion=0``: no etcd read per admitted pod) and, only when that misses (a claim
+created a moment before its pod may not be there yet), read again from etcd. Neither cache can
+make a pod of ours skip the controller: a stale answer either gates a pod that is not ours (the
+controller lifts its gate) or leaves one of ours ungated, whose claim kube-scheduler cannot
+allocate (the scheduler fence on our classes) and the controller places as it does any ungated
+pod with an unallocated claim of ours. It never writes: ``/mutate-hami`` answers from the review
+alone, and the controller creates the templates it names (webhook/hami_resources.py).
 """
 
 from __future__ import annotations
@@ -86,16 +92,27 @@ class KubeLookup:
         self._kube = Kube(_without_read_retries(api_client), request_timeout=request_timeout)
         self._driver = driver
         self._classes: TtlCache[bool | None] = TtlCache(class_ttl)
+        self._templates: TtlCache[tuple[RequestRef, ...] | None] = TtlCache(class_ttl)
 
-    def _get(self, path: str, name: str = "") -> dict[str, Any] | None:
+    def _get(self, path: str, name: str = "", *, cached: bool = False) -> dict[str, Any] | None:
         """GET ``path`` (ending in ``name``); None when it does not exist.
 
         Mutating admission runs before the API server validates the pod, so a claim or template
         name in it may be anything ("../../secrets/x", "a/status"): a name that is not a DNS
         subdomain names no object, and is never put into a request path.
+
+        ``cached``: from the API server's watch cache first (``resourceVersion=0``), from etcd
+        only when the cache does not have it (yet).
         """
         if name and not _OBJECT_NAME.match(name):
             return None
+        if cached:
+            try:
+                found: dict[str, Any] = self._kube.request("GET", path, query=WATCH_CACHE)
+                return found
+            except KubeError as err:
+                if not err.not_found:
+                    raise
         try:
             result: dict[str, Any] = self._kube.request("GET", path)
         except KubeError as err:
@@ -106,7 +123,9 @@ class KubeLookup:
 
     def claim_requests(self, namespace: str, name: str) -> tuple[RequestRef, ...] | None:
         obj = self._get(
-            f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaims/{name}", name
+            f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaims/{name}",
+            name,
+            cached=True,
         )
         return None if obj is None else claim_request_refs(obj)
 
@@ -114,8 +133,12 @@ class KubeLookup:
         path = (
             f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/resourceclaimtemplates/{name}"
         )
-        obj = self._get(path, name)
-        return None if obj is None else template_request_refs(obj)
+
+        def load() -> tuple[RequestRef, ...] | None:
+            obj = self._get(path, name, cached=True)
+            return None if obj is None else template_request_refs(obj)
+
+        return self._templates.get(f"{namespace}/{name}", load)
 
     def is_our_class(self, name: str) -> bool | None:
         def load() -> bool | None:
@@ -125,6 +148,8 @@ class KubeLookup:
         return self._classes.get(name, load)
 
 
+#: A GET served from the API server's watch cache (any version it holds) instead of etcd.
+WATCH_CACHE = {"resourceVersion": "0"}
 #: A path segment the webhook may request: an API group/version or an object name (DNS subdomain).
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

@@ -1,5 +1,5 @@
-"""AdmissionReview v1 over HTTPS: ``POST /mutate``, ``/mutate-hami``, ``/validate``; ``GET /healthz``,
-``/readyz`` (serving) and ``/metrics`` (``metrics.py``).
+"""AdmissionReview v1 over HTTPS: ``POST /mutate``, ``/mutate-hami``, ``/mutate-claims``, ``/validate``;
+``GET /healthz``, ``/readyz`` (serving) and ``/metrics`` (``metrics.py``).
 
 A small ``http.server``: admission requests are tiny and the API server retries, so a framework
 would add weight without adding safety. A malformed review gets a 4xx with a one-line reason,
@@ -35,6 +35,7 @@ from dra_driver.webhook.admission import (
     translate_hami_pod,
     validate_object,
 )
+from dra_driver.webhook.claims import finalize_claim
 from dra_driver.webhook.clientauth import ClientAuth
 from dra_driver.webhook.connections import Connection, ConnectionTable
 from dra_driver.webhook.limits import HeaderReader, ServerLimits
@@ -142,9 +143,11 @@ class WebhookServer:
 
 
 def _handlers(lookup: Lookup, driver: str, device_class: str, translate: bool) -> dict[str, Decide]:
-    """Path -> decision. ``/mutate-hami`` (with ``translate``) answers from the review alone."""
+    """Path -> decision. ``/mutate-hami`` (with ``translate``) answers from the review alone;
+    ``/mutate-claims`` puts our finalizer on new claims of our classes (claims.py)."""
     handlers: dict[str, Decide] = {
         "/mutate": lambda request: mutate_pod(request, lookup),
+        "/mutate-claims": lambda request: finalize_claim(request, lookup),
         "/validate": lambda request: validate_object(request, driver),
     }
     if translate:

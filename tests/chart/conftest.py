@@ -27,7 +27,8 @@ def helm() -> str:
 
 @pytest.fixture(scope="session")
 def render(helm: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Render]:
-    """``render(values=None, values_file=None, kube_version="1.34.0")`` -> rendered objects.
+    """``render(values=None, values_file=None, kube_version="1.34.0", api_versions=())`` -> rendered
+    objects; ``api_versions``: what the API server serves besides Helm's defaults (``--api-versions``).
 
     Renders are cached per argument set: helm template takes ~0.1 s, and many tests look at the
     same combination.
@@ -39,10 +40,13 @@ def render(helm: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rend
         values: Mapping[str, Any] | None = None,
         values_file: Path | None = None,
         kube_version: str = "1.34.0",
+        api_versions: tuple[str, ...] = (),
     ) -> list[dict[str, Any]]:
-        key = json.dumps([values, str(values_file), kube_version], sort_keys=True)
+        key = json.dumps([values, str(values_file), kube_version, list(api_versions)], sort_keys=True)
         if key not in cache:
             args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version]
+            for api_version in api_versions:
+                args += ["--api-versions", api_version]
             if values_file is not None:
                 args += ["-f", str(values_file)]
             if values:

@@ -100,7 +100,8 @@ def _webhooks(objects: list[dict]) -> list[dict]:
 def test_mutating_webhook_gates_pods_with_claims(render: Render) -> None:
     config = find(render(), "MutatingWebhookConfiguration")
     assert config["metadata"]["annotations"]["gpu.hami.io/scheduling-gate"] == GATE
-    hami, hook = config["webhooks"]
+    hami, hook, claims = config["webhooks"]  # claims: test_claim_finalizer.py
+    assert claims["name"] == "claims.gpu.hami.io"
     assert hami["name"] == "hami-resources.gpu.hami.io", "translation first, then the gate"
     assert hami["clientConfig"]["service"]["path"] == "/mutate-hami" and hami["sideEffects"] == "None"
     assert hook["name"] == "pods.gpu.hami.io"
@@ -214,7 +215,10 @@ def test_hami_translation_is_opt_in_per_namespace_or_cluster_wide(render: Render
     def hooks(values: dict[str, Any]) -> list[str]:
         return [h["name"] for h in find(render(values=values), "MutatingWebhookConfiguration")["webhooks"]]
 
-    assert hooks({"webhook": {"hamiResources": {"translate": "off"}}}) == ["pods.gpu.hami.io"]
+    assert hooks({"webhook": {"hamiResources": {"translate": "off"}}}) == [
+        "pods.gpu.hami.io",
+        "claims.gpu.hami.io",
+    ]
     everywhere = find(render(values={"webhook": {"hamiResources": {"translate": "all"}}}),
                       "MutatingWebhookConfiguration")["webhooks"][0]  # fmt: skip
     # Every namespace, but never kube-system, the release's, or one an admin switched off.

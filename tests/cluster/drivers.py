@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dra_driver.cluster.driver import remove_claim_finalizer_policy
 from dra_driver.cluster.images import driver_image_archive
 from dra_driver.cluster.layout import NODE_NAME, Layout
 from dra_driver.controller import FINALIZER
@@ -94,6 +95,7 @@ class HostDriver:
         cluster.kubectl("delete", "deviceclasses", "--all", "--wait=true")
         cluster.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "hami-dra",
                         "--ignore-not-found", "--wait=true")  # fmt: skip
+        remove_claim_finalizer_policy(cluster.api_client)
         cluster.kubectl(
             "delete", "resourceslices", "--field-selector", f"spec.driver={DRIVER}", "--wait=true"
         )

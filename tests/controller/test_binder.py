@@ -78,6 +78,24 @@ def test_a_bind_writes_the_finalizer_then_the_allocation_then_lifts_the_gate() -
     assert (use.device, use.memory) == (DeviceId(DRIVER, NODE, share["device"]), 1024**3)
 
 
+def test_a_claim_finalized_at_admission_costs_two_writes_on_the_path() -> None:
+    """The chart's admission puts our finalizer on a new claim of our classes: the bind then makes
+    the allocation (with reservedFor) and the gate its only writes, and keeps the finalizer."""
+    world = World()
+    obj = claim("a", request())
+    obj["metadata"]["finalizers"] = [FINALIZER]
+    world.add_claim(obj)
+    world.add_pod(pod("a-pod", {"gpu": "claim:a"}))
+    assert world.place("a-pod").outcome == "bound"
+    assert [c for c in world.kube.writes() if c[1] != "events"] == [
+        ("update/status", "resourceclaims", "a"),
+        ("update", "pods", "a-pod"),
+    ]
+    written = world.claim("a")
+    assert written["metadata"]["finalizers"] == [FINALIZER]
+    assert [r["name"] for r in written["status"]["reservedFor"]] == ["a-pod"]
+
+
 def test_the_writes_keep_other_finalizers_annotations_and_gates() -> None:
     world = World()
     obj = claim("a", request())

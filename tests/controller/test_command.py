@@ -81,6 +81,8 @@ def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> 
         (["--default-policy", "nonsense"], "default policy 'nonsense'"),
         (["--default-node-policy", "packed"], "default node policy"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes config from"),
+        (["--normal-event-burst", "-1"], "--normal-event-burst must be at least 0"),
+        (["--write-workers", "0"], "--write-workers must be at least 1"),
     ],
 )
 def test_bad_flags_are_one_line_errors(

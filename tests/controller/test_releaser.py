@@ -104,6 +104,22 @@ def test_a_release_keeps_other_finalizers_and_rechecks_after_a_conflict() -> Non
     assert world.claim("r")["metadata"]["finalizers"] == ["someone.else/keep"]
 
 
+def test_an_unallocated_claim_keeps_our_finalizer_until_it_is_deleted() -> None:
+    """Admission finalizes a claim of our classes at creation, often before its pod exists: the
+    releaser leaves it (no write) until the claim is deleted, then removes the finalizer."""
+    world = World()
+    obj = claim("w", request())
+    obj["metadata"]["finalizers"] = ["someone.else/keep", FINALIZER]
+    waiting = world.add_claim(obj)
+    assert world.releaser.release(waiting) == "waiting"
+    assert world.kube.writes("resourceclaims") == []
+    world.kube.objects[("resourceclaims", NS, "w")]["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    world.sync()
+    assert world.releaser.release(world.cache.claims[f"{NS}/w"]) == "released"
+    assert world.kube.writes("resourceclaims") == [("update", "resourceclaims", "w")]
+    assert world.claim("w")["metadata"]["finalizers"] == ["someone.else/keep"]
+
+
 def test_a_claim_being_deleted_is_released_even_with_a_live_pod() -> None:
     world = World()
     obj = allocated_claim(world, "d")

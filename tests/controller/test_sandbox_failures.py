@@ -279,7 +279,9 @@ def test_a_claim_referenced_twice_by_one_pod_is_counted_once_while_it_is_written
 
 
 def test_a_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Harness) -> None:
-    """A conflict whose re-read fails must not wedge the claim: it is released when its pod goes."""
+    """A conflict whose re-read fails must not wedge the claim: once its pod goes it is out of
+    flight and unallocated, and deleting it removes our finalizer (an unallocated claim keeps it
+    until then: admission puts it on new claims of our classes, releaser.py)."""
     status_conflict = harness.server.faults.inject(
         r"/resourceclaims/wedged/status$", status=409, count=None, methods={"PUT"}
     )
@@ -293,11 +295,16 @@ def test_a_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Ha
     controller.wait_idle()
     harness.server.faults.clear()
 
-    def released() -> bool:
+    def settled() -> bool:
         listed = _listed_claim(harness, "wedged")
-        return listed is not None and FINALIZER not in listed["metadata"].get("finalizers", [])
+        return (
+            listed is not None
+            and not (listed.get("status") or {}).get("allocation")
+            and not controller.cache.assumed.in_flight
+        )
 
-    wait_for(released, what="our finalizer removed once the pod is gone")
+    wait_for(settled, what="the claim unallocated and out of flight once the pod is gone")
+    assert FINALIZER in (_listed_claim(harness, "wedged") or {})["metadata"].get("finalizers", [])
     harness.kube.delete(RESOURCE_CLAIMS, NS, "wedged")
     wait_for(lambda: _listed_claim(harness, "wedged") is None, what="claim deleted (our finalizer removed)")
     assert not controller.cache.assumed.in_flight

@@ -18,6 +18,7 @@ import pytest
 from dra_driver.kube.api import EVENTS, EVENTS_V1
 from dra_driver.kube.events import (
     EventRecorder,
+    TokenBucket,
     core_from_v1,
     micro_time,
     truncate_note,
@@ -496,3 +497,42 @@ def test_a_full_background_queue_drops_and_counts_the_event(clock: Clock) -> Non
 def test_an_inline_recorder_has_nothing_to_flush(kube: FakeKube, recorder: EventRecorder) -> None:
     recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")
     assert len(events(kube)) == 1 and recorder.flush(timeout=0)
+
+
+# --- sampling ---------------------------------------------------------------------------------------
+
+
+class Seconds:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_normal_events_past_the_budget_are_dropped_and_counted_warnings_never(kube: FakeKube) -> None:
+    seconds = Seconds()
+    budget = TokenBucket(rate=2.0, burst=3, clock=seconds)
+    recorder = EventRecorder(kube, controller="gpu.hami.io/controller", instance="c", normal_budget=budget)
+    for index in range(5):
+        recorder.emit(pod(f"p-{index}", f"uid-{index}"), "Normal", "Allocated", "Allocate", "gpu-0")
+    recorder.emit(pod("p-9", "uid-9"), "Warning", "FailedAllocation", "Allocate", "no GPU fits")
+    assert sorted(e["regarding"]["name"] for e in events(kube)) == ["p-0", "p-1", "p-2", "p-9"]
+    assert recorder.sampled_out == 2
+    seconds.now += 1.0  # two tokens a second
+    for index in range(5, 8):
+        recorder.emit(pod(f"p-{index}", f"uid-{index}"), "Normal", "Allocated", "Allocate", "gpu-0")
+    assert len(events(kube)) == 6 and recorder.sampled_out == 3
+
+
+def test_a_budget_saves_up_at_most_its_burst_and_zero_turns_normal_events_off(kube: FakeKube) -> None:
+    seconds = Seconds()
+    budget = TokenBucket(rate=1.0, burst=2, clock=seconds)
+    seconds.now += 3600.0
+    assert [budget.take() for _ in range(3)] == [True, True, False]
+    off = TokenBucket(rate=0.0, burst=0, clock=seconds)
+    recorder = EventRecorder(kube, controller="gpu.hami.io/controller", instance="c", normal_budget=off)
+    recorder.emit(pod(), "Normal", "Allocated", "Allocate", "gpu-0")
+    assert events(kube) == [] and recorder.sampled_out == 1
+    with pytest.raises(ValueError, match="at least 0"):
+        TokenBucket(rate=-1.0, burst=1)

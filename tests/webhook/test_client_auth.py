@@ -67,7 +67,7 @@ def call(
         connection.close()
 
 
-@pytest.mark.parametrize("path", ["/mutate", "/mutate-hami", "/validate"])
+@pytest.mark.parametrize("path", ["/mutate", "/mutate-hami", "/mutate-claims", "/validate"])
 def test_a_review_without_the_api_servers_certificate_gets_no_answer_and_no_read(
     server: WebhookServer, pki: ClusterPki, api: RecordingApi, path: str
 ) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kube.api import DEVICE_CLASSES, RESOURCE_CLAIMS, Kube
+from dra_driver.kube.api import DEVICE_CLASSES, RESOURCE_CLAIMS, Kube, Resource
+from dra_driver.kube.errors import KubeError
 from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.admission import mutate_pod
@@ -121,3 +122,53 @@ def test_a_name_that_is_no_object_name_never_reaches_a_request_path(lookup: Kube
     assert requested == []
     assert lookup.claim_requests("default", "nic") is not None  # a valid name is requested
     assert requested == ["/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/nic"]
+
+
+def _recording(lookup: KubeLookup, miss_cache: bool = False) -> list[tuple[str, dict[str, str]]]:
+    """Record the lookup's requests (path, query); ``miss_cache``: a read from the watch cache
+    answers 404, as for a claim created a moment before (not in the API server's cache yet)."""
+    requested: list[tuple[str, dict[str, str]]] = []
+    real = lookup._kube.request
+
+    def recording(method: str, path: str, body: Any = None, query: Any = None) -> Any:
+        requested.append((path, dict(query or {})))
+        if miss_cache and query:
+            raise KubeError(404, "not found")
+        return real(method, path, body, query)
+
+    lookup._kube.request = recording  # type: ignore[method-assign]
+    return requested
+
+
+def test_a_claim_is_read_from_the_watch_cache_and_from_etcd_only_when_it_misses(lookup: KubeLookup) -> None:
+    path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/nic"
+    requested = _recording(lookup)
+    assert lookup.claim_requests("default", "nic") is not None
+    assert requested == [(path, {"resourceVersion": "0"})]
+    requested = _recording(lookup, miss_cache=True)
+    assert lookup.claim_requests("default", "nic") is not None, "a cache miss is read again from etcd"
+    assert requested == [(path, {"resourceVersion": "0"}), (path, {})]
+    assert lookup.claim_requests("default", "absent") is None
+
+
+TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True)
+
+
+def test_a_template_is_read_once_per_ttl(sandbox: SandboxServer, lookup: KubeLookup) -> None:  # noqa: F811
+    Kube(sandbox.api_client()).create(
+        TEMPLATES,
+        "default",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "t", "namespace": "default"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": DRIVER}}]}}
+            },
+        },
+    )
+    requested = _recording(lookup)
+    first = lookup.template_requests("default", "t")
+    assert first is not None and [ref.class_name for ref in first] == [DRIVER]
+    assert lookup.template_requests("default", "t") == first
+    assert len(requested) == 1, "the second pod of a template costs no read"

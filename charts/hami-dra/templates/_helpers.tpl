@@ -269,3 +269,16 @@ first of deviceClasses; empty: the driver's own name (the binaries' default). */
 {{- end }}
 {{- $hamiClass }}
 {{- end }}
+
+{{- /* How new claims of our classes get the controller's finalizer at admission (controller.claimFinalizer):
+"policy" (a MutatingAdmissionPolicy, in the API server), "webhook" (the webhook's /mutate-claims) or ""
+(none: the controller adds it before the allocation). auto: the policy where the API server serves
+admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), else the webhook. */}}
+{{- define "hami-dra.claimFinalizer" -}}
+{{- $mode := .Values.controller.claimFinalizer }}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}
+{{- if not .Values.controller.enabled }}
+{{- else if or (eq $mode "policy") (and (eq $mode "auto") $served) }}policy
+{{- else if and .Values.webhook.enabled (or (eq $mode "webhook") (eq $mode "auto")) }}webhook
+{{- end }}
+{{- end }}
