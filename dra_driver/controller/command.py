@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.kube.leader import LeaderElector
     from dra_driver.webhook.optin import namespace_gate
 
-    kube = Kube(load_api_client(args.kubeconfig, connections=api_connections()))
+    kube = Kube(load_api_client(args.kubeconfig, connections=api_connections(args.write_workers)))
     hami_templates = None
     if args.hami_translate != "off":
         gate = namespace_gate(args.hami_translate, selector, KubeNamespaces(kube))

@@ -315,6 +315,29 @@ def test_the_connection_pool_has_room_for_every_watch_writer_and_worker() -> Non
     controller = Controller(FakeKube(), DRIVER)
     assert {informer.resource for informer in controller.informers.values()} == set(WATCHED)
     assert api_connections() == 14
+    assert api_connections(8) == 18  # --write-workers 8: four more writers, four more connections
+
+
+def test_the_controller_command_sizes_its_pool_from_write_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hami-dra controller --write-workers N`` opens a client whose pool holds the N writers."""
+    from dra_driver.cli import build_parser
+    from dra_driver.controller import command
+
+    sizes: list[int | None] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_client(kubeconfig: str | None, *, connections: int | None = None) -> object:
+        sizes.append(connections)
+        raise Stop
+
+    monkeypatch.setattr(command, "load_api_client", fake_client)
+    with pytest.raises(Stop):
+        command.run(
+            build_parser().parse_args(["controller", "--driver-name", DRIVER, "--write-workers", "8"])
+        )
+    assert sizes == [api_connections(8)]
 
 
 # --- against the sandbox API server (HTTP, field selectors, pages) ---------------------------------
