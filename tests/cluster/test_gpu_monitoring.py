@@ -456,7 +456,20 @@ def test_an_injected_overcommit_fires_its_alert(monitoring: Monitoring) -> None:
     pool, device = slice_["spec"]["pool"]["name"], slice_["spec"]["devices"][-1]["name"]
     for name in ("over-a", "over-b"):
         cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=manifest(claim(name, "10Gi")))
+        # Another allocator's claims: without the finalizer our admission gives every claim of our
+        # classes (controller.claimFinalizer), which would make them ours to repair (deallocate).
+        cluster.kubectl(
+            "patch",
+            "resourceclaim",
+            name,
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+        )
         written = cluster.get("resourceclaim", name, "-n", NAMESPACE)
+        assert not written["metadata"].get("finalizers")
         written["status"] = {"allocation": {"devices": {"results": [{
             "request": "gpu", "driver": DRIVER, "pool": pool, "device": device, "shareID": str(uuid.uuid4()),
             "consumedCapacity": {"memory": "10Gi", "cores": "0", "slots": "1"},
