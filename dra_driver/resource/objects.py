@@ -327,7 +327,9 @@ class ClaimView(ObjectView):
 
     @property
     def ours(self) -> bool:
-        """Carries our finalizer: we allocated it (or are about to) and must release it."""
+        """Carries our finalizer: a claim of our classes (given it at admission since issue 35, or
+        by the controller before it allocates), whose allocation the controller answers for and
+        must release, whoever wrote it."""
         return FINALIZER in self.finalizers
 
     @property
