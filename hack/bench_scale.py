@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "hack"))
 
 import bench_report  # noqa: E402
+from bench_controller import TimedPlanner  # noqa: E402
 
 from dra_driver.kube.api import Obj, Resource  # noqa: E402
 from dra_driver.kube.errors import KubeError  # noqa: E402
@@ -81,6 +82,16 @@ def _now() -> str:
 
 
 # --- the API ---------------------------------------------------------------------------------------
+def _field_terms(field_selector: str | None) -> list[tuple[str, str]]:
+    """A field selector's ``path=value`` terms (equality only, as the controller sends them)."""
+    terms = []
+    for term in (field_selector or "").split(","):
+        if term:
+            path, _, value = term.partition("=")
+            terms.append((path, value))
+    return terms
+
+
 def _selected(raw: bytes, terms: list[tuple[str, str]]) -> bool:
     """Whether the stored object ``raw`` has every ``path=value`` field of a field selector."""
     return not terms or _has_fields(json.loads(raw), terms)
@@ -156,7 +167,7 @@ class RecordedApi:
         after ``continue_from`` (the key of the previous page's last item), with a ``continue``
         token while more remain; ``field_selector``: ``path=value`` terms (equality only, each
         object decoded to test it, as the API server does)."""
-        terms = [term.partition("=")[::2] for term in (field_selector or "").split(",") if term]
+        terms = _field_terms(field_selector)
         after = tuple(json.loads(continue_from)) if continue_from else None
         with self._lock:
             stored = sorted(self.objects.get(resource.plural, {}).items())
@@ -238,7 +249,7 @@ class RecordedApi:
         field_selector: str | None = None,
     ) -> Any:
         plural = resource.plural
-        terms = [term.partition("=")[::2] for term in (field_selector or "").split(",") if term]
+        terms = _field_terms(field_selector)
         deadline = time.monotonic() + timeout_seconds
         with self._lock:
             rvs, events = self._event_rvs.setdefault(plural, []), self._events.setdefault(plural, [])
@@ -591,23 +602,6 @@ def threads_cpu(exclude: set[int]) -> float:
             continue  # the thread ended
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
-
-
-class TimedPlanner:
-    """The allocator's planner, timing each ``plan`` call (one decision)."""
-
-    def __init__(self, inner: Any, seconds: list[float]) -> None:
-        self.inner, self.seconds = inner, seconds
-
-    def plan(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return self.inner.plan(*args, **kwargs)
-        finally:
-            self.seconds.append(time.perf_counter() - started)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def wait(condition: Any, timeout: float, what: str, poll: float = 0.05) -> None:
