@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from dra_driver.config import parse_gpu_config
-from dra_driver.contract import SCHEDULER_FENCE
+from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME, SCHEDULER_FENCE
+from dra_driver.controller.binder import FENCE_ANNOTATION
 from tests.chart.combos import CUSTOM_DRIVER
 from tests.chart.helpers import ALL_ON, EXAMPLES, NAMESPACE, Render, all_of, find
 
@@ -85,9 +86,15 @@ def test_driver_name_propagates_everywhere(render: Render) -> None:
         role["rules"] = [rule for rule in role["rules"] if rule not in fixed]
     rendered = yaml.safe_dump_all(objects)
     assert "gpu.hami.io/v1alpha1" in rendered  # the GpuConfig API group is fixed...
-    assert "gpu.hami.io" not in rendered.replace("gpu.hami.io/v1alpha1", "").replace(
-        "gpu.hami.io/scheduling-gate: gpu.hami.io/allocation", ""
-    ).replace("gpu.hami.io/hami-resources: enabled", ""), "...every other mention follows driverName"
+    assert GATE_NAME in rendered  # ...so are the names the controller writes, which the policies guard...
+    fixed_names = (
+        "gpu.hami.io/v1alpha1",
+        "gpu.hami.io/scheduling-gate",
+        "gpu.hami.io/hami-resources: enabled",
+    )
+    for name in (*fixed_names, GATE_NAME, FINALIZER, ALLOCATED_CONDITION, FENCE_ANNOTATION):
+        rendered = rendered.replace(name, "")
+    assert "gpu.hami.io" not in rendered, "...every other mention follows driverName"
     for device_class in all_of(objects, "DeviceClass"):
         assert (
             device_class["spec"]["selectors"][0]["cel"]["expression"] == 'device.driver == "gpu.example.org"'

@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 
-from dra_driver.contract import SCHEDULER_FENCE
+from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME, SCHEDULER_FENCE
+from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.decision_record import decision_annotation
+from tests.chart.combos import CUSTOM_DRIVER
 from tests.chart.helpers import NAMESPACE, Render, find
 from tests.chart.test_admission_cel import _admit, admission_env
 
 CONTROLLER = f"system:serviceaccount:{NAMESPACE}:t-hami-dra-controller"
 TENANT = "system:serviceaccount:team-a:tenant"
-GATE = "gpu.hami.io/allocation"
+GATE = GATE_NAME
 TAINT = "gpu.hami.io/policy-managed"
 
 
@@ -539,3 +542,40 @@ def test_a_class_configured_extended_resource_name_is_left_to_the_fence(render: 
     assert _admit(env, rendered, request_body, implicit, None) is not None
     (mapped,) = [o for o in objects if o["kind"] == "DeviceClass" and o["metadata"]["name"] == "gpu.hami.io"]
     assert SCHEDULER_FENCE in [s["cel"]["expression"] for s in mapped["spec"]["selectors"]]
+
+
+# --- the names the controller writes, whatever the driver's name -------------------------------------
+
+
+@pytest.mark.parametrize("values", [{}, CUSTOM_DRIVER], ids=["default", "custom-driver"])
+def test_the_policies_guard_the_names_the_controller_really_writes(
+    render: Render, env: Any, values: dict[str, Any]
+) -> None:
+    """The gate, finalizer, condition and fence annotation are fixed names in the code, whatever
+    ``driverName`` is: with a custom driver name, policies guarding ``<driverName>/allocation``
+    left the real gate to tenants and refused the controller's own gate lift."""
+    driver = values.get("driverName", "gpu.hami.io")
+    objects = render(values)
+
+    def named(name: str) -> dict[str, Any]:
+        return find(objects, "ValidatingAdmissionPolicy", f"-{name}")
+
+    pod = gated_pod()
+    lifted = edit(pod, without_our_gate)
+    assert _admit(env, named("pod-gate"), request(TENANT), lifted, pod) is not None
+    placed = edit(lifted, lambda p: p["metadata"]["annotations"].update({decision_annotation(driver): "{}"}))
+    assert _admit(env, named("controller-pods"), request(CONTROLLER), placed, pod) is None
+    condition = {"type": ALLOCATED_CONDITION, "status": "True"}
+    reported = edit(pod, lambda p: p["status"]["conditions"].append(condition))
+    assert _admit(env, named("controller-pods"), request(CONTROLLER, sub="status"), reported, pod) is None
+
+    claim = allocated_claim(driver)
+    assert FINALIZER in claim["metadata"]["finalizers"]
+    released = edit(claim, drop_our_finalizer)
+    assert (
+        _admit(env, named("claim-finalizer"), request(TENANT, "resourceclaims"), released, claim) is not None
+    )
+    fenced = edit(released, lambda c: c["metadata"].update(annotations={FENCE_ANNOTATION: "me"}))
+    assert (
+        _admit(env, named("controller-claims"), request(CONTROLLER, "resourceclaims"), fenced, claim) is None
+    )

@@ -282,3 +282,13 @@ admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), else
 {{- else if and .Values.webhook.enabled (or (eq $mode "webhook") (eq $mode "auto")) }}webhook
 {{- end }}
 {{- end }}
+{{- /*
+Names the controller writes whatever the driver's name (dra_driver/contract.py: GATE_NAME, FINALIZER,
+ALLOCATED_CONDITION; controller/binder.py FENCE_ANNOTATION): the admission policies must guard these,
+not "<driverName>/…", or a custom driverName would leave the real gate unguarded and refuse the
+controller's own writes. tests/chart/test_tenant_policies.py checks them against the code.
+*/}}
+{{- define "hami-dra.gateName" -}}gpu.hami.io/allocation{{- end }}
+{{- define "hami-dra.finalizerName" -}}gpu.hami.io/allocation{{- end }}
+{{- define "hami-dra.conditionType" -}}gpu.hami.io/Allocated{{- end }}
+{{- define "hami-dra.fenceAnnotation" -}}gpu.hami.io/fenced-by{{- end }}
