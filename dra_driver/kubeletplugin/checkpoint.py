@@ -142,24 +142,30 @@ class Checkpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        # Encoded entries by uid, reused while the entry (object and state) is unchanged: a save
-        # then costs O(changed entries) in JSON work instead of O(all prepared claims). Holding
-        # the entry object keeps its identity from being reused by another object.
+        # Encoded ``"uid":{entry}`` members by uid, reused while the entry (object and state) is
+        # unchanged: a save then costs O(changed entries) in JSON work instead of O(all prepared
+        # claims). Holding the entry object keeps its identity from being reused by another object.
         self._encoded: dict[str, tuple[ClaimEntry, str, str, bytes]] = {}
 
     def _encode(self, entries: dict[str, ClaimEntry]) -> bytes:
         """The canonical JSON of the claims map, byte-identical to ``canonical`` of it."""
         parts = []
         fresh: dict[str, tuple[ClaimEntry, str, str, bytes]] = {}
+        previous = self._encoded
         for uid in sorted(entries):
             entry = entries[uid]
-            cached = self._encoded.get(uid)
-            if cached is not None and cached[0] is entry and cached[1:3] == (entry.state, entry.boot_id):
-                encoded = cached[3]
+            cached = previous.get(uid)
+            if (
+                cached is not None
+                and cached[0] is entry
+                and cached[1] == entry.state
+                and cached[2] == entry.boot_id
+            ):
+                member = cached[3]
             else:
-                encoded = canonical(entry.to_json())
-            fresh[uid] = (entry, entry.state, entry.boot_id, encoded)
-            parts.append(json.dumps(uid).encode() + b":" + encoded)
+                member = b"%s:%s" % (json.dumps(uid).encode(), canonical(entry.to_json()))
+            fresh[uid] = (entry, entry.state, entry.boot_id, member)
+            parts.append(member)
         self._encoded = fresh
         return b"{" + b",".join(parts) + b"}"
 
