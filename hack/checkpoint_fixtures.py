@@ -12,7 +12,9 @@ copies the checkpoint it wrote:
   failpoint, between its two writes;
 * ``v1-28f86d3.json``: version 1 without specs (c043a7b .. 28f86d3, the last version-1 writer).
   Claim ``c`` is ``PrepareStarted`` the way that code writes one: its checkpoint was corrupt, its
-  CDI spec was gone, and the start-up rebuilt its entry from the claim record.
+  CDI spec was gone, and the start-up rebuilt its entry from the claim record;
+* ``record-28f86d3.json``: that code's claim record (``prepared/<uid>.json``) of claim ``a``
+  (records exist since b0c1868 and have had one layout).
 
 Run from the repository root: ``.venv/bin/python hack/checkpoint_fixtures.py``. The files are
 deterministic: the boot ID, UIDs, GPUs and the work directory are fixed below.
@@ -136,6 +138,9 @@ else:
 """
 )
 
+#: Claim ``a``: its record is kept where the writer has records.
+RECORD_UID = "0b5d3c52-6f4e-4a8e-9d1c-2e7f8a9b0c1d"
+
 WRITERS = {
     "8b268a3": (WRITER_8B268A3, [("prepare", 0), ("kill", -9)]),
     "28f86d3": (WRITER_28F86D3, [("prepare", 0), ("rebuild", 0)]),
@@ -170,6 +175,9 @@ def write_fixture(commit: str, program: str, steps: list[tuple[str, int]]) -> Pa
         raw = (work / "checkpoint.json").read_bytes()
         json.loads(raw)  # a whole file, or the writer is broken
         target.write_bytes(raw)
+        record = work / "prepared" / f"{RECORD_UID}.json"
+        if record.is_file():
+            (OUT / f"record-{commit}.json").write_bytes(record.read_bytes())
         return target
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

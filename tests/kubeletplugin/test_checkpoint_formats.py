@@ -234,3 +234,9 @@ def test_format_1_null_lists_and_a_missing_boot_id_read_as_empty(tmp_path: Path)
         b'{"version":1,"checksum":"%s","claims":%s}' % (checksum(claims).encode(), canonical(claims))
     )
     assert Checkpoint(path).load() == {UID_A: ClaimEntry("n", "c", PREPARE_STARTED, "")}
+
+
+def test_a_claim_record_of_the_last_format_1_writer_reads_as_its_entry(tmp_path: Path) -> None:
+    """The rebuild after a corrupt checkpoint reads records an older plugin wrote."""
+    (tmp_path / f"{UID_A}.json").write_bytes((FIXTURES / "record-28f86d3.json").read_bytes())
+    assert ClaimRecords(tmp_path).load_all() == {UID_A: EXPECTED[UID_A]}
