@@ -204,9 +204,9 @@ class Checkpoint:
         return (
             f"the checkpoint {self.path} is format {newer.version}{by}, newer than this plugin "
             f"({WRITER}) reads (formats 1 to {CURRENT_VERSION}); it records the claims prepared on "
-            "this node, whose GPU shares this plugin could not count. Run the newer plugin again, or, "
-            "to downgrade anyway, first drain the node of pods with GPU claims and then move the file "
-            "away (the plugin then rebuilds it from the claim records it can read)"
+            "this node, whose GPU shares this plugin could not count. Run the newer plugin again; to "
+            "downgrade, drain the node of pods with GPU claims while the newer plugin runs (kubelet "
+            "unprepares their claims), then downgrade and move this file away: the plugin starts empty"
         )
 
     def save(self, entries: dict[str, ClaimEntry], *, sync_directory: bool = True) -> None:
