@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dra_driver.kubeletplugin.checkpoint import (
     CURRENT_VERSION,
@@ -240,3 +242,39 @@ def test_a_claim_record_of_the_last_format_1_writer_reads_as_its_entry(tmp_path:
     """The rebuild after a corrupt checkpoint reads records an older plugin wrote."""
     (tmp_path / f"{UID_A}.json").write_bytes((FIXTURES / "record-28f86d3.json").read_bytes())
     assert ClaimRecords(tmp_path).load_all() == {UID_A: EXPECTED[UID_A]}
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_devices = st.builds(
+    AllocatedDevice,
+    request=_text,
+    pool=_text,
+    device=_text,
+    share_id=st.none() | _text,
+    consumed=st.dictionaries(st.sampled_from(["memory", "cores", "slots"]), st.integers(0, 1 << 50)),
+    admin_access=st.booleans(),
+)
+_entries = st.builds(
+    ClaimEntry,
+    namespace=_text,
+    name=_text,
+    state=st.sampled_from([PREPARE_STARTED, PREPARE_COMPLETED]),
+    boot_id=_text,
+    devices=st.lists(_devices, max_size=3),
+    cdi_ids=st.lists(st.lists(_text, max_size=2), max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.dictionaries(_text, _entries, max_size=4), min_size=1, max_size=3))
+def test_what_is_saved_is_what_the_current_model_reads_back(
+    tmp_path: Path, saves: list[dict[str, ClaimEntry]]
+) -> None:
+    """The hand-made encoder (cached per entry across saves) and the format-2 model agree."""
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json")
+    for entries in saves:
+        checkpoint.save(entries)
+        raw = checkpoint.path.read_bytes()
+        version, contents = decode(raw)
+        assert version == CURRENT_VERSION and contents.writer == WRITER
+        assert Checkpoint(checkpoint.path).load() == entries
