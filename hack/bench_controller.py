@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
             RESOURCE_SLICES,
             Kube,
         )
-    from dra_driver.kubeletplugin.slices import build_resource_slices
+    from dra_driver.resource.slice_builder import build_resource_slices
     from dra_driver.sandbox.cluster import node_object
 
     state = tempfile.mkdtemp(prefix="hami-dra-bench-")

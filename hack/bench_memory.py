@@ -556,7 +556,7 @@ def a_claim(index: int, nodes: int, gpus: int) -> Obj:
 def slices_of(index: int, gpus: int, other: int) -> list[Obj]:
     """Our kubelet plugin's slices for node ``index`` (and ``other`` slices of another driver)."""
     from dra_driver.devices.simulated import profile_gpus
-    from dra_driver.kubeletplugin.slices import build_resource_slices
+    from dra_driver.resource.slice_builder import build_resource_slices
 
     node, when = node_name(index), stamp(index)
     found = build_resource_slices(

@@ -638,7 +638,7 @@ def main(argv: list[str]) -> int:
     from dra_driver.controller.controller import Controller
     from dra_driver.devices.simulated import profile_gpus
     from dra_driver.kube.api import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-    from dra_driver.kubeletplugin.slices import build_resource_slices
+    from dra_driver.resource.slice_builder import build_resource_slices
 
     provenance = bench_report.provenance()
     load_before = bench_report.load_average()

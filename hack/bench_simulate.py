@@ -36,7 +36,7 @@ import yaml
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import main as cli_main
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.simulate.render import result_to_json
 from dra_driver.simulate.run import run_scenario
 from dra_driver.simulate.scenario import load_scenario

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from dra_driver.controller.controller import Controller  # noqa: E402
 from dra_driver.devices.simulated import profile_gpus  # noqa: E402
 from dra_driver.kube.api import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS  # noqa: E402
-from dra_driver.kubeletplugin.slices import build_resource_slices  # noqa: E402
+from dra_driver.resource.slice_builder import build_resource_slices  # noqa: E402
 from tests.controller.fake_kube import FakeKube  # noqa: E402
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request  # noqa: E402
 

@@ -5,7 +5,7 @@ Everything the kubelet plugin does with the hardware is exercised through the pl
 so a pass means the shipped code works on this machine, not a re-implementation of it:
 
 a. discovery through :class:`dra_driver.devices.nvml.NvmlSource` (``NVIDIA_DRIVER_ROOT`` honoured)
-   into the ResourceSlices of :mod:`dra_driver.kubeletplugin.slices`, checked against the API
+   into the ResourceSlices of :mod:`dra_driver.resource.slice_builder`, checked against the API
    server's rules that can be checked offline (``tests/kube_validate.py``; strict schemas too when
    ``kubernetes_validate`` is installed);
 b. every published GPU cross-checked against ``nvidia-smi``, which reads the driver by another
@@ -262,7 +262,7 @@ class PreparedShare:
 def step_discovery(report: Report, ctx: Context) -> None:
     """NVML through the plugin's source, into the slices the plugin would publish."""
     from dra_driver.devices.source import DeviceSourceError, open_source
-    from dra_driver.kubeletplugin.slices import build_resource_slices
+    from dra_driver.resource.slice_builder import build_resource_slices
 
     try:
         import pynvml  # noqa: F401  (the plugin's NVML binding; nothing below works without it)

@@ -2,7 +2,7 @@
 
 Sources: :mod:`.nvml` (real GPUs through ``pynvml``) and :mod:`.simulated` (named profiles
 ``t4``, ``a100-80gb``, ``h100-80gb``, ``h200`` and YAML/JSON devices files). Pick one with
-:func:`open_source`; the ResourceSlice builder lives in :mod:`dra_driver.kubeletplugin.slices`.
+:func:`open_source`; the ResourceSlice builder lives in :mod:`dra_driver.resource.slice_builder`.
 
 Public API::
 

@@ -40,8 +40,8 @@ from dra_driver.devices.model import DeviceModelError
 from dra_driver.devices.simulated import PROFILES
 from dra_driver.devices.source import SOURCE_KINDS, DeviceSourceError, open_source
 from dra_driver.flags import add_bool, env_default
-from dra_driver.kubeletplugin.slices import SliceError, build_resource_slices
 from dra_driver.output import JSON, TABLE, WIDE, YAML, add_output_flag, columns
+from dra_driver.resource.slice_builder import SliceError, build_resource_slices
 
 #: A Kubernetes object name that is a DNS subdomain (RFC 1123), as node names are.
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

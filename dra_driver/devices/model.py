@@ -1,7 +1,7 @@
 """The one device model every GPU source produces: :class:`Gpu`, a frozen dataclass.
 
 NVML and the simulated profiles both end in a list of ``Gpu``; the ResourceSlice builder
-(:mod:`dra_driver.kubeletplugin.slices`) and anything that feeds the policy engine read only this
+(:mod:`dra_driver.resource.slice_builder`) and anything that feeds the policy engine read only this
 type, so neither ever asks which source it has. Values are kept as the hardware reports them
 (e.g. NVIDIA's driver version ``535.104.05``); conversions the Kubernetes API needs, such as strict
 semver, happen where the slice is built (:func:`semver`).

@@ -41,18 +41,33 @@ def load_api_client(kubeconfig: str | None, *, connections: int | None = None) -
         configuration = _in_cluster()
         if connections is not None:
             configuration.connection_pool_maxsize = connections
-        return client.ApiClient(configuration)
+        return client.ApiClient(pin_proxy(configuration))
     configuration = client.Configuration()
     if connections is not None:
         configuration.connection_pool_maxsize = connections
     try:
-        return config.new_client_from_config(  # type: ignore[no-untyped-call,unused-ignore]
+        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call,unused-ignore]
             config_file=kubeconfig, client_configuration=configuration
         )
     except (config.ConfigException, OSError) as err:
         raise UsageError(
             f"cannot load Kubernetes config from {kubeconfig}: {err} (pass --kubeconfig)"
         ) from None
+    pin_proxy(api_client.configuration)
+    return api_client
+
+
+def pin_proxy(configuration: Any) -> Any:
+    """Resolve the proxy from the environment once, for the host the configuration has now.
+
+    The client re-reads every proxy variable (a walk over the whole of ``os.environ``) each time
+    its host is assigned, and the kubeconfig and in-cluster token hooks assign it before every
+    request: the biggest single cost of a claim read in the kubelet plugin's prepare, more in a
+    pod whose environment holds a variable per Service. The connection pool is built from the
+    proxy once anyway, so a proxy resolved again later could not take effect.
+    """
+    configuration.proxy = configuration.proxy
+    return configuration
 
 
 def _in_cluster() -> Any:

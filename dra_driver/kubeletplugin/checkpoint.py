@@ -12,8 +12,9 @@ already prepared on the node. Properties that peers got wrong and we must not:
 - atomic replace with an fsync of the file before the rename, so no crash leaves a half-written
   file, and of the directory after it where a power loss must not undo the rename (removals:
   ``Preparer._persist``);
-- a version and a SHA-256 checksum, so corruption is detected (and the caller rebuilds from the API
-  instead of crashing);
+- a version and a SHA-256 checksum, so corruption is detected (and the caller rebuilds from the
+  claim records instead of crashing); every format written before is converted on load
+  (``checkpoint_formats.py``), and a format newer than this code is refused with what to do;
 - the node boot ID, so entries written before a reboot (when ``/var/run/cdi`` was wiped) are
   re-prepared, not trusted.
 
@@ -35,18 +36,50 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.kubeletplugin.cdi import fsync_dir, temp_file_in
+from dra_driver.kubeletplugin.checkpoint_formats import (
+    CURRENT_VERSION,
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    WRITER,
+    EntryV2,
+    FormatError,
+    NewerFormat,
+    canonical,
+    decode,
+    decode_entry,
+)
 from dra_driver.kubeletplugin.claims import AllocatedDevice, is_kubernetes_uid
 
 LOG = logging.getLogger(__name__)
 
-VERSION = 1
-PREPARE_STARTED = "PrepareStarted"
-PREPARE_COMPLETED = "PrepareCompleted"
+__all__ = [
+    "CURRENT_VERSION",
+    "PREPARE_COMPLETED",
+    "PREPARE_STARTED",
+    "Checkpoint",
+    "CheckpointFromNewerVersion",
+    "CheckpointUnreadable",
+    "ClaimEntry",
+    "ClaimRecords",
+    "CorruptCheckpoint",
+    "read_boot_id",
+]
+
 DEFAULT_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+#: The top of every file this code writes, up to the checksum (the writer as a JSON string).
+_HEADER = b'{"version":%d,"writer":%s,"checksum":"' % (CURRENT_VERSION, json.dumps(WRITER).encode())
 
 
 class CheckpointUnreadable(OSError):
     """The checkpoint exists but cannot be read; the message names the file."""
+
+
+class CheckpointFromNewerVersion(CheckpointUnreadable):
+    """The checkpoint is of a format newer than this plugin reads (a downgrade): left in place.
+
+    Not quarantined: the claims it records hold GPU shares that this plugin cannot count, so
+    starting without them could hand the same room out twice. The message says what to do.
+    """
 
 
 class CorruptCheckpoint(Exception):
@@ -80,17 +113,18 @@ class ClaimEntry:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClaimEntry:
-        state = data["state"]
-        if state not in (PREPARE_STARTED, PREPARE_COMPLETED):
-            raise ValueError(f"unknown state {state!r}")
+    def from_model(cls, entry: EntryV2) -> ClaimEntry:
+        """The entry an on-disk one (current format, validated) describes."""
         return cls(
-            namespace=str(data["namespace"]),
-            name=str(data["name"]),
-            state=state,
-            boot_id=str(data.get("bootID", "")),
-            devices=[AllocatedDevice.from_json(d) for d in data.get("devices") or []],
-            cdi_ids=[[str(i) for i in ids] for ids in data.get("cdiIDs") or []],
+            namespace=entry.namespace,
+            name=entry.name,
+            state=entry.state,
+            boot_id=entry.bootID,
+            devices=[
+                AllocatedDevice(d.request, d.pool, d.device, d.shareID, dict(d.consumed), d.adminAccess)
+                for d in entry.devices
+            ],
+            cdi_ids=[list(ids) for ids in entry.cdiIDs],
         )
 
 
@@ -103,42 +137,44 @@ def read_boot_id(path: Path = DEFAULT_BOOT_ID_FILE) -> str:
         return "unknown"
 
 
-def _canonical(claims: dict[str, Any]) -> bytes:
-    return json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _checksum(claims: dict[str, Any]) -> str:
-    return hashlib.sha256(_canonical(claims)).hexdigest()
-
-
 class Checkpoint:
     """Load/save the claim map; callers serialise access (the Preparer holds a lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        # Encoded entries by uid, reused while the entry (object and state) is unchanged: a save
-        # then costs O(changed entries) in JSON work instead of O(all prepared claims). Holding
-        # the entry object keeps its identity from being reused by another object.
+        # Encoded ``"uid":{entry}`` members by uid, reused while the entry (object and state) is
+        # unchanged: a save then costs O(changed entries) in JSON work instead of O(all prepared
+        # claims). Holding the entry object keeps its identity from being reused by another object.
         self._encoded: dict[str, tuple[ClaimEntry, str, str, bytes]] = {}
 
     def _encode(self, entries: dict[str, ClaimEntry]) -> bytes:
-        """The canonical JSON of the claims map, byte-identical to ``_canonical`` of it."""
+        """The canonical JSON of the claims map, byte-identical to ``canonical`` of it."""
         parts = []
         fresh: dict[str, tuple[ClaimEntry, str, str, bytes]] = {}
+        previous = self._encoded
         for uid in sorted(entries):
             entry = entries[uid]
-            cached = self._encoded.get(uid)
-            if cached is not None and cached[0] is entry and cached[1:3] == (entry.state, entry.boot_id):
-                encoded = cached[3]
+            cached = previous.get(uid)
+            if (
+                cached is not None
+                and cached[0] is entry
+                and cached[1] == entry.state
+                and cached[2] == entry.boot_id
+            ):
+                member = cached[3]
             else:
-                encoded = _canonical(entry.to_json())
-            fresh[uid] = (entry, entry.state, entry.boot_id, encoded)
-            parts.append(json.dumps(uid).encode() + b":" + encoded)
+                member = b"%s:%s" % (json.dumps(uid).encode(), canonical(entry.to_json()))
+            fresh[uid] = (entry, entry.state, entry.boot_id, member)
+            parts.append(member)
         self._encoded = fresh
         return b"{" + b",".join(parts) + b"}"
 
     def load(self) -> dict[str, ClaimEntry]:
-        """Entries by claim UID; {} when absent. Raises CorruptCheckpoint on anything untrustworthy."""
+        """Entries by claim UID; {} when absent. An earlier format is converted (in memory).
+
+        Raises CorruptCheckpoint on anything untrustworthy, CheckpointUnreadable when the file
+        cannot be read, and its CheckpointFromNewerVersion for a format newer than this code.
+        """
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -151,19 +187,27 @@ class Checkpoint:
                 "(the plugin then rebuilds it from the API)"
             ) from err
         try:
-            document = json.loads(raw)
-            if not isinstance(document, dict):
-                raise ValueError("not a JSON object")
-            if document.get("version") != VERSION:
-                raise ValueError(f"unsupported version {document.get('version')!r} (want {VERSION})")
-            claims = document["claims"]
-            if not isinstance(claims, dict):
-                raise ValueError("claims is not an object")
-            if document.get("checksum") != _checksum(claims):
-                raise ValueError("checksum mismatch")
-            return {uid: ClaimEntry.from_json(entry) for uid, entry in claims.items()}
-        except (ValueError, KeyError, TypeError) as err:
+            version, contents = decode(raw)
+        except FormatError as err:
             raise CorruptCheckpoint(f"{self.path}: {err}") from err
+        except NewerFormat as newer:
+            raise CheckpointFromNewerVersion(self._newer_message(newer)) from None
+        if version != CURRENT_VERSION:
+            LOG.warning(
+                "checkpoint %s is format %d; read as format %d, and rewritten so at the next write",
+                self.path, version, CURRENT_VERSION,
+            )  # fmt: skip
+        return {uid: ClaimEntry.from_model(entry) for uid, entry in contents.claims.items()}
+
+    def _newer_message(self, newer: NewerFormat) -> str:
+        by = f" (written by {newer.writer})" if newer.writer else ""
+        return (
+            f"the checkpoint {self.path} is format {newer.version}{by}, newer than this plugin "
+            f"({WRITER}) reads (formats 1 to {CURRENT_VERSION}); it records the claims prepared on "
+            "this node, whose GPU shares this plugin could not count. Run the newer plugin again; to "
+            "downgrade, drain the node of pods with GPU claims while the newer plugin runs (kubelet "
+            "unprepares their claims), then downgrade and move this file away: the plugin starts empty"
+        )
 
     def save(self, entries: dict[str, ClaimEntry], *, sync_directory: bool = True) -> None:
         """Atomically replace the checkpoint with ``entries``; its contents are on disk when it returns.
@@ -172,10 +216,10 @@ class Checkpoint:
         process crash still sees it; a power loss may bring back the previous file, whole): the
         caller then calls :meth:`sync_directory` before it relies on the new file surviving one.
         """
-        canonical = self._encode(entries)
-        checksum = hashlib.sha256(canonical).hexdigest()
+        encoded = self._encode(entries)
+        checksum = hashlib.sha256(encoded).hexdigest()
         # The claims object is embedded exactly as hashed, so one serialisation serves both.
-        data = b'{"version":%d,"checksum":"%s","claims":%s}' % (VERSION, checksum.encode(), canonical)
+        data = b'%s%s","claims":%s}' % (_HEADER, checksum.encode(), encoded)
         fd, tmp_name = temp_file_in(self.path.parent, prefix=".checkpoint.")
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -206,7 +250,10 @@ class ClaimRecords:
     """One record per prepared claim, ``<dir>/<uid>.json``: the claim's entry, the checkpoint's backup.
 
     Written before the claim's CDI spec and removed after it, so every spec of ours on the node
-    has a record. Records are not fsynced: they matter only when the checkpoint is corrupt within
+    has a record. A record is ``{"uid", **entry}`` in the entry layout of every checkpoint format
+    so far (:class:`~dra_driver.kubeletplugin.checkpoint_formats.EntryV2`), which is what lets a
+    downgraded plugin rebuild its checkpoint from them: a change of that layout needs a version
+    field here too. Records are not fsynced: they matter only when the checkpoint is corrupt within
     the same boot (a crash of the node loses ``/var/run/cdi`` too, and every live claim is then
     prepared again from the API), and an atomic rename never leaves a half-written record.
     """
@@ -256,7 +303,7 @@ class ClaimRecords:
             data = json.loads(path.read_bytes())
             if not isinstance(data, dict) or data.get("uid") != path.stem or not is_kubernetes_uid(path.stem):
                 raise ValueError("not the record of the claim its file name says")
-            return ClaimEntry.from_json(data)
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            return ClaimEntry.from_model(decode_entry(data))
+        except (OSError, ValueError) as err:
             LOG.warning("claim record %s is unreadable (%s); skipped", path, err)
             return None

@@ -104,17 +104,6 @@ class AllocatedDevice:
             data["adminAccess"] = True
         return data
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AllocatedDevice:
-        return cls(
-            request=str(data["request"]),
-            pool=str(data["pool"]),
-            device=str(data["device"]),
-            share_id=data.get("shareID"),
-            consumed={str(k): int(v) for k, v in dict(data.get("consumed") or {}).items()},
-            admin_access=bool(data.get("adminAccess", False)),
-        )
-
 
 def devices_for_node(claim: dict[str, Any], ref: ClaimRef, driver: str, pool: str) -> list[AllocatedDevice]:
     """Our driver's allocation results in our pool, after the checks the Go helper does.

@@ -377,11 +377,18 @@ class Preparer:
         Every entry counts, those of claims deleted from the API and of earlier boots too: only
         kubelet knows when their pods have ended, and it says so with NodeUnprepareResources.
         """
-        others = [(uid, d) for uid, e in self._entries.items() if uid != ref.uid for d in e.devices]
+        # Only the GPUs the claim asks for are checked: the others' usage is not summed at all.
+        wanted = {gpu.name for _, gpu in resolved}
+        others = [
+            (uid, d)
+            for uid, e in self._entries.items()
+            if uid != ref.uid
+            for d in e.devices
+            if d.device in wanted
+        ]
         try:
             check_fits(ref.uid, resolved, others, gpus)
         except CapacityError as err:
-            wanted = {gpu.name for _, gpu in resolved}
             holders = [
                 f"{e.namespace}/{e.name} ({uid}{', deleted from the API' if uid in self._deleted else ''})"
                 for uid, e in sorted(self._entries.items())

@@ -23,7 +23,7 @@ from typing import Any
 from dra_driver.devices.model import Gpu
 from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.node import NodeReader
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.resource.slices import slice_devices, slice_place
 
 LOG = logging.getLogger(__name__)

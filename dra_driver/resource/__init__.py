@@ -10,7 +10,10 @@ is serialised once where it leaves:
   claims they consume, an allocation's results;
 * ``capacity`` — what an allocation result consumes of a device (no shareID = the whole card);
 * ``uses`` — a claim's allocation read as the device uses it takes;
-* ``slices`` — ResourceSlice device and attribute names (the kubelet plugin produces them, the
+* ``slices`` — ResourceSlice device and attribute names, and a published device read back (the
   controller consumes them);
+* ``slice_builder`` — a node's GPUs (``dra_driver.devices.Gpu``) as the ResourceSlices of its
+  pool, with those names (the kubelet plugin publishes them; ``devices`` and the fake nodes print
+  and create them);
 * ``edits`` — the finalizer, allocation, gate, condition and fence writes.
 """

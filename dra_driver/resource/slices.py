@@ -1,6 +1,7 @@
 """Our driver's ResourceSlices (resource.k8s.io/v1): the names written once, the devices read once.
 
-The kubelet plugin writes the slices (``dra_driver/kubeletplugin/slices.py``); the controller's
+The slices are built beside this module (``slice_builder.py``, for the kubelet plugin, ``devices``
+and the fake nodes), and published by the kubelet plugin; the controller's
 inventory (``dra_driver/controller/inventory.py``, hence ``explain`` and ``simulate
 --from-cluster``) and ``top`` read them. What both sides must agree on lives here:
 

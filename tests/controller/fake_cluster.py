@@ -27,7 +27,7 @@ from dra_driver.kube.api import (
     Resource,
 )
 from dra_driver.kube.watch import object_key
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 

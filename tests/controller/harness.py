@@ -11,7 +11,7 @@ from dra_driver.controller.controller import Controller
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from dra_driver.kube.api import EVENTS as EVENTS_RESOURCE
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.sandbox import SandboxServer
 from dra_driver.sandbox.cluster import SandboxCluster
 from tests import waiting

@@ -13,7 +13,7 @@ from dra_driver.controller.retries import PendingRetries
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, Obj
 from dra_driver.kube.watch import object_key
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.fake_cluster import CARD, THREE_NODES, FakeCluster, full_cluster
 from tests.controller.harness import DRIVER, NS, device_class
 

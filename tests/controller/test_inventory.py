@@ -8,7 +8,7 @@ import pytest
 from dra_driver.contract import DeviceId
 from dra_driver.controller.inventory import build_inventory, nvlink_pair_scores
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.harness import DRIVER
 
 

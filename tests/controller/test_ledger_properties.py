@@ -15,10 +15,10 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.planner import PlanInput, Planner
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import parse_bytes
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import claim_requests
+from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.resource.uses import claim_uses
 
 DRIVER = "gpu.hami.io"

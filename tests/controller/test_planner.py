@@ -8,7 +8,7 @@ import dataclasses
 from dra_driver.controller.allocation import build_allocation
 from dra_driver.controller.allocator import format_decision
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.harness import DRIVER, claim, device_class, exactly
 from tests.controller.worlds import PLANNER_CLASSES, plan_one, planner
 

@@ -39,10 +39,10 @@ from dra_driver.kube.api import (
     Obj,
     Resource,
 )
-from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.resource.nodes import NodeView
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import claim_requests
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, NS, claim, device_class, pod, request
 

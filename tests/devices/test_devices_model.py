@@ -26,7 +26,7 @@ from dra_driver.devices.simulated import (
     profile_gpus,
     simulated_uuid,
 )
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from mock_profiles import fake_sysfs, nvml_env, profile_from_gpus
 from dra_driver.devices.model import MIB, Gpu
 from dra_driver.devices.nvml import NVML_NOT_FOUND_HINT
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 
 
 def h100_node() -> list:

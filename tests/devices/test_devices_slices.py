@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from kube_validate import assert_valid, resource_slice_problems
 from dra_driver.devices.model import MIB, Gpu
 from dra_driver.devices.nvlink import nvlink_peers_attribute, parse_nvlink_peers
 from dra_driver.devices.simulated import PROFILES, profile_gpus
-from dra_driver.kubeletplugin.slices import (
+from dra_driver.resource.slice_builder import (
     MAX_DEVICES_PER_SLICE,
     MAX_TAINTED_DEVICES_PER_SLICE,
     SliceError,
@@ -272,3 +274,15 @@ def test_examples_in_this_repo_are_valid() -> None:
             gpus, node_name="node-1", policy_taint=True, taint_unhealthy=True
         ):
             assert_valid(slice_)
+
+
+def test_the_builder_and_its_users_do_not_import_the_kubelet_plugin() -> None:
+    """The slice builder lives in the typed model, so ``devices`` and the fake nodes stay below the
+    plugin: a fresh interpreter importing them loads no ``dra_driver.kubeletplugin`` module."""
+    program = (
+        "import sys\n"
+        "import dra_driver.resource.slice_builder, dra_driver.devices.command, dra_driver.cluster.fakenodes\n"
+        "print(sorted(m for m in sys.modules if m.startswith('dra_driver.kubeletplugin')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

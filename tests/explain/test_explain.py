@@ -11,8 +11,8 @@ from dra_driver.controller.decision_record import decision_annotation, decode
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.explain.render import render
 from dra_driver.explain.report import FIXES, explain
-from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.output import render_document
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.fake_cluster import PODS, RESOURCE_CLAIMS, FakeCluster
 from tests.controller.harness import DRIVER, NS, claim, request
 

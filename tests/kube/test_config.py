@@ -158,3 +158,27 @@ def test_a_component_sizes_its_connection_pool_for_its_threads(tmp_path: Path) -
         default.rest_client.pool_manager.connection_pool_kw["maxsize"]
         == default.configuration.connection_pool_maxsize
     )
+
+
+def test_a_component_resolves_its_proxy_from_the_environment_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubeconfig's token hook assigns the host before every request; the client would walk
+    the environment for proxies each time. The proxy is resolved at load, and still honoured."""
+    from kubernetes.client import configuration as client_configuration
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.lab:3128")
+    path = kubeconfig(tmp_path / "config", ("lab", "https://lab:6443", None), current="lab")
+    api_client = config.load_api_client(str(path))
+    assert api_client.configuration.proxy == "http://proxy.lab:3128"
+    reads: list[int] = []
+    real = client_configuration.getproxies
+
+    def counted() -> dict[str, str]:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(client_configuration, "getproxies", counted)
+    api_client.configuration.refresh_api_key_hook(api_client.configuration)  # what each request runs
+    assert reads == [] and api_client.configuration.host == "https://lab:6443"
+    assert api_client.configuration.proxy == "http://proxy.lab:3128"

@@ -1,4 +1,5 @@
-"""Checkpoint format: round trip, checksum, corruption, version."""
+"""Checkpoint format: round trip, checksum, corruption, version (older and newer formats:
+``test_checkpoint_formats.py``)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_round_trip_and_atomic(tmp_path: Path) -> None:
     [
         lambda text: text[: len(text) // 2],  # torn write
         lambda text: text.replace('"c1"', '"c9"'),  # content changed under the checksum
-        lambda text: json.dumps({**json.loads(text), "version": 99}),
+        lambda text: json.dumps({**json.loads(text), "version": 0}),  # no format ever had it
         lambda text: "[]",
         lambda text: json.dumps({**json.loads(text), "claims": {"u": {"state": "Bogus"}}}),
     ],

@@ -18,12 +18,14 @@ import pytest
 
 from dra_driver.kubeletplugin import checkpoint as module
 from dra_driver.kubeletplugin.checkpoint import (
+    CURRENT_VERSION,
     PREPARE_COMPLETED,
     Checkpoint,
     ClaimEntry,
     CorruptCheckpoint,
     read_boot_id,
 )
+from dra_driver.kubeletplugin.checkpoint_formats import WRITER
 
 UID = "8d0a4c1e-3b2f-4e6a-9c7d-1f2e3a4b5c6d"
 
@@ -48,7 +50,8 @@ def test_saved_file_is_the_canonical_encoding(tmp_path: Path) -> None:
                     "state": PREPARE_COMPLETED}}  # fmt: skip
     canonical = json.dumps(claims, sort_keys=True, separators=(",", ":"))
     checksum = hashlib.sha256(canonical.encode()).hexdigest()
-    assert raw == f'{{"version":1,"checksum":"{checksum}","claims":{canonical}}}'.encode()
+    head = f'{{"version":{CURRENT_VERSION},"writer":{json.dumps(WRITER)},"checksum":"{checksum}"'
+    assert raw == f'{head},"claims":{canonical}}}'.encode()
     assert [p.name for p in path.parent.iterdir()] == ["checkpoint.json"], "no temp file left behind"
 
 
@@ -71,7 +74,7 @@ def test_missing_boot_id_loads_as_empty(tmp_path: Path) -> None:
     ("raw", "reason"),
     [
         (b"[]", "not a JSON object"),
-        (document({}, version=2), "unsupported version 2 (want 1)"),
+        (document({}, version=-1), "unsupported version -1 (want 1 to 2)"),
         (json.dumps({"version": 1, "checksum": "", "claims": []}).encode(), "claims is not an object"),
         (document({UID: {"state": PREPARE_COMPLETED, "namespace": "n", "name": "c"}}, checksum="0" * 64),
          "checksum mismatch"),

@@ -1,7 +1,10 @@
-"""An unreadable checkpoint stops the plugin with one line naming the file, and is not quarantined."""
+"""An unreadable checkpoint, or one of a newer format, stops the plugin with one line naming the
+file, and is not quarantined."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,11 +22,28 @@ def test_load_names_the_file(tmp_path: Path) -> None:
     assert path.is_dir(), "an unreadable checkpoint is left in place, not quarantined"
 
 
+def _a_directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _a_newer_format(path: Path) -> None:
+    path.write_text(json.dumps({"version": 3, "writer": "hami-dra 9.9.9", "checksum": "", "claims": {}}))
+
+
+@pytest.mark.parametrize(
+    ("make", "first_words"),
+    [(_a_directory, "cannot read the checkpoint "), (_a_newer_format, "the checkpoint ")],
+)
 def test_the_plugin_refuses_to_start_in_one_line(
-    tmp_path: Path, sandbox: SandboxServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    sandbox: SandboxServer,
+    capsys: pytest.CaptureFixture[str],
+    make: Callable[[Path], None],
+    first_words: str,
 ) -> None:
     plugin_dir = tmp_path / "plugin"
-    (plugin_dir / "checkpoint.json").mkdir(parents=True)
+    plugin_dir.mkdir()
+    make(plugin_dir / "checkpoint.json")
     (tmp_path / "boot_id").write_text("b\n")
     code = main([
         "kubelet-plugin", "--node-name", "n1", "--source", "simulated", "--profile", "t4", "--gpus", "1",
@@ -33,5 +53,6 @@ def test_the_plugin_refuses_to_start_in_one_line(
     ])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err) == 1 and err[0].startswith("hami-dra kubelet-plugin: error: cannot read the checkpoint ")
+    assert len(err) == 1 and err[0].startswith(f"hami-dra kubelet-plugin: error: {first_words}")
     assert str(plugin_dir / "checkpoint.json") in err[0]
+    assert [p.name for p in plugin_dir.iterdir() if p.name.startswith("checkpoint")] == ["checkpoint.json"]

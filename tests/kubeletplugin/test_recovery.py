@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.checkpoint import PREPARE_COMPLETED, Checkpoint
+from dra_driver.kubeletplugin.checkpoint import CURRENT_VERSION, PREPARE_COMPLETED, Checkpoint
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.kubeletplugin.prepare import FAILPOINT_ENV, FAILPOINTS
 from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
@@ -317,7 +317,7 @@ def test_checkpoint_file_is_valid_json_with_checksum(
         kubelet.prepare([ref(c)])
         kubelet.close()
         document = json.loads((dirs.plugin / "checkpoint.json").read_text())
-        assert document["version"] == 1 and len(document["checksum"]) == 64
+        assert document["version"] == CURRENT_VERSION and len(document["checksum"]) == 64
         assert document["claims"][c["metadata"]["uid"]]["bootID"] == "boot-1"
     finally:
         plugin.stop()

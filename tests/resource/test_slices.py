@@ -24,9 +24,9 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.devices.model import Gpu
 from dra_driver.devices.nvlink import parse_nvlink_peers
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import GIB, MIB
 from dra_driver.resource import slices as names
+from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.resource.slices import (
     SlicePlace,
     capacity_entries,

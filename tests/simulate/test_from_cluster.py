@@ -25,8 +25,8 @@ from dra_driver.controller.ledger import Ledger
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.engine import ClusterState, DeviceShare
 from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RESOURCE_SLICES, Kube, Obj
-from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import MIB
+from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.resource.uses import claim_uses
 from dra_driver.sandbox import SandboxServer
 from dra_driver.simulate.scenario import load_scenario

@@ -19,8 +19,8 @@ from dra_driver.contract import (
 )
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import Obj
-from dra_driver.kubeletplugin.slices import build_resource_slices
 from dra_driver.quantity import GIB, MIB
+from dra_driver.resource.slice_builder import build_resource_slices
 from tests.api_objects import DRIVER, allocated_claim
 
 #: What a simulated T4 publishes: nvidia-smi's total minus the driver's reserved memory.

@@ -1,4 +1,4 @@
-"""Build the ``resource.k8s.io/v1`` ResourceSlices that describe this node's GPUs.
+"""Build the ``resource.k8s.io/v1`` ResourceSlices that describe one node's GPUs.
 
 Public API::
 
