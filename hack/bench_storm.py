@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         add("Pod", PODS, in_namespace(body, namespace))
     controller.run_once()
     setup = time.perf_counter() - started
-    pending = len(controller.requeue.pending_pods)
+    pending = len(controller.queue.unschedulable)
     assert pending == args.pending, f"{pending} pending"
     right = (
         "tenant-b-pod"
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
         "controller_cpu_seconds_for_the_event": round(cpu_spent, 4),
         "seconds_until_no_retry_queued": round(drained_after, 4),
         "passes": passes,
-        "still_pending": len(controller.requeue.pending_pods),
+        "still_pending": len(controller.queue.unschedulable),
     }
     if args.json:
         print(json.dumps(figures))

@@ -52,7 +52,7 @@ def test_a_refused_write_is_retried_after_pauses_that_double() -> None:
     clock.now += 0.81
     cluster.run(passes=5)
     assert not cluster.gated("refused") and status_writes(cluster) == 4
-    assert not cluster.controller.backoff.waiting("default/refused")
+    assert not cluster.controller.queue.backoff.waiting("default/refused")
 
 
 def test_other_pods_are_placed_while_one_waits() -> None:

@@ -15,6 +15,7 @@ import copy
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocator import Placed, Unschedulable
 from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.reasons import Reason
 from dra_driver.resource.uses import claim_uses
 from tests.controller.harness import (
     DRIVER,
@@ -70,7 +71,7 @@ def test_a_pod_with_nothing_left_to_allocate_clears_its_pending_report() -> None
     world.add_class(other_class())
     world.add_claim(claim("foreign", request(klass="other")))
     waiting = world.add_pod(pod("p", {"gpu": "claim:foreign"}))
-    world.reports.record(waiting, "Unschedulable", "earlier reason")
+    world.reports.record(waiting, Reason.UNSCHEDULABLE, "earlier reason")
     reported = world.binder.report_pending(waiting, "Unschedulable", "earlier reason")
     assert reported is not None
     job = world.controller.decide(reported)
@@ -125,7 +126,7 @@ def test_a_deleted_pod_or_claim_is_forgotten_by_the_reports_and_the_fences() -> 
     world.place("a-pod")
     ours = world.pod_view("a-pod")
     newer = edited(ours, lambda p: p["metadata"].update(resourceVersion=str(int(ours.resource_version) + 1)))
-    world.reports.record(ours, "Unschedulable", "stale")
+    world.reports.record(ours, Reason.UNSCHEDULABLE, "stale")
     world.controller.apply_wake(world.cache.apply_event("Pod", dict(ours), dict(newer)))
     assert ours.uid in world.reports  # an update is not a deletion
     assert world.reports.new_warnings(ours.uid, ["a warning"]) == ["a warning"]
