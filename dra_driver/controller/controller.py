@@ -250,13 +250,15 @@ class Controller:
             self._was_leader = True
         self.passes += 1
         self.releaser.run()
-        for attempt in self.queue.attempts():
-            step = self._attempt(attempt)
-            if step is not None:
-                self.queue.done(attempt, step)
+        try:
+            for attempt in self.queue.attempts():
+                step = self._attempt(attempt)
+                if step is not None:
+                    self.queue.done(attempt, step)
+        finally:  # the failures of this term's pass are written in this term, whatever happened
+            self.failures.handle()
         if self.queue.cut_short:
             log.debug("pass cut short: the pods not reached are planned next pass")
-        self.failures.handle()
         self.cache.quotas.sync(self.kube)
         self._update_metrics()
 

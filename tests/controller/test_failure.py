@@ -12,9 +12,11 @@ import pytest
 
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.pod_queue import Attempt, Step
 from dra_driver.controller.reasons import EventReason, Reason
 from dra_driver.kube.errors import KubeError
 from dra_driver.resource.objects import PodView
+from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import NS, claim, pod, request
 from tests.controller.worlds import World
 
@@ -156,3 +158,24 @@ def test_the_written_pod_does_not_replace_a_namesake_cached_meanwhile() -> None:
     world.controller.failures.failed(created, Reason.UNSCHEDULABLE, "no room at all")
     world.controller.failures.handle()
     assert created.key not in world.cache.pods  # a pod gone from the cache is not brought back
+
+
+def test_the_failures_of_a_pass_are_written_even_when_the_pass_breaks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(gpus=1)
+    cluster.gpu_pod("big", "500Gi")
+    cluster.gpu_pod("next", "1Gi")
+    attempt = cluster.controller._attempt
+
+    def breaking(planned: Attempt) -> Step | None:
+        if planned.pod.name == "next":
+            raise RuntimeError("the pass broke")
+        return attempt(planned)
+
+    monkeypatch.setattr(cluster.controller, "_attempt", breaking)
+    with pytest.raises(RuntimeError):
+        cluster.controller.run_once()
+    found = cluster.condition("big")
+    assert found is not None and found["reason"] == "Unschedulable"
+    assert not cluster.controller.failures
