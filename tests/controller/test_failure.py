@@ -179,3 +179,15 @@ def test_the_failures_of_a_pass_are_written_even_when_the_pass_breaks(
     found = cluster.condition("big")
     assert found is not None and found["reason"] == "Unschedulable"
     assert not cluster.controller.failures
+
+
+def test_an_unexpected_error_is_reported_in_one_line_of_at_most_300_characters_of_its_text() -> None:
+    world = World()
+    created = waiting_pod(world)
+    step = world.controller.fail_pod(created, ValueError("many\n  words " + "x" * 400))
+    assert step is Step.PENDING
+    world.controller.failures.handle()
+    found = world.condition("x-pod")
+    assert found is not None and found["reason"] == Reason.INVALID_REQUEST
+    text = "ValueError: many words " + "x" * 400
+    assert found["message"] == f"unexpected error while planning this pod: {text[:300]}"
