@@ -180,7 +180,7 @@ class PodQueue:
             if self.backoff.waiting(key):
                 self._active.add(key)  # its last writes failed: planned again once its pause ends
                 continue
-            retry = batch.get(key) if key not in fresh else None
+            retry = batch.get(key)  # None for a fresh pod: the batch leaves them out
             self.woken.discard(key)  # planned now: what it was woken for is looked at
             if retry is not None and self.stays_pending(retry):
                 self._skipped()

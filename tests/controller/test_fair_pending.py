@@ -49,6 +49,15 @@ def test_the_queue_takes_namespaces_in_turn_each_oldest_first_and_resumes_after_
     assert queue.order(created.__getitem__) == ["c/first", "a/old", "b/only", "c/second", "a/mid", "a/new"]
 
 
+def test_the_next_batch_starts_after_the_namespace_not_after_the_pod_key() -> None:
+    """Namespace ``a-b`` sorts between ``a`` and any ``a/...`` key: the turn is the namespace's."""
+    created = {"a/1": "1", "a/2": "2", "a-b/1": "3"}.__getitem__
+    queue = PendingRetries()
+    queue.add((key, None) for key in ("a/1", "a/2", "a-b/1"))
+    queue.ended_with("a/1")
+    assert queue.order(created) == ["a-b/1", "a/1", "a/2"]
+
+
 def test_a_pod_queued_again_waits_behind_the_pods_still_queued_and_keeps_its_place_if_queued() -> None:
     created = {"a/old": "1", "a/young": "2"}.__getitem__
     queue = PendingRetries()

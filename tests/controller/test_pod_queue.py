@@ -375,6 +375,64 @@ def test_a_pass_stops_at_its_budget_and_keeps_the_rest() -> None:
     assert not q.queue.cut_short
 
 
+def test_a_pass_runs_while_its_time_is_within_the_budget_and_keeps_what_it_requeued() -> None:
+    q = Queue(budget=1.0)
+    ticks = itertools.count()
+    q.queue.clock = lambda: 0.5 * next(ticks)  # each look at the clock: half a second on
+    keys = [q.add(f"a{i}") for i in range(4)]
+    q.queue.activate(keys)
+    planned = []
+    for attempt in q.queue.attempts():
+        planned.append(attempt.pod.key)
+        q.queue.done(attempt, Step.RETRY)  # e.g. its shared claim was being written
+    # 0.0 (the start), then 0.5 and 1.0 within the budget; 1.5 past it.
+    assert planned == keys[:3] and q.queue.cut_short
+    q.queue.clock = lambda: 0.0
+    assert [a.pod.key for a in q.attempts()] == keys  # those cut and those told to retry
+
+
+def test_the_next_pass_starts_after_the_namespace_planned_last() -> None:
+    """Namespace ``a-b`` sorts between ``a`` and any ``a/...`` key: the turn is the namespace's."""
+    q = Queue(budget=0.5)
+    ticks = itertools.count()
+    q.queue.clock = lambda: float(next(ticks))
+    keys = [q.add("1", "a"), q.add("2", "a"), q.add("1", "a-b")]
+    q.queue.activate(keys)
+    assert [a.pod.key for a in q.attempts()] == ["a/1"]
+    assert [a.pod.key for a in q.attempts()] == ["a-b/1"]
+    assert [a.pod.key for a in q.attempts()] == ["a/2"]
+
+
+def test_a_pod_in_flight_or_gone_does_not_end_the_pass() -> None:
+    q = Queue()
+    flying, live = q.add("a"), q.add("b")
+    q.queue.binding(flying)
+    q.queue.activate(["default/0-gone", flying, live])
+    assert [a.pod.key for a in q.attempts()] == [live]
+
+
+def test_stale_and_fresh_woken_pods_do_not_end_the_batch() -> None:
+    q = Queue()
+    stale, fresh, woken = q.add("a"), q.add("b"), q.add("c")
+    for key in (stale, fresh, woken):
+        q.pending(key)
+    q.queue.wake(Wake(retry_nodes={"n1"}))
+    q.queue.unschedulable.discard(stale)  # woken, then no longer pending
+    q.queue.activate([fresh])
+    attempts = q.attempts()
+    assert [(a.pod.key, a.only_nodes) for a in attempts] == [(fresh, None), (woken, frozenset({"n1"}))]
+
+
+def test_a_pod_handed_to_the_writers_leaves_the_woken_queue() -> None:
+    q = Queue()
+    key = q.add("a")
+    q.pending(key)
+    q.queue.wake(Wake(retry_nodes={"n1"}))
+    assert q.queue.left_over()
+    q.queue.binding(key)
+    assert not q.queue.left_over()
+
+
 def test_an_attempt_gives_its_nodes() -> None:
     q = Queue()
     pod = q.pod(q.add("a"))
