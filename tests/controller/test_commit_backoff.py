@@ -7,6 +7,10 @@ planned and wrote it again every few milliseconds. Now each consecutive failure 
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from dra_driver.controller.retries import CommitBackoff
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import claim, request
@@ -35,13 +39,15 @@ def test_the_pause_doubles_per_failure_up_to_the_maximum_and_resets_on_success()
     assert backoff.failed("ns/p") == 0.2
 
 
-def test_a_refused_write_is_retried_after_pauses_that_double() -> None:
+def test_a_refused_write_is_retried_after_pauses_that_double(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "dra_driver.controller")
     clock = Clock()
     cluster = FakeCluster(gpus=2, backoff=CommitBackoff(initial=0.2, maximum=10.0, clock=clock))
     cluster.kube.fail("update/status", "resourceclaims", status=422, message="denied by a policy", times=3)
     cluster.pod("refused", claim("refused", request(memory="1Gi")))
     cluster.run(passes=20)
     assert status_writes(cluster) == 1, "one attempt, then it waits"
+    assert "pod default/refused: writes not completed; planned again in 0.2 s" in caplog.text
     for attempts, pause in ((2, 0.2), (3, 0.4)):
         clock.now += pause - 0.01
         cluster.run(passes=5)

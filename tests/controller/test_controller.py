@@ -15,6 +15,8 @@ import copy
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocator import Placed, Unschedulable
 from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.cache import Wake
+from dra_driver.controller.pod_queue import Step
 from dra_driver.controller.reasons import Reason
 from dra_driver.resource.uses import claim_uses
 from tests.controller.harness import (
@@ -137,3 +139,30 @@ def test_a_deleted_pod_or_claim_is_forgotten_by_the_reports_and_the_fences() -> 
     world.binder.fenced[cached.key] = cached.resource_version
     world.controller.apply_wake(world.cache.apply_event("ResourceClaim", dict(cached), None))
     assert cached.key not in world.binder.fenced
+
+
+# --- schedule_one and the pass ----------------------------------------------------------------------
+
+
+def test_a_pod_waiting_for_its_template_claim_waits_quietly_without_hami_translation() -> None:
+    world = World()
+    world.add_pod(pod("t-pod", {"gpu": "template:t"}))
+    assert world.controller.hami_templates is None
+    assert world.controller.schedule_one(world.pod_view("t-pod")) is Step.WAITING
+    world.controller.failures.handle()
+    assert world.condition("t-pod") is None and world.kube.writes() == []
+
+
+def test_a_bind_without_writer_threads_is_folded_back_within_the_pass() -> None:
+    world = World()
+    tenant(world, "a")
+    assert world.controller.schedule_one(world.pod_view("a-pod")) is Step.BINDING
+    assert not world.cache.assumed.in_flight and not world.controller.binding
+    assert world.controller.queue.in_flight == set()
+
+
+def test_a_wake_adds_claims_to_the_releasers_queue() -> None:
+    world = World()
+    world.releaser.queue = {f"{NS}/queued"}
+    world.controller.apply_wake(Wake(claims={f"{NS}/woken"}))
+    assert world.releaser.queue == {f"{NS}/queued", f"{NS}/woken"}
