@@ -1,8 +1,10 @@
 """The worker (dra_driver/controller/controller.py): what it does between the modules.
 
-``decide`` assumes a placement in the cache (the next pod is planned with it) or fences the pod's
-claims and reports why it waits, once; folding a bind's result leaves the cache as the API holds
-it; events of deleted objects make the reports and the fences forget them. Over ``FakeKube``.
+``decide`` assumes a placement in the cache (the next pod is planned with it) or hands the failure
+to the failure handler, which fences the pod's claims and reports why it waits, once, after the
+pass (``World.decide`` does both; the handler alone is in test_failure.py); folding a bind's
+result leaves the cache as the API holds it; events of deleted objects make the reports and the
+fences forget them. Over ``FakeKube``.
 
 The worker with its informers and writer threads, against the sandbox API server with writes held
 in flight (what only real concurrency shows), is in test_sandbox_failures.py.
