@@ -13,7 +13,6 @@ from typing import cast
 
 import pytest
 
-from dra_driver.controller import controller as controller_module
 from dra_driver.controller.controller import Controller
 from dra_driver.controller.hami_templates import HamiTemplates
 from dra_driver.controller.slim import SliceParts, keep_pod, placement_node, slice_selector
@@ -83,7 +82,7 @@ def test_the_leader_gauge_and_the_passes_follow_the_lease() -> None:
 class Clock:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = 1000.0
-        monkeypatch.setattr(controller_module.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr("time.monotonic", lambda: self.now)  # the worker's metrics clock
 
 
 def pending_pods(world: World) -> float | None:
