@@ -28,6 +28,11 @@ def status_writes(cluster: FakeCluster) -> int:
     return len([call for call in cluster.kube.calls if call[:2] == ("update/status", "resourceclaims")])
 
 
+def test_by_default_the_pause_starts_at_a_fifth_of_a_second_and_stops_growing_at_ten() -> None:
+    backoff = CommitBackoff(clock=Clock())
+    assert [backoff.failed("ns/p") for _ in range(8)] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0]
+
+
 def test_the_pause_doubles_per_failure_up_to_the_maximum_and_resets_on_success() -> None:
     clock = Clock()
     backoff = CommitBackoff(initial=0.2, maximum=1.0, clock=clock)
