@@ -124,3 +124,50 @@ def test_a_new_term_publishes_the_series_at_once(monkeypatch: pytest.MonkeyPatch
     clock.now += 0.1
     world.controller.run_once()
     assert [s for m in world.metrics.registry.collect() if m.name == gpus for s in m.samples]
+
+
+def allocated_memory(world: World) -> float:
+    return sum(
+        sample.value
+        for metric in world.metrics.registry.collect()
+        if metric.name == "hami_dra_gpu_allocated_memory_bytes"
+        for sample in metric.samples
+    )
+
+
+def test_a_leaders_series_follow_what_changed_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    world = World(gpus=1)
+    world.controller.run_once()
+    assert allocated_memory(world) == 0
+    tenant(world, "a", memory="2Gi")
+    world.place("a-pod")  # the claim's allocation is in the ledger now
+    world.controller.run_once()
+    assert allocated_memory(world) == 0, "within the second: the last snapshot"
+    clock.now += 1.01
+    world.controller.run_once()
+    assert allocated_memory(world) == 2 * 2**30
+    world.releaser.deallocate(world.cache.claims[f"{world.pod_view('a-pod').namespace}/a"])
+    world.sync()
+    clock.now += 1.01
+    world.controller.run_once()
+    assert allocated_memory(world) == 0
+
+
+def test_a_standby_keeps_its_series_current_and_publishes_them_when_it_leads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock(monkeypatch)
+    world = World(gpus=1)
+    world.leading = False
+    world.controller.run_once()
+    tenant(world, "a", memory="2Gi")
+    world.leading = True
+    world.place("a-pod")
+    world.leading = False
+    clock.now += 1.01
+    world.controller.run_once()  # computed, not published
+    assert allocated_memory(world) == 0
+    world.leading = True
+    world.controller.run_once()  # the new term publishes what it kept current
+    assert allocated_memory(world) == 2 * 2**30
