@@ -301,14 +301,11 @@ class Controller:
         the cache (the next pod is planned with it while it is written) or hand the failure to
         the failure handler (its writes follow the pass: ``FailureHandler.handle``)."""
         outcome = self.allocator.allocate(pod, only_nodes)
-        if isinstance(outcome, Placed | Unschedulable):
-            self.failures.warn(pod, outcome.warnings)
+        self.failures.decided(pod, outcome)
         if isinstance(outcome, Placed):
             # Last, after everything that could fail: an assumption is never left behind by an error.
             self.cache.assume((write.claim, write.uses) for write in outcome.writes)
             self.queue.placed(pod)
-        elif isinstance(outcome, Unschedulable) and not outcome.quiet:
-            self.failures.failed(pod, outcome.reason, outcome.message)
         return outcome
 
     def fail_pod(self, pod: PodView, err: BaseException) -> Step:

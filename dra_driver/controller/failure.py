@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from dra_driver.controller.allocator import AllocateOutcome, Placed, Unschedulable
 from dra_driver.controller.binder import Binder
 from dra_driver.controller.cache import ClusterCache
 from dra_driver.controller.metrics import ControllerMetrics
@@ -56,6 +57,14 @@ class FailureHandler:
         return bool(self._failures or self._warnings)
 
     # --- on the planning path: no API calls --------------------------------------------------------
+    def decided(self, pod: PodView, outcome: AllocateOutcome) -> None:
+        """What a decision leaves to report: warnings about the pod's input, and why it waits
+        unless the plan was a quiet retry on a few nodes (the pod keeps its last full reason)."""
+        if isinstance(outcome, Placed | Unschedulable):
+            self.warn(pod, outcome.warnings)
+        if isinstance(outcome, Unschedulable) and not outcome.quiet:
+            self.failed(pod, outcome.reason, outcome.message)
+
     def failed(self, pod: PodView, reason: Reason, message: str) -> None:
         """``pod`` waits for ``reason``: the queue knows at once, the writes follow the pass."""
         self._failures.append(Failure(pod, self.queue.record_failure(pod, reason, message)))
@@ -86,16 +95,18 @@ class FailureHandler:
                 self.metrics.unexpected_errors.labels("Pod").inc()
 
     def _handle(self, failure: Failure) -> None:
+        """Read the pod's claims from the cache, make the writes, then fold what they returned."""
         pod, report = failure.pod, failure.report
         claims = [claim for _, claim in self.cache.pod_claims(pod) if claim is not None]
-        for seen in self.binder.fence(claims):
-            self.cache.wrote(seen)
-        if report is None:
-            return
-        self.metrics.failures.labels(report.metric_reason).inc()
-        log.warning("pod %s pending: %s", pod.key, report.message)
-        self.binder.event(pod, "Warning", EventReason.FAILED_ALLOCATION, report.message)
-        written = self.binder.set_condition(pod, "False", report.reason, report.message)
+        seen = self.binder.fence(claims)
+        written = None
+        if report is not None:
+            self.metrics.failures.labels(report.metric_reason).inc()
+            log.warning("pod %s pending: %s", pod.key, report.message)
+            self.binder.event(pod, "Warning", EventReason.FAILED_ALLOCATION, report.message)
+            written = self.binder.set_condition(pod, "False", report.reason, report.message)
+        for claim in seen:
+            self.cache.wrote(claim)
         if written is None:
             return
         view = PodView.parse(written)

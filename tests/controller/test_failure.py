@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.controller import FINALIZER
+from dra_driver.controller.allocator import Placed, Unschedulable, WaitingForClaim
 from dra_driver.controller.binder import FENCE_ANNOTATION
 from dra_driver.controller.pod_queue import Attempt, Step
 from dra_driver.controller.reasons import EventReason, Reason
@@ -191,3 +192,19 @@ def test_an_unexpected_error_is_reported_in_one_line_of_at_most_300_characters_o
     assert found is not None and found["reason"] == Reason.INVALID_REQUEST
     text = "ValueError: many words " + "x" * 400
     assert found["message"] == f"unexpected error while planning this pod: {text[:300]}"
+
+
+def test_a_decision_leaves_its_warnings_and_a_failure_unless_quiet_or_placed() -> None:
+    world = World()
+    created = waiting_pod(world)
+    handler = world.controller.failures
+    handler.decided(created, Unschedulable(Reason.UNSCHEDULABLE, "on n1 only", quiet=True, warnings=("w1",)))
+    handler.decided(created, Placed(created, [], warnings=("w2",)))
+    handler.decided(created, WaitingForClaim())
+    handler.handle()
+    assert world.events() == ["w1", "w2"] and world.condition("x-pod") is None
+    assert world.controller.queue.reason(created) is None  # a quiet retry keeps the last reason
+    handler.decided(created, Unschedulable(Reason.NODE_CONFLICT, "claims on two nodes"))
+    handler.handle()
+    found = world.condition("x-pod")
+    assert found is not None and found["reason"] == Reason.NODE_CONFLICT
