@@ -70,7 +70,7 @@ def main() -> None:
     estimate = selectors.compile_selector(SELECTOR.format(n=0))
     cluster = FakeCluster([f"node-{i}" for i in range(args.nodes)])
     if args.unbounded:
-        cluster.controller.pass_budget = float("inf")
+        cluster.controller.queue.pass_budget = float("inf")
     for index in range(args.attackers):
         cluster.pod(f"attacker-{index}", attack_claim(), namespace="tenant-a")
     cluster.gpu_pod("victim", "1Gi", namespace="tenant-b")

@@ -688,7 +688,7 @@ def main(argv: list[str]) -> int:
     cpu0, wall0 = threads_cpu(main_thread), time.perf_counter()
     controller.start(sync_timeout=3600)
     listed_s = time.perf_counter() - wall0
-    wait(lambda: controller.passes >= 1 and not controller._queue, 3600, "the first pass after the sync")
+    wait(lambda: controller.passes >= 1 and not controller._events, 3600, "the first pass after the sync")
     sync_s, sync_cpu = time.perf_counter() - wall0, threads_cpu(main_thread) - cpu0
     log(f"informers listed in {listed_s:.1f} s, first pass done at {sync_s:.1f} s ({sync_cpu:.1f} CPU-s)")
 

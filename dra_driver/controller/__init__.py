@@ -2,8 +2,9 @@
 
 Split along kube-scheduler's seams, over the typed model of dra_driver/resource:
 
-* ``controller`` — the worker: informers -> cache -> ``decide`` (allocate, then assume or report)
-  -> binder on a writer pool -> results folded back; releaser and pending retries each pass;
+* ``controller`` — the worker: informers -> cache -> pod queue -> ``decide`` (allocate, then
+  assume or hand the failure on) -> binder on a writer pool -> results folded back; the releaser
+  each pass;
 * ``cache`` — typed caches, indexes, the ledger and quotas; ``apply_event`` says whom a change
   wakes (``Wake``); ``assumed`` — what we wrote before the informers show it; ``slice_changes``
   (which nodes' devices to re-read); ``bound`` (CPU/memory bound per node, kept per pod);
@@ -16,8 +17,11 @@ Split along kube-scheduler's seams, over the typed model of dra_driver/resource:
 * ``binder`` — every write after a decision (finalizer, allocation, gate, condition, event,
   fence), on the one retry helper; ``binding`` — the binds in flight on the writer threads,
   collected by the worker; ``releaser`` — deallocation and overcommit repair;
-* ``pending`` (why each pending pod waits), ``requeue`` and ``retries`` (which pending pods a
-  change helps; the bounded, namespace-fair batch), ``quotas``, ``metrics`` (with
+* ``pod_queue`` — every pod yet to plan (active, woken, backoff, unschedulable, in flight) and
+  which changes wake a pending pod, with its parts ``retries`` (the bounded, namespace-fair batch;
+  the backoff) and ``pending`` (why each pending pod waits, as last reported); ``failure`` — a
+  pod's fence, event and condition when it cannot be placed, after the pass; ``reasons`` — the
+  pending reasons, one enum; ``quotas``, ``metrics`` (with
   ``gpu_series``: the per-card and per-claim samples, recomputed where they changed), ``command``
   (``hami-dra controller``).
 

@@ -30,6 +30,7 @@ from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.nodefit import NodeFitIndex, node_fit_problem
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
+from dra_driver.controller.reasons import Reason
 from dra_driver.engine import Decision, GpuCard
 from dra_driver.resource.objects import ClaimView, PodView
 from dra_driver.resource.refs import AllocationResult, allocation_results
@@ -38,7 +39,7 @@ from dra_driver.resource.uses import Use, uses_of
 
 log = logging.getLogger("dra_driver.controller")
 #: The pending reason of a pod that fits no node's free capacity (the others: quota, config, ...).
-UNSCHEDULABLE = "Unschedulable"
+UNSCHEDULABLE = Reason.UNSCHEDULABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class Unschedulable:
     last full evaluation, so nothing is reported.
     """
 
-    reason: str
+    reason: Reason
     message: str
     quiet: bool = False
     #: Warnings about the pod's input (an unknown policy name), each reported once as an event.
@@ -232,12 +233,13 @@ class Allocator:
                 # Keep the gate: once the class exists it may be ours, and an ungated pod would be
                 # allocated first-fit by kube-scheduler.
                 return Unschedulable(
-                    "DeviceClassNotFound", f"claim {claim.key}: DeviceClass {', '.join(missing)} not found"
+                    Reason.DEVICE_CLASS_NOT_FOUND,
+                    f"claim {claim.key}: DeviceClass {', '.join(missing)} not found",
                 )
             try:
                 requests, foreign = claim_requests(claim, cache.is_ours)
             except RequestError as err:
-                return Unschedulable("InvalidRequest", f"claim {claim.key}: {err}")
+                return Unschedulable(Reason.INVALID_REQUEST, f"claim {claim.key}: {err}")
             if not requests:
                 continue
             if foreign:
@@ -245,11 +247,13 @@ class Allocator:
                     f"claim {claim.key} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
                     "put them in separate claims"
                 )
-                return Unschedulable("MixedClaim", message)
+                return Unschedulable(Reason.MIXED_CLAIM, message)
             inputs.append(PlanInput(claim, requests))
             classes_of[claim.key] = dict(claim.request_classes)
         if len(pinned) > 1:
-            return Unschedulable("NodeConflict", f"claims are allocated on different nodes: {sorted(pinned)}")
+            return Unschedulable(
+                Reason.NODE_CONFLICT, f"claims are allocated on different nodes: {sorted(pinned)}"
+            )
         facts = [claim_facts(name, c, pod.uid, cache.is_ours) for name, c in claims if c is not None]
         conflict = limits_conflict(pod, facts)
         if conflict is not None:
@@ -278,7 +282,7 @@ class Allocator:
         charges = [cache.ledger.charge(use) for write in writes for use in write.uses]
         breach = cache.quotas.check(pod.namespace, charges)
         if breach is not None:
-            return Unschedulable("GpuQuotaExceeded", breach.message)
+            return Unschedulable(Reason.QUOTA_EXCEEDED, breach.message)
         annotations = self._hami_annotations(pod, claims, writes, plan.node)
         records = [request_record(s, d, c, cache.ledger.device_name) for s, d, c in plan.decisions]
         annotations[decision_annotation(self.driver)] = encode(records, rfc3339_now())

@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from dra_driver.controller.reasons import Reason
 from dra_driver.resource.objects import ClaimView, PodView
 from dra_driver.resource.refs import ContainerView, RequestRef
 
 #: Pending reason of a pod that breaks these rules.
-GPU_LIMITS_CONFLICT = "GpuLimitsConflict"
+GPU_LIMITS_CONFLICT = Reason.LIMITS_CONFLICT
 
 
 @dataclass(frozen=True)

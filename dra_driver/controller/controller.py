@@ -2,12 +2,14 @@
 
 Informer threads only append changes to a queue; the worker applies them to the cluster cache
 (``cache.py``), which says whom each change wakes; it releases what the releaser's queue holds
-(``releaser.py``), then takes the dirty pods and a bounded batch of the pending ones
-(``requeue.py``), oldest first, through ``schedule_one``: the allocator decides (``allocator.py``,
-no API calls), the cache assumes the decision, and the binder writes it on a small writer pool
-(``binder.py``) so planning overlaps API round trips; finished writes are folded back into the
-cache on the worker thread. A replica that does not lead keeps its caches warm (a failover takes
-effect at once) and writes nothing.
+(``releaser.py``), then plans the pods the pod queue gives it (``pod_queue.py``: the pods that
+changed and a bounded batch of the pending ones a change may help, namespaces in turn) through
+``schedule_one``: the allocator decides (``allocator.py``, no API calls), the cache assumes the
+decision, and the binder writes it on a small writer pool (``binder.py``) so planning overlaps
+API round trips; finished writes are folded back into the cache on the worker thread and their
+outcome told to the queue. A pod that cannot be placed is the failure handler's
+(``failure.py``): its fence, event and condition are written after the pass. A replica that
+does not lead keeps its caches warm (a failover takes effect at once) and writes nothing.
 
 Why a standby lists and watches everything too, as kube-scheduler's does by default (it starts
 its informers and waits for their sync before it runs for the lease; ``DelayCacheUntilActive``
@@ -27,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from enum import StrEnum
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.controller.allocator import (
@@ -41,13 +42,14 @@ from dra_driver.controller.allocator import (
 from dra_driver.controller.binder import Binder, BindOutcome, BindResult
 from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.cache import ClusterCache, Wake
+from dra_driver.controller.failure import FailureHandler
 from dra_driver.controller.hami_templates import HamiTemplates
 from dra_driver.controller.ledger import LedgerChanges
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.pending import PendingReports
+from dra_driver.controller.pod_queue import PASS_BUDGET_SECONDS, Attempt, PodQueue, Step
+from dra_driver.controller.reasons import Reason
 from dra_driver.controller.releaser import Releaser
-from dra_driver.controller.requeue import Requeue
-from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff, fair_order
+from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff
 from dra_driver.controller.slim import SliceParts, keep_pod, placement_node, slice_selector
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
@@ -66,12 +68,7 @@ from dra_driver.kube.watch import Informer
 from dra_driver.resource.objects import PodView
 
 log = logging.getLogger(__name__)
-#: A pass stops planning once it has run this long (wall clock); the pods it did not reach are
-#: planned next pass, which starts with the namespace after the last one planned. With pods taken
-#: namespaces in turn, a pod waits for at most one pod of each other namespace with work queued
-#: (each pod's selectors bounded by their cost budget, dra_driver/cel/cost.py), not for every pod
-#: one tenant created before it (issue 34; docs/multi-tenant.md, "Planner fairness").
-PASS_BUDGET_SECONDS = 0.5
+__all__ = ["PASS_BUDGET_SECONDS", "WATCHED", "WRITE_WORKERS", "Controller", "Step", "api_connections"]
 #: Threads that write placements (claims' allocations, pods' gates) in parallel (binding.py).
 WRITE_WORKERS = 4
 #: The resources the controller watches, one informer each.
@@ -87,16 +84,6 @@ def api_connections(write_workers: int = WRITE_WORKERS) -> int:
     watches, and every further concurrent request opened a connection with a new TLS handshake
     and dropped it after one use."""
     return len(WATCHED) + write_workers + 3
-
-
-class Step(StrEnum):
-    """What ``Controller.schedule_one`` did with a pod."""
-
-    BINDING = "binding"  # its allocations (or just its gate) handed to the binder
-    PENDING = "pending"  # cannot be placed now; the reason is on the pod
-    WAITING = "waiting"  # a template claim does not exist yet: its creation wakes the pod up
-    RETRY = "retry"  # plan again next pass (a shared claim is being written)
-    SKIP = "skip"  # nothing for us to do
 
 
 class Controller:
@@ -137,26 +124,22 @@ class Controller:
             normal_event_budget=normal_event_budget,
         )
         self.releaser = Releaser(kube, self.cache, self.binder, self.metrics)
-        self.reports = PendingReports()
-        self.requeue = Requeue(
+        #: Every pod yet to plan, and what each waiting pod waits for (``pod_queue.py``).
+        self.queue = PodQueue(
             self.cache,
-            self.allocator,
-            self.reports,
+            self.allocator.pending_shape,
             batch=pending_batch,
+            backoff=backoff,
+            pass_budget=pass_budget,
+            clock=clock,
             skipped=self.metrics.pending_skipped.inc,
         )
+        self.failures = FailureHandler(self.cache, self.binder, self.queue, self.metrics)
         self.resync_seconds = resync_seconds
-        self._queue: list[tuple[str, Obj | None, Obj | None]] = []
+        self._events: list[tuple[str, Obj | None, Obj | None]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._dirty_pods: set[str] = set()
-        self.pass_budget = pass_budget
-        self._clock = clock
-        self._last_namespace = ""  # the namespace the last pass planned last (the next starts after)
-        self._cut_short = False  # the last pass left pods for the next one
-        #: Pods whose writes failed wait a little longer each time before the next attempt.
-        self.backoff = backoff or CommitBackoff()
         self._was_leader = False
         self._last_resync = 0.0
         self._series_stale = True  # the per-card series are computed in full next time
@@ -224,15 +207,15 @@ class Controller:
 
     def _on_change(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         with self._lock:
-            self._queue.append((kind, old, new))
+            self._events.append((kind, old, new))
         self._wake.set()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            busy = self._dirty_pods or self.releaser.queue or self.binding
+            busy = self.queue.busy() or self.releaser.queue or self.binding
             # Pending retries left over from the last batch are taken at once (after new events);
             # a replica that does not lead plans nothing, so it waits as usual.
-            left = (self.requeue or self._cut_short) and self._was_leader
+            left = self.queue.left_over() and self._was_leader
             self._wake.wait(timeout=0.0 if left else 0.5 if busy else 2.0)
             self._wake.clear()
             if self._stop.is_set():
@@ -267,58 +250,37 @@ class Controller:
             self._was_leader = True
         self.passes += 1
         self.releaser.run()
-        pods, self._dirty_pods = self._dirty_pods, set()
-        batch = self.requeue.batch(pods, self.binding.keys())
-        order = fair_order(pods | batch.keys(), self.requeue.created, self._last_namespace)
-        started, self._cut_short = self._clock(), False
-        for position, key in enumerate(order):
-            if position and self._clock() - started > self.pass_budget:
-                # The rest waits for the next pass (queued retries stay queued), right after the
-                # events that arrived meanwhile: one namespace's costly pods cannot hold the others.
-                self._dirty_pods |= {later for later in order[position:] if later in pods}
-                self._cut_short = True
-                log.debug("pass cut short after %d of %d pods", position, len(order))
-                break
-            self._last_namespace = key.partition("/")[0]
-            if key in self.binding:
-                continue  # looked at again when its writes complete
-            pod = self.cache.pods.get(key)
-            if pod is None:
-                self.backoff.forget(key)
-                self.requeue.not_pending(key)
-                continue
-            if self.backoff.waiting(key):
-                self._dirty_pods.add(key)  # its last writes failed: planned again once its pause ends
-                continue
-            retry = batch.get(key) if key not in pods else None
-            self.requeue.retries.discard(key)  # planned now: what it was queued for is looked at
-            if retry is not None and self.requeue.stays_pending(retry):
-                self.metrics.pending_skipped.inc()
-                continue  # an older pod of the same shape just stayed pending: so would this one
-            try:
-                step = self.schedule_one(pod, None if retry is None else retry.only_nodes)
-            except KubeError as err:
-                log.warning("pod %s: %s", key, err)
-                self._dirty_pods.add(key)
-                continue
-            except Exception as err:  # a poison pod fails alone; every other queued pod is planned
-                log.exception("pod %s: unexpected error while planning; the other pods go on", key)
-                self.metrics.unexpected_errors.labels("Pod").inc()
-                step = self.fail_pod(pod, err)
-            if step is Step.PENDING:
-                self.requeue.pending(key, retry)
-            elif step is not Step.BINDING:
-                self.requeue.not_pending(key)
-                if step is Step.RETRY:
-                    self._dirty_pods.add(key)
+        try:
+            for attempt in self.queue.attempts():
+                step = self._attempt(attempt)
+                if step is not None:
+                    self.queue.done(attempt, step)
+        finally:  # the failures of this term's pass are written in this term, whatever happened
+            self.failures.handle()
+        if self.queue.cut_short:
+            log.debug("pass cut short: the pods not reached are planned next pass")
         self.cache.quotas.sync(self.kube)
         self._update_metrics()
+
+    def _attempt(self, attempt: Attempt) -> Step | None:
+        """Plan one pod the queue gave; what became of it (None: an API error, planned again)."""
+        pod = attempt.pod
+        try:
+            return self.schedule_one(pod, attempt.only_nodes)
+        except KubeError as err:
+            log.warning("pod %s: %s", pod.key, err)
+            self.queue.retry(pod.key)
+            return None
+        except Exception as err:  # a poison pod fails alone; every other queued pod is planned
+            log.exception("pod %s: unexpected error while planning; the other pods go on", pod.key)
+            self.metrics.unexpected_errors.labels("Pod").inc()
+            return self.fail_pod(pod, err)
 
     def schedule_one(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> Step:
         """Decide for the pod, then hand a placement to the binder (on the writer pool)."""
         outcome = self.decide(pod, only_nodes)
         if isinstance(outcome, Placed):
-            self.requeue.not_pending(pod.key)
+            self.queue.binding(pod.key)
             self.binding.submit(pod.key, outcome)
             if not self.binding.threaded:
                 self._collect()  # the bind is done already
@@ -330,23 +292,20 @@ class Controller:
         if isinstance(outcome, WaitingForClaim):
             problem = None if self.hami_templates is None else self.hami_templates.ensure(pod)
             if problem is not None:
-                self._pending(pod, "InvalidRequest", problem)
+                self.failures.failed(pod, Reason.INVALID_REQUEST, problem)
             return Step.WAITING
         return Step.SKIP
 
     def decide(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> AllocateOutcome:
         """kube-scheduler's scheduling cycle for one pod: allocate, then assume the placement in
-        the cache (the next pod is planned with it while it is written) or report why it waits."""
+        the cache (the next pod is planned with it while it is written) or hand the failure to
+        the failure handler (its writes follow the pass: ``FailureHandler.handle``)."""
         outcome = self.allocator.allocate(pod, only_nodes)
-        if isinstance(outcome, Placed | Unschedulable):
-            for warning in self.reports.new_warnings(pod.uid, outcome.warnings):
-                self.binder.event(pod, "Warning", "UnknownPolicy", warning)
+        self.failures.decided(pod, outcome)
         if isinstance(outcome, Placed):
             # Last, after everything that could fail: an assumption is never left behind by an error.
             self.cache.assume((write.claim, write.uses) for write in outcome.writes)
-            self.reports.clear(pod.uid)
-        elif isinstance(outcome, Unschedulable) and not outcome.quiet:
-            self._pending(pod, outcome.reason, outcome.message)
+            self.queue.placed(pod)
         return outcome
 
     def fail_pod(self, pod: PodView, err: BaseException) -> Step:
@@ -357,25 +316,9 @@ class Controller:
         and is planned again when something changes, like any other pending pod.
         """
         text = " ".join(f"{type(err).__name__}: {err}".split())
-        try:
-            self._pending(pod, "InvalidRequest", f"unexpected error while planning this pod: {text[:300]}")
-        except Exception:  # reporting must not become the next poison
-            log.exception("pod %s: pending reason not reported", pod.key)
+        message = f"unexpected error while planning this pod: {text[:300]}"
+        self.failures.failed(pod, Reason.INVALID_REQUEST, message)
         return Step.PENDING
-
-    def _pending(self, pod: PodView, reason: str, message: str) -> None:
-        """Fence the pod's unallocated claims of ours, then report why it waits (when that changed)."""
-        claims = [claim for _, claim in self.cache.pod_claims(pod) if claim is not None]
-        for seen in self.binder.fence(claims):
-            self.cache.wrote(seen)
-        report = self.reports.record(pod, reason, message)
-        if report is None:
-            return
-        self.metrics.failures.labels(report.metric_reason).inc()
-        log.warning("pod %s pending: %s", pod.key, message)
-        written = self.binder.report_pending(pod, reason, message)
-        if written is not None:
-            self.cache.pods[pod.key] = written
 
     def _update_metrics(self) -> None:
         """The per-card and per-claim series where the ledger, a claim or a pod changed, and the
@@ -388,7 +331,7 @@ class Controller:
         if self._update_series() or not self._series_published:
             self.metrics.publish_gpus()
             self._series_published = True
-        self.metrics.update_pending(self.reports.groups(self.cache.pod_by_uid))
+        self.metrics.update_pending(self.queue.pending_groups())
 
     def _update_series(self) -> bool:
         """Bring the per-card and per-claim series up to date where something changed (in full the
@@ -423,14 +366,9 @@ class Controller:
                 result = BindResult(placed, outcome=BindOutcome.RETRY)
                 self.releaser.queue.update(write.claim.key for write in placed.writes)
             self.apply(result)
-            if result.outcome is BindOutcome.RETRY:
-                self._dirty_pods.add(key)
-                log.info(
-                    "pod %s: writes not completed; planned again in %.1f s", key, self.backoff.failed(key)
-                )
-            else:
-                self.backoff.forget(key)
-                self.requeue.stuck.clear()  # the capacity it had assumed is free again
+            pause = self.queue.written(key, completed=result.outcome is not BindOutcome.RETRY)
+            if pause is not None:
+                log.info("pod %s: writes not completed; planned again in %.1f s", key, pause)
 
     def apply(self, result: BindResult) -> None:
         """Fold a bind's outcome into the cache (worker thread only)."""
@@ -443,23 +381,18 @@ class Controller:
 
     # --- events in -----------------------------------------------------------------------------
     def _resync(self) -> None:
-        # Every pending pod everywhere, but one pod per shape that stays pending: at 5,000 nodes
-        # one full pending decision costs about 85 ms, so re-planning 1,000 pending pods one by one
-        # would take over a minute of CPU every resync (hack/bench_storm.py); batched per pass.
-        self.requeue.retry_all()
+        """Every pending pod woken everywhere, every gated pod and every claim of ours looked at."""
+        self.queue.resync()
         cache = self.cache
-        for key, pod in cache.pods.items():
-            if key not in self.requeue.pending_pods and pod.gated:
-                self._dirty_pods.add(key)
         for key, claim in cache.claims.items():
             if claim.ours:
                 self.releaser.queue.add(key)
-                self._dirty_pods |= cache.consumers.get(key, set())
+                self.queue.activate(cache.consumers.get(key, ()))
 
     def _drain(self) -> None:
         with self._lock:
-            queue, self._queue = self._queue, []
-        for kind, old, new in queue:
+            events, self._events = self._events, []
+        for kind, old, new in events:
             try:
                 self.apply_wake(self.cache.apply_event(kind, old, new))
             except Exception:  # one malformed object must not drop the rest of the queue
@@ -469,11 +402,8 @@ class Controller:
             self.apply_wake(self.cache.refresh_slices(self.informers["ResourceSlice"].snapshot()))
 
     def apply_wake(self, wake: Wake) -> None:
-        """Act on what a change concerns: pods and claims to look at, pending pods to retry."""
-        self._dirty_pods |= wake.pods
+        """Act on what a change concerns: claims to look at, pods to plan (the queue's)."""
         self.releaser.queue |= wake.claims
-        for uid in wake.deleted_pods:
-            self.reports.forget(uid)
         for key in wake.deleted_claims:
             self.binder.forget(key)
-        self.requeue.wake(wake)
+        self.queue.wake(wake)

@@ -1,8 +1,8 @@
-"""Why each pending pod waits, as last reported: the worker's memory of its pending reports.
+"""Why each pending pod waits, as last reported: the pod queue's memory of its pending reports.
 
-A pod is reported (event, condition, metric) when its reason or message changes, not on every
-plan; the reason also decides which changes retry it (``dra_driver/controller/requeue.py``) and
-feeds the pending-pods metrics. Warnings about a pod's input are reported once per pod.
+A pod is reported (event, condition, metric: ``failure.py``) when its reason or message changes,
+not on every plan; the reason also decides which changes wake it (``pod_queue.py``) and feeds the
+pending-pods metrics. Warnings about a pod's input are reported once per pod.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dra_driver.controller.metrics import PendingGroup, created_epoch
+from dra_driver.controller.reasons import Reason
 from dra_driver.resource.objects import PodView
 
 #: HAMi's "<n>/<m> <Reason>" wording: the first such reason labels the failure metric.
@@ -22,7 +23,7 @@ _HAMI_REASON = re.compile(r"\d+/\d+ ([A-Za-z]+)")
 class Report:
     """A pending report to make: the condition's reason, the message, and the metric's label."""
 
-    reason: str
+    reason: Reason
     message: str
     metric_reason: str
 
@@ -31,13 +32,13 @@ class PendingReports:
     """Pod uid -> (message, reason) last reported, and the warnings reported per pod."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[str, str]] = {}
+        self._pending: dict[str, tuple[str, Reason]] = {}
         self._warned: dict[str, set[str]] = {}
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._pending
 
-    def record(self, pod: PodView, reason: str, message: str) -> Report | None:
+    def record(self, pod: PodView, reason: Reason, message: str) -> Report | None:
         """Remember why ``pod`` is pending; the report to make when that changed, else None."""
         previous = self._pending.get(pod.uid)
         self._pending[pod.uid] = (message, reason)
@@ -55,7 +56,7 @@ class PendingReports:
         self._pending.pop(uid, None)
         self._warned.pop(uid, None)
 
-    def reason(self, uid: str) -> str | None:
+    def reason(self, uid: str) -> Reason | None:
         """Why the pod is pending (``Unschedulable``, ``GpuQuotaExceeded``, ...), or None."""
         entry = self._pending.get(uid)
         return None if entry is None else entry[1]

@@ -1,9 +1,10 @@
-"""The queue of pending pods to plan again, and the order a pass takes them in.
+"""The parts of the pod queue (``pod_queue.py``) that keep order and time.
 
-A change that may help pending pods queues them here with the nodes to try (``None``: all);
-``Controller.run_once`` takes a bounded batch per pass, namespaces in turn, so one tenant's
-pending pods can neither cost the single worker minutes per event nor delay another tenant's pods
-(issue 27; the figures are in docs/performance.md, "The pending storm").
+``PendingRetries``: the woken pending pods, each with the nodes to try (``None``: all), taken a
+bounded batch per pass, namespaces in turn, so one tenant's pending pods can neither cost the
+single worker minutes per event nor delay another tenant's pods (issue 27; the figures are in
+docs/performance.md, "The pending storm"). ``fair_order``: the order a pass plans its pods in.
+``CommitBackoff``: how long a pod whose writes failed waits.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-#: The pending reason of a pod refused by its namespace's quota (``Allocator.allocate``).
-QUOTA_EXCEEDED = "GpuQuotaExceeded"
 #: Pending pods replanned per pass at most (pods skipped for their shape are not counted). At 5,000
 #: nodes a pending decision over every node costs about 85 ms: 16 of them keep a pass near 1.4 s,
 #: so new pods, claim releases and other tenants' retries wait that long at most, not a backlog.

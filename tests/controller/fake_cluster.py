@@ -184,7 +184,7 @@ class FakeCluster:
     def drain(self, limit: int = 1000) -> int:
         """Passes until no pending retry is queued (at least one); how many."""
         passes = 0
-        while passes == 0 or self.controller.requeue.retries:
+        while passes == 0 or self.controller.queue.woken:
             assert passes < limit, "the retry queue does not drain"
             self.controller.run_once()
             passes += 1
@@ -201,7 +201,7 @@ class FakeCluster:
     def reason(self, name: str, namespace: str = NS) -> str | None:
         """Why the pod waits, as last reported (None: not reported)."""
         uid = str(self.kube.stored(PODS, namespace, name)["metadata"]["uid"])
-        return self.controller.reports.reason(uid)
+        return self.controller.queue.reports.reason(uid)
 
     def node_of(self, claim_name: str, namespace: str = NS) -> str:
         """The node of the claim's first allocated device."""

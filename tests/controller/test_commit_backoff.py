@@ -7,6 +7,10 @@ planned and wrote it again every few milliseconds. Now each consecutive failure 
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from dra_driver.controller.retries import CommitBackoff
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import claim, request
@@ -24,6 +28,11 @@ def status_writes(cluster: FakeCluster) -> int:
     return len([call for call in cluster.kube.calls if call[:2] == ("update/status", "resourceclaims")])
 
 
+def test_by_default_the_pause_starts_at_a_fifth_of_a_second_and_stops_growing_at_ten() -> None:
+    backoff = CommitBackoff(clock=Clock())
+    assert [backoff.failed("ns/p") for _ in range(8)] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0]
+
+
 def test_the_pause_doubles_per_failure_up_to_the_maximum_and_resets_on_success() -> None:
     clock = Clock()
     backoff = CommitBackoff(initial=0.2, maximum=1.0, clock=clock)
@@ -35,13 +44,15 @@ def test_the_pause_doubles_per_failure_up_to_the_maximum_and_resets_on_success()
     assert backoff.failed("ns/p") == 0.2
 
 
-def test_a_refused_write_is_retried_after_pauses_that_double() -> None:
+def test_a_refused_write_is_retried_after_pauses_that_double(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "dra_driver.controller")
     clock = Clock()
     cluster = FakeCluster(gpus=2, backoff=CommitBackoff(initial=0.2, maximum=10.0, clock=clock))
     cluster.kube.fail("update/status", "resourceclaims", status=422, message="denied by a policy", times=3)
     cluster.pod("refused", claim("refused", request(memory="1Gi")))
     cluster.run(passes=20)
     assert status_writes(cluster) == 1, "one attempt, then it waits"
+    assert "pod default/refused: writes not completed; planned again in 0.2 s" in caplog.text
     for attempts, pause in ((2, 0.2), (3, 0.4)):
         clock.now += pause - 0.01
         cluster.run(passes=5)
@@ -52,7 +63,7 @@ def test_a_refused_write_is_retried_after_pauses_that_double() -> None:
     clock.now += 0.81
     cluster.run(passes=5)
     assert not cluster.gated("refused") and status_writes(cluster) == 4
-    assert not cluster.controller.backoff.waiting("default/refused")
+    assert not cluster.controller.queue.backoff.waiting("default/refused")
 
 
 def test_other_pods_are_placed_while_one_waits() -> None:

@@ -1,8 +1,10 @@
 """The worker (dra_driver/controller/controller.py): what it does between the modules.
 
-``decide`` assumes a placement in the cache (the next pod is planned with it) or fences the pod's
-claims and reports why it waits, once; folding a bind's result leaves the cache as the API holds
-it; events of deleted objects make the reports and the fences forget them. Over ``FakeKube``.
+``decide`` assumes a placement in the cache (the next pod is planned with it) or hands the failure
+to the failure handler, which fences the pod's claims and reports why it waits, once, after the
+pass (``World.decide`` does both; the handler alone is in test_failure.py); folding a bind's
+result leaves the cache as the API holds it; events of deleted objects make the reports and the
+fences forget them. Over ``FakeKube``.
 
 The worker with its informers and writer threads, against the sandbox API server with writes held
 in flight (what only real concurrency shows), is in test_sandbox_failures.py.
@@ -15,6 +17,9 @@ import copy
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocator import Placed, Unschedulable
 from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.cache import Wake
+from dra_driver.controller.pod_queue import Step
+from dra_driver.controller.reasons import Reason
 from dra_driver.resource.uses import claim_uses
 from tests.controller.harness import (
     DRIVER,
@@ -70,7 +75,7 @@ def test_a_pod_with_nothing_left_to_allocate_clears_its_pending_report() -> None
     world.add_class(other_class())
     world.add_claim(claim("foreign", request(klass="other")))
     waiting = world.add_pod(pod("p", {"gpu": "claim:foreign"}))
-    world.reports.record(waiting, "Unschedulable", "earlier reason")
+    world.reports.record(waiting, Reason.UNSCHEDULABLE, "earlier reason")
     reported = world.binder.report_pending(waiting, "Unschedulable", "earlier reason")
     assert reported is not None
     job = world.controller.decide(reported)
@@ -125,7 +130,7 @@ def test_a_deleted_pod_or_claim_is_forgotten_by_the_reports_and_the_fences() -> 
     world.place("a-pod")
     ours = world.pod_view("a-pod")
     newer = edited(ours, lambda p: p["metadata"].update(resourceVersion=str(int(ours.resource_version) + 1)))
-    world.reports.record(ours, "Unschedulable", "stale")
+    world.reports.record(ours, Reason.UNSCHEDULABLE, "stale")
     world.controller.apply_wake(world.cache.apply_event("Pod", dict(ours), dict(newer)))
     assert ours.uid in world.reports  # an update is not a deletion
     assert world.reports.new_warnings(ours.uid, ["a warning"]) == ["a warning"]
@@ -136,3 +141,30 @@ def test_a_deleted_pod_or_claim_is_forgotten_by_the_reports_and_the_fences() -> 
     world.binder.fenced[cached.key] = cached.resource_version
     world.controller.apply_wake(world.cache.apply_event("ResourceClaim", dict(cached), None))
     assert cached.key not in world.binder.fenced
+
+
+# --- schedule_one and the pass ----------------------------------------------------------------------
+
+
+def test_a_pod_waiting_for_its_template_claim_waits_quietly_without_hami_translation() -> None:
+    world = World()
+    world.add_pod(pod("t-pod", {"gpu": "template:t"}))
+    assert world.controller.hami_templates is None
+    assert world.controller.schedule_one(world.pod_view("t-pod")) is Step.WAITING
+    world.controller.failures.handle()
+    assert world.condition("t-pod") is None and world.kube.writes() == []
+
+
+def test_a_bind_without_writer_threads_is_folded_back_within_the_pass() -> None:
+    world = World()
+    tenant(world, "a")
+    assert world.controller.schedule_one(world.pod_view("a-pod")) is Step.BINDING
+    assert not world.cache.assumed.in_flight and not world.controller.binding
+    assert world.controller.queue.in_flight == set()
+
+
+def test_a_wake_adds_claims_to_the_releasers_queue() -> None:
+    world = World()
+    world.releaser.queue = {f"{NS}/queued"}
+    world.controller.apply_wake(Wake(claims={f"{NS}/woken"}))
+    assert world.releaser.queue == {f"{NS}/queued", f"{NS}/woken"}

@@ -90,8 +90,8 @@ def test_a_claim_over_its_cost_budget_is_refused_with_its_selector_error_once(
     assert counting.claim_evaluations <= cost.CLAIM_COST_BUDGET // per_evaluation + 16
     spent = counting.claim_evaluations
     # Every pending pod is planned again (what a resync does): the refusal is remembered.
-    cluster.controller.requeue.retry_all()
-    cluster.controller._dirty_pods.add("tenant-a/attacker")
+    cluster.controller.queue.retry_all()
+    cluster.controller.queue.activate(["tenant-a/attacker"])
     cluster.run(2)
     assert counting.claim_evaluations == spent
     assert cluster.gated("attacker", "tenant-a")
@@ -112,7 +112,7 @@ def test_a_cheap_claim_with_selectors_is_placed_within_its_budget(monkeypatch: p
 def test_a_pass_stops_at_its_budget_and_the_next_starts_with_the_other_namespace() -> None:
     cluster = FakeCluster(THREE_NODES, record_plans=True)
     ticks = itertools.count()
-    cluster.controller._clock = lambda: float(next(ticks))  # every look at the clock: one second on
+    cluster.controller.queue.clock = lambda: float(next(ticks))  # every look at the clock: one second on
     for index in range(3):
         cluster.gpu_pod(f"a-{index}", "10Gi", namespace="tenant-a")
     cluster.gpu_pod("b", "10Gi", namespace="tenant-b")  # created after all of tenant-a's

@@ -49,6 +49,15 @@ def test_the_queue_takes_namespaces_in_turn_each_oldest_first_and_resumes_after_
     assert queue.order(created.__getitem__) == ["c/first", "a/old", "b/only", "c/second", "a/mid", "a/new"]
 
 
+def test_the_next_batch_starts_after_the_namespace_not_after_the_pod_key() -> None:
+    """Namespace ``a-b`` sorts between ``a`` and any ``a/...`` key: the turn is the namespace's."""
+    created = {"a/1": "1", "a/2": "2", "a-b/1": "3"}.__getitem__
+    queue = PendingRetries()
+    queue.add((key, None) for key in ("a/1", "a/2", "a-b/1"))
+    queue.ended_with("a/1")
+    assert queue.order(created) == ["a-b/1", "a/1", "a/2"]
+
+
 def test_a_pod_queued_again_waits_behind_the_pods_still_queued_and_keeps_its_place_if_queued() -> None:
     created = {"a/old": "1", "a/young": "2"}.__getitem__
     queue = PendingRetries()
@@ -79,7 +88,7 @@ def test_another_tenants_pod_is_placed_in_the_releases_pass_whatever_one_tenant_
         cluster.gpu_pod(name, "10Gi", count=2, namespace="tenant-a", annotations=distinct(index))
     cluster.gpu_pod("b", "10Gi", namespace="tenant-b")
     cluster.run()
-    assert len(cluster.controller.requeue.pending_pods) == 201
+    assert len(cluster.controller.queue.unschedulable) == 201
     cluster.planned()
     freed = cluster.node_of("hold-node-1")
     cluster.release("hold-node-1")
@@ -95,7 +104,7 @@ def test_another_tenants_pod_is_placed_in_the_releases_pass_whatever_one_tenant_
     assert sorted(name for name, _ in plans) == sorted(["b", *hoard])
     assert all(nodes == {freed} for _, nodes in plans)
     assert 200 // 8 <= passes <= 200 // 8 + 2
-    assert cluster.controller.requeue.pending_pods == {f"tenant-a/{name}" for name in hoard}
+    assert cluster.controller.queue.unschedulable == {f"tenant-a/{name}" for name in hoard}
 
 
 def test_a_full_retry_is_spread_over_passes_namespaces_in_turn_and_replans_every_pending_pod() -> None:
@@ -142,7 +151,7 @@ def test_pods_of_one_shape_count_once_against_the_batch() -> None:
     cluster.release("hold-node-0")
     cluster.controller.run_once()
     assert [name for name, _ in cluster.planned()] == ["pair-0", "other"]
-    assert not cluster.controller.requeue.retries, "the shape's other pods were skipped, not left queued"
+    assert not cluster.controller.queue.woken, "the shape's other pods were skipped, not left queued"
 
 
 def test_a_shape_that_stayed_pending_is_skipped_in_later_passes_until_something_changes() -> None:
@@ -156,7 +165,7 @@ def test_a_shape_that_stayed_pending_is_skipped_in_later_passes_until_something_
     cluster.release("hold-node-0")
     assert cluster.drain() == 2
     assert [name for name, _ in cluster.planned()] == ["s-0", "t-0", "u-0"], "one plan per shape in all"
-    assert cluster.controller.requeue.pending_pods == {f"{NS}/{name}" for name in names}
+    assert cluster.controller.queue.unschedulable == {f"{NS}/{name}" for name in names}
     cluster.change(NODES, None, "node-0", labelled({"new": "label"}))  # a change: all again
     cluster.drain()
     assert [name for name, _ in cluster.planned()] == ["s-0", "t-0", "u-0"]
@@ -295,7 +304,7 @@ def test_a_pod_whose_pending_reason_is_unknown_is_replanned_on_any_change_everyw
     cluster.gpu_pod("lost", "10Gi", count=2)
     cluster.run()
     uid = str(cluster.kube.stored(PODS, NS, "lost")["metadata"]["uid"])
-    cluster.controller.reports.clear(uid)  # as if its report had failed
+    cluster.controller.queue.reports.clear(uid)  # as if its report had failed
     cluster.planned()
     cluster.change(NODES, None, "node-0", labelled({"a": "b"}))
     cluster.run()
@@ -311,8 +320,8 @@ def test_pods_of_one_shape_queued_for_different_nodes_are_not_skipped_for_each_o
     cluster.planned()
     cluster.release("hold-node-2")
     cluster.controller._drain()  # the release queues both for node-2; s-0 is made to look elsewhere
-    cluster.controller.requeue.retries.discard(f"{NS}/s-0")
-    cluster.controller.requeue.retries.add([(f"{NS}/s-0", frozenset({"node-0"}))])
+    cluster.controller.queue.woken.discard(f"{NS}/s-0")
+    cluster.controller.queue.woken.add([(f"{NS}/s-0", frozenset({"node-0"}))])
     cluster.controller.run_once()
     assert cluster.planned() == [("s-0", frozenset({"node-0"})), ("s-1", frozenset({"node-2"}))]
     assert cluster.gated("s-0") and cluster.node_of("s-1") == "node-2"
@@ -325,6 +334,6 @@ def test_a_pod_pending_for_its_quota_is_planned_everywhere_whatever_nodes_it_was
     cluster.run()
     assert cluster.reason("refused") == "GpuQuotaExceeded"
     cluster.planned()
-    cluster.controller.requeue.retries.add([(f"{NS}/refused", frozenset({"node-0"}))])
+    cluster.controller.queue.woken.add([(f"{NS}/refused", frozenset({"node-0"}))])
     cluster.controller.run_once()
     assert cluster.planned() == [("refused", frozenset(cluster.nodes))]

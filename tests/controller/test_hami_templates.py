@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.controller import Step
 from dra_driver.controller.hami_templates import (
     NAMESPACES,
     TEMPLATES,
@@ -16,6 +15,7 @@ from dra_driver.controller.hami_templates import (
     KubeNamespaces,
     made_annotation,
 )
+from dra_driver.controller.pod_queue import Step
 from dra_driver.kube.api import PODS
 from dra_driver.resource.objects import PodView
 from dra_driver.webhook.admission import translate_hami_pod
@@ -159,6 +159,8 @@ def test_the_worker_makes_the_template_of_a_pod_waiting_for_its_claim() -> None:
 def test_the_worker_reports_a_pod_whose_namespace_did_not_opt_in() -> None:
     world = world_with_templates(opted_in=False)
     assert world.controller.schedule_one(world.pod_view("hami")) is Step.WAITING
+    assert world.condition("hami") is None, "reported after the pass, off the planning path"
+    world.controller.failures.handle()
     assert template_names(world.kube) == []
     found = world.condition("hami")
     assert found is not None and found["reason"] == "InvalidRequest"

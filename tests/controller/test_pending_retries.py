@@ -20,7 +20,7 @@ def with_pending(pending: list[tuple[str, str, int]]) -> FakeCluster:
     for name, memory, count in pending:
         cluster.gpu_pod(name, memory, count)
     cluster.run()
-    assert cluster.controller.requeue.pending_pods == {f"{NS}/{name}" for name, _, _ in pending}
+    assert cluster.controller.queue.unschedulable == {f"{NS}/{name}" for name, _, _ in pending}
     cluster.planned()
     return cluster
 
@@ -36,7 +36,7 @@ def test_after_a_release_pending_pods_are_planned_on_that_node_only_and_the_olde
     plans = cluster.planned()
     assert plans and all(nodes <= {freed} for _, nodes in plans), plans
     # Still pending, with the explanation of its last full evaluation (not rewritten).
-    assert cluster.controller.requeue.pending_pods == {f"{NS}/two-cards"}
+    assert cluster.controller.queue.unschedulable == {f"{NS}/two-cards"}
 
 
 def test_pods_of_one_shape_are_skipped_once_the_oldest_of_them_stays_pending() -> None:
@@ -48,7 +48,7 @@ def test_pods_of_one_shape_are_skipped_once_the_oldest_of_them_stays_pending() -
     assert names == ["pair-0"], names
     assert cluster.controller.metrics.pending_skipped._value.get() == 4
     assert all(cluster.gated(name) for name, _, _ in pending)
-    assert cluster.controller.requeue.pending_pods == {f"{NS}/{name}" for name, _, _ in pending}
+    assert cluster.controller.queue.unschedulable == {f"{NS}/{name}" for name, _, _ in pending}
 
 
 def test_a_change_to_the_pods_class_plans_it_everywhere() -> None:
@@ -95,7 +95,7 @@ def test_the_periodic_resync_plans_one_pending_pod_per_shape_everywhere() -> Non
         ("other", frozenset(cluster.nodes)),
         ("pair-0", frozenset(cluster.nodes)),
     ]
-    assert cluster.controller.requeue.pending_pods == {f"{NS}/{name}" for name, _, _ in pending}
+    assert cluster.controller.queue.unschedulable == {f"{NS}/{name}" for name, _, _ in pending}
 
 
 def test_every_annotation_the_planner_reads_makes_a_shape_of_its_own() -> None:

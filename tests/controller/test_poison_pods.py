@@ -120,6 +120,12 @@ def test_a_malformed_informer_event_does_not_drop_the_others() -> None:
     good = queue.good_pods()
     queue.run(2)
     assert [name for name in good if queue.gated(name)] == []
+    assert (
+        queue.controller.metrics.registry.get_sample_value(
+            "hami_dra_unexpected_errors_total", {"kind": "Pod"}
+        )
+        == 1.0
+    ), "counted under the event's kind"
 
 
 # --- property: arbitrary tenant input beside well-formed pods --------------------------------------

@@ -190,7 +190,7 @@ class World(Feed):
         self.allocator = self.controller.allocator
         self.binder = self.controller.binder
         self.releaser = self.controller.releaser
-        self.reports = self.controller.reports
+        self.reports = self.controller.queue.reports
         super().__init__(gpus, nodes, "t4")
 
     def _store(self, kind: str, obj: Obj) -> tuple[Obj | None, Obj]:
@@ -223,7 +223,10 @@ class World(Feed):
                 self.cache.apply_event("Pod", None if cached is None else dict(cached), copy.deepcopy(obj))
 
     def decide(self, pod_name: str) -> Any:
-        return self.controller.decide(self.pod_view(pod_name))
+        """What a pass does for the pod: decide, then the failure's writes (fence, report)."""
+        outcome = self.controller.decide(self.pod_view(pod_name))
+        self.controller.failures.handle()
+        return outcome
 
     def planned(self, pod_name: str) -> Placed:
         """The pod decided: a placement, assumed in the cache (not written yet)."""
