@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.devices.model import COMPUTE_MODES, Gpu
 from dra_driver.devices.nvml import ARCHITECTURES, BRANDS
 
@@ -110,3 +111,45 @@ def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None)
     if events_path is not None:
         env["MOCK_NVML_EVENTS"] = str(events_path)
     return env
+
+
+def mig_profiles_json(product_name: str) -> list[dict[str, Any]]:
+    """The ``migProfiles`` of a mock device: NVML's numbers from :mod:`dra_driver.devices.mig_profiles`."""
+    model = mig_model(product_name)
+    if model is None:
+        raise KeyError(f"no MIG profile table for {product_name!r}")
+    return [
+        {
+            "profile": profile.nvml_index,
+            "id": profile.profile_id,
+            "name": profile.name,
+            "sliceCount": profile.slices,
+            "instanceCount": profile.instance_count,
+            "multiprocessorCount": profile.multiprocessors,
+            "memorySizeMB": profile.memory_mib,
+            "copyEngineCount": profile.copy_engines,
+            "decoderCount": profile.decoders,
+            "encoderCount": profile.encoders,
+            "jpegCount": profile.jpegs,
+            "ofaCount": profile.ofas,
+            "placements": list(profile.placements),
+            "placementSize": profile.placement_size,
+        }
+        for profile in model.profiles
+    ]
+
+
+def with_mig(
+    device: dict[str, Any], instances: Sequence[tuple[str, int]] = (), *, enabled: bool = True
+) -> dict[str, Any]:
+    """``device`` (a mock profile's device) in MIG mode with GPU instances ``(profile name, start)``."""
+    model = mig_model(device["name"])
+    assert model is not None, device["name"]
+    return {
+        **device,
+        "migMode": int(enabled),
+        "migProfiles": mig_profiles_json(device["name"]),
+        "gpuInstances": [
+            {"profileId": model.by_name(name).profile_id, "start": start} for name, start in instances
+        ],
+    }
