@@ -61,6 +61,8 @@ def profile_from_gpus(
             device["numaNode"] = gpu.numa_node
         if gpu.mig_enabled is not None:
             device["migMode"] = int(gpu.mig_enabled)
+        if gpu.mig_devices:
+            device.update(mig_device_json(gpu))
         if gpu.nvlink_peers:
             if nvswitch:
                 links = gpu.nvlink_peers[0][1]
@@ -153,3 +155,31 @@ def with_mig(
             {"profileId": model.by_name(name).profile_id, "start": start} for name, start in instances
         ],
     }
+
+
+def mig_device_json(gpu: Gpu) -> dict[str, Any]:
+    """The MIG part of a mock device answering for ``gpu``'s MIG devices (whole-GPU-instance compute
+    instances, with the very UUIDs ``gpu`` has, so both sources describe the same hardware)."""
+    model = mig_model(gpu.product_name)
+    assert model is not None, gpu.product_name
+    instances = []
+    for mig in gpu.mig_devices:
+        profile = model.by_name(mig.profile)
+        assert mig.slices == mig.gpu_instance_slices, "sub-instance compute instances are not derived"
+        instances.append(
+            {
+                "profileId": profile.profile_id,
+                "start": mig.placement_start,
+                "computeInstances": [{"profileId": _whole_ci_profile(mig.slices), "uuid": mig.uuid}],
+            }
+        )
+    return {
+        "migMode": 1,
+        "migProfiles": mig_profiles_json(gpu.product_name),
+        "gpuInstances": instances,
+    }
+
+
+def _whole_ci_profile(slices: int) -> int:
+    """NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE's id for a compute instance of ``slices`` slices."""
+    return {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}[slices]
