@@ -164,3 +164,14 @@ def test_mig_cards_links_are_dropped_and_an_empty_mig_card_is_logged(caplog) -> 
     assert checked[1].mig_devices == (mig,)
     assert "in MIG mode but has no MIG devices" in caplog.text and gpus[2].uuid in caplog.text
     assert "publishing its 1 MIG device(s) (7g.80gb)" in caplog.text
+
+
+def test_the_controllers_inventory_never_offers_a_mig_card_nor_its_mig_devices(tmp_path: Path) -> None:
+    """The controller places whole cards and shares by index: a MIG device has none (it is
+    kube-scheduler's, through the mig class), and its card is not published at all."""
+    from dra_driver.controller.inventory import build_inventory
+
+    gpus = mig_node(tmp_path, ["3g.40gb", "2g.20gb", "1g.10gb"])
+    slices = build_resource_slices(gpus, node_name="node-1")
+    inventory = build_inventory(slices, "gpu.hami.io")
+    assert [card.index for card in inventory["node-1"].cards] == [0]
