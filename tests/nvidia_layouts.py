@@ -499,7 +499,8 @@ def _with_sysfs(sysfs_pci: Path, proc_driver: Path) -> list[str]:
     script = (
         'mount --bind "$0" ' + _REAL_SYSFS_PCI + ' && mount --bind "$1" /proc/driver && shift && exec "$@"'
     )
-    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, str(sysfs_pci), str(proc_driver)]
+    namespace = [unshare, "--mount", "--propagation", "private"]
+    return [*namespace, "sh", "-c", script, str(sysfs_pci), str(proc_driver)]
 
 
 def cdi_list(spec_dir: Path, bin_dir: Path | None = None) -> tuple[list[str], list[str]]:
