@@ -470,8 +470,9 @@ def generate_spec(
     cdi_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_CTK_")}
     env.update(driver.nvml_env())
-    if driver.sysfs_pci.is_dir():
-        command = [*_with_sysfs(driver.sysfs_pci, driver.root / MIG_MINORS_FILE.parent.parent), *command]
+    proc_driver = driver.root / MIG_MINORS_FILE.parent.parent
+    if driver.sysfs_pci.is_dir() or proc_driver.is_dir():
+        command = [*_with_sysfs(driver.sysfs_pci, proc_driver), *command]
     had_uvm = driver.uvm_loaded()
     if not uvm_loaded:
         driver.unload_uvm()
@@ -489,15 +490,16 @@ _REAL_SYSFS_PCI = "/sys/bus/pci/devices"
 
 
 def _with_sysfs(sysfs_pci: Path, proc_driver: Path) -> list[str]:
-    """A prefix that runs a command with ``sysfs_pci`` mounted over ``/sys/bus/pci/devices`` and
-    ``proc_driver`` over ``/proc/driver`` (nvidia-ctk reads the host's
+    """A prefix that runs a command with ``sysfs_pci`` (when the root has one: DRM nodes) mounted over
+    ``/sys/bus/pci/devices`` and ``proc_driver`` over ``/proc/driver`` (nvidia-ctk reads the host's
     ``/proc/driver/nvidia-caps/mig-minors`` for MIG devices, whatever its driver root), in a private
     mount namespace (root), so nothing else on the machine sees the mock's entries."""
     unshare = shutil.which("unshare")
     if unshare is None:
         raise LayoutError("unshare (util-linux) is needed to show nvidia-ctk the mock's DRM nodes")
     script = (
-        'mount --bind "$0" ' + _REAL_SYSFS_PCI + ' && mount --bind "$1" /proc/driver && shift && exec "$@"'
+        'if [ -d "$0" ]; then mount --bind "$0" ' + _REAL_SYSFS_PCI + " || exit 1; fi; "
+        'mount --bind "$1" /proc/driver && shift && exec "$@"'
     )
     namespace = [unshare, "--mount", "--propagation", "private"]
     return [*namespace, "sh", "-c", script, str(sysfs_pci), str(proc_driver)]

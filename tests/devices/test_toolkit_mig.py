@@ -13,6 +13,7 @@ composition (no toolkit) or on a simulated node, the same nodes are named by pat
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tests.kubeletplugin.helpers import claim, result
 from tests.kubeletplugin.test_preparer_units import FakeClaims, make, prepared_spec
 from tests.nvidia_layouts import (
     NVIDIA_CAPS_MAJOR,
+    DeviceFiles,
     DriverRoot,
     Layout,
     cdi_list,
@@ -36,6 +38,7 @@ from tests.nvidia_layouts import (
     mock_driver_root,
     require_toolkit,
 )
+from tests.podman import CDI_DIR, busybox_podman
 
 #: gpu-1's MIG devices: name -> (GPU instance id, compute instance id).
 MIG_DEVICES = {"gpu-1-mig-1-0": (1, 0), "gpu-1-mig-13-0": (13, 0)}
@@ -148,3 +151,61 @@ def test_the_hosts_mig_minors_file_wins_over_the_documented_numbering(tmp_path: 
     assert devices["gpu-1-mig-1-0"].mig_caps == mig_caps_minors(1, 1, 0)
     assert devices["gpu-1-mig-13-0"].slots == 1 and devices["gpu-1-mig-13-0"].minor == 1
     assert "gpu-1" not in devices and read_mig_minors(tmp_path / "absent") == {}
+
+
+# ---------------------------------------------------------------- a real runtime applies our spec
+IMAGE = "localhost/hami-dra-toolkit-busybox:test"
+
+
+def test_podman_runs_a_container_with_exactly_its_mig_device(
+    gpus: list, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Our claim spec for one MIG device, composed from the host layout's spec, applied by podman
+    (the real CDI library and runc): the container has its card's node and its two capability nodes
+    with the driver's numbers, and neither the other card nor the other instance."""
+    toolkit_bin = require_toolkit()
+    podman = busybox_podman(tmp_path_factory.mktemp("podman"), IMAGE)  # runroot paths stay short
+    # No nvidia-drm: podman 4.3 reads CDI specs up to 0.5.0 (the DRM nodes' additionalGids need 0.7.0).
+    profile = tmp_path / "profile.json"
+    profile.write_text(
+        json.dumps(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040))
+    )
+    driver = mock_driver_root(tmp_path / "root", profile, DeviceFiles(drm=False))
+    registry = tmp_path / "registry"
+    generate_spec("host", driver, registry, toolkit_bin, uvm_loaded=True)
+    preparer = make(
+        tmp_path, FakeClaims(), simulated=False, toolkit=ToolkitRegistry((registry,), host=HostView())
+    )
+    preparer.inventory = Inventory(node_devices(gpus))
+    preparer.start()
+    obj = claim("mig", [result("gpu-1-mig-13-0", share=False)])
+    preparer.claims = FakeClaims(obj)
+    answer, spec = prepared_spec(preparer, obj)
+    assert not answer.error, answer.error
+    ((cdi_id,),) = [device.cdi_ids for device in answer.devices]
+    CDI_DIR.mkdir(parents=True, exist_ok=True)
+    installed = CDI_DIR / f"hami-dra-test-mig-{os.getpid()}.json"
+    installed.write_text(json.dumps(spec))
+    try:
+        run = podman(
+            "run",
+            "--rm",
+            "--network=none",
+            f"--device={cdi_id}",
+            IMAGE,
+            "sh",
+            "-c",
+            "ls -l /dev/ /dev/nvidia-caps/",
+        )
+    finally:
+        installed.unlink(missing_ok=True)
+    assert run.returncode == 0, run.stderr
+    nodes = {line.split()[-1]: line for line in run.stdout.splitlines() if line.startswith("c")}
+    gi_cap, ci_cap = mig_caps_minors(1, 13, 0)
+    assert f"{NVIDIA_CAPS_MAJOR}, {gi_cap:>3}" in nodes[f"nvidia-cap{gi_cap}"]
+    assert f"{NVIDIA_CAPS_MAJOR}, {ci_cap:>3}" in nodes[f"nvidia-cap{ci_cap}"]
+    assert sorted(n for n in nodes if n.startswith("nvidia-cap")) == [
+        f"nvidia-cap{gi_cap}",
+        f"nvidia-cap{ci_cap}",
+    ]
+    assert "nvidia1" in nodes and "nvidia0" not in nodes, run.stdout
