@@ -141,6 +141,23 @@ class ToolkitEdits:
         nodes = [self.cap_nodes.get(cap, {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}) for cap in caps]
         return merge_edits(parent, {"deviceNodes": nodes})
 
+    def mig_problem(self, minor: int, caps: tuple[int, int]) -> str | None:
+        """Why the MIG device with capability minors ``caps`` on card ``minor`` cannot be injected,
+        or None: the card is not in the spec, or a capability is neither described by the spec
+        nor present on the host (a MIG device created after the spec was generated)."""
+        problem = self.problem(minor)
+        if problem is not None or (minor, *caps) in self.by_mig:
+            return problem
+        for cap in caps:
+            path = f"/dev/nvidia-caps/nvidia-cap{cap}"
+            seen = self.host.seen_at(path)
+            if cap not in self.cap_nodes and seen is not None and not seen.exists():
+                return (
+                    f"{self.source} ({self.kind}) does not describe the MIG capability {path} and the "
+                    "node has no such device node (a MIG device created after the spec was generated)"
+                )
+        return None
+
     def control(self, minors: list[int]) -> ControlNodes:
         """The control nodes a container with the GPUs ``minors`` lacks in this spec, as the host has
         them now (added) or why they cannot be added. Checked on every call: nodes come and go."""

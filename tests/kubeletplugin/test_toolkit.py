@@ -267,3 +267,22 @@ def test_a_card_in_mig_mode_is_never_given_a_mig_devices_capabilities_as_its_own
         ]
     }
     assert edits.for_mig(2, (12, 13)) is None
+
+
+def test_a_mig_device_the_spec_does_not_describe_needs_its_capabilities_on_the_host(tmp_path: Path) -> None:
+    raw = {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [{"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}}],
+    }
+    host = tmp_path / "host"
+    (host / "dev" / "nvidia-caps").mkdir(parents=True)
+    edits = toolkit_edits(parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw)), HostView(host))
+    problem = edits.mig_problem(1, (147, 148))
+    assert problem is not None and "/dev/nvidia-caps/nvidia-cap147" in problem
+    for cap in (147, 148):  # nvidia-modprobe made them: the runtime reads their numbers there
+        (host / "dev" / "nvidia-caps" / f"nvidia-cap{cap}").write_text("")
+    assert edits.mig_problem(1, (147, 148)) is None
+    assert (
+        edits.mig_problem(2, (12, 13)) == "nvidia.yaml (nvidia.com/gpu) defines no device with /dev/nvidia2"
+    )
