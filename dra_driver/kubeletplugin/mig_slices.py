@@ -18,7 +18,6 @@ taints unhealthy devices.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from dra_driver.contract import MEMORY, unhealthy_taint_key
@@ -51,8 +50,6 @@ from dra_driver.resource.slices import (
     TYPE_ATTRIBUTE,
     UUID_ATTRIBUTE,
 )
-
-log = logging.getLogger(__name__)
 
 MAX_ATTRIBUTE_STRING = 64
 
