@@ -87,6 +87,7 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages must
     sys.path.insert(0, str(REPO))
 
 from dra_driver import DEFAULT_DRIVER_NAME  # noqa: E402  (needs the path above)
+from dra_driver.devices.mig import mig_device_name  # noqa: E402
 from dra_driver.devices.model import MIB, Gpu, normalize_pci_bus_id, semver  # noqa: E402
 
 #: Python module -> the package that provides it, for the SKIP lines of a missing module.
@@ -282,7 +283,7 @@ def step_discovery(report: Report, ctx: Context) -> None:
     if not report.expect(
         bool(gpus),
         f"NVML discovery: {len(gpus)} GPU(s) in {time.monotonic() - started:.2f}s "
-        f"({library}; {where}; MIG-mode cards left out)",
+        f"({library}; {where}; MIG-mode cards as their MIG devices)",
     ):
         return
     ctx.gpus = gpus
@@ -368,7 +369,8 @@ def _loaded_library(stem: str) -> str | None:
 
 
 def step_nvidia_smi(report: Report, ctx: Context) -> None:
-    """Every published GPU against nvidia-smi; MIG-enabled cards must be absent."""
+    """Every published GPU against nvidia-smi; MIG-enabled cards must be absent as whole cards
+    and present as their MIG devices."""
     if not ctx.gpus:
         report.skipped("needs the GPUs of step a")
         return
@@ -392,7 +394,7 @@ def step_nvidia_smi(report: Report, ctx: Context) -> None:
         + (f"; this driver's nvidia-smi lacks {', '.join(lacking)}" if lacking else "")
     )
     by_uuid = {uuid_: row for row in rows if (uuid_ := row.get("uuid"))}
-    published = {gpu.uuid: gpu for gpu in ctx.gpus}
+    published = {gpu.uuid: gpu for gpu in ctx.gpus if not gpu.mig_enabled}
     mig = {u for u, row in by_uuid.items() if (row.get("mig.mode.current") or "").lower() == "enabled"}
     expected = set(by_uuid) - mig
     report.expect(
@@ -402,14 +404,20 @@ def step_nvidia_smi(report: Report, ctx: Context) -> None:
         + _difference(set(published) - expected, "published but not in nvidia-smi (or in MIG mode)")
         + _difference(expected - set(published), "in nvidia-smi but not published"),
     )
-    for u in sorted(mig):
-        report.expect(
-            u not in published, f"MIG-enabled {u} (index {by_uuid[u]['index']}) is absent from the slice"
-        )
     devices = {d["name"]: d for s in ctx.slices for d in s["spec"]["devices"]}
+    slice_uuids = {d.get("attributes", {}).get("uuid", {}).get("string") for d in devices.values()}
+    mig_cards = {gpu.uuid: gpu for gpu in ctx.gpus if gpu.mig_enabled}
+    for u in sorted(mig):
+        card = mig_cards.get(u)
+        names = [mig_device_name(card.name, m) for m in card.mig_devices] if card else []
+        report.expect(
+            u not in slice_uuids and card is not None and all(name in devices for name in names),
+            f"MIG-enabled {u} (index {by_uuid[u]['index']}) is absent from the slice as a card and "
+            f"present as its {len(names)} MIG device(s) ({', '.join(names) or 'none'})",
+        )
     for gpu in ctx.gpus:
         row = by_uuid.get(gpu.uuid)
-        if row is None:
+        if row is None or gpu.mig_enabled:
             continue
         _cross_check(report, ctx, gpu, row, devices.get(gpu.name, {}))
 
@@ -668,7 +676,10 @@ def step_cdi(report: Report, ctx: Context) -> None:
     from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
     from dra_driver.kubeletplugin.prepare import Preparer, PreparerConfig
 
-    gpu = ctx.gpus[0]
+    gpu = next((g for g in ctx.gpus if not g.mig_enabled), None)
+    if gpu is None:
+        report.skipped("every GPU is in MIG mode: no card to prepare whole or as a share")
+        return
     plugin_dir, cdi_dir = ctx.work / "plugin", ctx.work / "cdi"
     hami = HamiCoreConfig(plugin_dir / "hami-core", ctx.hami_core_lib)
     if ctx.hami_core_lib is not None:

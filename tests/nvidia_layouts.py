@@ -50,6 +50,8 @@ from typing import Any, Literal
 import pytest
 
 from dra_driver.cluster import binaries
+from dra_driver.devices.mig import gpu_instance_id, mig_caps_minors
+from dra_driver.devices.mig_profiles import MigModel, mig_model
 
 REPO = Path(__file__).resolve().parents[1]
 MOCK_NVML_SOURCE = REPO / "hack" / "mock-nvml" / "mock_nvml.c"
@@ -78,6 +80,10 @@ PROFILE_IN_ROOT = Path("etc/mock-nvml/profile.json")
 #: The NVIDIA driver's fixed character major: nvidia<minor> (minor 0-254) and nvidiactl (255).
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
+#: The ``nvidia-caps`` character major (dynamic on a real node, read from /proc/devices).
+NVIDIA_CAPS_MAJOR = 237
+#: Where the driver lists every MIG capability's minor, relative to the (driver) root.
+MIG_MINORS_FILE = Path("proc/driver/nvidia-caps/mig-minors")
 #: nvidia-uvm's major is dynamic on a real node; the kernel hands out 511 first (it allocates
 #: dynamic majors downwards), which is what most real nodes show. nvidia-uvm-tools is minor 1.
 NVIDIA_UVM_MAJOR = 511
@@ -331,9 +337,51 @@ def build_driver_root(
     if files.drm:
         _drm_nodes(driver)
 
+    _mig_caps(driver, data)
     driver.profile.parent.mkdir(parents=True, exist_ok=True)
     driver.profile.write_text(json.dumps(data, indent=1) + "\n")
     return driver
+
+
+def _mig_caps(driver: DriverRoot, data: Mapping[str, Any]) -> None:
+    """What the NVIDIA driver gives MIG: ``proc/driver/nvidia-caps/mig-minors`` (every capability's
+    minor, for GPU minors 0..31 as the real file lists them) and, for each GPU and compute instance
+    the profile starts with, ``dev/nvidia-caps/nvidia-cap<minor>`` (0444 root, as nvidia-modprobe
+    makes them), which is where nvidia-ctk and our plugin find a MIG device's capability nodes."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(32):
+        for gi in range(15):
+            access, _ = mig_caps_minors(gpu, gi, 0)
+            lines.append(f"gpu{gpu}/gi{gi}/access {access}")
+            lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {mig_caps_minors(gpu, gi, ci)[1]}" for ci in range(8)]
+    minors_file = driver.root / MIG_MINORS_FILE
+    minors_file.parent.mkdir(parents=True, exist_ok=True)
+    minors_file.write_text("\n".join(lines) + "\n")
+    caps = driver.dev_root / "dev" / "nvidia-caps"
+    shutil.rmtree(caps, ignore_errors=True)
+    for device, gpu in zip(data.get("devices", []), driver.gpus, strict=True):
+        model = mig_model(str(device.get("name", "")))
+        instances = device.get("gpuInstances") or []
+        if not instances or model is None or device.get("migMode") != 1:
+            continue
+        caps.mkdir(exist_ok=True)
+        for gi, ci in mig_instance_ids(model, instances):
+            for minor in mig_caps_minors(gpu.minor, gi, ci):
+                _char_device(caps / f"nvidia-cap{minor}", NVIDIA_CAPS_MAJOR, minor, 0o444, 0)
+
+
+def mig_instance_ids(model: MigModel, instances: list[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """(GPU instance id, compute instance id) of a mock profile's ``gpuInstances``, numbered as the
+    mock library numbers them (hack/mock-nvml/mock_nvml_mig.c): the GPU instance by its placement,
+    compute instances in order from 0."""
+    ids = []
+    for instance in instances:
+        profile = model.by_id(int(instance["profileId"]))
+        assert profile is not None, instance
+        gi = gpu_instance_id(int(instance["start"]), profile.placement_size)
+        count = len(instance.get("computeInstances") or [{}])
+        ids += [(gi, ci) for ci in range(count)]
+    return ids
 
 
 def require_toolkit(*, required: bool = False) -> Path:
@@ -422,8 +470,9 @@ def generate_spec(
     cdi_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_CTK_")}
     env.update(driver.nvml_env())
-    if driver.sysfs_pci.is_dir():
-        command = [*_with_sysfs(driver.sysfs_pci), *command]
+    proc_driver = driver.root / MIG_MINORS_FILE.parent.parent
+    if driver.sysfs_pci.is_dir() or proc_driver.is_dir():
+        command = [*_with_sysfs(driver.sysfs_pci, proc_driver), *command]
     had_uvm = driver.uvm_loaded()
     if not uvm_loaded:
         driver.unload_uvm()
@@ -440,14 +489,20 @@ def generate_spec(
 _REAL_SYSFS_PCI = "/sys/bus/pci/devices"
 
 
-def _with_sysfs(sysfs_pci: Path) -> list[str]:
-    """A prefix that runs a command with ``sysfs_pci`` mounted over ``/sys/bus/pci/devices``, in a
-    private mount namespace (root), so nothing else on the machine sees the mock's entries."""
+def _with_sysfs(sysfs_pci: Path, proc_driver: Path) -> list[str]:
+    """A prefix that runs a command with ``sysfs_pci`` (when the root has one: DRM nodes) mounted over
+    ``/sys/bus/pci/devices`` and ``proc_driver`` over ``/proc/driver`` (nvidia-ctk reads the host's
+    ``/proc/driver/nvidia-caps/mig-minors`` for MIG devices, whatever its driver root), in a private
+    mount namespace (root), so nothing else on the machine sees the mock's entries."""
     unshare = shutil.which("unshare")
     if unshare is None:
         raise LayoutError("unshare (util-linux) is needed to show nvidia-ctk the mock's DRM nodes")
-    script = 'mount --bind "$0" ' + _REAL_SYSFS_PCI + ' && exec "$@"'
-    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, str(sysfs_pci)]
+    script = (
+        'if [ -d "$0" ]; then mount --bind "$0" ' + _REAL_SYSFS_PCI + " || exit 1; fi; "
+        'mount --bind "$1" /proc/driver && shift && exec "$@"'
+    )
+    namespace = [unshare, "--mount", "--propagation", "private"]
+    return [*namespace, "sh", "-c", script, str(sysfs_pci), str(proc_driver)]
 
 
 def cdi_list(spec_dir: Path, bin_dir: Path | None = None) -> tuple[list[str], list[str]]:

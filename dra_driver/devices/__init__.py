@@ -15,7 +15,8 @@ Public API::
         .pair_scores -> {peer index: 100 * NVLinks}
     DeviceSourceError   # one actionable line for the user
 
-GPUs in MIG mode are never returned (:mod:`.mig`). NVML health events, for the kubelet plugin's
+A GPU in MIG mode carries its MIG devices (``Gpu.mig_devices``, :mod:`.mig`), which are
+published instead of it. NVML health events, for the kubelet plugin's
 health state, are :mod:`.nvml_events`; both NVML users hold their own initialisation
 (:mod:`.nvml_session`).
 """

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES
+from dra_driver.devices.mig import MigDevice
 from dra_driver.devices.nvlink import pair_scores
 from dra_driver.quantity import MIB as MIB  # re-exported: the unit of every memory amount here
 from dra_driver.resource.slices import device_name
@@ -81,6 +82,9 @@ class Gpu:
     memory_reserved_bytes: int = 0
     compute_mode: str | None = None
     health_monitored: bool | None = None
+    #: The MIG devices of a card in MIG mode (``mig_enabled``), published instead of the card
+    #: (:mod:`dra_driver.devices.mig`); in GPU instance, then compute instance id order.
+    mig_devices: tuple[MigDevice, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"gpu-{self.index}"
@@ -117,6 +121,13 @@ class Gpu:
         if self.pci_bus_id is not None and normalize_pci_bus_id(self.pci_bus_id) != self.pci_bus_id:
             raise DeviceModelError(
                 f"{where}: PCI bus id {self.pci_bus_id!r} is not normalized; use normalize_pci_bus_id()"
+            )
+        if self.mig_devices and not self.mig_enabled:
+            raise DeviceModelError(f"{where}: has MIG devices but MIG mode is not enabled")
+        ids = [(mig.gpu_instance, mig.compute_instance) for mig in self.mig_devices]
+        if ids != sorted(set(ids)):
+            raise DeviceModelError(
+                f"{where}: MIG devices must be sorted by unique (GPU, compute) instance ids"
             )
         peers = [peer for peer, _ in self.nvlink_peers]
         if peers != sorted(set(peers)) or self.index in peers:

@@ -23,7 +23,8 @@ its own NVML initialisation (:mod:`dra_driver.devices.nvml_session`) and gives i
 * NVLink: every link is probed on its own, so one failing link costs only itself. An active link
   whose remote end is another GPU of this node counts for that pair; links into an NVSwitch fabric
   make every GPU with switch links a peer of every other (with the smaller of the two link counts).
-* MIG: a GPU in MIG mode is left out (:mod:`dra_driver.devices.mig`).
+* MIG: a GPU in MIG mode carries its MIG devices (:mod:`dra_driver.devices.nvml_mig`), which are
+  published instead of the card (:mod:`dra_driver.devices.mig`).
 
 Tests run this module unmodified against ``hack/mock-nvml`` through the real ``pynvml`` bindings.
 """
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dra_driver.devices.mig import without_mig
+from dra_driver.devices.mig import checked_mig_cards
 from dra_driver.devices.model import (
     COMPUTE_MODES,
     DeviceModelError,
@@ -45,6 +46,7 @@ from dra_driver.devices.model import (
     cuda_version_from_int,
     normalize_pci_bus_id,
 )
+from dra_driver.devices.nvml_mig import read_mig_devices
 from dra_driver.devices.nvml_session import NVML_NOT_FOUND_HINT as NVML_NOT_FOUND_HINT
 from dra_driver.devices.nvml_session import NvmlSession
 from dra_driver.devices.source import DeviceSourceError
@@ -134,7 +136,7 @@ class NvmlSource:
                 continue
             found.append(item)
         # Peers first: a link to a MIG-mode GPU is a GPU link, not a switch link.
-        return without_mig(_named_by_minor(_with_nvlink_peers(found)))
+        return checked_mig_cards(_named_by_minor(_with_nvlink_peers(found)))
 
     def _device(
         self, nvml: Any, index: int, driver_version: str | None, cuda_driver_version: str | None
@@ -165,10 +167,11 @@ class NvmlSource:
         mig = call("nvmlDeviceGetMigMode", lambda: nvml.nvmlDeviceGetMigMode(handle))
         if mig and not mig[0] and mig[1]:
             log.warning(
-                "%s: MIG mode is pending and takes effect at the next GPU reset; the GPU will then no "
-                "longer be published",
+                "%s: MIG mode is pending and takes effect at the next GPU reset; the GPU will then be "
+                "published as its MIG devices, no longer whole",
                 label,
             )
+        mig_devices = read_mig_devices(nvml, handle, label, self._note) if mig and mig[0] else ()
         gpu = Gpu(
             index=index,
             uuid=uuid,
@@ -186,6 +189,7 @@ class NvmlSource:
             pcie_root=self._pcie_root(bus_id),
             numa_node=self._numa_node(nvml, handle, index, label, bus_id),
             mig_enabled=bool(mig[0]) if mig else None,
+            mig_devices=mig_devices,
         )
         item = _Found(gpu)
         self._nvlinks(nvml, handle, item, label)

@@ -17,8 +17,11 @@ real nodes: a GPU publishes its total minus the driver's reserved memory, as NVM
   reserves; ``memory`` is what is published), ``computeMode`` (``Default``, ``Exclusive_Process``,
   ``Prohibited``: any but Default is given out whole only), ``minor``, ``brand``, ``architecture``,
   ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, ``pciBusID``, ``pcieRoot``,
-  ``migEnabled`` and ``nvlinkPeers`` (``{peerIndex: links}``). See ``examples/devices/``. A GPU
-  with ``migEnabled: true`` is left out with a warning, as on a real node.
+  ``migEnabled``, ``migDevices`` and ``nvlinkPeers`` (``{peerIndex: links}``). See
+  ``examples/devices/``. ``migDevices`` (``[3g.40gb, "1g.10gb@6"]``: GPU instance profiles of the
+  card's model, each placed at the given start slot or the first free one) puts the card in MIG
+  mode with those instances, published instead of the card as on a real node; a GPU with
+  ``migEnabled: true`` and no ``migDevices`` publishes nothing, with a warning.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from typing import Any
 import yaml
 
 from dra_driver.contract import ISOLATION_SIMULATED
-from dra_driver.devices.mig import without_mig
+from dra_driver.devices.mig import (
+    MigDevice,
+    MigModelError,
+    checked_mig_cards,
+    gpu_instance_id,
+    place,
+)
+from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.devices.model import (
     COMPUTE_MODE_DEFAULT,
     COMPUTE_MODES,
@@ -191,8 +201,8 @@ class DevicesFileSource:
         except (ValueError, yaml.YAMLError) as err:
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise DeviceSourceError(f"{self.path}: not valid YAML/JSON: {detail}") from err
-        # Like NVML discovery: a card in MIG mode is not offered (dra_driver/devices/mig.py).
-        return without_mig(parse_devices(data, node_name=self.node_name, origin=str(self.path)))
+        # Like NVML discovery: a card in MIG mode offers its MIG devices (dra_driver/devices/mig.py).
+        return checked_mig_cards(parse_devices(data, node_name=self.node_name, origin=str(self.path)))
 
 
 _GPU_KEYS = {
@@ -217,6 +227,7 @@ _GPU_KEYS = {
     "pciBusID",
     "pcieRoot",
     "migEnabled",
+    "migDevices",
     "nvlinkPeers",
 }
 
@@ -299,6 +310,15 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
             f"{', '.join(COMPUTE_MODES.values())}"
         )
     pci_bus_id = _str(entry, "pciBusID", where, base.pci_bus_id if base else None)
+    product_name = _str(entry, "productName", where, base.product_name if base else None) or ""
+    uuid_ = _str(entry, "uuid", where, None) or simulated_uuid(node_name, index)
+    mig_enabled = _bool(entry, "migEnabled", where, base.mig_enabled if base else None)
+    mig_devices: tuple[MigDevice, ...] = ()
+    if entry.get("migDevices") is not None:
+        if entry.get("migEnabled") is False:
+            raise DeviceSourceError(f"{where}.migDevices: the GPU has migEnabled: false")
+        mig_enabled = True
+        mig_devices = simulated_mig_devices(entry["migDevices"], product_name, uuid_, f"{where}.migDevices")
     if pci_bus_id is not None:
         try:
             pci_bus_id = normalize_pci_bus_id(pci_bus_id)
@@ -307,8 +327,8 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
     try:
         return Gpu(
             index=index,
-            uuid=_str(entry, "uuid", where, None) or simulated_uuid(node_name, index),
-            product_name=_str(entry, "productName", where, base.product_name if base else None) or "",
+            uuid=uuid_,
+            product_name=product_name,
             memory_bytes=memory,
             memory_reserved_bytes=reserved,
             compute_mode=compute_mode,
@@ -325,7 +345,8 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
             pci_bus_id=pci_bus_id,
             pcie_root=_str(entry, "pcieRoot", where, base.pcie_root if base else None),
             numa_node=_int(entry, "numaNode", where, default=None, minimum=0),
-            mig_enabled=_bool(entry, "migEnabled", where, base.mig_enabled if base else None),
+            mig_enabled=mig_enabled,
+            mig_devices=mig_devices,
             nvlink_peers=_nvlink_peers(entry.get("nvlinkPeers"), index, f"{where}.nvlinkPeers"),
             healthy=bool(_bool(entry, "healthy", where, True)),
             isolation=_str(entry, "isolation", where, ISOLATION_SIMULATED) or ISOLATION_SIMULATED,
@@ -334,6 +355,47 @@ def _parse_gpu(entry: Any, position: int, node_name: str, where: str) -> Gpu:
         )
     except DeviceModelError as err:
         raise DeviceSourceError(f"{where}: {err}") from err
+
+
+def simulated_mig_devices(
+    value: Any, product_name: str, parent_uuid: str, where: str
+) -> tuple[MigDevice, ...]:
+    """``migDevices: [3g.40gb, "1g.10gb@6"]``: GPU instances (each with one compute instance that
+    spans it) placed like NVML would, at the given start slot or the first free one; UUIDs are
+    derived from the parent's, so a restarted plugin publishes the same devices."""
+    model = mig_model(product_name)
+    if model is None:
+        raise DeviceSourceError(f"{where}: {product_name!r} has no MIG profiles (A100, H100 and H200 do)")
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise DeviceSourceError(f"{where}: expected a list of profiles such as [3g.40gb, 1g.10gb@6]")
+    wanted: list[tuple[str, int | None]] = []
+    for item in value:
+        name, _, start = item.partition("@")
+        if start and not start.isdigit():
+            raise DeviceSourceError(f"{where}: {item!r}: the start slot after @ must be a number")
+        wanted.append((name.strip(), int(start) if start else None))
+    try:
+        placed = place(model, wanted)
+    except MigModelError as err:
+        raise DeviceSourceError(f"{where}: {err}") from err
+    devices = []
+    for profile, start in placed:
+        gi = gpu_instance_id(start, profile.placement_size)
+        devices.append(
+            MigDevice(
+                uuid=f"MIG-{uuid.uuid5(UUID_NAMESPACE, f'{parent_uuid}/gi{gi}/ci0')}",
+                profile=profile.name,
+                gpu_instance=gi,
+                compute_instance=0,
+                memory_bytes=profile.memory_mib * MIB,
+                slices=profile.slices,
+                gpu_instance_slices=profile.slices,
+                multiprocessors=profile.multiprocessors,
+                placement_start=start,
+                placement_size=profile.placement_size,
+            )
+        )
+    return tuple(sorted(devices, key=lambda m: (m.gpu_instance, m.compute_instance)))
 
 
 def _int(entry: Mapping[str, Any], key: str, where: str, *, default: int | None, minimum: int) -> int | None:

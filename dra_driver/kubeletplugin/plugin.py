@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dra_driver.contract import ISOLATION_NONE
+from dra_driver.devices.mig import mig_device_name
 from dra_driver.devices.model import Gpu
 from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.checkpoint import DEFAULT_BOOT_ID_FILE, Checkpoint, read_boot_id
@@ -22,7 +23,7 @@ from dra_driver.kubeletplugin.dra_service import dra_handlers
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.hamicore_library import HamiCoreStatus, inspect_library
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
-from dra_driver.kubeletplugin.inventory import Inventory, node_gpu
+from dra_driver.kubeletplugin.inventory import Inventory, node_devices, read_mig_minors
 from dra_driver.kubeletplugin.metrics import PluginMetrics
 from dra_driver.kubeletplugin.node import NodeReader
 from dra_driver.kubeletplugin.node_events import NodeEvents
@@ -103,7 +104,8 @@ class KubeletPlugin:
         self.gpus = [self._with_isolation(gpu) for gpu in gpus]
         self.api_client = api_client
         self.metrics = PluginMetrics(node=options.node_name)
-        self.inventory = Inventory(node_gpu(g) for g in gpus)
+        mig_minors = read_mig_minors() if any(g.mig_devices for g in gpus) else {}
+        self.inventory = Inventory(node_devices(gpus, mig_minors))
         self.health = HealthState([g.name for g in gpus])
         self.health.add_listener(self._on_health)
         self.toolkit = self._toolkit_registry(options)
@@ -205,7 +207,8 @@ class KubeletPlugin:
 
     def report_isolation(self) -> None:
         """Say once, loudly, when shares of this node's GPUs would not be enforced."""
-        unenforced = [g.name for g in self.gpus if g.isolation == ISOLATION_NONE]
+        # A card in MIG mode is never shared: its MIG devices are given out whole.
+        unenforced = [g.name for g in self.gpus if g.isolation == ISOLATION_NONE and not g.mig_enabled]
         self.metrics.unenforced.set(len(unenforced))
         problem = self.hami_core.problem
         if not unenforced:
@@ -240,7 +243,12 @@ class KubeletPlugin:
         unmonitored = set(self.health.unmonitored())
         withheld = self.withheld
         return [
-            replace(g, healthy=g.name not in unhealthy, health_monitored=g.name not in unmonitored)
+            replace(
+                g,
+                healthy=g.name not in unhealthy,
+                health_monitored=g.name not in unmonitored,
+                mig_devices=tuple(m for m in g.mig_devices if mig_device_name(g.name, m) not in withheld),
+            )
             for g in self.gpus
             if g.name not in withheld
         ]

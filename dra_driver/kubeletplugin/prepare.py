@@ -91,6 +91,16 @@ FAILPOINT_ENV = "HAMI_DRA_FAILPOINT"
 FAILPOINTS = ("after-admission", "after-side-effects", "after-checkpoint")
 
 
+def device_paths(gpu: NodeGpu) -> list[str]:
+    """The device nodes a container needs for ``gpu``: the card's, and for a MIG device also its two
+    ``/dev/nvidia-caps`` access capabilities (GPU instance, compute instance), which are what lets
+    CUDA in the container open that MIG device and no other of the card."""
+    paths = [f"/dev/nvidia{gpu.minor}"]
+    if gpu.mig_caps is not None:
+        paths += [f"/dev/nvidia-caps/nvidia-cap{cap}" for cap in gpu.mig_caps]
+    return paths
+
+
 def _failpoint(name: str) -> None:
     if os.environ.get(FAILPOINT_ENV) == name:
         LOG.error("failpoint %s: killing the process", name)
@@ -447,7 +457,7 @@ class Preparer:
         if self.config.simulated:
             # No GPU here: the host's /dev/null stands in, so a real runtime can start the container.
             stand_in = {
-                name: {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}", "hostPath": "/dev/null"}]}
+                name: {"deviceNodes": [{"path": path, "hostPath": "/dev/null"} for path in device_paths(gpu)]}
                 for name, gpu in gpus.items()
             }
             control = [{"path": p, "hostPath": "/dev/null"} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm")]
@@ -455,7 +465,8 @@ class Preparer:
         if self.toolkit is None:
             # Composition turned off by the admin: the device nodes alone, as the host names them.
             nodes: dict[str, dict[str, Any]] = {
-                name: {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]} for name, gpu in gpus.items()
+                name: {"deviceNodes": [{"path": path} for path in device_paths(gpu)]}
+                for name, gpu in gpus.items()
             }
             control = [{"path": p} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")]
             return {"deviceNodes": control}, nodes
@@ -465,7 +476,11 @@ class Preparer:
             raise ClaimError(f"no NVIDIA Container Toolkit CDI spec on this node{read}: {GENERATE_HINT}")
         edits: dict[str, dict[str, Any]] = {}
         for name, gpu in gpus.items():
-            found = toolkit.for_minor(gpu.minor)
+            found = (
+                toolkit.for_minor(gpu.minor)
+                if gpu.mig_caps is None
+                else toolkit.for_mig(gpu.minor, gpu.mig_caps)
+            )
             if found is None:
                 raise ClaimError(f"GPU {name} cannot be given to a container: {toolkit.problem(gpu.minor)}")
             edits[name] = found

@@ -60,6 +60,7 @@ GENERATE_HINT = (
 )
 
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_CAPS_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d+)$")
 #: Fields of a device shared by several GPUs that a cut for one GPU keeps as they are; its hooks
 #: (DRM by-path links, nvidia-caps permissions) and network devices concern what the cut leaves out.
 _SHARED_KEPT = ("env", "mounts", "intelRdt")
@@ -86,6 +87,11 @@ class ToolkitSpec:
             if (match := _GPU_NODE.match(str(node.get("path", ""))))
         }
 
+    def caps_minors(self, device: str) -> tuple[int, ...]:
+        """The ``/dev/nvidia-caps/nvidia-cap<N>`` minors a device holds: a MIG device's two access
+        capabilities (GPU instance, compute instance), or every one in a device holding several."""
+        return tuple(sorted(caps_minors(self.devices[device])))
+
 
 @dataclass(frozen=True)
 class ToolkitEdits:
@@ -99,6 +105,11 @@ class ToolkitEdits:
     stale: dict[int, str] = field(default_factory=dict)
     #: Where the plugin sees the host's files, to complete the control nodes (``control_nodes.py``).
     host: HostView = field(default_factory=lambda: HostView(None))
+    #: The toolkit's MIG devices (``1:0``, ``MIG-<uuid>``) by (GPU minor, GPU instance capability
+    #: minor, compute instance capability minor), taken whole like a GPU's own device.
+    by_mig: dict[tuple[int, int, int], Edits] = field(default_factory=dict)
+    #: Every ``nvidia-caps`` node the spec describes, by minor (its major, mode and group).
+    cap_nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def for_minor(self, minor: int) -> Edits | None:
         """The GPU's own edits, or None when the spec does not define it (or is stale for it)."""
@@ -112,6 +123,39 @@ class ToolkitEdits:
             return self.stale[minor]
         if minor not in self.by_minor:
             return f"{self.source} ({self.kind}) defines no device with /dev/nvidia{minor}"
+        return None
+
+    def for_mig(self, minor: int, caps: tuple[int, int]) -> Edits | None:
+        """A MIG device's edits: the toolkit's own MIG device when the spec has it, else the parent
+        card's node (``for_minor``, which for a card in MIG mode is cut from its MIG devices or from
+        ``all``) with the two capability nodes (as the spec describes them, else by path). None when
+        the spec does not define the parent card."""
+        if minor in self.stale:
+            return None
+        found = self.by_mig.get((minor, *caps))
+        if found is not None:
+            return found
+        parent = self.by_minor.get(minor)
+        if parent is None:
+            return None
+        nodes = [self.cap_nodes.get(cap, {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}) for cap in caps]
+        return merge_edits(parent, {"deviceNodes": nodes})
+
+    def mig_problem(self, minor: int, caps: tuple[int, int]) -> str | None:
+        """Why the MIG device with capability minors ``caps`` on card ``minor`` cannot be injected,
+        or None: the card is not in the spec, or a capability is neither described by the spec
+        nor present on the host (a MIG device created after the spec was generated)."""
+        problem = self.problem(minor)
+        if problem is not None or (minor, *caps) in self.by_mig:
+            return problem
+        for cap in caps:
+            path = f"/dev/nvidia-caps/nvidia-cap{cap}"
+            seen = self.host.seen_at(path)
+            if cap not in self.cap_nodes and seen is not None and not seen.exists():
+                return (
+                    f"{self.source} ({self.kind}) does not describe the MIG capability {path} and the "
+                    "node has no such device node (a MIG device created after the spec was generated)"
+                )
         return None
 
     def control(self, minors: list[int]) -> ControlNodes:
@@ -200,18 +244,54 @@ def shared_cut(edits: Edits, minor: int) -> Edits:
     return cut
 
 
+def caps_minors(edits: Edits) -> set[int]:
+    """The ``nvidia-caps`` capability minors among ``edits``' device nodes."""
+    return {
+        int(match.group(1))
+        for node in edits.get("deviceNodes", [])
+        if (match := _CAPS_NODE.match(str(node.get("path", ""))))
+    }
+
+
 def gpu_edits(spec: ToolkitSpec) -> dict[int, Edits]:
-    """Each GPU's own edits in ``spec``, by minor number (see the module docstring for the rule)."""
+    """Each GPU's own edits in ``spec``, by minor number (see the module docstring for the rule).
+
+    A device that holds ``nvidia-caps`` capabilities (a MIG device, ``1:0``) is never a card's own:
+    the toolkit defines no whole-card device for a card in MIG mode, and taking a MIG device's edits
+    for the card would hand its capabilities to whoever gets the card. Such a card's own edits are
+    cut from its MIG devices like from ``all`` (its ``/dev/nvidia<minor>`` alone).
+    """
     whole: dict[int, Edits] = {}
     shared: dict[int, Edits] = {}
     for name in spec.devices:
         minors = spec.gpu_minors(name)
-        if len(minors) == 1:
+        if len(minors) == 1 and not spec.caps_minors(name):
             whole.setdefault(minors.pop(), spec.devices[name])
             continue
         for minor in minors:
             shared.setdefault(minor, shared_cut(spec.devices[name], minor))
     return {**shared, **whole}
+
+
+def mig_edits(spec: ToolkitSpec) -> dict[tuple[int, int, int], Edits]:
+    """The spec's MIG devices (one GPU node and two capability nodes) by (GPU minor, caps minors)."""
+    found: dict[tuple[int, int, int], Edits] = {}
+    for name in spec.devices:
+        minors, caps = spec.gpu_minors(name), spec.caps_minors(name)
+        if len(minors) == 1 and len(caps) == 2:
+            found.setdefault((minors.pop(), caps[0], caps[1]), spec.devices[name])
+    return found
+
+
+def cap_nodes(spec: ToolkitSpec) -> dict[int, dict[str, Any]]:
+    """Every capability node the spec describes, by minor (the first description wins)."""
+    nodes: dict[int, dict[str, Any]] = {}
+    for edits in spec.devices.values():
+        for node in edits.get("deviceNodes", []):
+            match = _CAPS_NODE.match(str(node.get("path", "")))
+            if match:
+                nodes.setdefault(int(match.group(1)), node)
+    return nodes
 
 
 def select(specs: list[ToolkitSpec], kinds: tuple[str, ...] = TOOLKIT_KINDS) -> ToolkitSpec | None:
@@ -242,7 +322,9 @@ def toolkit_edits(spec: ToolkitSpec, host: HostView | None = None) -> ToolkitEdi
             merge_edits(spec.common, edits)
         except EditsConflict as err:
             stale[minor] = f"{spec.path}: /dev/nvidia{minor}: {err}"
-    return ToolkitEdits(spec.path, spec.kind, spec.common, by_minor, stale, host)
+    return ToolkitEdits(
+        spec.path, spec.kind, spec.common, by_minor, stale, host, mig_edits(spec), cap_nodes(spec)
+    )
 
 
 _HOST_AT_ROOT = HostView()

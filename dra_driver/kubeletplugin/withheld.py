@@ -59,7 +59,10 @@ def cdi_withheld(
         return {gpu.name: Withheld(NO_CDI_SPEC, message) for gpu in gpus}
     withheld = {}
     for gpu in gpus:
-        problem = toolkit.problem(gpu.minor)
+        if gpu.mig_caps is None:
+            problem = toolkit.problem(gpu.minor)
+        else:
+            problem = toolkit.mig_problem(gpu.minor, gpu.mig_caps)
         if problem is not None:
             withheld[gpu.name] = Withheld(NO_CDI_SPEC, f"{problem}: {GENERATE_HINT}")
             continue

@@ -26,6 +26,9 @@ Attributes (unqualified names live in the driver's domain, e.g. ``device.attribu
 ``resource.kubernetes.io/numaNode`` (int), ``resource.kubernetes.io/pciBusID`` and
 ``resource.kubernetes.io/pcieRoot``. Anything the source did not determine is omitted.
 
+A card in MIG mode publishes its MIG devices instead of itself (``type: mig``, whole devices,
+:mod:`dra_driver.kubeletplugin.mig_slices`).
+
 A card whose compute mode is not ``Default`` publishes ``slots: 1`` (one tenant at a time, also for
 kube-scheduler's own allocator) and the controller gives it out whole only.
 
@@ -60,6 +63,7 @@ from dra_driver.contract import (
 )
 from dra_driver.devices.model import Gpu, semver
 from dra_driver.devices.nvlink import nvlink_peers_attribute
+from dra_driver.kubeletplugin.mig_slices import mig_device_entries
 from dra_driver.resource.slices import (
     ARCHITECTURE_ATTRIBUTE,
     BRAND_ATTRIBUTE,
@@ -127,10 +131,16 @@ def build_resource_slices(
         raise SliceError(f"generation must be >= 0, got {generation}")
     ordered = sorted(gpus, key=lambda gpu: gpu.index)
     _check_unique(ordered)
-    devices = [
-        device_entry(gpu, driver_name=driver_name, policy_taint=policy_taint, taint_unhealthy=taint_unhealthy)
-        for gpu in ordered
-    ]
+    devices: list[dict[str, Any]] = []
+    for gpu in ordered:
+        if gpu.mig_enabled:  # never whole nor as shares: its MIG devices instead (mig_slices.py)
+            devices += mig_device_entries(gpu, driver_name=driver_name, taint_unhealthy=taint_unhealthy)
+        else:
+            devices.append(
+                device_entry(
+                    gpu, driver_name=driver_name, policy_taint=policy_taint, taint_unhealthy=taint_unhealthy
+                )
+            )
     tainted = any("taints" in device for device in devices)
     per_slice = MAX_TAINTED_DEVICES_PER_SLICE if tainted else MAX_DEVICES_PER_SLICE
     chunks = [devices[start : start + per_slice] for start in range(0, len(devices), per_slice)] or [[]]

@@ -75,6 +75,21 @@ PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 LEGACY_NUMA_NODE_ATTRIBUTE = "numaNode"
 #: The value of ``type``.
 GPU_TYPE = "gpu"
+#: MIG devices (issue 37): ``type`` is ``mig``; a MIG device has no ``index`` of its own (the
+#: controller's inventory, which places whole cards and shares by index, never sees one) and names
+#: its card by the ``parent*`` attributes. Its ``profile`` is CUDA's (``1g.10gb``, ``1c.3g.40gb``).
+MIG_TYPE = "mig"
+MIG_PROFILE_ATTRIBUTE = "profile"
+MIG_PARENT_UUID_ATTRIBUTE = "parentUUID"
+MIG_PARENT_INDEX_ATTRIBUTE = "parentIndex"
+MIG_PARENT_MINOR_ATTRIBUTE = "parentMinor"
+MIG_PARENT_PCI_BUS_ID_ATTRIBUTE = "parentPciBusID"
+MIG_GPU_INSTANCE_ATTRIBUTE = "gpuInstance"
+MIG_COMPUTE_INSTANCE_ATTRIBUTE = "computeInstance"
+MIG_SLICES_ATTRIBUTE = "slices"
+MIG_MULTIPROCESSORS_ATTRIBUTE = "multiprocessors"
+MIG_PLACEMENT_START_ATTRIBUTE = "placementStart"
+MIG_MEMORY_SLICES_ATTRIBUTE = "memorySlices"
 #: The value kinds of a ``DeviceAttribute`` (exactly one is set).
 ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 

@@ -60,6 +60,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -318,6 +319,12 @@ static void fill_pci(const char *bus_id, nvmlPciInfo_t *pci) {
     snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", domain, bus, device, function);
 }
 
+const char *nvmlErrorString(nvmlReturn_t result);
+
+#ifndef MOCK_NVML_LEGACY
+#include "mock_nvml_mig.c"
+#endif
+
 /* ---------------------------------------------------------------- exported NVML API */
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
@@ -326,6 +333,9 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     if (ret == NVML_SUCCESS) {
         for (int i = 0; i < 256; i++) handles[i].index = i;
         initialized = 1;
+#ifndef MOCK_NVML_LEGACY
+        load_mig_instances();
+#endif
     }
     return ret;
 }
@@ -345,6 +355,9 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 19: return "In use by another client";
+    case 23: return "Insufficient resources";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
@@ -402,6 +415,9 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
             return NVML_SUCCESS;
         }
     }
+#ifndef MOCK_NVML_LEGACY
+    if (mig_by_uuid(uuid, device)) return NVML_SUCCESS;
+#endif
     return NVML_ERROR_NOT_FOUND;
 }
 
@@ -412,16 +428,32 @@ nvmlReturn_t nvmlDeviceGetIndex(void *handle, unsigned int *index) {
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
+#ifndef MOCK_NVML_LEGACY
+    nvmlReturn_t mig_ret;
+    if (mig_uuid(handle, uuid, length, &mig_ret)) return mig_ret;
+#endif
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetUUID");
     return copy_string(str_field(dev, "uuid"), uuid, length);
 }
 
 nvmlReturn_t nvmlDeviceGetName(void *handle, char *name, unsigned int length) {
+#ifndef MOCK_NVML_LEGACY
+    nvmlReturn_t mig_ret;
+    if (mig_name_of(handle, name, length, &mig_ret)) return mig_ret;
+#endif
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetName");
     return copy_string(str_field(dev, "name"), name, length);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
+#ifndef MOCK_NVML_LEGACY
+    unsigned long long mig_bytes;
+    if (memory && mig_memory_bytes(handle, &mig_bytes)) {
+        memory->total = memory->free = mig_bytes;
+        memory->used = 0;
+        return NVML_SUCCESS;
+    }
+#endif
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetMemoryInfo");
     long long total;
     if (int_field(dev, "memoryTotal", &total)) return NVML_ERROR_NOT_SUPPORTED;
@@ -514,31 +546,14 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *handle, unsigned int *current, unsigned 
     return NVML_SUCCESS;
 }
 
-/* MIG-capable devices (those with a "migMode") report "maxMigDevices" slots (default 7, as on an
- * A100 or H100) and no MIG device in any of them: the mock has no GPU instances, so every slot
- * answers NOT_FOUND, as the real library does for an unused slot. nvidia-ctk and go-nvlib walk the
- * slots of every MIG-capable GPU, MIG enabled or not. */
-nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void *handle, unsigned int *count) {
-    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMaxMigDeviceCount");
-    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    long long mode, max = 7;
-    if (int_field(dev, "migMode", &mode)) return NVML_ERROR_NOT_SUPPORTED;
-    int_field(dev, "maxMigDevices", &max);
-    *count = (unsigned int)max;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void *handle, unsigned int index, void **mig) {
-    DEVICE_OR_RETURN(handle, "nvmlDeviceGetMigDeviceHandleByIndex");
-    if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
-    long long mode, max = 7;
-    if (int_field(dev, "migMode", &mode)) return NVML_ERROR_NOT_SUPPORTED;
-    int_field(dev, "maxMigDevices", &max);
-    if (index >= (unsigned long long)max) return NVML_ERROR_INVALID_ARGUMENT;
-    return NVML_ERROR_NOT_FOUND;
-}
-
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *handle, nvmlMemory_v2_t *memory) {
+    unsigned long long mig_bytes;
+    if (memory && mig_memory_bytes(handle, &mig_bytes)) {
+        if (memory->version != NVML_MEMORY_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        memory->total = memory->free = mig_bytes;
+        memory->reserved = memory->used = 0;
+        return NVML_SUCCESS;
+    }
     DEVICE_OR_RETURN(handle, "nvmlDeviceGetMemoryInfo_v2");
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != NVML_MEMORY_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;

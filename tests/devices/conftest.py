@@ -28,6 +28,7 @@ MOCK_SOURCE = REPO / "hack" / "mock-nvml" / "mock_nvml.c"
 
 from mock_profiles import fake_sysfs, nvml_env  # noqa: E402  (needs the path above)
 
+from dra_driver.devices.mig import MigDevice  # noqa: E402
 from dra_driver.devices.model import Gpu  # noqa: E402
 
 
@@ -77,6 +78,7 @@ class NvmlRun:
 def _gpu_from_dict(item: dict[str, Any]) -> Gpu:
     item = dict(item)
     item["nvlink_peers"] = tuple(tuple(pair) for pair in item["nvlink_peers"])
+    item["mig_devices"] = tuple(MigDevice(**mig) for mig in item.get("mig_devices", ()))
     return Gpu(**item)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.devices.model import COMPUTE_MODES, Gpu
 from dra_driver.devices.nvml import ARCHITECTURES, BRANDS
 
@@ -60,6 +61,8 @@ def profile_from_gpus(
             device["numaNode"] = gpu.numa_node
         if gpu.mig_enabled is not None:
             device["migMode"] = int(gpu.mig_enabled)
+        if gpu.mig_devices:
+            device.update(mig_device_json(gpu))
         if gpu.nvlink_peers:
             if nvswitch:
                 links = gpu.nvlink_peers[0][1]
@@ -110,3 +113,73 @@ def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None)
     if events_path is not None:
         env["MOCK_NVML_EVENTS"] = str(events_path)
     return env
+
+
+def mig_profiles_json(product_name: str) -> list[dict[str, Any]]:
+    """The ``migProfiles`` of a mock device: NVML's numbers from :mod:`dra_driver.devices.mig_profiles`."""
+    model = mig_model(product_name)
+    if model is None:
+        raise KeyError(f"no MIG profile table for {product_name!r}")
+    return [
+        {
+            "profile": profile.nvml_index,
+            "id": profile.profile_id,
+            "name": profile.name,
+            "sliceCount": profile.slices,
+            "instanceCount": profile.instance_count,
+            "multiprocessorCount": profile.multiprocessors,
+            "memorySizeMB": profile.memory_mib,
+            "copyEngineCount": profile.copy_engines,
+            "decoderCount": profile.decoders,
+            "encoderCount": profile.encoders,
+            "jpegCount": profile.jpegs,
+            "ofaCount": profile.ofas,
+            "placements": list(profile.placements),
+            "placementSize": profile.placement_size,
+        }
+        for profile in model.profiles
+    ]
+
+
+def with_mig(
+    device: dict[str, Any], instances: Sequence[tuple[str, int]] = (), *, enabled: bool = True
+) -> dict[str, Any]:
+    """``device`` (a mock profile's device) in MIG mode with GPU instances ``(profile name, start)``."""
+    model = mig_model(device["name"])
+    assert model is not None, device["name"]
+    return {
+        **device,
+        "migMode": int(enabled),
+        "migProfiles": mig_profiles_json(device["name"]),
+        "gpuInstances": [
+            {"profileId": model.by_name(name).profile_id, "start": start} for name, start in instances
+        ],
+    }
+
+
+def mig_device_json(gpu: Gpu) -> dict[str, Any]:
+    """The MIG part of a mock device answering for ``gpu``'s MIG devices (whole-GPU-instance compute
+    instances, with the very UUIDs ``gpu`` has, so both sources describe the same hardware)."""
+    model = mig_model(gpu.product_name)
+    assert model is not None, gpu.product_name
+    instances = []
+    for mig in gpu.mig_devices:
+        profile = model.by_name(mig.profile)
+        assert mig.slices == mig.gpu_instance_slices, "sub-instance compute instances are not derived"
+        instances.append(
+            {
+                "profileId": profile.profile_id,
+                "start": mig.placement_start,
+                "computeInstances": [{"profileId": _whole_ci_profile(mig.slices), "uuid": mig.uuid}],
+            }
+        )
+    return {
+        "migMode": 1,
+        "migProfiles": mig_profiles_json(gpu.product_name),
+        "gpuInstances": instances,
+    }
+
+
+def _whole_ci_profile(slices: int) -> int:
+    """NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE's id for a compute instance of ``slices`` slices."""
+    return {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}[slices]

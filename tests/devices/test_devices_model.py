@@ -160,7 +160,7 @@ def test_devices_file_shapes(tmp_path: Path) -> None:
     assert h100.numa_node == 1 and h100.minor == 2
 
 
-def test_devices_file_gpu_in_mig_mode_is_left_out_like_on_a_real_node(
+def test_devices_file_gpu_in_mig_mode_without_mig_devices_publishes_nothing_like_on_a_real_node(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "devices.yaml"
@@ -171,9 +171,14 @@ def test_devices_file_gpu_in_mig_mode_is_left_out_like_on_a_real_node(
         "- {index: 2, profile: a100-80gb, nvlinkPeers: {0: 12, 1: 12}}\n"
     )
     gpus = DevicesFileSource(path, node_name="n").discover()
-    assert [(gpu.name, gpu.nvlink_peers) for gpu in gpus] == [("gpu-0", ((2, 12),)), ("gpu-2", ((0, 12),))]
-    assert "index 1" in caplog.text and "is in MIG mode: not published" in caplog.text
-    assert "MIG instances are not allocated by this driver yet" in caplog.text
+    assert [(gpu.name, gpu.nvlink_peers) for gpu in gpus if not gpu.mig_enabled] == [
+        ("gpu-0", ((2, 12),)),
+        ("gpu-2", ((0, 12),)),
+    ]
+    assert gpus[1].mig_enabled and gpus[1].mig_devices == ()
+    assert "index 1" in caplog.text and "is in MIG mode but has no MIG devices" in caplog.text
+    (slice_,) = build_resource_slices(gpus, node_name="n")
+    assert [device["name"] for device in slice_["spec"]["devices"]] == ["gpu-0", "gpu-2"]
 
 
 def test_a_gpu_named_by_minor_needs_its_minor_number() -> None:

@@ -153,19 +153,19 @@ def test_published_memory_excludes_the_drivers_reserved_memory(run_nvml) -> None
     assert "WARNING" not in run.stderr
 
 
-def test_a_gpu_in_mig_mode_is_left_out_and_named_in_a_warning(run_nvml) -> None:
+def test_a_gpu_in_mig_mode_without_mig_devices_publishes_nothing_and_says_so(run_nvml) -> None:
     gpus = h100_node()[:4]
     gpus = [dataclasses.replace(g, nvlink_peers=tuple(p for p in g.nvlink_peers if p[0] < 4)) for g in gpus]
     profile = profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040)
     profile["devices"][1]["migMode"] = 1
     profile["devices"][2]["migPendingMode"] = 1  # enabled at the next reset: still whole today
     run = run_nvml(profile, sysfs=gpus)
-    assert [gpu.index for gpu in run.gpus] == [0, 2, 3]
-    assert all(1 not in dict(gpu.nvlink_peers) for gpu in run.gpus)
+    assert [gpu.index for gpu in run.gpus] == [0, 1, 2, 3]
+    assert run.gpus[1].mig_enabled and run.gpus[1].mig_devices == ()
+    assert all(1 not in dict(gpu.nvlink_peers) for gpu in run.gpus if gpu.index != 1)
     assert dict(run.gpus[0].nvlink_peers) == {2: 18, 3: 18}
-    warning = next(line for line in run.stderr.splitlines() if "MIG mode: not published" in line)
-    assert gpus[1].uuid in warning and "index 1" in warning
-    assert "MIG instances are not allocated by this driver yet" in run.stderr
+    warning = next(line for line in run.stderr.splitlines() if "in MIG mode but has no MIG devices" in line)
+    assert gpus[1].uuid in warning and "index 1" in warning and "nvidia-smi mig -cgi" in warning
     assert f"GPU index 2 ({gpus[2].uuid}): MIG mode is pending" in run.stderr
     (slice_,) = build_resource_slices(run.gpus, node_name="node-1")
     assert_valid(slice_)

@@ -240,13 +240,15 @@ def test_gpu_check_passes_against_the_mock(
     oom = "then cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2)"
     expected = [
         # a. discovery and slices
-        "PASS  NVML discovery: 2 GPU(s)",
+        "PASS  NVML discovery: 3 GPU(s)",
         f"PASS  {rules} for 1 slice(s), 2 device(s) without taints (Kubernetes < 1.36): 0 problem(s)",
         f"PASS  {rules} for 1 slice(s), 2 device(s) with device taints (1.36+): 0 problem(s)",
         "PASS  strict schemas of Kubernetes 1.34, 1.37 for 1 slice(s), 2 device(s) with device taints",
-        # b. nvidia-smi: the MIG card absent, memory = total - reserved, names by minor
+        # b. nvidia-smi: the MIG card absent (as a card; it has no MIG devices), memory = total -
+        # reserved, names by minor
         "PASS  published GPUs = nvidia-smi's GPUs without MIG: 2 published, 3 in nvidia-smi, 1 with MIG",
-        f"PASS  MIG-enabled {UUIDS[2]} (index 2) is absent from the slice",
+        f"PASS  MIG-enabled {UUIDS[2]} (index 2) is absent from the slice as a card and present as its 0 MIG "
+        "device(s) (none)",
         f"PASS  {gpu0} memory: ours {ours}Mi (slice {ours}Mi) = nvidia-smi total {TOTAL_MIB} - "
         f"reserved {RESERVED_MIB} = {ours} MiB (+0 MiB)",
         f"PASS  {gpu3} PCI bus id: nvidia-smi 00000000:2A:00.0 -> 0000:2a:00.0; ours 0000:2a:00.0, "

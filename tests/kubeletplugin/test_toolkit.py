@@ -232,3 +232,57 @@ def test_a_claim_spec_declares_the_cdi_version_its_carried_fields_need(
     assert cdi.make_spec("k8s.gpu.hami.io/gpu", [device], dict(edits))["cdiVersion"] == version
     at_device = {"name": "claim-gpu-0", "containerEdits": {"env": ["A=1"], **edits}}
     assert cdi.make_spec("k8s.gpu.hami.io/gpu", [at_device], {})["cdiVersion"] == version
+
+
+def test_a_card_in_mig_mode_is_never_given_a_mig_devices_capabilities_as_its_own() -> None:
+    """nvidia-ctk writes no whole-card device for a card in MIG mode, only its MIG devices (the card's
+    node and two nvidia-caps nodes each): the card's own edits are its node alone, each MIG device
+    is found by its capabilities."""
+    caps = [
+        {"path": f"/dev/nvidia-caps/nvidia-cap{m}", "major": 237, "minor": m} for m in (147, 148, 255, 256)
+    ]
+    raw = {
+        "cdiVersion": "0.7.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [
+            {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+            {"name": "1:0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}, *caps[:2]]}},
+            {"name": "1:1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}, *caps[2:]]}},
+        ],
+        "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]},
+    }
+    spec = parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw))
+    assert gpu_edits(spec) == {
+        0: {"deviceNodes": [{"path": "/dev/nvidia0"}]},
+        1: {"deviceNodes": [{"path": "/dev/nvidia1"}]},
+    }
+    edits = toolkit_edits(spec)
+    assert edits.for_mig(1, (255, 256)) == {"deviceNodes": [{"path": "/dev/nvidia1"}, *caps[2:]]}
+    # a MIG device the spec lacks (created after it was generated): the card's node and its caps by path
+    assert edits.for_mig(1, (12, 13)) == {
+        "deviceNodes": [
+            {"path": "/dev/nvidia1"},
+            {"path": "/dev/nvidia-caps/nvidia-cap12"},
+            {"path": "/dev/nvidia-caps/nvidia-cap13"},
+        ]
+    }
+    assert edits.for_mig(2, (12, 13)) is None
+
+
+def test_a_mig_device_the_spec_does_not_describe_needs_its_capabilities_on_the_host(tmp_path: Path) -> None:
+    raw = {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [{"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}}],
+    }
+    host = tmp_path / "host"
+    (host / "dev" / "nvidia-caps").mkdir(parents=True)
+    edits = toolkit_edits(parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw)), HostView(host))
+    problem = edits.mig_problem(1, (147, 148))
+    assert problem is not None and "/dev/nvidia-caps/nvidia-cap147" in problem
+    for cap in (147, 148):  # nvidia-modprobe made them: the runtime reads their numbers there
+        (host / "dev" / "nvidia-caps" / f"nvidia-cap{cap}").write_text("")
+    assert edits.mig_problem(1, (147, 148)) is None
+    assert (
+        edits.mig_problem(2, (12, 13)) == "nvidia.yaml (nvidia.com/gpu) defines no device with /dev/nvidia2"
+    )

@@ -18,7 +18,7 @@ from dra_driver.kubeletplugin.withheld import (
 )
 from tests.kubeletplugin.conftest import Dirs, plugin_options
 from tests.kubeletplugin.helpers import gpu
-from tests.kubeletplugin.toolkit_specs import host_root_with_libraries, write_toolkit_spec
+from tests.kubeletplugin.toolkit_specs import common_edits, host_root_with_libraries, write_toolkit_spec
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,28 @@ def test_the_admin_may_let_both_run_on_different_gpus(dirs: Dirs, tmp_path: Path
     plugin._read_node = lambda: {"status": {"allocatable": {"nvidia.com/gpu": "2"}}}  # type: ignore[method-assign]
     plugin.check_withheld()
     assert [g.name for g in plugin._current_gpus()] == ["gpu-0", "gpu-1"]
+
+
+def test_a_mig_device_whose_capabilities_nobody_provides_is_withheld_by_its_own_name(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    import yaml
+
+    from dra_driver.kubeletplugin.control_nodes import HostView
+    from dra_driver.kubeletplugin.toolkit import parse_spec, toolkit_edits
+
+    raw = {
+        "kind": "nvidia.com/gpu",
+        "devices": [
+            {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+            {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}},
+        ],
+        "containerEdits": common_edits(),
+    }
+    host = host_root_with_libraries(tmp_path / "host")
+    edits = toolkit_edits(parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw)), HostView(host))
+    mig = replace(gpu(1), name="gpu-1-mig-13-0", uuid="MIG-x", slots=1, mig_caps=(255, 256))
+    withheld = cdi_withheld([gpu(0), mig], edits, [])
+    assert list(withheld) == ["gpu-1-mig-13-0"]
+    assert withheld["gpu-1-mig-13-0"].reason == NO_CDI_SPEC
+    assert "nvidia-cap255" in withheld["gpu-1-mig-13-0"].message
