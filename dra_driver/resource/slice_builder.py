@@ -27,7 +27,7 @@ Attributes (unqualified names live in the driver's domain, e.g. ``device.attribu
 ``resource.kubernetes.io/pcieRoot``. Anything the source did not determine is omitted.
 
 A card in MIG mode publishes its MIG devices instead of itself (``type: mig``, whole devices,
-:mod:`dra_driver.kubeletplugin.mig_slices`).
+:mod:`dra_driver.resource.mig_slices`).
 
 A card whose compute mode is not ``Default`` publishes ``slots: 1`` (one tenant at a time, also for
 kube-scheduler's own allocator) and the controller gives it out whole only.
@@ -63,7 +63,7 @@ from dra_driver.contract import (
 )
 from dra_driver.devices.model import Gpu, semver
 from dra_driver.devices.nvlink import nvlink_peers_attribute
-from dra_driver.kubeletplugin.mig_slices import mig_device_entries
+from dra_driver.resource.mig_slices import mig_device_entries
 from dra_driver.resource.slices import (
     ARCHITECTURE_ATTRIBUTE,
     BRAND_ATTRIBUTE,
@@ -133,7 +133,7 @@ def build_resource_slices(
     _check_unique(ordered)
     devices: list[dict[str, Any]] = []
     for gpu in ordered:
-        if gpu.mig_enabled:  # never whole nor as shares: its MIG devices instead (mig_slices.py)
+        if gpu.mig_enabled:  # never whole nor as shares: its MIG devices instead (resource/mig_slices.py)
             devices += mig_device_entries(gpu, driver_name=driver_name, taint_unhealthy=taint_unhealthy)
         else:
             devices.append(

@@ -22,7 +22,7 @@ from dra_driver.devices.mig import (
 from dra_driver.devices.mig_profiles import MIG_MODELS
 from dra_driver.devices.simulated import DevicesFileSource
 from dra_driver.devices.source import DeviceSourceError
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 
 H100 = MIG_MODELS["NVIDIA H100 80GB HBM3"]
 

@@ -12,7 +12,7 @@ from kube_validate import assert_valid
 from dra_driver.cel.selectors import device_input, selectors_match
 from dra_driver.config.classes import class_selectors, is_driver_class
 from dra_driver.devices.simulated import DevicesFileSource
-from dra_driver.kubeletplugin.slices import build_resource_slices
+from dra_driver.resource.slice_builder import build_resource_slices
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.hami.io"
