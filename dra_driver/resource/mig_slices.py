@@ -11,8 +11,8 @@ given out whole (``allowMultipleAllocations`` unset), because HAMi-core's memory
 on CUDA's whole-device view and do not apply to MIG devices; the hardware partition is the limit.
 
 MIG devices are allocated by kube-scheduler through a class that selects ``type == "mig"`` (the
-example class ``mig.gpu.hami.io`` in examples/mig/, not yet in the chart): whole exclusive devices need no policy, so they never carry the
-``policy-managed`` taint; a sick parent's MIG devices get the ``unhealthy`` taint when the plugin
+example class ``mig.gpu.hami.io`` in examples/mig/, not yet in the chart): whole exclusive devices
+need no policy, so they never carry the ``policy-managed`` taint; a sick parent's MIG devices get the ``unhealthy`` taint when the plugin
 taints unhealthy devices.
 """
 
