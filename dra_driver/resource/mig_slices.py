@@ -12,8 +12,8 @@ on CUDA's whole-device view and do not apply to MIG devices; the hardware partit
 
 MIG devices are allocated by kube-scheduler through a class that selects ``type == "mig"`` (the
 example class ``mig.gpu.hami.io`` in examples/mig/, not yet in the chart): whole exclusive devices
-need no policy, so they never carry the ``policy-managed`` taint; a sick parent's MIG devices get the ``unhealthy`` taint when the plugin
-taints unhealthy devices.
+need no policy, so they never carry the ``policy-managed`` taint; a sick parent's MIG devices get
+the ``unhealthy`` taint when the plugin taints unhealthy devices.
 """
 
 from __future__ import annotations
