@@ -16,9 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from dra_driver.cluster.binaries import cache_dir
-from dra_driver.cluster.layout import BRIDGE, CDI_DIR, NODE_IP, NODE_LINK, Layout
-from dra_driver.pidfile import alive
+from hami_dra_dev.cluster.binaries import cache_dir
+from hami_dra_dev.cluster.layout import BRIDGE, CDI_DIR, NODE_IP, NODE_LINK, Layout
+from hami_dra_dev.pidfile import alive
 
 log = logging.getLogger(__name__)
 _MNT_DETACH = 2

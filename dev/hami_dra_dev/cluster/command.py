@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.cli import CHILD_ENTRY, UsageError
-from dra_driver.pidfile import alive, running_pid, terminate
+from hami_dra_dev.pidfile import alive, running_pid, terminate
 
 
 def register(subparsers: Any) -> None:
@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
     )
     sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION")
     sub.required = True
-    from dra_driver.cluster.layout import default_state_dir
+    from hami_dra_dev.cluster.layout import default_state_dir
 
     def state_dir_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
@@ -77,19 +77,19 @@ def register(subparsers: Any) -> None:
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
-    from dra_driver.cluster.layout import default_state_dir
+    from hami_dra_dev.cluster.layout import default_state_dir
 
     return Path(args.state_dir or default_state_dir()).resolve()
 
 
 def _running_pid(state_dir: Path) -> int | None:
-    from dra_driver.cluster.layout import Layout
+    from hami_dra_dev.cluster.layout import Layout
 
     return running_pid(Layout(state_dir).pid_file)
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from dra_driver.cluster.binaries import MissingBinaries, build, nvidia_toolkit_bin
+    from hami_dra_dev.cluster.binaries import MissingBinaries, build, nvidia_toolkit_bin
 
     try:
         toolchain = build(args.kubernetes_version)
@@ -117,13 +117,13 @@ def _write_state(path: Path, state: dict[str, Any]) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from dra_driver.cluster.binaries import MissingBinaries, build, require_toolchain
-    from dra_driver.cluster.driver import DriverOptions, start_driver
-    from dra_driver.cluster.images import ImageError
-    from dra_driver.cluster.layout import Layout
-    from dra_driver.cluster.localcluster import LocalCluster, PreflightError
-    from dra_driver.cluster.pki import PkiError
-    from dra_driver.cluster.processes import ComponentFailed, HostProcess
+    from hami_dra_dev.cluster.binaries import MissingBinaries, build, require_toolchain
+    from hami_dra_dev.cluster.driver import DriverOptions, start_driver
+    from hami_dra_dev.cluster.images import ImageError
+    from hami_dra_dev.cluster.layout import Layout
+    from hami_dra_dev.cluster.localcluster import LocalCluster, PreflightError
+    from hami_dra_dev.cluster.pki import PkiError
+    from hami_dra_dev.cluster.processes import ComponentFailed, HostProcess
 
     if not 1 <= args.gpus <= 16:
         raise UsageError("--gpus must be between 1 and 16")
@@ -214,8 +214,8 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from dra_driver.cluster.layout import Layout
-    from dra_driver.cluster.processes import Probe
+    from hami_dra_dev.cluster.layout import Layout
+    from hami_dra_dev.cluster.processes import Probe
 
     layout = Layout(_state_dir(args))
     if _running_pid(layout.root) is None:
@@ -255,10 +255,10 @@ def _start_in_background(args: argparse.Namespace, state_dir: Path) -> subproces
 
 
 def run_lab(args: argparse.Namespace) -> int:
-    from dra_driver.cluster.binaries import MissingBinaries, require_toolchain
-    from dra_driver.cluster.lab import Lab
-    from dra_driver.cluster.layout import Layout
-    from dra_driver.demo import render
+    from hami_dra_dev.cluster.binaries import MissingBinaries, require_toolchain
+    from hami_dra_dev.cluster.lab import Lab
+    from hami_dra_dev.cluster.layout import Layout
+    from hami_dra_dev.demo import render
 
     layout = Layout(_state_dir(args))
     started: subprocess.Popen[str] | None = None

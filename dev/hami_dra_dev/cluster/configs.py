@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from dra_driver.cluster.binaries import Toolchain
-from dra_driver.cluster.layout import (
+from hami_dra_dev.cluster.binaries import Toolchain
+from hami_dra_dev.cluster.layout import (
     BRIDGE,
     CDI_DIRS,
     NODE_IP,
@@ -25,7 +25,7 @@ from dra_driver.cluster.layout import (
     SERVICE_IP,
     Layout,
 )
-from dra_driver.cluster.pki import ClusterPki, KeyPair
+from hami_dra_dev.cluster.pki import ClusterPki, KeyPair
 
 #: DRA features the driver uses beyond GA DRA: consumable capacity (shared GPUs) and device taints
 #: (the policy-managed taint). Alpha in 1.34, so they must be switched on; later versions accept

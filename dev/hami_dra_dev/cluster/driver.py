@@ -17,9 +17,9 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import CHILD_ENTRY
-from dra_driver.cluster.layout import CDI_DIR, NODE_NAME, Layout
-from dra_driver.cluster.pki import ClusterPki
-from dra_driver.cluster.processes import HostProcess
+from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME, Layout
+from hami_dra_dev.cluster.pki import ClusterPki
+from hami_dra_dev.cluster.processes import HostProcess
 
 WEBHOOK_PORT = 9443
 #: What ``hami-dra controller`` logs once its informers are synced (dra_driver/controller/command.py).
@@ -113,7 +113,7 @@ def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from dra_driver.sandbox.webhooks import MUTATING, webhook_configurations
+    from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
 
     api: Any = client.AdmissionregistrationV1Api(api_client)
     ca = base64.b64encode(ca_pem).decode()

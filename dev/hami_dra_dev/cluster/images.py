@@ -20,7 +20,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from dra_driver.cluster.layout import BUSYBOX_IMAGE, PAUSE_IMAGE
+from hami_dra_dev.cluster.layout import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 BUSYBOX = Path("/bin/busybox")
 
@@ -171,7 +171,7 @@ def busybox_archive(directory: Path) -> Path:
 def driver_image_archive() -> Path:
     """Where ``make image`` (hack/image/build.sh) leaves the driver's image as an OCI archive."""
     from dra_driver import __version__
-    from dra_driver.cluster.binaries import cache_dir
+    from hami_dra_dev.cluster.binaries import cache_dir
 
     return cache_dir() / "image" / f"hami-dra-{__version__}.oci.tar"
 

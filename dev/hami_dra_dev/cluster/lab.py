@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from dra_driver.cluster.layout import NODE_NAME, Layout
-from dra_driver.demo import manifests, render
-from dra_driver.demo.checks import Checks
-from dra_driver.demo.manifests import DemoPod
-from dra_driver.demo.observe import allocated_device, parse_pod
 from dra_driver.resource.objects import ClaimView
+from hami_dra_dev.cluster.layout import NODE_NAME, Layout
+from hami_dra_dev.demo import manifests, render
+from hami_dra_dev.demo.checks import Checks
+from hami_dra_dev.demo.manifests import DemoPod
+from hami_dra_dev.demo.observe import allocated_device, parse_pod
 
 T = TypeVar("T")
 MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT_0=1000m"

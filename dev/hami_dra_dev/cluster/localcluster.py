@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dra_driver.cluster import cleanup, configs, images
-from dra_driver.cluster.binaries import Toolchain
-from dra_driver.cluster.layout import CDI_DIRS, NODE_NAME, Layout
-from dra_driver.cluster.pki import ClusterPki, KeyPair
-from dra_driver.cluster.processes import ComponentFailed, HostProcess, Probe
+from hami_dra_dev.cluster import cleanup, configs, images
+from hami_dra_dev.cluster.binaries import Toolchain
+from hami_dra_dev.cluster.layout import CDI_DIRS, NODE_NAME, Layout
+from hami_dra_dev.cluster.pki import ClusterPki, KeyPair
+from hami_dra_dev.cluster.processes import ComponentFailed, HostProcess, Probe
 
 log = logging.getLogger(__name__)
 

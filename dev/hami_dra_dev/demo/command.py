@@ -21,8 +21,8 @@ from typing import IO, Any
 from rich.console import Console
 
 from dra_driver.cli import UsageError
-from dra_driver.demo import manifests, render
-from dra_driver.demo.checks import Checks
+from hami_dra_dev.demo import manifests, render
+from hami_dra_dev.demo.checks import Checks
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +43,9 @@ def register(subparsers: Any) -> None:
 
 def execute(console: Console, *, use_kubectl: bool = True, timeout: float = 20.0) -> Checks:
     """Start the stack, run the scenario, stop everything; problems become failed checks."""
-    from dra_driver.demo.observe import Kubectl
-    from dra_driver.demo.scenario import Scenario
-    from dra_driver.demo.stack import DemoStack
+    from hami_dra_dev.demo.observe import Kubectl
+    from hami_dra_dev.demo.scenario import Scenario
+    from hami_dra_dev.demo.stack import DemoStack
 
     checks = Checks()
     with tempfile.TemporaryDirectory(prefix="hami-dra-demo-kubectl-") as cache:
@@ -89,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         # The demo prints the controller's decisions and pending reasons itself; its warning log
         # lines would only interleave with the tables (-v shows them again).
-        logging.getLogger("dra_driver").setLevel(logging.ERROR)
+        for package in ("dra_driver", "hami_dra_dev"):
+            logging.getLogger(package).setLevel(logging.ERROR)
     return run_demo(use_kubectl=not args.no_kubectl, timeout=args.timeout)

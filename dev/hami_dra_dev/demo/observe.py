@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dra_driver.demo.checks import DemoFailure
-from dra_driver.demo.manifests import DRIVER, NAMESPACE
 from dra_driver.kube.api import Obj, ObjView
 from dra_driver.resource.objects import ClaimView, PodView
 from dra_driver.resource.refs import AllocationResult
+from hami_dra_dev.demo.checks import DemoFailure
+from hami_dra_dev.demo.manifests import DRIVER, NAMESPACE
 
 T = TypeVar("T")
 

@@ -18,12 +18,12 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from dra_driver.demo.checks import Check
-from dra_driver.demo.controller import RecordedDecision
-from dra_driver.demo.observe import ObservedPod, ObservedSlice, PodCondition, consumed_capacity, share_id
 from dra_driver.kube.api import Obj, ObjView
 from dra_driver.quantity import parse_bytes
 from dra_driver.resource.objects import ClaimView
+from hami_dra_dev.demo.checks import Check
+from hami_dra_dev.demo.controller import RecordedDecision
+from hami_dra_dev.demo.observe import ObservedPod, ObservedSlice, PodCondition, consumed_capacity, share_id
 
 WIDTH = 120
 

@@ -18,10 +18,12 @@ from typing import Any
 
 from rich.console import Console
 
-from dra_driver.demo import manifests, render
-from dra_driver.demo.checks import Checks, DemoFailure
-from dra_driver.demo.manifests import DemoPod
-from dra_driver.demo.observe import (
+from dra_driver.kubeletplugin.cdi import CdiNames
+from dra_driver.resource.objects import ClaimView
+from hami_dra_dev.demo import manifests, render
+from hami_dra_dev.demo.checks import Checks, DemoFailure
+from hami_dra_dev.demo.manifests import DemoPod
+from hami_dra_dev.demo.observe import (
     NO_CONDITION,
     Cluster,
     Kubectl,
@@ -30,9 +32,7 @@ from dra_driver.demo.observe import (
     consumed_capacity,
     wait_for,
 )
-from dra_driver.demo.stack import DemoStack
-from dra_driver.kubeletplugin.cdi import CdiNames
-from dra_driver.resource.objects import ClaimView
+from hami_dra_dev.demo.stack import DemoStack
 
 CONDITION = "gpu.hami.io/Allocated"
 CONFLICT = "ExclusiveDeviceAllocateConflict"

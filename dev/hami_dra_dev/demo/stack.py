@@ -14,12 +14,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dra_driver.demo import manifests
-from dra_driver.demo.controller import DemoController
-from dra_driver.demo.node import LabNode
-from dra_driver.demo.webhook import DemoWebhook
-from dra_driver.sandbox.cluster import NodeContext, SandboxCluster
-from dra_driver.sandbox.server import SandboxServer
+from hami_dra_dev.demo import manifests
+from hami_dra_dev.demo.controller import DemoController
+from hami_dra_dev.demo.node import LabNode
+from hami_dra_dev.demo.webhook import DemoWebhook
+from hami_dra_dev.sandbox.cluster import NodeContext, SandboxCluster
+from hami_dra_dev.sandbox.server import SandboxServer
 
 
 class DemoStack:

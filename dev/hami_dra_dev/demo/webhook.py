@@ -12,11 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dra_driver.demo import manifests
-from dra_driver.sandbox.certs import make_self_signed
-from dra_driver.sandbox.webhooks import MUTATING, webhook_configurations
 from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
+from hami_dra_dev.demo import manifests
+from hami_dra_dev.sandbox.certs import make_self_signed
+from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
 
 
 class DemoWebhook:

@@ -47,7 +47,7 @@ __all__ = ["SandboxServer"]
 def __getattr__(name: str) -> Any:
     """Import the server on first use, so that ``hami-dra --help`` works without the sandbox extra."""
     if name == "SandboxServer":
-        from dra_driver.sandbox.server import SandboxServer
+        from hami_dra_dev.sandbox.server import SandboxServer
 
         return SandboxServer
     raise AttributeError(name)

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Callable
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.patch import json_patch
-from dra_driver.sandbox.resources import ResourceType
-from dra_driver.sandbox.selectors import labels_match, selector_from_label_selector
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.patch import json_patch
+from hami_dra_dev.sandbox.resources import ResourceType
+from hami_dra_dev.sandbox.selectors import labels_match, selector_from_label_selector
 
 log = logging.getLogger(__name__)
 

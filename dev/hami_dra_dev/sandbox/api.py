@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.admission import Admission
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.patch import apply_patch
-from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, by_key, require, to_storage, to_view
-from dra_driver.sandbox.selectors import make_filter
-from dra_driver.sandbox.store import Event, Store, Watcher
-from dra_driver.sandbox.validation import Validator
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.admission import Admission
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.patch import apply_patch
+from hami_dra_dev.sandbox.resources import RESOURCE_TYPES, ResourceType, by_key, require, to_storage, to_view
+from hami_dra_dev.sandbox.selectors import make_filter
+from hami_dra_dev.sandbox.store import Event, Store, Watcher
+from hami_dra_dev.sandbox.validation import Validator
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ import logging
 from typing import Any
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox.api import Api, WriteOptions
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.events import record_event
-from dra_driver.sandbox.reconciler import Reconciler
-from dra_driver.sandbox.resources import require
+from hami_dra_dev.sandbox.api import Api, WriteOptions
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.events import record_event
+from hami_dra_dev.sandbox.reconciler import Reconciler
+from hami_dra_dev.sandbox.resources import require
 
 log = logging.getLogger(__name__)
 

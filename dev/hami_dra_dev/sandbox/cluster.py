@@ -24,12 +24,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from dra_driver.sandbox.claimcontroller import ClaimController
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.firstfit import FirstFitAllocator
-from dra_driver.sandbox.resources import require
-from dra_driver.sandbox.scheduler import Allocator, Scheduler
-from dra_driver.sandbox.server import SandboxServer
+from hami_dra_dev.sandbox.claimcontroller import ClaimController
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.firstfit import FirstFitAllocator
+from hami_dra_dev.sandbox.resources import require
+from hami_dra_dev.sandbox.scheduler import Allocator, Scheduler
+from hami_dra_dev.sandbox.server import SandboxServer
 
 NODES = require("", "v1", "nodes")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.cli import UsageError
-from dra_driver.pidfile import running_pid, terminate
+from hami_dra_dev.pidfile import running_pid, terminate
 
 PID_FILE = "sandbox.pid"
 STATE_FILE = "state.json"
@@ -63,10 +63,10 @@ def _running_pid(state_dir: Path) -> int | None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from dra_driver.sandbox.certs import CertError
-    from dra_driver.sandbox.cluster import SandboxCluster
-    from dra_driver.sandbox.driver import DriverOptions, kubelet_factory, start_driver
-    from dra_driver.sandbox.server import SandboxServer
+    from hami_dra_dev.sandbox.certs import CertError
+    from hami_dra_dev.sandbox.cluster import SandboxCluster
+    from hami_dra_dev.sandbox.driver import DriverOptions, kubelet_factory, start_driver
+    from hami_dra_dev.sandbox.server import SandboxServer
 
     if args.nodes < 1 or args.nodes > 64:
         raise UsageError("--nodes must be between 1 and 64")

@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox.resources import RESOURCE_TYPES, ResourceType, groups, in_group_version
+from hami_dra_dev.sandbox.resources import RESOURCE_TYPES, ResourceType, groups, in_group_version
 
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 AGGREGATED_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"

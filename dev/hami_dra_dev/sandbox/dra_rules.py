@@ -13,8 +13,8 @@ import uuid
 from typing import Any
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.fieldcheck import DNS_SUBDOMAIN, SEMVER, Errors, one_of, parse_quantity
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.fieldcheck import DNS_SUBDOMAIN, SEMVER, Errors, one_of, parse_quantity
 
 
 def _selectors(errs: Errors, path: str, selectors: list[Obj] | None) -> None:

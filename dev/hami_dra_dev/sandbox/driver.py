@@ -29,9 +29,9 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import CHILD_ENTRY
-from dra_driver.sandbox.certs import make_self_signed
-from dra_driver.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
-from dra_driver.sandbox.webhooks import register_webhooks
+from hami_dra_dev.sandbox.certs import make_self_signed
+from hami_dra_dev.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
+from hami_dra_dev.sandbox.webhooks import register_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +113,11 @@ def start_kubelet_plugins(cluster: SandboxCluster, options: DriverOptions) -> No
 def kubelet_factory(repo_root: Path | None = None) -> Any:
     """A ``NodeContext -> kubelet simulator`` factory (None when the simulator cannot load)."""
     try:
-        from dra_driver.sandbox import kubelet
+        from hami_dra_dev.sandbox import kubelet
     except ImportError as err:  # pragma: no cover - only while kubelet.py is being written
         log.warning("kubelet simulator unavailable: %s", err)
         return None
-    root = repo_root or Path(__file__).resolve().parents[2]
+    root = repo_root or Path(__file__).resolve().parents[3]
     try:
         protocol = kubelet.KubeletProtocol.own(root)
     except Exception as err:

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.sandbox.resources import ResourceType
+from hami_dra_dev.sandbox.resources import ResourceType
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def internal(message: str) -> ApiError:
 
 def not_served(group: str, version: str, plural: str | None) -> ApiError:
     """404 for a resource a real API server has but the sandbox does not: say so, and what to use."""
-    from dra_driver.sandbox.resources import RESOURCE_TYPES
+    from hami_dra_dev.sandbox.resources import RESOURCE_TYPES
 
     gv = f"{group}/{version}" if group else version
     what = f"{plural} ({gv})" if plural else f"the API group version {gv}"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.fieldcheck import DNS_SUBDOMAIN, LABEL_NAME, Errors
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.fieldcheck import DNS_SUBDOMAIN, LABEL_NAME, Errors
 
 Obj = dict[str, Any]
 

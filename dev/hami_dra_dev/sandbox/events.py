@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dra_driver.sandbox.api import Api, now
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.resources import require
+from hami_dra_dev.sandbox.api import Api, now
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.resources import require
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dra_driver.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.errors import ApiError
 
 #: Status reasons Kubernetes uses with these codes (clients branch on them, e.g. IsConflict).
 REASONS = {

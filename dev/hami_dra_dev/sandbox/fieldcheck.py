@@ -14,8 +14,8 @@ from typing import Any
 from dra_driver import quantity
 from dra_driver.kube.api import Obj
 from dra_driver.quantity import QuantityError
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.errors import FieldError
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.errors import FieldError
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -31,11 +31,11 @@ from typing import Any
 from dra_driver.quantity import format_bytes
 from dra_driver.resource.capacity import NOTHING, policy_consumption, result_consumption
 from dra_driver.resource.nodes import BLOCKING_EFFECTS, taints_tolerated
-from dra_driver.sandbox.api import Api
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.fieldcheck import parse_quantity
-from dra_driver.sandbox.resources import require
-from dra_driver.sandbox.selectors import node_selector_matches
+from hami_dra_dev.sandbox.api import Api
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.fieldcheck import parse_quantity
+from hami_dra_dev.sandbox.resources import require
+from hami_dra_dev.sandbox.selectors import node_selector_matches
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -22,14 +22,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox import discovery, protobuf, tables
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.api import Api, WriteOptions, decode_continue, encode_continue
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.faults import Faults
-from dra_driver.sandbox.resources import ResourceType, groups, lookup
-from dra_driver.sandbox.selectors import make_filter
-from dra_driver.sandbox.store import Event, TooOld
+from hami_dra_dev.sandbox import discovery, protobuf, tables
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.api import Api, WriteOptions, decode_continue, encode_continue
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.faults import Faults
+from hami_dra_dev.sandbox.resources import ResourceType, groups, lookup
+from hami_dra_dev.sandbox.selectors import make_filter
+from hami_dra_dev.sandbox.store import Event, TooOld
 
 log = logging.getLogger(__name__)
 #: A held request (``Faults.inject(hold=...)``) is applied after this long even if never released.

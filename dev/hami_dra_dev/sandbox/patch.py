@@ -14,7 +14,7 @@ import copy
 import json
 from typing import Any
 
-from dra_driver.sandbox.errors import ApiError, bad_request
+from hami_dra_dev.sandbox.errors import ApiError, bad_request
 
 JSON = Any
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.errors import FieldError
-from dra_driver.sandbox.fieldcheck import DNS_LABEL
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.errors import FieldError
+from hami_dra_dev.sandbox.fieldcheck import DNS_LABEL
 
 UPDATE_FORBIDDEN = (
     "pod updates may not change fields other than `spec.containers[*].image`, "

@@ -13,8 +13,8 @@ import queue
 import threading
 from typing import Any
 
-from dra_driver.sandbox.api import Api
-from dra_driver.sandbox.store import Watcher
+from hami_dra_dev.sandbox.api import Api
+from hami_dra_dev.sandbox.store import Watcher
 
 log = logging.getLogger(__name__)
 

@@ -36,13 +36,13 @@ from dra_driver.resource.nodes import (
     BLOCKING_EFFECTS,
     taints_tolerated,
 )
-from dra_driver.sandbox.api import Api, WriteOptions, now
-from dra_driver.sandbox.claimcontroller import claim_names
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.events import record_event
-from dra_driver.sandbox.reconciler import Reconciler
-from dra_driver.sandbox.resources import require
-from dra_driver.sandbox.selectors import node_selector_matches
+from hami_dra_dev.sandbox.api import Api, WriteOptions, now
+from hami_dra_dev.sandbox.claimcontroller import claim_names
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.events import record_event
+from hami_dra_dev.sandbox.reconciler import Reconciler
+from hami_dra_dev.sandbox.resources import require
+from hami_dra_dev.sandbox.selectors import node_selector_matches
 
 log = logging.getLogger(__name__)
 

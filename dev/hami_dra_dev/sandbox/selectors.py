@@ -14,8 +14,8 @@ from typing import Any
 
 from dra_driver.kube.api import Obj
 from dra_driver.resource import nodes
-from dra_driver.sandbox.errors import ApiError, bad_request
-from dra_driver.sandbox.resources import ResourceType
+from hami_dra_dev.sandbox.errors import ApiError, bad_request
+from hami_dra_dev.sandbox.resources import ResourceType
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from dra_driver.sandbox.api import Api
-from dra_driver.sandbox.certs import server_cert
-from dra_driver.sandbox.faults import Faults
-from dra_driver.sandbox.http import SandboxHTTPServer
+from hami_dra_dev.sandbox.api import Api
+from hami_dra_dev.sandbox.certs import server_cert
+from hami_dra_dev.sandbox.faults import Faults
+from hami_dra_dev.sandbox.http import SandboxHTTPServer
 
 DEFAULT_KUBE_VERSION = "1.36"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox.errors import FieldError
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox.errors import FieldError
 
 _TYPES = {
     "object": dict,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox.resources import ResourceType
+from hami_dra_dev.sandbox.resources import ResourceType
 
 Column = tuple[str, str, str, int, Callable[[Obj], Any]]  # name, type, description, priority, cell
 

@@ -22,20 +22,20 @@ import referencing
 from kubernetes_validate import utils as kv_utils
 
 from dra_driver.kube.api import Obj
-from dra_driver.sandbox import errors as e
-from dra_driver.sandbox import structural
-from dra_driver.sandbox.dra_rules import (
+from hami_dra_dev.sandbox import errors as e
+from hami_dra_dev.sandbox import structural
+from hami_dra_dev.sandbox.dra_rules import (
     validate_claim_spec,
     validate_claim_status,
     validate_device_class,
     validate_slice,
     validate_slice_update,
 )
-from dra_driver.sandbox.errors import ApiError, FieldError
-from dra_driver.sandbox.event_rules import validate_event
-from dra_driver.sandbox.fieldcheck import DNS_SUBDOMAIN, LABEL_NAME, Errors
-from dra_driver.sandbox.pod_rules import validate_pod, validate_pod_update
-from dra_driver.sandbox.resources import ResourceType, to_storage
+from hami_dra_dev.sandbox.errors import ApiError, FieldError
+from hami_dra_dev.sandbox.event_rules import validate_event
+from hami_dra_dev.sandbox.fieldcheck import DNS_SUBDOMAIN, LABEL_NAME, Errors
+from hami_dra_dev.sandbox.pod_rules import validate_pod, validate_pod_update
+from hami_dra_dev.sandbox.resources import ResourceType, to_storage
 
 # --------------------------------------------------------------------------------------------- schema
 

@@ -130,7 +130,7 @@ def webhook_entry(
 
 def register_webhooks(api: Any, base_url: str, ca_bundle: str, driver_name: str, **kwargs: Any) -> None:
     """Create both configurations directly in the sandbox's in-process API (``SandboxServer.api``)."""
-    from dra_driver.sandbox.resources import require
+    from hami_dra_dev.sandbox.resources import require
 
     plural = {MUTATING: "mutatingwebhookconfigurations", VALIDATING: "validatingwebhookconfigurations"}
     for kind, body in webhook_configurations(base_url, ca_bundle, driver_name, **kwargs):
