@@ -315,7 +315,7 @@ def test_lab_walkthrough(
     helm: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The lab commands of every document, in order, against the driver on a sandbox cluster."""
-    from dra_driver.demo.stack import DemoStack
+    from hami_dra_dev.demo.stack import DemoStack
 
     lab = of_runner("lab")
     assert lab

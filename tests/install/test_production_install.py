@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.certs import make_self_signed
+from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.sandbox.certs import make_self_signed
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
