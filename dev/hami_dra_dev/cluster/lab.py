@@ -73,7 +73,7 @@ class Lab:
 
     def device(self, pod: str) -> str | None:
         """The device allocated to the pod's claim (None until its claim is created), read as the
-        demo reads it (``dra_driver/demo/observe.py``)."""
+        demo reads it (``dev/hami_dra_dev/demo/observe.py``)."""
         claim = parse_pod(self.get("pod", pod)).claim
         if claim is None:
             return None

@@ -2,7 +2,7 @@
 
 Every child gets ``PR_SET_PDEATHSIG`` = SIGKILL, so a ``cluster up`` that is itself killed takes
 its components with it instead of leaving them behind; containerd's shims, which re-parent
-themselves, are removed by :mod:`dra_driver.cluster.cleanup`.
+themselves, are removed by :mod:`hami_dra_dev.cluster.cleanup`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ small function so it can be changed (or switched off with ``--no-driver``) indep
 
 - :func:`start_kubelet_plugins`: per node, ``hami-dra kubelet-plugin --source simulated`` as a
   child process with the node's private plugin/registry/CDI dirs (:class:`NodeContext`);
-- :func:`kubelet_factory`: per node, the kubelet simulator (``dra_driver.sandbox.kubelet``) that
+- :func:`kubelet_factory`: per node, the kubelet simulator (``hami_dra_dev.sandbox.kubelet``) that
   registers those plugins over their sockets and prepares claims;
 - :func:`start_controller`: ``hami-dra controller`` as a child process;
 - :func:`start_webhook`: ``hami-dra webhook`` with a self-signed certificate, registered as a

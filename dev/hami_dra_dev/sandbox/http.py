@@ -1,4 +1,4 @@
-"""The REST protocol on top of :class:`~dra_driver.sandbox.api.Api`: routing, auth, lists, watches.
+"""The REST protocol on top of :class:`~hami_dra_dev.sandbox.api.Api`: routing, auth, lists, watches.
 
 URL layout as kube-apiserver's: ``/api/v1/[namespaces/<ns>/]<plural>[/<name>[/<sub>]]`` and
 ``/apis/<group>/<version>/...``; ``?watch=true`` streams ``{"type", "object"}`` lines over chunked

@@ -5,7 +5,7 @@ Copied behaviour (``dynamicresources.go`` in kube-scheduler):
 - pods with ``schedulingGates`` are not scheduled (PreEnqueue);
 - a pod is scheduled only when every claim it references exists; claims that are still
   unallocated are allocated in the scheduling cycle by the ``allocator`` (plain first fit,
-  :mod:`~dra_driver.sandbox.firstfit`, as kube-scheduler would), else the pod waits;
+  :mod:`~hami_dra_dev.sandbox.firstfit`, as kube-scheduler would), else the pod waits;
 - Filter: a node fits when it is schedulable, matches the pod's ``nodeSelector`` and required node
   affinity, has no untolerated ``NoSchedule``/``NoExecute`` taint, and matches every claim's
   ``allocation.nodeSelector`` (nil = any node); the first fitting node by name wins (no scoring);
