@@ -482,7 +482,8 @@ def _exported() -> dict[str, str]:
 
 def test_documented_metrics_are_exported_and_every_family_is_documented() -> None:
     text = "\n".join(doc.read_text() for doc in DOCS)
-    documented = set(re.findall(r"\bhami_dra_[a-z0-9_]*[a-z0-9]", text))
+    # ``hami_dra_dev`` is the development package (dev/), not a metric.
+    documented = set(re.findall(r"\bhami_dra_[a-z0-9_]*[a-z0-9]", text)) - {"hami_dra_dev"}
     exported = _exported()
     unknown = sorted(name for name in documented if name not in exported)
     assert not unknown, (
