@@ -149,6 +149,8 @@ def _register(subparsers: Any, module_name: str) -> None:
             raise
         name = module_name.split(".")[1]
         stand_in = subparsers.add_parser(name, help="development command: run it from a clone")
+        # add_parser builds every subcommand with one class (argparse takes no class per
+        # subcommand); the stand-in is a Parser, so it only changes how it parses.
         stand_in.__class__ = _AbsentDevCommand
         return
     module.register(subparsers)
