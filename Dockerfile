@@ -1,7 +1,8 @@
 # Image for every hami-dra component (kubelet plugin, controller, webhook): one entry point,
 # the subcommand picks the component. Built by hack/e2e-kind.sh (docker) and by `make image`
 # (hack/image/build.sh: podman, from a locally debootstrapped Debian base); the Helm chart runs it.
-# Only the production distribution is installed: no test tools, no sandbox extra.
+# Only the production distribution is installed: no test tools, no sandbox extra, no development
+# package (dev/: sandbox, cluster harness, demo; .dockerignore keeps it out of the context).
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 

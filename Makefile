@@ -12,10 +12,13 @@ export KUBERNETES_VERSION
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The product (dra_driver, with its test tools) and the development package (dev/: hami_dra_dev, the
+# sandbox, the local cluster harness and the demo), both editable; the wheel and the image hold
+# only the product.
+$(STAMP): pyproject.toml dev/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./dev
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,9 +26,9 @@ demo: $(STAMP)
 	$(VENV)/bin/hami-dra demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check dra_driver tests hack
-	$(PY) -m ruff format --check dra_driver tests hack
-	$(PY) -m mypy dra_driver
+	$(PY) -m ruff check dra_driver dev tests hack
+	$(PY) -m ruff format --check dra_driver dev tests hack
+	$(PY) -m mypy dra_driver dev/hami_dra_dev
 	$(PY) -m mypy --strict hack/gpu_check.py
 
 tools:
@@ -52,7 +55,7 @@ test: lint tools cluster-build image
 LOWEST := .venv-lowest
 test-lowest: $(STAMP)
 	$(VENV)/bin/uv venv -q --allow-existing --python $(PY) $(LOWEST)
-	$(VENV)/bin/uv pip install -q --python $(LOWEST)/bin/python --resolution lowest-direct -e '.[dev]'
+	$(VENV)/bin/uv pip install -q --python $(LOWEST)/bin/python --resolution lowest-direct -e '.[dev]' -e ./dev
 	$(LOWEST)/bin/python -m pytest -q -m "not bench and not cluster" -p no:cacheprovider --ignore=tests/install
 
 # Only the real-cluster suite, on any pinned version: make test-cluster KUBERNETES_VERSION=1.34.4
@@ -120,4 +123,4 @@ mutation: $(STAMP) tools
 	$(PY) hack/mutation_report.py
 
 clean:
-	rm -rf $(VENV) $(LOWEST) mutants .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(LOWEST) mutants .pytest_cache .mypy_cache .ruff_cache build *.egg-info dev/*.egg-info

@@ -22,7 +22,8 @@ from dra_driver import __version__
 from dra_driver.flags import warn_deprecations
 from dra_driver.suggest import closest
 
-#: Modules that contribute subcommands, in the order they appear in ``--help``.
+#: Modules that contribute subcommands, in the order they appear in ``--help``. Those of
+#: :data:`DEV_PACKAGE` are development commands (see :func:`_register`).
 COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.simulate.command",
     "dra_driver.explain.command",
@@ -31,16 +32,25 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dra_driver.kubeletplugin.command",
     "dra_driver.controller.command",
     "dra_driver.webhook.command",
-    "dra_driver.sandbox.command",
-    "dra_driver.cluster.command",
-    "dra_driver.demo.command",
+    "hami_dra_dev.sandbox.command",
+    "hami_dra_dev.cluster.command",
+    "hami_dra_dev.demo.command",
     "dra_driver.completion",
 )
 
-#: Development tools: they need the ``sandbox`` extra (``pip install 'hami-dra[sandbox]'``), which
-#: the production distribution (the image) does not install.
+#: The development package (``dev/hami_dra_dev`` of a clone, installed by ``make venv``): the
+#: sandbox API server, the local cluster harness and the demo. Neither the wheel nor the image
+#: holds it, and no module of ``dra_driver`` imports it; this CLI only names its commands.
+DEV_PACKAGE = "hami_dra_dev"
 DEV_COMMANDS: frozenset[str] = frozenset({"sandbox", "cluster", "demo"})
-DEV_EXTRA_HINT = "pip install 'hami-dra[sandbox]'"
+#: Where a development command comes from, for the one line a production install prints.
+DEV_ABSENT = (
+    "a development command, not part of this installation; run it from a clone of the repository "
+    "after `make venv`"
+)
+#: A development command whose package is there but a third-party module of the ``sandbox`` extra
+#: is not (a clone installed without ``make venv``).
+DEV_EXTRA_HINT = "pip install -e '.[sandbox]' -e ./dev (make venv does)"
 
 #: ``python -c CHILD_ENTRY <args>`` runs this CLI in a child process. Not ``-m dra_driver.cli``:
 #: that would import a second copy of this module (and of UsageError).
@@ -123,9 +133,42 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+        _register(subparsers, module_name)
     _add_verbose_to_subcommands(parser)
     return parser
+
+
+def _register(subparsers: Any, module_name: str) -> None:
+    """The module's subcommands; a development command whose package is not installed (the wheel,
+    the image) is still listed, and says in one line where it comes from instead of running."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if not module_name.startswith(f"{DEV_PACKAGE}.") or missing.split(".")[0] != DEV_PACKAGE:
+            raise
+        name = module_name.split(".")[1]
+        stand_in = subparsers.add_parser(name, help="development command: run it from a clone")
+        # add_parser builds every subcommand with one class (argparse takes no class per
+        # subcommand); the stand-in is a Parser, so it only changes how it parses.
+        stand_in.__class__ = _AbsentDevCommand
+        return
+    module.register(subparsers)
+
+
+def _absent_dev_command(args: argparse.Namespace) -> int:
+    raise UsageError(DEV_ABSENT)
+
+
+class _AbsentDevCommand(Parser):
+    """A development command where its package is not installed: whatever follows its name (flags,
+    ``--help``), it parses into :func:`_absent_dev_command`, so the user reads the one line saying
+    where the command comes from rather than a usage error about arguments it does not know."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        return argparse.Namespace(handler=_absent_dev_command), []
 
 
 #: ``-v`` given after a subcommand counts into ``<prefix><depth>`` (a subcommand parses into a fresh

@@ -8,7 +8,7 @@
         [--profile-controller DIR] [--ours-before DIR] [--report PATH]
 
 One run, one cluster (``hami-dra cluster up --no-driver``, the upstream binaries of
-hack/cluster/versions.env), ``--nodes`` simulated nodes (dra_driver/cluster/fakenodes.py) with
+hack/cluster/versions.env), ``--nodes`` simulated nodes (dev/hami_dra_dev/cluster/fakenodes.py) with
 ``--gpus`` simulated H100 80GB each, published as our kubelet plugin publishes them.
 
 **rounds** (issue 35 item 5: figures that can be trusted). Every pod asks for one GPU with a
@@ -506,7 +506,7 @@ AUDIT_POLICY = {
 
 
 class AuditLog:
-    """kube-apiserver's audit log (``HAMI_DRA_AUDIT_POLICY``, dra_driver/cluster/configs.py), read
+    """kube-apiserver's audit log (``HAMI_DRA_AUDIT_POLICY``, dev/hami_dra_dev/cluster/configs.py), read
     between two offsets: the requests of one run by client, verb and resource."""
 
     def __init__(self, path: Path) -> None:
@@ -903,8 +903,8 @@ def scheduler_config(kubeconfig: Path, qps: float) -> dict[str, Any]:
 def start_unthrottled_scheduler(toolchain: Any, layout: Any, qps: float) -> Any:
     """A second kube-scheduler (the cluster's binary, its identity, its feature gates) with its
     client at ``qps``; the cluster's own default-scheduler keeps running (these pods are not its)."""
-    from dra_driver.cluster.configs import FEATURE_GATES
-    from dra_driver.cluster.processes import HostProcess, Probe
+    from hami_dra_dev.cluster.configs import FEATURE_GATES
+    from hami_dra_dev.cluster.processes import HostProcess, Probe
 
     kubeconfig = layout.kubeconfig("scheduler")
     config = layout.root / "bench-unthrottled-scheduler.json"  # JSON is YAML
@@ -926,8 +926,8 @@ def start_unthrottled_scheduler(toolchain: Any, layout: Any, qps: float) -> Any:
 def identity(layout: Any, user: str) -> str:
     """A kubeconfig for ``user`` (a client certificate of the cluster's CA, group system:masters as
     the admin's), so that the audit log tells our controller's and webhook's requests apart."""
-    from dra_driver.cluster.configs import kubeconfig
-    from dra_driver.cluster.pki import ClusterPki
+    from hami_dra_dev.cluster.configs import kubeconfig
+    from hami_dra_dev.cluster.pki import ClusterPki
 
     pki = ClusterPki(layout.pki)
     pair = pki.issue(user, user, organization="system:masters")
@@ -947,8 +947,8 @@ class Ours:
         self.controller_args: list[str] = []
 
     def start(self) -> None:
-        from dra_driver.cluster.driver import DriverOptions, start_driver
-        from dra_driver.cluster.pki import ClusterPki
+        from hami_dra_dev.cluster.driver import DriverOptions, start_driver
+        from hami_dra_dev.cluster.pki import ClusterPki
 
         log(f"starting our webhook and controller{f' from {self.source}' if self.source else ''}")
         options = DriverOptions(
@@ -1091,10 +1091,10 @@ def rounds(
 
 
 def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: Any) -> dict[str, Any]:
-    from dra_driver.cluster.configs import audit_log_path
-    from dra_driver.cluster.fakenodes import FakeNodes, FakeNodeSpec
-    from dra_driver.cluster.layout import Layout
     from dra_driver.devices.simulated import profile_gpus
+    from hami_dra_dev.cluster.configs import audit_log_path
+    from hami_dra_dev.cluster.fakenodes import FakeNodes, FakeNodeSpec
+    from hami_dra_dev.cluster.layout import Layout
 
     sections = set(args.only)
     api = Api(api_client)
@@ -1383,11 +1383,11 @@ def main(argv: list[str]) -> int:
 
     from kubernetes import config
 
-    from dra_driver.cluster.binaries import MissingBinaries, require_toolchain
-    from dra_driver.cluster.child import ClusterChild
-    from dra_driver.cluster.configs import AUDIT_POLICY_ENV, CONTROLLER_MANAGER_QPS_ENV
-    from dra_driver.cluster.layout import default_state_dir
-    from dra_driver.pidfile import running_pid
+    from hami_dra_dev.cluster.binaries import MissingBinaries, require_toolchain
+    from hami_dra_dev.cluster.child import ClusterChild
+    from hami_dra_dev.cluster.configs import AUDIT_POLICY_ENV, CONTROLLER_MANAGER_QPS_ENV
+    from hami_dra_dev.cluster.layout import default_state_dir
+    from hami_dra_dev.pidfile import running_pid
 
     try:
         toolchain = require_toolchain(args.kubernetes_version)

@@ -70,7 +70,7 @@ def process_cpu(pid: int | None) -> float:
 
 
 def serve(state_dir: str, ready: Any, stop: Any) -> None:
-    from dra_driver.sandbox import SandboxServer
+    from hami_dra_dev.sandbox import SandboxServer
 
     with SandboxServer.start(state_dir=Path(state_dir), history_window=200_000):
         ready.set()
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
             Kube,
         )
     from dra_driver.resource.slice_builder import build_resource_slices
-    from dra_driver.sandbox.cluster import node_object
+    from hami_dra_dev.sandbox.cluster import node_object
 
     state = tempfile.mkdtemp(prefix="hami-dra-bench-")
     ctx = multiprocessing.get_context("spawn")

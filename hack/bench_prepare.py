@@ -42,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient  # noqa: E402
+from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient  # noqa: E402
 
 NODE = "bench-node"
 CLI = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())"]
@@ -75,7 +75,7 @@ sys.exit(main())
 """,
 ]
 SANDBOX = (
-    "import sys, time; from dra_driver.sandbox.server import SandboxServer; "
+    "import sys, time; from hami_dra_dev.sandbox.server import SandboxServer; "
     "s = SandboxServer.start(state_dir=__import__('pathlib').Path(sys.argv[1])); "
     "print(s.kubeconfig_path, flush=True); time.sleep(3600)"
 )

@@ -3,7 +3,7 @@
 A GPU node that runs our plugin usually has the NVIDIA Container Toolkit too, and its spec is one
 of four shapes (issue 24), which :func:`generate_spec` reproduces with the real ``nvidia-ctk``
 (built by ``hack/cluster/build.sh`` into the version-keyed cache, see
-:func:`dra_driver.cluster.binaries.nvidia_toolkit_bin`) run against our mock NVML library:
+:func:`hami_dra_dev.cluster.binaries.nvidia_toolkit_bin`) run against our mock NVML library:
 
 ``host``
     a host install of toolkit >= 1.18: kind ``nvidia.com/gpu``, every GPU named by index and by
@@ -49,9 +49,9 @@ from typing import Any, Literal
 
 import pytest
 
-from dra_driver.cluster import binaries
 from dra_driver.devices.mig import gpu_instance_id, mig_caps_minors
 from dra_driver.devices.mig_profiles import MigModel, mig_model
+from hami_dra_dev.cluster import binaries
 
 REPO = Path(__file__).resolve().parents[1]
 MOCK_NVML_SOURCE = REPO / "hack" / "mock-nvml" / "mock_nvml.c"

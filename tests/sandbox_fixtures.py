@@ -1,4 +1,4 @@
-"""Reusable pytest fixtures for a sandbox Kubernetes API server (``dra_driver.sandbox``).
+"""Reusable pytest fixtures for a sandbox Kubernetes API server (``hami_dra_dev.sandbox``).
 
 Use from any test folder by importing the fixtures into that folder's ``conftest.py``::
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
+from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.sandbox.cluster import SandboxCluster
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -330,3 +331,47 @@ def test_a_connection_error_no_command_caught_is_the_same_line(
     )
     with pytest.raises(RuntimeError, match="a bug stays a traceback"):
         cli.main(DISCOVER)
+
+
+@pytest.fixture
+def without_dev_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in the wheel and the image: ``hami_dra_dev`` (dev/) cannot be imported."""
+    for name in [cli.DEV_PACKAGE, *(n for n in sys.modules if n.startswith(f"{cli.DEV_PACKAGE}."))]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sandbox", "up"],
+        ["demo", "--timeout", "5"],
+        ["cluster", "status"],
+        ["sandbox", "--help"],
+        ["-v", "demo"],
+    ],
+)
+def test_a_development_command_without_its_package_says_where_it_comes_from(
+    without_dev_package: None, verbosity: list[int], capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert cli.main(argv) == 2
+    command = next(word for word in argv if not word.startswith("-"))
+    assert capsys.readouterr().err.splitlines() == [f"hami-dra {command}: error: {cli.DEV_ABSENT}"]
+
+
+def test_development_commands_are_listed_without_their_package(
+    without_dev_package: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listed = capsys.readouterr().out
+    for command in sorted(cli.DEV_COMMANDS):
+        assert re.search(rf"^ +{command} +development command: run it from a clone$", listed, re.M), listed
+
+
+def test_a_missing_product_module_is_not_taken_for_the_development_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "dra_driver.top.command", None)
+    with pytest.raises(ModuleNotFoundError):
+        cli.build_parser()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sandbox API server (dra_driver/sandbox/certs.py) makes its self-signed TLS certificates with
+# The sandbox API server (dev/hami_dra_dev/sandbox/certs.py) makes its self-signed TLS certificates with
 # the openssl command line tool. Idempotent: does nothing when openssl is already installed.
 set -euo pipefail
 if command -v openssl >/dev/null 2>&1; then

@@ -1,5 +1,6 @@
-"""The two switches hack/bench_cluster.py sets for the cluster it starts (dra_driver/cluster/configs.py):
-kube-apiserver's audit log (requests per client) and kube-controller-manager's client rate."""
+"""The two switches hack/bench_cluster.py sets for the cluster it starts
+(dev/hami_dra_dev/cluster/configs.py): kube-apiserver's audit log (requests per client) and
+kube-controller-manager's client rate."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cluster import configs
-from dra_driver.cluster.layout import Layout
+from hami_dra_dev.cluster import configs
+from hami_dra_dev.cluster.layout import Layout
 
 
 def test_no_audit_log_unless_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -254,7 +254,7 @@ def test_the_pod_gate_never_covers_system_namespaces_and_keeps_the_admins_select
 
 def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> None:
     """The sandbox's webhook configuration must not be stricter than the chart's (or looser)."""
-    from dra_driver.sandbox.webhooks import webhook_configurations
+    from hami_dra_dev.sandbox.webhooks import webhook_configurations
 
     def operations(hooks: list[dict]) -> dict[tuple[str, str], set[str]]:
         covered: dict[tuple[str, str], set[str]] = {}

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.binaries import MissingBinaries, Toolchain, require_toolchain
-from dra_driver.cluster.child import ClusterChild, ClusterStartFailed
-from dra_driver.cluster.layout import default_state_dir
-from dra_driver.pidfile import running_pid
+from hami_dra_dev.cluster.binaries import MissingBinaries, Toolchain, require_toolchain
+from hami_dra_dev.cluster.child import ClusterChild, ClusterStartFailed
+from hami_dra_dev.cluster.layout import default_state_dir
+from hami_dra_dev.pidfile import running_pid
 from tests.chart.helpers import find_or_install_helm
 from tests.cluster.drivers import ChartDriver, DriverUnderTest, HostDriver
 
@@ -109,7 +109,7 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
         started = HostDriver(real_cluster)
     elif request.param == "faults":
         # The host-process driver with the controller's API traffic through a fault proxy.
-        from dra_driver.cluster.layout import NODE_IP, Layout
+        from hami_dra_dev.cluster.layout import NODE_IP, Layout
         from tests.cluster.faults import ApiFaultProxy, proxied_kubeconfig
 
         proxy = ApiFaultProxy((NODE_IP, Layout(real_cluster.state_dir).ports.apiserver))

@@ -1,7 +1,7 @@
 """The two ways the driver runs on the real cluster, behind one interface for the end-to-end tests.
 
 * ``HostDriver``: webhook, controller and kubelet plugin as host processes, exactly what
-  ``hami-dra cluster up`` starts (dra_driver/cluster/driver.py), with the admin kubeconfig.
+  ``hami-dra cluster up`` starts (dev/hami_dra_dev/cluster/driver.py), with the admin kubeconfig.
 * ``ChartDriver``: ``helm install`` of charts/hami-dra with charts/hami-dra/values-local.yaml and
   the image ``make image`` built, so the pods run with the chart's own service accounts, RBAC,
   security contexts, probes, hostPath mounts, webhook Service and certificate.
@@ -18,16 +18,16 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dra_driver.cluster.driver import remove_claim_finalizer_policy
-from dra_driver.cluster.images import driver_image_archive
-from dra_driver.cluster.layout import NODE_NAME, Layout
 from dra_driver.controller import FINALIZER
-from dra_driver.demo import manifests
+from hami_dra_dev.cluster.driver import remove_claim_finalizer_policy
+from hami_dra_dev.cluster.images import driver_image_archive
+from hami_dra_dev.cluster.layout import NODE_NAME, Layout
+from hami_dra_dev.demo import manifests
 from tests.chart.helpers import CHART
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
-    from dra_driver.cluster.processes import HostProcess
+    from hami_dra_dev.cluster.processes import HostProcess
     from tests.cluster.conftest import RealCluster
 
 DRIVER = manifests.DRIVER
@@ -67,8 +67,8 @@ class HostDriver:
     proxy: Any = None
 
     def __init__(self, cluster: RealCluster, controller_kubeconfig: str | None = None) -> None:
-        from dra_driver.cluster.driver import DriverOptions, start_driver
-        from dra_driver.cluster.pki import ClusterPki
+        from hami_dra_dev.cluster.driver import DriverOptions, start_driver
+        from hami_dra_dev.cluster.pki import ClusterPki
 
         self.cluster = cluster
         layout = Layout(cluster.state_dir)

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver.cluster.layout import CDI_DIR, Layout
 from dra_driver.controller import FINALIZER, GATE_NAME
-from dra_driver.demo import manifests
-from dra_driver.demo.manifests import DemoPod
 from dra_driver.kubeletplugin.cdi import CdiNames
 from dra_driver.quantity import parse_bytes, parse_quantity
+from hami_dra_dev.cluster.layout import CDI_DIR, Layout
+from hami_dra_dev.demo import manifests
+from hami_dra_dev.demo.manifests import DemoPod
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DRIVER
 

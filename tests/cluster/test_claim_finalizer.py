@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.driver import serves_mutating_policies
 from dra_driver.controller import FINALIZER
-from dra_driver.demo import manifests
+from hami_dra_dev.cluster.driver import serves_mutating_policies
+from hami_dra_dev.demo import manifests
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DriverUnderTest
 from tests.waiting import wait_for

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.layout import CDI_DIR, NODE_NAME
-from dra_driver.demo import manifests
-from dra_driver.demo.manifests import DemoPod
 from dra_driver.kubeletplugin.cdi import CdiNames
 from dra_driver.quantity import parse_quantity
+from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME
+from hami_dra_dev.demo import manifests
+from hami_dra_dev.demo.manifests import DemoPod
 from tests.cluster.conftest import NAMESPACE, RealCluster
 from tests.cluster.drivers import DriverUnderTest
 from tests.waiting import wait_for

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.layout import Layout
 from dra_driver.controller import FINALIZER, GATE_NAME
-from dra_driver.demo import manifests
 from dra_driver.kubeletplugin.cdi import CdiNames
+from hami_dra_dev.cluster.layout import Layout
+from hami_dra_dev.demo import manifests
 from tests.cluster.faults import LABEL, check_invariants, settled
 
 DRIVER = manifests.DRIVER

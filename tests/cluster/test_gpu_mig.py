@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.cluster.layout import CDI_DIR, NODE_NAME
 from dra_driver.devices.mig import mig_caps_minors
 from dra_driver.devices.simulated import DevicesFileSource
+from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DRIVER, ChartDriver, DriverUnderTest, reset_workloads
 from tests.cluster.tenancy import manifest

@@ -46,8 +46,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.cluster.layout import Layout
 from dra_driver.quota import crd
+from hami_dra_dev.cluster.layout import Layout
 from tests.chart.helpers import REPO
 from tests.chart.monitoring import MONITORING_SETS, Query, panel_queries, split_threshold
 from tests.cluster.conftest import RealCluster

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.layout import CDI_DIR, NODE_NAME
+from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DRIVER, ChartDriver, DriverUnderTest, reset_workloads
 from tests.cluster.test_e2e import POD_TIMEOUT

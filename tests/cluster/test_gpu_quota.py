@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.demo import manifests
+from hami_dra_dev.demo import manifests
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DriverUnderTest
 from tests.cluster.test_e2e import POD_TIMEOUT, recipe_classes

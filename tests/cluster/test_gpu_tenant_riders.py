@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.layout import NODE_NAME
+from hami_dra_dev.cluster.layout import NODE_NAME
 from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, DRIVER, ChartDriver
 from tests.cluster.tenancy import (
     CLASS,

@@ -30,10 +30,10 @@ from typing import Any
 import pytest
 
 from dra_driver import __version__
-from dra_driver.cluster.images import DRIVER_IMAGE_REPOSITORY
-from dra_driver.cluster.layout import NODE_NAME
 from dra_driver.contract import HAMI_CORE_VERSION_ATTRIBUTE, ISOLATION_ATTRIBUTE
 from dra_driver.quantity import MIB, parse_bytes
+from hami_dra_dev.cluster.images import DRIVER_IMAGE_REPOSITORY
+from hami_dra_dev.cluster.layout import NODE_NAME
 from tests.chart.helpers import REPO
 from tests.cluster.conftest import NAMESPACE, RealCluster
 from tests.cluster.drivers import CHART_NAMESPACE, DRIVER, ChartDriver, DriverUnderTest, reset_workloads

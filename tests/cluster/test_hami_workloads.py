@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.layout import CDI_DIR
 from dra_driver.controller.hami_annotation import ANNOTATION as ALLOCATED
-from dra_driver.demo import manifests
 from dra_driver.kubeletplugin.cdi import CdiNames
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TRANSLATED_ANNOTATION
+from hami_dra_dev.cluster.layout import CDI_DIR
+from hami_dra_dev.demo import manifests
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import CHART_NAMESPACE, DRIVER, ChartDriver, DriverUnderTest
 from tests.cluster.test_e2e import POD_TIMEOUT, device_of

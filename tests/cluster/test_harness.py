@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cluster import binaries, configs, images
-from dra_driver.cluster.layout import CDI_DIRS, Layout
-from dra_driver.pidfile import alive
+from hami_dra_dev.cluster import binaries, configs, images
+from hami_dra_dev.cluster.layout import CDI_DIRS, Layout
+from hami_dra_dev.pidfile import alive
 from tests.waiting import wait_for
 
 
@@ -83,7 +83,7 @@ def test_a_zombie_counts_as_exited() -> None:
 
 
 def test_leftover_cleanup_kills_only_what_the_cluster_runs(tmp_path: Path) -> None:
-    from dra_driver.cluster.cleanup import kill_leftovers
+    from hami_dra_dev.cluster.cleanup import kill_leftovers
 
     layout = Layout(tmp_path / "state")
     sleeper = "import sys, time; time.sleep(60)"
@@ -108,7 +108,7 @@ def test_the_api_server_presents_its_webhook_client_certificate(tmp_path: Path) 
     """What an admin configures so that a webhook can verify its caller (chart webhook.clientAuth)."""
     import yaml
 
-    from dra_driver.cluster.pki import ClusterPki
+    from hami_dra_dev.cluster.pki import ClusterPki
 
     layout = Layout(tmp_path)
     pki = ClusterPki(tmp_path / "pki")

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.demo import manifests
-from dra_driver.demo.manifests import DemoPod
+from hami_dra_dev.demo import manifests
+from hami_dra_dev.demo.manifests import DemoPod
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import (
     CHART_NAMESPACE,

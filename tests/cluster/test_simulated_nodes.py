@@ -1,4 +1,4 @@
-"""The benchmark's simulated nodes (dra_driver/cluster/fakenodes.py) on the real control plane.
+"""The benchmark's simulated nodes (dev/hami_dra_dev/cluster/fakenodes.py) on the real control plane.
 
 ``make bench-cluster`` measures kube-scheduler and our controller on 100 of them; this checks on
 the real cluster that they are what the figures assume: Ready nodes with renewed Leases and the
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.fakenodes import LEASE_NAMESPACE, FakeNodes, FakeNodeSpec
 from dra_driver.contract import policy_taint_key
+from hami_dra_dev.cluster.fakenodes import LEASE_NAMESPACE, FakeNodes, FakeNodeSpec
 from tests.cluster.conftest import RealCluster
 from tests.kube_validate import validate_strict
 from tests.waiting import wait_for

@@ -14,7 +14,7 @@ its template, which is deleted with the pod; and every card and namespace stays 
 
 ``/mutate`` must follow the claims a pod names to their class, so a review naming another
 namespace's claims learns whether they exist and are ours. Where the admin makes the API server
-present a client certificate to webhooks (the local cluster does: dra_driver/cluster/configs.py),
+present a client certificate to webhooks (the local cluster does: dev/hami_dra_dev/cluster/configs.py),
 ``webhook.clientAuth`` has the webhook answer reviews only over its connections: the forger then
 gets no answer at all, and the API server's own reviews still are.
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.configs import WEBHOOK_CLIENT_NAME
-from dra_driver.cluster.layout import Layout
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TEMPLATE_LABEL, TRANSLATED_ANNOTATION
+from hami_dra_dev.cluster.configs import WEBHOOK_CLIENT_NAME
+from hami_dra_dev.cluster.layout import Layout
 from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, ChartDriver, DriverUnderTest
 from tests.cluster.tenancy import OTHER_NS, TENANT_NS, Tenancy, claim
 from tests.cluster.test_e2e import POD_TIMEOUT

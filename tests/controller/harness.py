@@ -12,8 +12,8 @@ from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from dra_driver.kube.api import EVENTS as EVENTS_RESOURCE
 from dra_driver.resource.slice_builder import build_resource_slices
-from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.cluster import SandboxCluster
+from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests import waiting
 
 DRIVER = "gpu.hami.io"

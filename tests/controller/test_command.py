@@ -14,7 +14,7 @@ import pytest
 from dra_driver import cli, flags
 from dra_driver.cli import main as cli_main
 from dra_driver.flags import BindAddress
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,
     Harness,

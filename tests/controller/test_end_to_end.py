@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from dra_driver.kube.api import PODS
-from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.certs import make_self_signed
-from dra_driver.sandbox.cluster import SandboxCluster
-from dra_driver.sandbox.driver import DriverOptions, kubelet_factory, start_kubelet_plugins
-from dra_driver.sandbox.webhooks import register_webhooks
 from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
+from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.sandbox.certs import make_self_signed
+from hami_dra_dev.sandbox.cluster import SandboxCluster
+from hami_dra_dev.sandbox.driver import DriverOptions, kubelet_factory, start_kubelet_plugins
+from hami_dra_dev.sandbox.webhooks import register_webhooks
 from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
 
 INDEX = 'device.attributes["gpu.hami.io"].index == {}'

@@ -17,9 +17,9 @@ from dra_driver.controller.hami_templates import TEMPLATES, HamiTemplates, KubeN
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Kube, Resource
 from dra_driver.kube.errors import KubeError
 from dra_driver.kubeletplugin.cdi import CdiNames
-from dra_driver.sandbox.cluster import SandboxCluster
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TRANSLATED_ANNOTATION
 from dra_driver.webhook.optin import namespace_gate
+from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests.controller.harness import DRIVER, NS, Harness, device_class, wait_for
 from tests.controller.test_end_to_end import e2e as e2e
 from tests.webhook.test_hami_resources import seed_pod

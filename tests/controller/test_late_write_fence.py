@@ -19,7 +19,7 @@ from dra_driver.controller.binder import FENCE_ANNOTATION
 from dra_driver.controller.controller import Controller
 from dra_driver.kube.api import RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,
     GATE,

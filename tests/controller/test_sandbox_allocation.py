@@ -11,7 +11,7 @@ import pytest
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocation import node_selector
 from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,
     NS,

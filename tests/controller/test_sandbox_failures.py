@@ -14,7 +14,7 @@ import pytest
 from dra_driver.controller import FINALIZER, GATE_NAME
 from dra_driver.kube.api import EVENTS, PODS, RESOURCE_CLAIMS, Kube
 from dra_driver.kube.leader import LeaderElector
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,
     NS,

@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.harness import NS, Harness, claim, device_class, pod, request, running_harness, wait_for
 
 #: A simulated T4's published memory: nvidia-smi's 15360 MiB total minus 393 MiB reserved.

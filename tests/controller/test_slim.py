@@ -26,9 +26,9 @@ from dra_driver.kube.api import (
 from dra_driver.resource.nodes import NodeView
 from dra_driver.resource.objects import PodView, bound_requests_by_node
 from dra_driver.resource.slice_builder import build_resource_slices
-from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import TRANSLATED_ANNOTATION, apply_patch
+from hami_dra_dev.sandbox import SandboxServer
 from tests.api_objects import allocated_claim
 from tests.controller.fake_kube import FakeKube
 from tests.controller.harness import DRIVER, device_class, running_harness, wait_for

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from dra_driver import cli
-from dra_driver.demo import manifests, render
-from dra_driver.demo.checks import Checks
-from dra_driver.demo.command import execute, run_demo
-from dra_driver.demo.stack import DemoStack
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.demo import manifests, render
+from hami_dra_dev.demo.checks import Checks
+from hami_dra_dev.demo.command import execute, run_demo
+from hami_dra_dev.demo.stack import DemoStack
+from hami_dra_dev.sandbox import SandboxServer
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[")
@@ -126,7 +126,7 @@ def test_a_wrong_placement_fails_with_a_clear_message(monkeypatch: pytest.Monkey
 
 
 def test_start_up_failure_stops_what_was_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dra_driver.demo import stack as stack_module
+    from hami_dra_dev.demo import stack as stack_module
 
     class Broken:
         def __init__(self, *args: object) -> None:

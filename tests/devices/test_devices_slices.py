@@ -281,7 +281,8 @@ def test_the_builder_and_its_users_do_not_import_the_kubelet_plugin() -> None:
     plugin: a fresh interpreter importing them loads no ``dra_driver.kubeletplugin`` module."""
     program = (
         "import sys\n"
-        "import dra_driver.resource.slice_builder, dra_driver.devices.command, dra_driver.cluster.fakenodes\n"
+        "import dra_driver.resource.slice_builder, dra_driver.devices.command\n"
+        "import hami_dra_dev.cluster.fakenodes\n"
         "print(sorted(m for m in sys.modules if m.startswith('dra_driver.kubeletplugin')))\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)

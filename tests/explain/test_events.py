@@ -17,7 +17,7 @@ from dra_driver.cli import main
 from dra_driver.explain.events import SHOWN, TROUBLESHOOTING, pod_warnings
 from dra_driver.explain.render import render
 from dra_driver.explain.report import explain
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.fake_cluster import PODS, FakeCluster
 from tests.controller.harness import DRIVER, NS, claim, request
 

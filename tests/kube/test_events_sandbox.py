@@ -18,7 +18,7 @@ import pytest
 from dra_driver.kube.api import EVENTS, EVENTS_V1, NODES, PODS, Kube
 from dra_driver.kube.errors import Invalid, KubeError
 from dra_driver.kube.events import EventRecorder
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 
 Kubectl = Callable[..., CompletedProcess[str]]
 

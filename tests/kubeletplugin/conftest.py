@@ -18,8 +18,8 @@ import pytest
 
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
-from dra_driver.sandbox.kubelet import KubeletProtocol, PluginClient
-from dra_driver.sandbox.server import SandboxServer
+from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+from hami_dra_dev.sandbox.server import SandboxServer
 from tests.kubeletplugin.helpers import DRIVER
 from tests.kubeletplugin.upstream import REPO_ROOT, UPSTREAM_KUBELET
 

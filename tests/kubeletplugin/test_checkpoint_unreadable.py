@@ -11,7 +11,7 @@ import pytest
 
 from dra_driver.cli import main
 from dra_driver.kubeletplugin.checkpoint import Checkpoint, CheckpointUnreadable
-from dra_driver.sandbox.server import SandboxServer
+from hami_dra_dev.sandbox.server import SandboxServer
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from dra_driver.devices.model import Gpu
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.devices.source import DeviceSourceError, DriverNotReady
 from dra_driver.kubeletplugin.driver_wait import DriverWait
-from dra_driver.sandbox.server import SandboxServer
+from hami_dra_dev.sandbox.server import SandboxServer
 from tests.kubeletplugin.conftest import NODE, Dirs
 from tests.kubeletplugin.test_recovery import HAMI_DRA
 from tests.kubeletplugin.upstream import REPO_ROOT

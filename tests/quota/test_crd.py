@@ -15,7 +15,7 @@ import yaml
 from dra_driver.kube.api import GPU_QUOTAS, Kube
 from dra_driver.kube.errors import KubeError
 from dra_driver.quota import crd
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.kube_validate import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dra_driver.kube.api import GPU_QUOTAS, PODS, RESOURCE_CLAIMS, RESOURCE_QUOTAS
 from dra_driver.quantity import MIB, parse_quantity
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.controller.harness import (
     DRIVER,
     NS,

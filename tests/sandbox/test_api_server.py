@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.sandbox.helpers import allocation, claim_obj, node_obj, pod_obj, slice_obj
 
 NS = "default"
@@ -125,7 +125,7 @@ def test_unknown_fields_are_rejected_like_strict_decoding(sandbox: SandboxServer
 
 
 def test_type_errors_are_400_and_missing_fields_422(sandbox: SandboxServer) -> None:
-    from dra_driver.sandbox.errors import ApiError
+    from hami_dra_dev.sandbox.errors import ApiError
 
     obj = slice_obj("s1", "node-1")
     obj["spec"]["devices"][0]["name"] = 5
@@ -141,7 +141,7 @@ def test_type_errors_are_400_and_missing_fields_422(sandbox: SandboxServer) -> N
 
 
 def _rt(plural: str) -> Any:
-    from dra_driver.sandbox.resources import RESOURCE_TYPES
+    from hami_dra_dev.sandbox.resources import RESOURCE_TYPES
 
     return next(r for r in RESOURCE_TYPES if r.plural == plural)
 

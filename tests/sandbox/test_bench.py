@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.sandbox.helpers import claim_obj, slice_obj
 
 pytestmark = pytest.mark.bench

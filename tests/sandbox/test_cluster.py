@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.claimcontroller import BUILTIN_FINALIZER, POD_CLAIM_NAME
-from dra_driver.sandbox.cluster import NodeContext, SandboxCluster
+from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.sandbox.claimcontroller import BUILTIN_FINALIZER, POD_CLAIM_NAME
+from hami_dra_dev.sandbox.cluster import NodeContext, SandboxCluster
 from tests import waiting
 from tests.sandbox.helpers import allocation, claim_obj, pod_obj
 

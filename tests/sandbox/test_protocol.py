@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.sandbox import SandboxServer
-from dra_driver.sandbox.api import WriteOptions
-from dra_driver.sandbox.resources import require
+from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.sandbox.api import WriteOptions
+from hami_dra_dev.sandbox.resources import require
 from tests.sandbox.helpers import claim_obj, pod_obj, slice_obj
 
 CLAIMS = require("resource.k8s.io", "v1", "resourceclaims")

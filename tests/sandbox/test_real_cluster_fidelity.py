@@ -12,9 +12,9 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from dra_driver.demo import manifests
-from dra_driver.sandbox import protobuf
-from dra_driver.sandbox.errors import ApiError
+from hami_dra_dev.demo import manifests
+from hami_dra_dev.sandbox import protobuf
+from hami_dra_dev.sandbox.errors import ApiError
 
 Kubectl = Callable[..., CompletedProcess[str]]
 

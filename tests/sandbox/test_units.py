@@ -6,11 +6,11 @@ from fractions import Fraction
 
 import pytest
 
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.fieldcheck import parse_quantity
-from dra_driver.sandbox.firstfit import format_quantity
-from dra_driver.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
-from dra_driver.sandbox.selectors import labels_match, node_selector_matches, parse_label_selector
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.fieldcheck import parse_quantity
+from hami_dra_dev.sandbox.firstfit import format_quantity
+from hami_dra_dev.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
+from hami_dra_dev.sandbox.selectors import labels_match, node_selector_matches, parse_label_selector
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,8 @@ from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, RE
 from dra_driver.quantity import MIB
 from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.resource.uses import claim_uses
-from dra_driver.sandbox import SandboxServer
 from dra_driver.simulate.scenario import load_scenario
+from hami_dra_dev.sandbox import SandboxServer
 from tests.api_objects import DRIVER, allocated_claim
 
 LAB = "gke-lab-node"

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from dra_driver.cli import main
 from dra_driver.quantity import GIB, MIB
-from dra_driver.sandbox import SandboxServer
+from hami_dra_dev.sandbox import SandboxServer
 from tests.sandbox_fixtures import kubectl_binary
 from tests.top.builders import lab_claims, lab_pods, lab_slices
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.certs import CertPair, make_self_signed
 from dra_driver.webhook.server import WebhookServer
 from dra_driver.webhook.tls import ReloadingCertificate
+from hami_dra_dev.sandbox.certs import CertPair, make_self_signed
 from tests.waiting import wait_for
 from tests.webhook.test_webhook import FakeLookup
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cluster.pki import ClusterPki, KeyPair
 from dra_driver.webhook.clientauth import ClientAuth, certificate_names
 from dra_driver.webhook.server import ReloadingCertificate, WebhookServer
+from hami_dra_dev.cluster.pki import ClusterPki, KeyPair
 from tests.webhook.test_hami_resources import seed_pod
 from tests.webhook.test_optin import RecordingApi
 

@@ -10,10 +10,10 @@ import pytest
 
 from dra_driver.kube.api import DEVICE_CLASSES, RESOURCE_CLAIMS, Kube, Resource
 from dra_driver.kube.errors import KubeError
-from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook import GATE_NAME
 from dra_driver.webhook.admission import mutate_pod
 from dra_driver.webhook.lookup import KubeLookup
+from hami_dra_dev.sandbox import SandboxServer
 from tests.sandbox_fixtures import sandbox  # noqa: F401
 
 DRIVER = "gpu.hami.io"

@@ -22,7 +22,6 @@ import pytest
 from dra_driver.controller.hami_templates import KubeNamespaces
 from dra_driver.kube.api import Kube, Resource
 from dra_driver.resource.refs import RequestRef
-from dra_driver.sandbox import SandboxServer
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL
 from dra_driver.webhook.optin import (
     NamespaceGate,
@@ -32,6 +31,7 @@ from dra_driver.webhook.optin import (
     selector_problems,
 )
 from dra_driver.webhook.server import WebhookServer, tls_context
+from hami_dra_dev.sandbox import SandboxServer
 from tests.sandbox_fixtures import sandbox  # noqa: F401
 from tests.webhook.test_hami_resources import seed_pod
 
