@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check dra_driver tests hack
 	$(PY) -m mypy dra_driver
 	$(PY) -m mypy --strict hack/gpu_check.py
+	$(PY) -m mypy --strict --explicit-package-bases hack/release
 
 tools:
 	bash hack/install-test-tools.sh

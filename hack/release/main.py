@@ -48,8 +48,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--registry", default=registry.DEFAULT_REGISTRY, help="host[:port][/path]")
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="artifacts go to OUT/<version>/")
-    parser.add_argument("--image-archive", type=Path, default=None,
-                        help="default: ~/.cache/hami-dra/image/hami-dra-<version>.oci.tar (make image)")  # fmt: skip
+    archive = "~/.cache/hami-dra/image/hami-dra-<version>.oci.tar (make image)"
+    parser.add_argument("--image-archive", type=Path, default=None, help=f"default: {archive}")
     parser.add_argument("--helm", default=str(REPO / ".tools" / "bin" / "helm"))
     parser.add_argument("--ca-file", type=Path, default=None, help="CA certificate of a private registry")
     parser.add_argument("--plain-http", action="store_true", help="a registry without TLS")
