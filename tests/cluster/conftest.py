@@ -130,7 +130,11 @@ def driver(
             from tests.cluster.registry import RegistryDriver
 
             root = tmp_path_factory.mktemp("release")
-            started = RegistryDriver(real_cluster, helm, root)
+            try:
+                started = RegistryDriver(real_cluster, helm, root)
+            except FileNotFoundError as err:  # docker-registry not installed (hack/install.d/registry.sh)
+                _unavailable(str(err))
+                raise
         else:
             started = ChartDriver(real_cluster, helm)
     real_cluster.driver = started
