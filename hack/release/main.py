@@ -12,6 +12,7 @@ Versions are checked first and the registry's reachability before anything is bu
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -26,9 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:
-    from dra_driver.cluster.binaries import cache_dir as hami_cache
-
-    return hami_cache()
+    """Where hack/image/build.sh keeps its podman storage and the archive (``image/``)."""
+    return Path(os.environ.get("HAMI_DRA_CACHE") or Path.home() / ".cache" / "hami-dra")
 
 
 @dataclass
