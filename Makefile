@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
 
-.PHONY: venv tools demo demo-cluster image mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster bench-scale gpu-check clean
+.PHONY: venv tools demo demo-cluster image release mutation test test-lowest test-cluster chaos cluster-build lint typecheck bench bench-cluster bench-scale gpu-check clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check dra_driver dev tests hack
 	$(PY) -m mypy dra_driver dev/hami_dra_dev
 	$(PY) -m mypy --strict hack/gpu_check.py
+	$(PY) -m mypy --strict --explicit-package-bases hack/release
 
 tools:
 	bash hack/install-test-tools.sh
@@ -113,6 +114,27 @@ bench-scale: $(STAMP)
 image:
 	bash hack/install.d/podman.sh
 	bash hack/image/build.sh
+
+# Versioned release artifacts in dist/<version>/ (hack/release/main.py): the image as an OCI archive,
+# the chart (its image.repository stamped <REGISTRY>/hami-dra), the wheel and sdist, the version's
+# CHANGELOG section and SHA256SUMS; then pushes <REGISTRY>/hami-dra:<version> and the chart to
+# oci://<REGISTRY>/charts. VERSION defaults to pyproject.toml's and must match Chart.yaml, the package
+# and CHANGELOG.md (checked first, before the image is built). Log in with `podman login` and
+# `helm registry login`; CA_FILE=<ca.crt> for a private CA, PLAIN_HTTP=1 without TLS, PUSH=0 to only
+# build. A tag v<version> runs it in CI (.github/workflows/release.yml).
+VERSION  ?=
+REGISTRY ?= ghcr.io/hami-dra
+PUSH     ?= 1
+CA_FILE  ?=
+PLAIN_HTTP ?= 0
+RELEASE_ARGS = --registry $(REGISTRY) $(if $(VERSION),--version $(VERSION)) $(if $(filter 0,$(PUSH)),--no-push) \
+	$(if $(CA_FILE),--ca-file $(CA_FILE)) $(if $(filter 1,$(PLAIN_HTTP)),--plain-http)
+release: $(STAMP)
+	$(PY) -m hack.release --check $(RELEASE_ARGS)
+	bash hack/install.d/helm.sh
+	bash hack/install.d/podman.sh
+	bash hack/image/build.sh
+	$(PY) -m hack.release $(RELEASE_ARGS)
 
 # Mutation testing of the engine, the node's checkpoint and prepare path, the controller's pieces
 # and the resource views (config: [tool.mutmut] in pyproject.toml: covered lines only, log

@@ -206,10 +206,11 @@ def test_the_installer_runs_on_the_plugins_nodes(render: Render, plugin: dict[st
 @pytest.mark.parametrize(
     ("registry", "hami", "driver"),
     [
-        ("", "docker.io/projecthami/hami:v2.10.0", "hami-dra:0.1.0"),
-        ("mirror.internal", "mirror.internal/projecthami/hami:v2.10.0", "mirror.internal/hami-dra:0.1.0"),
+        ("", "docker.io/projecthami/hami:v2.10.0", "ghcr.io/hami-dra/hami-dra:0.1.0"),
+        ("mirror.internal", "mirror.internal/projecthami/hami:v2.10.0",
+         "mirror.internal/hami-dra/hami-dra:0.1.0"),
         ("mirror.internal:5000/hub/", "mirror.internal:5000/hub/projecthami/hami:v2.10.0",
-         "mirror.internal:5000/hub/hami-dra:0.1.0"),
+         "mirror.internal:5000/hub/hami-dra/hami-dra:0.1.0"),
     ],
     ids=["own-registries", "mirror", "mirror-with-port-and-path"],
 )  # fmt: skip

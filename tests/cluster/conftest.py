@@ -99,7 +99,9 @@ def real_cluster() -> Iterator[RealCluster]:
 
 
 @pytest.fixture(scope="session", params=["host", "chart"])
-def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterator[DriverUnderTest]:
+def driver(
+    request: pytest.FixtureRequest, real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DriverUnderTest]:
     """The driver as host processes, then as the chart installs it (pytest groups the tests by
     this parameter, so each way is set up once). A test module that is about the chart alone
     parametrizes it to ``["chart"]`` indirectly and shares the same install."""
@@ -123,7 +125,18 @@ def driver(request: pytest.FixtureRequest, real_cluster: RealCluster) -> Iterato
         if helm is None:
             _unavailable(f"helm is not installed and hack/install.d/helm.sh could not install it: {why}")
         assert helm is not None
-        started = ChartDriver(real_cluster, helm)
+        if request.param == "registry":
+            # The chart and image `make release` pushed to a local registry, installed from it.
+            from tests.cluster.registry import RegistryDriver
+
+            root = tmp_path_factory.mktemp("release")
+            try:
+                started = RegistryDriver(real_cluster, helm, root)
+            except FileNotFoundError as err:  # docker-registry not installed (hack/install.d/registry.sh)
+                _unavailable(str(err))
+                raise
+        else:
+            started = ChartDriver(real_cluster, helm)
     real_cluster.driver = started
     try:
         yield started

@@ -130,8 +130,12 @@ class ChartDriver:
             args += ["--set", f"kubeletPlugin.kubeletRootDir={kubelet_root}"]
         return args
 
+    def chart_source(self) -> list[str]:
+        """The chart helm installs: the checkout's; a released one names its registry and version."""
+        return [str(CHART)]
+
     def install(self) -> None:
-        self.run_helm("install", RELEASE, str(CHART), "-n", CHART_NAMESPACE, "--create-namespace",
+        self.run_helm("install", RELEASE, *self.chart_source(), "-n", CHART_NAMESPACE, "--create-namespace",
                       *self.values_args(), "--wait", "--timeout", "240s")  # fmt: skip
         self.installed = True
         wait_for(lambda: slice_published(self.cluster), 60, "the chart's kubelet plugin publishing its slice")
@@ -142,8 +146,8 @@ class ChartDriver:
         is meant never to become ready (an image that cannot be pulled), which ``--wait`` awaits."""
         sets = [arg for value in set_values for arg in ("--set", value)]
         waiting = ["--wait", "--timeout", "240s"] if wait else []
-        self.run_helm("upgrade", RELEASE, str(CHART), "-n", CHART_NAMESPACE, *self.values_args(), *sets,
-                      *waiting)  # fmt: skip
+        self.run_helm("upgrade", RELEASE, *self.chart_source(), "-n", CHART_NAMESPACE, *self.values_args(),
+                      *sets, *waiting)  # fmt: skip
 
     def uninstall(self) -> None:
         if self.installed:

@@ -72,6 +72,7 @@ def test_containerd_config_enables_cdi_in_the_runtime_dirs(tmp_path: Path) -> No
     text = configs.containerd_config(toolchain, Layout(tmp_path), Path("/usr/sbin/runc")).read_text()
     assert "enable_cdi = true" in text and json.dumps([str(d) for d in CDI_DIRS]) in text
     assert "restrict_oom_score_adj = true" in text and 'BinaryName = "/usr/sbin/runc"' in text
+    assert f'config_path = "{Layout(tmp_path).registry_hosts_dir}"' in text
 
 
 def test_a_zombie_counts_as_exited() -> None:

@@ -32,7 +32,10 @@ RUN: dict[str, Runner] = {
     "hami-dra simulate ": "here",
     "hami-dra discover --source simulated ": "here",
     "helm install hami-dra charts/hami-dra ": "helm",
-    "helm upgrade hami-dra charts/hami-dra ": "helm",
+    # The released chart: rendered from the checkout's (test_docs.helm_template_args); installed
+    # from a registry on the real cluster by tests/cluster/test_registry_install.py.
+    "helm install hami-dra oci://ghcr.io/hami-dra/charts/hami-dra ": "helm",
+    "helm upgrade hami-dra oci://ghcr.io/hami-dra/charts/hami-dra ": "helm",
     "kubectl get resourceslices": "lab",
     "kubectl get deviceclasses": "lab",
     "kubectl get resourceclaims ": "lab",
@@ -72,6 +75,7 @@ TESTED: dict[str, str] = {
     "make demo": "tests/demo/test_demo.py::test_cli_subprocess_exits_0_and_leaves_no_temp_files",
     "make chaos": "tests/cluster/test_faults.py::test_faults_lose_nothing_and_allocate_nothing_twice",
     "make image": "tests/cluster/test_helm_install.py::test_every_component_runs_as_the_chart_installs_it",
+    "make release ": "tests/release/test_artifacts.py::test_every_artifact_is_there_named_with_the_version",
     "make gpu-check": "tests/devices/test_gpu_check.py::test_gpu_check_passes_against_the_mock",
     "hami-dra sandbox ": "tests/sandbox/test_command.py::test_up_status_down",
     "hami-dra simulate --from-cluster --claims ": (

@@ -262,15 +262,21 @@ def test_runs_here(
     assert want is None or want in out, f"{command.where}: {command.text}: {want!r} not in\n{out}"
 
 
+#: The released chart (make release pushes it) is the checkout's with the same image default.
+RELEASED_CHART = "oci://ghcr.io/hami-dra/charts/hami-dra"
+
+
 def helm_template_args(words: list[str]) -> list[str]:
-    """``helm install|upgrade NAME CHART flags`` as ``helm template`` arguments."""
+    """``helm install|upgrade NAME CHART flags`` as ``helm template`` arguments; the released
+    chart is rendered from the checkout (no registry here), without its ``--version``."""
     assert words[0] == "helm" and words[1] in {"install", "upgrade"}, words
-    args = ["template", *words[2:4]]
+    chart = "charts/hami-dra" if words[3] == RELEASED_CHART else words[3]
+    args = ["template", words[2], chart]
     rest = iter(words[4:])
     for word in rest:
         if word in {"--wait", "--atomic", "--reuse-values", "--install"}:
             continue
-        if word == "--timeout":
+        if word == "--timeout" or (word == "--version" and chart != words[3]):
             next(rest)
             continue
         args.append(word)

@@ -254,7 +254,8 @@ def scheduler_args(tools: Toolchain, layout: Layout, kubeconfig_path: Path) -> l
 
 
 def containerd_config(tools: Toolchain, layout: Layout, runc: Path) -> Path:
-    """containerd 2.x (config version 3): CRI with CDI on, runc, our CNI dirs, the local pause image."""
+    """containerd 2.x (config version 3): CRI with CDI on, runc, our CNI dirs, the local pause image,
+    and a registry hosts directory (a test's own registry and CA, tests/cluster/registry.py)."""
     images = 'plugins."io.containerd.cri.v1.images"'
     runtime = 'plugins."io.containerd.cri.v1.runtime"'
     text = f"""version = 3
@@ -272,6 +273,9 @@ state = "{layout.containerd_state}"
 
 [{images}.pinned_images]
   sandbox = "{PAUSE_IMAGE}"
+
+[{images}.registry]
+  config_path = "{layout.registry_hosts_dir}"
 
 [{runtime}]
   # These VMs do not let even root lower oom_score_adj, so runc would fail on the pods' -998.

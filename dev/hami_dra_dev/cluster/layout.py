@@ -81,6 +81,12 @@ class Layout:
         return self.root / "containerd" / "config.toml"
 
     @property
+    def registry_hosts_dir(self) -> Path:
+        """containerd's ``config_path``: ``<host:port>/hosts.toml`` here says how to reach a registry
+        (its CA, plain HTTP); read at each pull, so a registry can be added to a running cluster."""
+        return self.root / "containerd" / "certs.d"
+
+    @property
     def cni_conf_dir(self) -> Path:
         return self.root / "cni" / "net.d"
 

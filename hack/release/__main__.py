@@ -1,0 +1,5 @@
+"""``python -m hack.release``: what `make release` runs (see main.py)."""
+
+from hack.release.main import main
+
+raise SystemExit(main())
