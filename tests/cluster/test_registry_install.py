@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from dra_driver.demo import manifests
+from hami_dra_dev.demo import manifests
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DriverUnderTest, slice_published
 from tests.cluster.registry import RELEASE_PATH, RegistryDriver

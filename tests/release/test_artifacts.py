@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from dra_driver import __version__
-from dra_driver.cluster.images import write_oci_archive
 from hack.release import chart, checksums, main, registry
+from hami_dra_dev.cluster.images import write_oci_archive
 from tests.chart.helpers import CHART, container, find_or_install_helm, run_helm
 
 pytestmark = pytest.mark.slow

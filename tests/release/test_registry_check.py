@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.certs import CertPair, make_self_signed
 from hack.release import main, registry
 from hack.release.errors import ReleaseError
+from hami_dra_dev.sandbox.certs import CertPair, make_self_signed
 
 
 class _V2(http.server.BaseHTTPRequestHandler):
