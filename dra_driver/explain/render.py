@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dra_driver.explain.report import FIXES, Explanation
 
-
 #: Nodes named per reason in the one-line summary of refused nodes (the rest are counted).
 NODES_NAMED = 8
 
