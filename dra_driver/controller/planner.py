@@ -75,6 +75,13 @@ class PlanInput:
 
 
 @dataclass(frozen=True, slots=True)
+class _NoFit:
+    """Why a request (or one of its alternatives) fits nowhere it may go."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Asked:
     """One request of one claim being placed: the claim's plan it adds to, and what the request's
     alternatives are read against (the nodes left to it, its claim's config and budget, the pod's
@@ -117,20 +124,19 @@ class Planner:
         only, when set): a node where a later request does not fit is excluded and the pod is
         planned again on the others; a wrong claim (CEL error, invalid config) ends the plan."""
         candidates = allowed_nodes if pinned_node is None else allowed_nodes & {pinned_node}
-        if pinned_node is not None and not candidates:
+        if not candidates:
+            if pinned_node is None:
+                return PodPlan(None, [], reason="no node can run the pod")
             return PodPlan(
                 None, [], reason=f"claims already allocated on node {pinned_node}, where the pod cannot run"
             )
         excluded: set[str] = set()
-        last_reason = "no node can run the pod" if not candidates else None
-        plan = PodPlan(None, [])
-        while candidates - excluded:
+        while True:
             plan = PodPlan(None, [ClaimPlan(item.claim) for item in inputs])
+            left = frozenset(candidates - excluded)
             try:
                 with self.ledger.trial() as trial:
-                    node, reason = self._try(
-                        plan, inputs, frozenset(candidates - excluded), pod.annotations, trial
-                    )
+                    node, reason = self._try(plan, inputs, left, pod.annotations, trial)
             except (RequestError, ConfigError) as err:
                 # The claim itself is wrong (CEL error, invalid config): no other node would help.
                 plan.claims, plan.reason = [], str(err)
@@ -138,12 +144,11 @@ class Planner:
             if reason is None:
                 plan.node = node
                 return plan
-            last_reason = reason
-            if node is None:
-                break  # the first request fits on no allowed node: nothing else to try
+            if node is None or left == {node}:
+                # The first request fits on no node left, or a later one not on the last node.
+                plan.claims, plan.reason = [], reason
+                return plan
             excluded.add(node)
-        plan.claims, plan.node, plan.reason = [], None, last_reason
-        return plan
 
     def _try(
         self,
@@ -162,9 +167,9 @@ class Planner:
             for request in item.requests:
                 allowed = candidates if node is None else frozenset({node})
                 asked = _Asked(claim_plan, subject, allowed, annotations, budget)
-                placed, reason = self._place_request(plan, request, asked, trial)
-                if placed is None:
-                    return node, f"{subject} request {request.name}: {reason}"
+                placed = self._place_request(plan, request, asked, trial)
+                if isinstance(placed, _NoFit):
+                    return node, f"{subject} request {request.name}: {placed.reason}"
                 node = placed
             problem = self._constraint_problem(item.claim, claim_plan)
             if problem is not None:
@@ -202,25 +207,25 @@ class Planner:
 
     def _place_request(
         self, plan: PodPlan, request: ClaimRequest, asked: _Asked, trial: Trial
-    ) -> tuple[str | None, str]:
-        """Place the first of the request's alternatives that fits: (its node, "") or (None, why
-        none did, each alternative's reason)."""
+    ) -> str | _NoFit:
+        """Place the first of the request's alternatives that fits: its node, or why none did
+        (each alternative's reason)."""
         reasons = []
         for spec in request.alternatives:
-            node, reason = self._place_alternative(plan, spec, asked, trial)
-            if node is not None:
-                return node, ""
-            reasons.append(reason)
-        return None, "; ".join(reasons) if len(reasons) > 1 else (reasons[0] if reasons else "does not fit")
+            placed = self._place_alternative(plan, spec, asked, trial)
+            if not isinstance(placed, _NoFit):
+                return placed
+            reasons.append(placed.reason)
+        return _NoFit("; ".join(reasons) or "does not fit")
 
     def _place_alternative(
         self, plan: PodPlan, spec: RequestSpec, asked: _Asked, trial: Trial
-    ) -> tuple[str | None, str]:
+    ) -> str | _NoFit:
         """One alternative: its class, the devices its selectors accept on the allowed nodes, its
         config, then the engine's choice (or the first devices, for admin access)."""
         device_class = self.device_class(spec.class_name)
         if device_class is None:
-            return None, f"DeviceClass {spec.class_name} not found"
+            return _NoFit(f"DeviceClass {spec.class_name} not found")
         ledger = self.ledger
         eligible = self.matcher.eligible(
             spec,
@@ -233,16 +238,15 @@ class Planner:
         )
         nodes = asked.allowed & eligible.nodes
         if not nodes:
-            return None, _no_device_reason(spec, eligible, asked.allowed)
+            return _NoFit(_no_device_reason(spec, eligible, asked.allowed))
         resolved = self._resolve(plan, spec, device_class, asked)
         if spec.admin_access:
-            return self._place_admin(spec, eligible, nodes, asked.claim_plan)
+            return _place_admin(spec, eligible, nodes, asked.claim_plan)
         decision = self._decide(spec, eligible, nodes, resolved)
-        plan.decisions.append(
-            PlanDecision(f"{asked.subject} request {spec.name}", decision, resolved.describe())
-        )
+        subject = f"{asked.subject} request {spec.name}"
+        plan.decisions.append(PlanDecision(subject, decision, resolved.describe()))
         if decision.placement is None:
-            return None, decision.reason or "does not fit"
+            return _NoFit(decision.reason or "does not fit")
         placement = decision.placement
         trial.allocate(placement)
         inventory = self.ledger.inventory[placement.node]
@@ -251,7 +255,7 @@ class Planner:
             asked.claim_plan.results.append(
                 ResultPlan(spec.name, device.id, placement.node, share, False, spec.tolerations)
             )
-        return placement.node, ""
+        return placement.node
 
     def _resolve(
         self, plan: PodPlan, spec: RequestSpec, device_class: DeviceClassView, asked: _Asked
@@ -277,46 +281,18 @@ class Planner:
         plan.warnings.extend(f"{asked.subject}: {ignored}" for ignored in resolved.ignored_annotations)
         return resolved
 
-    @staticmethod
-    def _place_admin(
-        spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], claim_plan: ClaimPlan
-    ) -> tuple[str | None, str]:
-        """Admin access takes no capacity: the first node with enough matching devices, those
-        devices (every one of them for allocationMode All)."""
-        for node in sorted(nodes):
-            devices = list(eligible.per_node.get(node, ()))
-            if spec.all_devices and devices:
-                chosen = devices
-            elif len(devices) >= spec.count:
-                chosen = devices[: spec.count]
-            else:
-                continue
-            for device in chosen:
-                claim_plan.results.append(
-                    ResultPlan(
-                        spec.name,
-                        device.id,
-                        node,
-                        DeviceShare(device.card.index, 0, 0, 0),
-                        True,
-                        spec.tolerations,
-                    )
-                )
-            return node, ""
-        return None, f"not enough devices for admin access request {spec.name}"
-
     def _decide(
         self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: ResolvedConfig
     ) -> Decision:
         """The engine's decision on ``nodes``; for allocationMode All, on the first node (by name)
         where every matching device fits."""
         if not spec.all_devices:
-            return place(self.ledger.state, _placement_request(spec, eligible, resolved, spec.count, nodes))
+            return place(self.ledger.state, placement_request(spec, eligible, resolved, spec.count, nodes))
         decision: Decision | None = None
         for node in sorted(nodes):  # allocationMode All: every matching device of one node
             count = len(eligible.per_node.get(node, ()))
             decision = place(
-                self.ledger.state, _placement_request(spec, eligible, resolved, count, frozenset({node}))
+                self.ledger.state, placement_request(spec, eligible, resolved, count, frozenset({node}))
             )
             if decision.placement is not None:
                 return decision
@@ -324,7 +300,24 @@ class Planner:
         return decision
 
 
-def _placement_request(
+def _place_admin(
+    spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], claim_plan: ClaimPlan
+) -> str | _NoFit:
+    """Admin access takes no capacity: the first node (by name) with enough matching devices,
+    those devices (every one of them for allocationMode All)."""
+    for node in sorted(nodes):
+        devices = eligible.per_node.get(node, ())
+        chosen = devices if spec.all_devices else devices[: spec.count]
+        if not chosen or (len(chosen) < spec.count and not spec.all_devices):
+            continue
+        for device in chosen:
+            share = DeviceShare(device.card.index, 0, 0, 0)
+            claim_plan.results.append(ResultPlan(spec.name, device.id, node, share, True, spec.tolerations))
+        return node
+    return _NoFit(f"not enough devices for admin access request {spec.name}")
+
+
+def placement_request(
     spec: RequestSpec, eligible: Eligible, resolved: ResolvedConfig, count: int, allowed: frozenset[str]
 ) -> PlacementRequest:
     """The engine's request for ``count`` devices of ``spec`` on ``allowed`` with ``resolved``."""
