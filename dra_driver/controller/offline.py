@@ -68,12 +68,10 @@ _FEEDS: tuple[tuple[str, Callable[[ClusterObjects], list[ObjView]], Callable[[Ob
 )
 
 
-def cache_from(
-    objects: ClusterObjects, driver: str, metrics: ControllerMetrics | None = None
-) -> ClusterCache:
+def cache_from(objects: ClusterObjects, driver: str) -> ClusterCache:
     """The controller's cache once its informers have listed ``objects``: each one an add event,
     then the slices read into the inventory as the worker reads them after a slice event."""
-    cache = ClusterCache(driver, metrics or ControllerMetrics())
+    cache = ClusterCache(driver, ControllerMetrics())
     fed_slices: list[Obj] = []
     for kind, of, transform in _FEEDS:
         for obj in of(objects):
@@ -87,14 +85,9 @@ def cache_from(
 
 
 def allocator_for(
-    objects: ClusterObjects,
-    driver: str,
-    defaults: ControllerDefaults | None = None,
-    *,
-    policy_taint: str | None = None,
+    objects: ClusterObjects, driver: str, defaults: ControllerDefaults | None = None
 ) -> Allocator:
     """The controller's allocator over ``cache_from(objects)``: ``allocate(pod)`` is what the
-    controller would decide for the pod on those objects."""
-    metrics = ControllerMetrics()
-    cache = cache_from(objects, driver, metrics)
-    return Allocator(cache, defaults or ControllerDefaults(), metrics, policy_taint=policy_taint)
+    controller would decide for the pod on those objects (its metrics go nowhere)."""
+    cache = cache_from(objects, driver)
+    return Allocator(cache, defaults or ControllerDefaults(), cache.quotas.metrics)

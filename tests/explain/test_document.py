@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dra_driver.controller.decision_record import CardRecord, RequestRecord
 from dra_driver.explain.render import render
 from dra_driver.explain.report import ClaimLine, Explanation
 from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS
@@ -134,3 +135,37 @@ def test_a_pod_placed_without_a_record_is_allocated_or_not_ours() -> None:
     assert mine.note == "no decision record: placed by another scheduler or an older controller"
     other = explained(cluster, "theirs")
     assert (other.state, [line.devices for line in other.claims]) == ("not ours", [()])
+
+
+def test_a_request_that_fits_nowhere_and_its_fixes_in_the_wide_text() -> None:
+    explanation = Explanation("default/p", "pending", [ClaimLine("gpu", "p", ("a/gpu-0", "a/gpu-1"))])
+    cards = (
+        CardRecord("a/gpu-0", 1.5, False, "CardInsufficientMemory"),
+        CardRecord("a/gpu-1", 0.25, False, "SomethingNew"),
+    )
+    explanation.requests = [
+        RequestRecord("claim default/p request gpu", "policy=x", None, (), cards, omitted=3)
+    ]
+    explanation.reasons = {"CardInsufficientMemory": 1, "SomethingNew": 1}
+    memory_fix = "less memory requested, or tenants free memory on the card"
+    assert render(explanation, wide=True).splitlines() == [
+        "Pod default/p: pending",
+        "  claim gpu -> p: a/gpu-0, a/gpu-1",
+        "  evaluated now against the cluster (the controller re-plans it the same way)",
+        "  claim default/p request gpu",
+        "    config: policy=x",
+        "    chosen: none",
+        "    CARD                                  SCORE  RESULT                  FIX",
+        f"    a/gpu-0                              1.5000  CardInsufficientMemory  {memory_fix}",
+        "    a/gpu-1                              0.2500  SomethingNew            -",
+        "    ... 3 more cards",
+        "  what would make it fit:",
+        f"    1 card(s) CardInsufficientMemory: {memory_fix}",
+        "    1 card(s) SomethingNew: -",
+    ]
+    eight = {f"n{i}": "TaintToleration" for i in range(8)}
+    explanation.nodes_refused = eight
+    assert (
+        "  nodes the pod cannot run on: 8 TaintToleration (n0, n1, n2, n3, n4, n5, n6, n7)"
+        in render(explanation).splitlines()
+    )
