@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.controller.decision_record import CardRecord, RequestRecord
+from dra_driver.explain.events import PodEvent
 from dra_driver.explain.render import render
 from dra_driver.explain.report import ClaimLine, Explanation
 from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS
@@ -169,3 +170,17 @@ def test_a_request_that_fits_nowhere_and_its_fixes_in_the_wide_text() -> None:
         "  nodes the pod cannot run on: 8 TaintToleration (n0, n1, n2, n3, n4, n5, n6, n7)"
         in render(explanation).splitlines()
     )
+
+
+def test_the_pods_warnings_are_listed_newest_last_with_their_count_and_source() -> None:
+    explanation = Explanation("default/p", "allocated", [ClaimLine("gpu", "p", ("a/gpu-0",))])
+    explanation.events = [
+        PodEvent("Failed", "once", "", 1, "2026-12-06T10:00:00Z", ""),
+        PodEvent("BackOff", "again", "kubelet", 2, "2026-12-06T10:00:09Z", "look at the container's log"),
+    ]
+    assert render(explanation).splitlines()[2:] == [
+        "  warnings on the pod (newest last):",
+        "    2026-12-06T10:00:00Z Failed (-): once",
+        "    2026-12-06T10:00:09Z BackOff x2 (kubelet): again",
+        "      what to do: look at the container's log",
+    ]
