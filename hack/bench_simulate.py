@@ -35,12 +35,13 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import main as cli_main
+from dra_driver.controller.offline import ClusterObjects
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.simulate.render import result_to_json
 from dra_driver.simulate.run import run_scenario
 from dra_driver.simulate.scenario import load_scenario
-from dra_driver.simulate.snapshot import ClusterObjects, take_snapshot
+from dra_driver.simulate.snapshot import take_snapshot
 
 NAMESPACES = ("team-a", "team-b", "team-c", "team-d")
 CHAINS = ("spread", "binpack,numa", "mutex,binpack")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from dra_driver.controller.hami_annotation import ANNOTATION as HAMI_ALLOCATED_A
 from dra_driver.controller.hami_annotation import encode_devices_allocated
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.nodefit import NodeFitIndex, node_fit_problem
-from dra_driver.controller.planner import PlanInput, Planner, PodPlan
+from dra_driver.controller.planner import PlanDecision, PlanInput, Planner, PodPlan
 from dra_driver.controller.reasons import Reason
 from dra_driver.engine import Decision, GpuCard
 from dra_driver.resource.objects import ClaimView, PodView
@@ -40,6 +40,10 @@ from dra_driver.resource.uses import Use, uses_of
 log = logging.getLogger("dra_driver.controller")
 #: The pending reason of a pod that fits no node's free capacity (the others: quota, config, ...).
 UNSCHEDULABLE = Reason.UNSCHEDULABLE
+#: ``fit_problem`` of a node that publishes devices but has no Node object (yet, or any more).
+NODE_NOT_FOUND = "NodeNotFound"
+#: ``fit_problem`` of a node without a complete pool of our devices.
+NO_DEVICES = "NoDevices"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,9 @@ class Unschedulable:
     quiet: bool = False
     #: Warnings about the pod's input (an unknown policy name), each reported once as an event.
     warnings: tuple[str, ...] = ()
+    #: The planner's decisions, card by card, when it got that far (a quota refusal comes after
+    #: a placement was found; a pod that fits no node has none).
+    decisions: tuple[PlanDecision, ...] = ()
 
 
 @dataclass(slots=True)
@@ -93,9 +100,21 @@ class Placed:
     annotations: dict[str, str] = field(default_factory=dict)
     #: Warnings about the pod's input (an unknown policy name), each reported once as an event.
     warnings: tuple[str, ...] = ()
+    #: The planner's decisions, card by card (recorded on the pod in ``annotations`` too).
+    decisions: tuple[PlanDecision, ...] = ()
 
 
 AllocateOutcome = NotCandidate | WaitingForClaim | ClaimBusy | Unschedulable | Placed
+
+
+@dataclass(slots=True)
+class _ClaimsRead:
+    """A pod's claims as the planner takes them: the unallocated ones' requests of our classes,
+    each claim's request -> class (for its allocation), and the node its allocated claims pin."""
+
+    inputs: list[PlanInput] = field(default_factory=list)
+    classes_of: dict[str, dict[str, str]] = field(default_factory=dict)
+    pinned_node: str | None = None
 
 
 def format_decision(
@@ -166,12 +185,20 @@ class Allocator:
         return frozenset(name for name in among if self._fits(pod, name))
 
     def _fits(self, pod: PodView, name: str) -> bool:
+        return self.fit_problem(pod, name) is None
+
+    def fit_problem(self, pod: PodView, name: str) -> str | None:
+        """Why the pod itself cannot run on node ``name`` (``node_fit_problem``'s reason, or
+        ``NoDevices``/``NodeNotFound`` for a node without devices of ours or without its Node
+        object), or None where it can."""
         cache = self.cache
         node = cache.nodes.get(name)
-        if node is None or name not in cache.ledger.inventory:
-            return False
+        if node is None:
+            return NODE_NOT_FOUND
+        if name not in cache.ledger.inventory:
+            return NO_DEVICES
         bound = cache.bound_requests().get(name, {}) if any(a > 0 for a in pod.requests.values()) else {}
-        return node_fit_problem(pod, node, bound) is None
+        return node_fit_problem(pod, node, bound)
 
     def _fit_position(self) -> tuple[int, ...]:
         return (self.cache.node_log.position, self.cache.ledger.inventory_log.position)
@@ -204,20 +231,65 @@ class Allocator:
         ``only_nodes``: plan on these nodes only, for a pod that did not fit anywhere and since
         then capacity was freed on just these nodes; if it still does not fit there, the outcome
         is a quiet ``Unschedulable`` (the pod keeps its last full explanation).
+
+        In order: the pod must be ours (``is_candidate``) with every claim there and none being
+        written; its claims are read into planner inputs (``_read_claims``); its containers must be
+        able to enforce its limited claims; the planner places it; its namespace's quotas must
+        take the placement. Every refusal says why, with the planner's decisions where there are
+        some (``hami-dra explain`` shows them card by card).
         """
         if not self.is_candidate(pod):
             return NotCandidate()
-        cache = self.cache
-        claims = cache.pod_claims(pod)
+        claims = self.cache.pod_claims(pod)
+        waiting = self._not_ready(claims)
+        if waiting is not None:
+            return waiting
+        read = self._read_claims(claims)
+        if isinstance(read, Unschedulable):
+            return read
+        facts = [claim_facts(name, c, pod.uid, self.cache.is_ours) for name, c in claims if c is not None]
+        conflict = limits_conflict(pod, facts)
+        if conflict is not None:
+            return Unschedulable(GPU_LIMITS_CONFLICT, conflict)
+        if not read.inputs:
+            return Placed(pod, [])
+        plan = self._plan(pod, read, only_nodes)
+        decisions = tuple(plan.decisions)
+        if plan.reason is not None or plan.node is None:
+            message = plan.reason or "does not fit"
+            if only_nodes is not None:
+                return Unschedulable(UNSCHEDULABLE, message, quiet=True, decisions=decisions)
+            self._log_plan(pod, plan)
+            return Unschedulable(UNSCHEDULABLE, message, warnings=tuple(plan.warnings), decisions=decisions)
+        self._log_plan(pod, plan)
+        writes = self._writes(plan, plan.node, read.classes_of)
+        charges = [self.cache.ledger.charge(use) for write in writes for use in write.uses]
+        breach = self.cache.quotas.check(pod.namespace, charges)
+        if breach is not None:
+            return Unschedulable(Reason.QUOTA_EXCEEDED, breach.message, decisions=decisions)
+        annotations = self._hami_annotations(pod, claims, writes, plan.node)
+        records = [request_record(s, d, c, self.cache.ledger.device_name) for s, d, c in decisions]
+        annotations[decision_annotation(self.driver)] = encode(records, rfc3339_now())
+        return Placed(pod, writes, annotations, tuple(plan.warnings), decisions)
+
+    def _not_ready(
+        self, claims: Sequence[tuple[str, ClaimView | None]]
+    ) -> WaitingForClaim | ClaimBusy | None:
+        """Why the pod's claims cannot be planned yet: one does not exist, or one (shared with
+        another pod) is being written; planning it again would replace that assumed use in the
+        ledger while the other write may still win."""
         if any(claim is None for _, claim in claims):
             return WaitingForClaim()
-        if any(claim is not None and cache.assumed.writing(claim.key) for _, claim in claims):
-            # A claim shared with another pod whose allocation is being written: planning it again
-            # would replace that assumed use in the ledger while the other write may still win.
+        if any(claim is not None and self.cache.assumed.writing(claim.key) for _, claim in claims):
             return ClaimBusy()
-        inputs: list[PlanInput] = []
+        return None
+
+    def _read_claims(self, claims: Sequence[tuple[str, ClaimView | None]]) -> _ClaimsRead | Unschedulable:
+        """The pod's unallocated claims as planner inputs, and the node its allocated ones pin;
+        or why a claim cannot be planned (a class missing, a bad request, another driver's
+        requests mixed in, allocated claims on different nodes)."""
+        read = _ClaimsRead()
         pinned: set[str] = set()
-        classes_of: dict[str, dict[str, str]] = {}
         seen: set[str] = set()
         for _, claim in claims:
             assert claim is not None
@@ -228,65 +300,62 @@ class Allocator:
                 if claim.pinned_node is not None:
                     pinned.add(claim.pinned_node)
                 continue
-            missing = sorted(set(claim.request_classes.values()) - set(cache.classes))
-            if missing:
-                # Keep the gate: once the class exists it may be ours, and an ungated pod would be
-                # allocated first-fit by kube-scheduler.
-                return Unschedulable(
-                    Reason.DEVICE_CLASS_NOT_FOUND,
-                    f"claim {claim.key}: DeviceClass {', '.join(missing)} not found",
-                )
-            try:
-                requests, foreign = claim_requests(claim, cache.is_ours)
-            except RequestError as err:
-                return Unschedulable(Reason.INVALID_REQUEST, f"claim {claim.key}: {err}")
-            if not requests:
-                continue
-            if foreign:
-                message = (
-                    f"claim {claim.key} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
-                    "put them in separate claims"
-                )
-                return Unschedulable(Reason.MIXED_CLAIM, message)
-            inputs.append(PlanInput(claim, requests))
-            classes_of[claim.key] = dict(claim.request_classes)
+            refusal = self._read_claim(claim, read)
+            if refusal is not None:
+                return refusal
         if len(pinned) > 1:
             return Unschedulable(
                 Reason.NODE_CONFLICT, f"claims are allocated on different nodes: {sorted(pinned)}"
             )
-        facts = [claim_facts(name, c, pod.uid, cache.is_ours) for name, c in claims if c is not None]
-        conflict = limits_conflict(pod, facts)
-        if conflict is not None:
-            return Unschedulable(GPU_LIMITS_CONFLICT, conflict)
-        if not inputs:
-            return Placed(pod, [])
+        read.pinned_node = next(iter(pinned), None)
+        return read
+
+    def _read_claim(self, claim: ClaimView, read: _ClaimsRead) -> Unschedulable | None:
+        """Add one unallocated claim's requests of our classes to ``read``, or say why not."""
+        missing = sorted(set(claim.request_classes.values()) - set(self.cache.classes))
+        if missing:
+            # Keep the gate: once the class exists it may be ours, and an ungated pod would be
+            # allocated first-fit by kube-scheduler.
+            return Unschedulable(
+                Reason.DEVICE_CLASS_NOT_FOUND,
+                f"claim {claim.key}: DeviceClass {', '.join(missing)} not found",
+            )
+        try:
+            requests, foreign = claim_requests(claim, self.cache.is_ours)
+        except RequestError as err:
+            return Unschedulable(Reason.INVALID_REQUEST, f"claim {claim.key}: {err}")
+        if not requests:
+            return None
+        if foreign:
+            message = (
+                f"claim {claim.key} mixes requests of other drivers ({', '.join(foreign)}) with ours; "
+                "put them in separate claims"
+            )
+            return Unschedulable(Reason.MIXED_CLAIM, message)
+        read.inputs.append(PlanInput(claim, requests))
+        read.classes_of[claim.key] = dict(claim.request_classes)
+        return None
+
+    def _plan(self, pod: PodView, read: _ClaimsRead, only_nodes: frozenset[str] | None) -> PodPlan:
         started = time.perf_counter()
-        plan = self.planner.plan(pod, inputs, self.allowed_nodes(pod, only_nodes), next(iter(pinned), None))
+        plan = self.planner.plan(pod, read.inputs, self.allowed_nodes(pod, only_nodes), read.pinned_node)
         self.metrics.latency.observe(time.perf_counter() - started)
-        if plan.reason is not None or plan.node is None:
-            message = plan.reason or "does not fit"
-            if only_nodes is not None:
-                return Unschedulable(UNSCHEDULABLE, message, quiet=True)
-            self._log_plan(pod, plan)
-            return Unschedulable(UNSCHEDULABLE, message, warnings=tuple(plan.warnings))
-        self._log_plan(pod, plan)
+        return plan
+
+    def _writes(
+        self, plan: PodPlan, node: str, classes_of: Mapping[str, Mapping[str, str]]
+    ) -> list[ClaimWrite]:
+        """Each planned claim's allocation and the uses it takes. The uses the ledger will count
+        once the informer shows the written claim are derived by the same function from the same
+        allocation: what is assumed is what gets written."""
         writes = []
         for claim_plan in plan.claims:
             claim = claim_plan.claim
-            allocation = build_allocation(claim_plan, plan.node, cache.classes.get, classes_of[claim.key])
-            # The uses the ledger will count once the informer shows the written claim, derived by
-            # the same function from the same allocation: what is assumed is what gets written.
+            allocation = build_allocation(claim_plan, node, self.cache.classes.get, classes_of[claim.key])
             results = allocation_results(allocation)
             uses = uses_of(results, self.driver, claim.namespace, claim.request_classes)
             writes.append(ClaimWrite(claim, allocation, results, uses))
-        charges = [cache.ledger.charge(use) for write in writes for use in write.uses]
-        breach = cache.quotas.check(pod.namespace, charges)
-        if breach is not None:
-            return Unschedulable(Reason.QUOTA_EXCEEDED, breach.message)
-        annotations = self._hami_annotations(pod, claims, writes, plan.node)
-        records = [request_record(s, d, c, cache.ledger.device_name) for s, d, c in plan.decisions]
-        annotations[decision_annotation(self.driver)] = encode(records, rfc3339_now())
-        return Placed(pod, writes, annotations, tuple(plan.warnings))
+        return writes
 
     def _log_plan(self, pod: PodView, plan: PodPlan) -> None:
         for subject, decision, config in plan.decisions:

@@ -15,15 +15,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NamedTuple
 
 from dra_driver.cel import CostBudget
 from dra_driver.config import ConfigError, ControllerDefaults, resolve_config
-from dra_driver.config.resolve import driver_configs
+from dra_driver.config.resolve import ResolvedConfig, driver_configs
 from dra_driver.contract import DeviceId
 from dra_driver.controller.eligibility import Eligible, Matcher
 from dra_driver.controller.ledger import Ledger, Trial
-from dra_driver.engine import Decision, DeviceShare, Placement, PlacementRequest, place
+from dra_driver.engine import Decision, DeviceShare, PlacementRequest, place
 from dra_driver.kube.api import ObjView
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import ClaimRequest, RequestError, RequestSpec
@@ -49,12 +49,20 @@ class ClaimPlan:
     results: list[ResultPlan] = field(default_factory=list)
 
 
+class PlanDecision(NamedTuple):
+    """The engine's decision for one request, with what it was about and the config it used."""
+
+    subject: str  # "claim NS/NAME request REQ"
+    decision: Decision
+    config: str  # ``ResolvedConfig.describe()``: the policies and where each came from
+
+
 @dataclass(slots=True)
 class PodPlan:
     node: str | None
     claims: list[ClaimPlan]
     reason: str | None = None  # why the pod cannot be placed (None: planned)
-    decisions: list[tuple[str, Decision, str]] = field(default_factory=list)  # (subject, decision, config)
+    decisions: list[PlanDecision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -64,6 +72,30 @@ class PlanInput:
 
     claim: ClaimView
     requests: list[ClaimRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class _NoFit:
+    """Why a request (or one of its alternatives) fits nowhere it may go."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """One request of one claim being placed: the claim's plan it adds to, and what the request's
+    alternatives are read against (the nodes left to it, its claim's config and budget, the pod's
+    annotations)."""
+
+    claim_plan: ClaimPlan
+    subject: str  # "claim NS/NAME"
+    allowed: frozenset[str]
+    annotations: Mapping[str, str]
+    budget: CostBudget  # what the claim's selectors may cost in this plan, all requests together
+
+    @property
+    def claim_config(self) -> Sequence[ObjView]:
+        return self.claim_plan.claim.config
 
 
 class Planner:
@@ -88,22 +120,23 @@ class Planner:
         allowed_nodes: frozenset[str],
         pinned_node: str | None,
     ) -> PodPlan:
-        annotations = pod.annotations
+        """Place every request of ``inputs`` on one node of ``allowed_nodes`` (``pinned_node``
+        only, when set): a node where a later request does not fit is excluded and the pod is
+        planned again on the others; a wrong claim (CEL error, invalid config) ends the plan."""
         candidates = allowed_nodes if pinned_node is None else allowed_nodes & {pinned_node}
-        if pinned_node is not None and not candidates:
+        if not candidates:
+            if pinned_node is None:
+                return PodPlan(None, [], reason="no node can run the pod")
             return PodPlan(
                 None, [], reason=f"claims already allocated on node {pinned_node}, where the pod cannot run"
             )
         excluded: set[str] = set()
-        last_reason = "no node can run the pod" if not candidates else None
-        plan = PodPlan(None, [])
-        while candidates - excluded:
+        while True:
             plan = PodPlan(None, [ClaimPlan(item.claim) for item in inputs])
+            left = frozenset(candidates - excluded)
             try:
                 with self.ledger.trial() as trial:
-                    node, reason = self._try(
-                        plan, inputs, frozenset(candidates - excluded), annotations, trial
-                    )
+                    node, reason = self._try(plan, inputs, left, pod.annotations, trial)
             except (RequestError, ConfigError) as err:
                 # The claim itself is wrong (CEL error, invalid config): no other node would help.
                 plan.claims, plan.reason = [], str(err)
@@ -111,12 +144,11 @@ class Planner:
             if reason is None:
                 plan.node = node
                 return plan
-            last_reason = reason
-            if node is None:
-                break  # the first request fits on no allowed node: nothing else to try
+            if node is None or left == {node}:
+                # The first request fits on no node left, or a later one not on the last node.
+                plan.claims, plan.reason = [], reason
+                return plan
             excluded.add(node)
-        plan.claims, plan.node, plan.reason = [], None, last_reason
-        return plan
 
     def _try(
         self,
@@ -126,18 +158,18 @@ class Planner:
         annotations: Mapping[str, str],
         trial: Trial,
     ) -> tuple[str | None, str | None]:
+        """One attempt on ``candidates``: (the node the first request chose, why the pod does not
+        fit there, or None when every request and constraint does)."""
         node: str | None = None
         for claim_plan, item in zip(plan.claims, inputs, strict=True):
             subject = f"claim {item.claim.key}"
-            claim_config = item.claim.config
-            budget = CostBudget()  # what this claim's selectors may cost in this plan, all requests
+            budget = CostBudget()
             for request in item.requests:
                 allowed = candidates if node is None else frozenset({node})
-                placed, reason = self._place_request(
-                    plan, claim_plan, request, subject, claim_config, annotations, allowed, trial, budget
-                )
-                if placed is None:
-                    return node, f"{subject} request {request.name}: {reason}"
+                asked = _Asked(claim_plan, subject, allowed, annotations, budget)
+                placed = self._place_request(plan, request, asked, trial)
+                if isinstance(placed, _NoFit):
+                    return node, f"{subject} request {request.name}: {placed.reason}"
                 node = placed
             problem = self._constraint_problem(item.claim, claim_plan)
             if problem is not None:
@@ -150,166 +182,175 @@ class Planner:
         The engine ranks by policy; a claim constraint (``matchAttribute``/``distinctAttribute``)
         is verified afterwards and a violation keeps the pod pending with a clear reason.
         """
-        constraints = claim.constraints
-        for position, constraint in enumerate(constraints):
-            names = set(constraint.get("requests") or ())
-            values = []
-            for result in claim_plan.results:
-                if names and result.request.split("/", 1)[0] not in names and result.request not in names:
-                    continue
-                device = self.ledger.device(result.device)
-                attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
-                values.append(None if device is None else device.attributes.get(str(attribute)))
-            if constraint.get("matchAttribute") and (None in values or len(set(values)) > 1):
+        for position, constraint in enumerate(claim.constraints):
+            if constraint is None:
+                continue
+            values = [
+                self._attribute(result.device, constraint.attribute)
+                for result in claim_plan.results
+                if constraint.covers(result.request)
+            ]
+            if constraint.distinct:
+                if len(set(values)) != len(values):
+                    repeated = constraint.attribute
+                    return f"constraint #{position}: the devices chosen by the policy repeat {repeated}"
+            elif None in values or len(set(values)) > 1:
                 return (
                     f"constraint #{position}: the devices chosen by the policy do not share "
-                    f"{constraint['matchAttribute']} ({values}); use numaBind or a selector instead"
+                    f"{constraint.attribute} ({values}); use numaBind or a selector instead"
                 )
-            if constraint.get("distinctAttribute") and len(set(values)) != len(values):
-                repeated = constraint["distinctAttribute"]
-                return f"constraint #{position}: the devices chosen by the policy repeat {repeated}"
         return None
 
+    def _attribute(self, device_id: DeviceId, attribute: str) -> object:
+        device = self.ledger.device(device_id)
+        return None if device is None else device.attributes.get(attribute)
+
     def _place_request(
-        self,
-        plan: PodPlan,
-        claim_plan: ClaimPlan,
-        request: ClaimRequest,
-        subject: str,
-        claim_config: Sequence[ObjView],
-        annotations: Mapping[str, str],
-        allowed: frozenset[str],
-        trial: Trial,
-        budget: CostBudget,
-    ) -> tuple[str | None, str]:
+        self, plan: PodPlan, request: ClaimRequest, asked: _Asked, trial: Trial
+    ) -> str | _NoFit:
+        """Place the first of the request's alternatives that fits: its node, or why none did
+        (each alternative's reason)."""
         reasons = []
         for spec in request.alternatives:
-            device_class = self.device_class(spec.class_name)
-            if device_class is None:
-                reasons.append(f"DeviceClass {spec.class_name} not found")
-                continue
-            ledger = self.ledger
-            eligible = self.matcher.eligible(
-                spec,
-                device_class,
-                subject,
-                ledger.inventory,
-                ledger.inventory_generation,
-                budget,
-                changed_since=ledger.inventory_log.since,
+            placed = self._place_alternative(plan, spec, asked, trial)
+            if not isinstance(placed, _NoFit):
+                return placed
+            reasons.append(placed.reason)
+        return _NoFit("; ".join(reasons) or "does not fit")
+
+    def _place_alternative(
+        self, plan: PodPlan, spec: RequestSpec, asked: _Asked, trial: Trial
+    ) -> str | _NoFit:
+        """One alternative: its class, the devices its selectors accept on the allowed nodes, its
+        config, then the engine's choice (or the first devices, for admin access)."""
+        device_class = self.device_class(spec.class_name)
+        if device_class is None:
+            return _NoFit(f"DeviceClass {spec.class_name} not found")
+        ledger = self.ledger
+        eligible = self.matcher.eligible(
+            spec,
+            device_class,
+            asked.subject,
+            ledger.inventory,
+            ledger.inventory_generation,
+            asked.budget,
+            changed_since=ledger.inventory_log.since,
+        )
+        nodes = asked.allowed & eligible.nodes
+        if not nodes:
+            return _NoFit(_no_device_reason(spec, eligible, asked.allowed))
+        resolved = self._resolve(plan, spec, device_class, asked)
+        if spec.admin_access:
+            return _place_admin(spec, eligible, nodes, asked.claim_plan)
+        decision = self._decide(spec, eligible, nodes, resolved)
+        subject = f"{asked.subject} request {spec.name}"
+        plan.decisions.append(PlanDecision(subject, decision, resolved.describe()))
+        if decision.placement is None:
+            return _NoFit(decision.reason or "does not fit")
+        placement = decision.placement
+        trial.allocate(placement)
+        inventory = self.ledger.inventory[placement.node]
+        for share in placement.devices:
+            device = inventory.device_at(share.index)
+            asked.claim_plan.results.append(
+                ResultPlan(spec.name, device.id, placement.node, share, False, spec.tolerations)
             )
-            nodes = allowed & eligible.nodes
-            if not nodes:
-                tainted = [
-                    f"{device} ({', '.join(keys)})"
-                    for device, keys in sorted(eligible.tainted.items())
-                    if device.partition("/")[0] in allowed
-                ]
-                reasons.append(
-                    f"no device of class {spec.class_name} matches the selectors (and tolerates the taints) "
-                    "on a node the pod can run on"
-                    + (f"; tainted: {', '.join(tainted[:8])}" if tainted else "")
-                )
-                continue
-            class_configs = driver_configs(
-                device_class.config,
-                driver=self.driver,
-                request=None,
-                where=f"DeviceClass {spec.class_name}",
+        return placement.node
+
+    def _resolve(
+        self, plan: PodPlan, spec: RequestSpec, device_class: DeviceClassView, asked: _Asked
+    ) -> ResolvedConfig:
+        """The request's config from its class, its claim and the pod's annotations; what was
+        ignored in them becomes a warning on the plan."""
+        class_configs = driver_configs(
+            device_class.config, driver=self.driver, request=None, where=f"DeviceClass {spec.class_name}"
+        )
+        claim_configs = driver_configs(
+            asked.claim_config, driver=self.driver, request=spec.name, where=asked.subject
+        )
+        resolved = resolve_config(
+            class_configs=class_configs,
+            claim_configs=claim_configs,
+            annotations=asked.annotations,
+            defaults=self.defaults,
+        )
+        if resolved.unknown_policies:
+            plan.warnings.append(
+                f"{asked.subject}: unknown policy name(s) ignored: {', '.join(resolved.unknown_policies)}"
             )
-            claim_configs = driver_configs(claim_config, driver=self.driver, request=spec.name, where=subject)
-            resolved = resolve_config(
-                class_configs=class_configs,
-                claim_configs=claim_configs,
-                annotations=annotations,
-                defaults=self.defaults,
-            )
-            if resolved.unknown_policies:
-                plan.warnings.append(
-                    f"{subject}: unknown policy name(s) ignored: {', '.join(resolved.unknown_policies)}"
-                )
-            plan.warnings.extend(f"{subject}: {ignored}" for ignored in resolved.ignored_annotations)
-            if spec.admin_access:
-                result = self._admin(spec, eligible, nodes)
-                if result is None:
-                    reasons.append(f"not enough devices for admin access request {spec.name}")
-                    continue
-                node, devices = result
-                for device in devices:
-                    claim_plan.results.append(
-                        ResultPlan(
-                            spec.name,
-                            device.id,
-                            node,
-                            DeviceShare(device.card.index, 0, 0, 0),
-                            True,
-                            spec.tolerations,
-                        )
-                    )
-                return node, ""
-            decision = self._decide(spec, eligible, nodes, resolved)
-            plan.decisions.append((f"{subject} request {spec.name}", decision, resolved.describe()))
-            if decision.placement is None:
-                reasons.append(decision.reason or "does not fit")
-                continue
-            placement = decision.placement
-            trial.allocate(placement)
-            inventory = self.ledger.inventory[placement.node]
-            for share in placement.devices:
-                device = inventory.device_at(share.index)
-                claim_plan.results.append(
-                    ResultPlan(spec.name, device.id, placement.node, share, False, spec.tolerations)
-                )
-            return placement.node, ""
-        return None, "; ".join(reasons) if len(reasons) > 1 else (reasons[0] if reasons else "does not fit")
+        plan.warnings.extend(f"{asked.subject}: {ignored}" for ignored in resolved.ignored_annotations)
+        return resolved
 
     def _decide(
-        self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: Any
+        self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: ResolvedConfig
     ) -> Decision:
-        def request(count: int, allowed: frozenset[str]) -> PlacementRequest:
-            return PlacementRequest(
-                name=spec.name,
-                count=count,
-                memory=spec.memory,
-                # HAMi's gpumem-percentage: per card, only where the request names no memory.
-                memory_percent=resolved.memory_percent if spec.memory is None else None,
-                cores=spec.cores,
-                policy=resolved.policy,
-                node_policy=resolved.node_policy,
-                weights=resolved.weights,
-                numa_bind=resolved.numa_bind,
-                include_products=resolved.card_filter.include_products,
-                exclude_products=resolved.card_filter.exclude_products,
-                include_uuids=resolved.card_filter.include_uuids,
-                exclude_uuids=resolved.card_filter.exclude_uuids,
-                allowed_devices=eligible.devices,
-                allowed_nodes=allowed,
-                unenforced_shares=resolved.unenforced_shares,
-            )
-
+        """The engine's decision on ``nodes``; for allocationMode All, on the first node (by name)
+        where every matching device fits."""
         if not spec.all_devices:
-            return place(self.ledger.state, request(spec.count, nodes))
+            return place(self.ledger.state, placement_request(spec, eligible, resolved, spec.count, nodes))
         decision: Decision | None = None
         for node in sorted(nodes):  # allocationMode All: every matching device of one node
             count = len(eligible.per_node.get(node, ()))
-            decision = place(self.ledger.state, request(count, frozenset({node})))
+            decision = place(
+                self.ledger.state, placement_request(spec, eligible, resolved, count, frozenset({node}))
+            )
             if decision.placement is not None:
                 return decision
         assert decision is not None
         return decision
 
-    @staticmethod
-    def _admin(spec: RequestSpec, eligible: Eligible, nodes: frozenset[str]) -> tuple[str, list[Any]] | None:
-        for node in sorted(nodes):
-            devices = list(eligible.per_node.get(node, ()))
-            if spec.all_devices and devices:
-                return node, devices
-            if len(devices) >= spec.count:
-                return node, devices[: spec.count]
-        return None
+
+def _place_admin(
+    spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], claim_plan: ClaimPlan
+) -> str | _NoFit:
+    """Admin access takes no capacity: the first node (by name) with enough matching devices,
+    those devices (every one of them for allocationMode All)."""
+    for node in sorted(nodes):
+        devices = eligible.per_node.get(node, ())
+        chosen = devices if spec.all_devices else devices[: spec.count]
+        if not chosen or (len(chosen) < spec.count and not spec.all_devices):
+            continue
+        for device in chosen:
+            share = DeviceShare(device.card.index, 0, 0, 0)
+            claim_plan.results.append(ResultPlan(spec.name, device.id, node, share, True, spec.tolerations))
+        return node
+    return _NoFit(f"not enough devices for admin access request {spec.name}")
 
 
-def placement_of(results: list[ResultPlan]) -> Placement | None:
-    if not results:
-        return None
-    return Placement(results[0].node, tuple(result.share for result in results if not result.admin_access))
+def placement_request(
+    spec: RequestSpec, eligible: Eligible, resolved: ResolvedConfig, count: int, allowed: frozenset[str]
+) -> PlacementRequest:
+    """The engine's request for ``count`` devices of ``spec`` on ``allowed`` with ``resolved``."""
+    return PlacementRequest(
+        name=spec.name,
+        count=count,
+        memory=spec.memory,
+        # HAMi's gpumem-percentage: per card, only where the request names no memory.
+        memory_percent=resolved.memory_percent if spec.memory is None else None,
+        cores=spec.cores,
+        policy=resolved.policy,
+        node_policy=resolved.node_policy,
+        weights=resolved.weights,
+        numa_bind=resolved.numa_bind,
+        include_products=resolved.card_filter.include_products,
+        exclude_products=resolved.card_filter.exclude_products,
+        include_uuids=resolved.card_filter.include_uuids,
+        exclude_uuids=resolved.card_filter.exclude_uuids,
+        allowed_devices=eligible.devices,
+        allowed_nodes=allowed,
+        unenforced_shares=resolved.unenforced_shares,
+    )
+
+
+def _no_device_reason(spec: RequestSpec, eligible: Eligible, allowed: frozenset[str]) -> str:
+    """Why no device of an allowed node takes the request, naming the tainted devices the
+    selectors chose (an unhealthy GPU, say)."""
+    tainted = [
+        f"{device} ({', '.join(keys)})"
+        for device, keys in sorted(eligible.tainted.items())
+        if device.partition("/")[0] in allowed
+    ]
+    return (
+        f"no device of class {spec.class_name} matches the selectors (and tolerates the taints) "
+        "on a node the pod can run on" + (f"; tainted: {', '.join(tainted[:8])}" if tainted else "")
+    )

@@ -1,9 +1,11 @@
-"""``hami-dra explain pod/NAME [-n NS]`` (also ``kubectl hami-dra explain``): read the pod, its claims,
-the slices, classes and allocations from the cluster, and print :mod:`dra_driver.explain.report`.
+"""``hami-dra explain pod/NAME [-n NS]`` (also ``kubectl hami-dra explain``): read the pod, its claims
+and what the controller's informers list (slices, classes, claims, pods, nodes, the namespace's
+quotas), and print :mod:`dra_driver.explain.report`.
 
 Read-only. A tenant whose Role covers only its namespace still gets the decision record and its
-claims; listing slices and other namespaces' claims (needed to evaluate a pending pod now) may be
-forbidden, which the output then says instead of failing.
+claims; listing slices, nodes and other namespaces' claims and pods (needed to evaluate a pending
+pod now) may be forbidden, which the output then says instead of failing (without Nodes, every
+node with devices is taken as one the pod may run on).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
+from dra_driver.kube.api import ObjView
 from dra_driver.kube.config import (
     CLI_REQUEST_TIMEOUT,
     add_kubectl_flags,
@@ -52,11 +55,22 @@ def _pod_name(target: str) -> str:
     return name
 
 
+def unchecked_nodes(slices: list[Any]) -> list[ObjView]:
+    """A bare Node (no labels, taints or allocatable: every pod fits) for each node that publishes
+    slices, for a user who may not list Nodes."""
+    names = sorted(
+        {str(node) for node in ((item.get("spec") or {}).get("nodeName") for item in slices) if node}
+    )
+    return [{"metadata": {"name": node}, "status": {"allocatable": {}}} for node in names]
+
+
 def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
+    from dra_driver.controller.offline import ClusterObjects
     from dra_driver.explain.render import render
     from dra_driver.explain.report import explain
+    from dra_driver.kube.api import GPU_QUOTAS
     from dra_driver.resource.objects import pod_claim_names
 
     cluster = load_kubectl_client(args.kubeconfig, args.context)
@@ -99,28 +113,46 @@ def run(args: argparse.Namespace) -> int:
             missing.append(f"{what} ({err.status} {err.reason})")
             return []
 
-    slices = listed("ResourceSlices", resource.list_resource_slice)
-    classes = listed("DeviceClasses", resource.list_device_class)
-    everyone = listed("claims of all namespaces", resource.list_resource_claim_for_all_namespaces)
-    if missing:
-        everyone = everyone or listed(
-            "claims of the namespace", resource.list_namespaced_resource_claim, namespace
-        )
+    def listed_or_namespaced(what: str, everywhere: Any, namespaced: Any) -> list[Any]:
+        """Every namespace's, else (forbidden) the pod's namespace's, said so either way."""
+        items = listed(f"{what} of all namespaces", everywhere)
+        if missing and missing[-1].startswith(f"{what} of all namespaces"):
+            items = items or listed(f"{what} of the namespace", namespaced, namespace)
+        return items
+
+    cluster_objects = ClusterObjects(
+        slices=listed("ResourceSlices", resource.list_resource_slice),
+        classes=listed("DeviceClasses", resource.list_device_class),
+        claims=listed_or_namespaced(
+            "claims", resource.list_resource_claim_for_all_namespaces, resource.list_namespaced_resource_claim
+        ),
+        pods=listed_or_namespaced("pods", core.list_pod_for_all_namespaces, core.list_namespaced_pod),
+        resource_quotas=listed("ResourceQuotas", core.list_namespaced_resource_quota, namespace),
+        gpu_quotas=listed(
+            "GpuQuotas",
+            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
+            GPU_QUOTAS.group,
+            GPU_QUOTAS.version,
+            namespace,
+            GPU_QUOTAS.plural,
+        ),
+    )
+    if missing and missing[-1].startswith("GpuQuotas (404"):
+        missing.pop()  # the CRD is not installed: no quotas, as for the controller
+    nodes_before = len(missing)
+    cluster_objects.nodes = listed("Nodes", core.list_node)
+    if len(missing) > nodes_before:
+        # A tenant may not list nodes: decide on every node with devices as if the pod may run
+        # there, and say that node fit was not checked.
+        cluster_objects.nodes = unchecked_nodes(cluster_objects.slices)
+        missing[-1] += ", so node fit (selectors, taints, CPU/memory) is not checked"
     events = listed(
         "the pod's events",
         core.list_namespaced_event,
         namespace,
         field_selector=f"involvedObject.name={name}",
     )
-    explanation = explain(
-        pod,
-        claims=claims,
-        all_claims=everyone,
-        slices=slices,
-        classes=classes,
-        driver=args.driver_name,
-        events=events,
-    )
+    explanation = explain(pod, claims=claims, cluster=cluster_objects, driver=args.driver_name, events=events)
     if any(what.startswith("the pod's events") for what in missing):
         explanation.note = (explanation.note + "; " if explanation.note else "") + (
             f"could not list {missing[-1]}: kubelet's warnings are not shown"

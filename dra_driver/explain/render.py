@@ -8,6 +8,21 @@ from __future__ import annotations
 
 from dra_driver.explain.report import FIXES, Explanation
 
+#: Nodes named per reason in the one-line summary of refused nodes (the rest are counted).
+NODES_NAMED = 8
+
+
+def _nodes_refused(refused: dict[str, str]) -> str:
+    """``2 TaintToleration (node-a, node-b); 1 InsufficientCPU (node-c)``, most frequent first."""
+    by_reason: dict[str, list[str]] = {}
+    for node, reason in refused.items():
+        by_reason.setdefault(reason, []).append(node)
+    parts = []
+    for reason, nodes in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        named = ", ".join(sorted(nodes)[:NODES_NAMED]) + (", ..." if len(nodes) > NODES_NAMED else "")
+        parts.append(f"{len(nodes)} {reason} ({named})")
+    return "; ".join(parts)
+
 
 def render(explanation: Explanation, wide: bool = False) -> str:
     lines = [f"Pod {explanation.pod}: {explanation.state}"]
@@ -17,6 +32,12 @@ def render(explanation: Explanation, wide: bool = False) -> str:
     if explanation.pending:
         reason, message = explanation.pending
         lines.append(f"  pending: {reason}: {message}")
+    if explanation.now:
+        reason, message = explanation.now
+        lines.append(f"  now: {reason}: {message}")
+    refused = _nodes_refused(explanation.nodes_refused)
+    if refused:
+        lines.append(f"  nodes the pod cannot run on: {refused}")
     if explanation.decided_at:
         lines.append(f"  decided at {explanation.decided_at} (scores as the controller saw them then)")
     elif explanation.requests:

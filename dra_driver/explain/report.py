@@ -3,35 +3,36 @@
 For a placed pod the explanation is the decision the controller recorded on it when it lifted
 the gate (``dra_driver/controller/decision_record.py``): the scores it saw then, not scores
 recomputed from today's cluster. For a pod still waiting it is the controller's pending reason and
-a fresh evaluation of the pod against the cluster now, with the same planner the controller
-runs (``dra_driver/controller/planner.py``) over the same parsed inventory and allocations, and
-for each reason what would make a card fit.
+a fresh decision on the cluster now by the controller's own allocator over the controller's own
+cache, fed the listed objects (``dra_driver/controller/offline.py``): node fit, quotas and
+per-container limits included, so "it fits now" and every refusal are what the controller would
+say. The planner's decisions give each card's score and reason, and for each reason what would
+make a card fit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.config import ControllerDefaults
 from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
-from dra_driver.contract import policy_taint_key
+from dra_driver.controller.allocator import Allocator, NotCandidate, Placed, Unschedulable, WaitingForClaim
 from dra_driver.controller.decision_record import (
     RequestRecord,
     decision_annotation,
     decode,
     request_record,
 )
-from dra_driver.controller.eligibility import Matcher
-from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.ledger import Ledger
-from dra_driver.controller.planner import PlanInput, Planner
+from dra_driver.controller.offline import ClusterObjects, allocator_for
+from dra_driver.controller.planner import PlanDecision
 from dra_driver.engine import Reason
 from dra_driver.explain.events import PodEvent, pod_warnings
-from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
-from dra_driver.resource.requests import RequestError, claim_requests
+from dra_driver.kube.watch import object_key
+from dra_driver.resource.objects import ClaimView, PodView
 
 #: What would let a card take the request, per reason.
 FIXES: Mapping[str, str] = {
@@ -77,6 +78,12 @@ class Explanation:
     note: str = ""
     #: The pod's Warning events from kubelet and others (a placed pod that does not start).
     events: list[PodEvent] = field(default_factory=list)
+    #: For a pending pod evaluated now: the reason and message the controller would report now
+    #: (None when it would place it).
+    now: tuple[str, str] | None = None
+    #: For a pending pod evaluated now: node -> why the pod itself cannot run there (selectors,
+    #: taints, CPU/memory left: the controller's node fit), for every node with our devices.
+    nodes_refused: dict[str, str] = field(default_factory=dict)
 
     def fixes(self) -> list[tuple[str, int, str]]:
         return [(r, n, FIXES.get(r, "")) for r, n in sorted(self.reasons.items(), key=lambda x: -x[1])]
@@ -92,6 +99,8 @@ class Explanation:
             "requests": [r.to_json() for r in self.requests],
             "pending": {"reason": self.pending[0], "message": self.pending[1]} if self.pending else None,
             "reasonsNow": [{"reason": r, "cards": n, "fix": fix} for r, n, fix in self.fixes()],
+            "now": {"reason": self.now[0], "message": self.now[1]} if self.now else None,
+            "nodesRefused": [{"node": node, "reason": why} for node, why in self.nodes_refused.items()],
             "note": self.note,
             "events": [event.to_json() for event in self.events],
         }
@@ -122,16 +131,15 @@ def explain(
     pod: Mapping[str, Any],
     *,
     claims: Mapping[str, Mapping[str, Any]],
-    all_claims: Sequence[Mapping[str, Any]],
-    slices: Sequence[Mapping[str, Any]],
-    classes: Sequence[Mapping[str, Any]],
+    cluster: ClusterObjects,
     driver: str,
     defaults: ControllerDefaults | None = None,
     events: Sequence[Mapping[str, Any]] = (),
 ) -> Explanation:
-    """Explain ``pod``; ``claims``: its ResourceClaims by name, ``all_claims``: every allocated claim
-    of the cluster (what the cards hold now), ``slices`` and ``classes`` as listed, ``events``
-    those involving the pod."""
+    """Explain ``pod``; ``claims``: its ResourceClaims by name (read one by one: a tenant may read
+    them where it may not list the cluster's), ``cluster``: what the controller's informers list
+    (the pod and its claims are added where the lists lack them), ``events`` those involving the
+    pod."""
     view = PodView.parse(pod)
     claim_views = {name: ClaimView.parse(claim, driver) for name, claim in claims.items()}
     result = Explanation(view.key, "allocated", events=pod_warnings(events, pod, driver))
@@ -154,61 +162,60 @@ def explain(
             result.note or "a claim of the pod does not exist yet (its template's claim is created first)"
         )
         return result
-    class_views = {klass.name: klass for klass in (DeviceClassView(c, driver) for c in classes)}
-    if not view.gated and not result.requests:
+    allocator = allocator_for(_with_pod(cluster, pod, claims.values()), driver, defaults)
+    cached = allocator.cache.pods[view.key]
+    if not view.gated and not allocator.is_candidate(cached):
         result.state = "allocated" if any(line.devices for line in result.claims) else "not ours"
         result.note = result.note or "no decision record: placed by another scheduler or an older controller"
         return result
     result.state = "pending"
-    _evaluate_now(
-        result, view, claim_views, all_claims, slices, class_views, driver, defaults or ControllerDefaults()
-    )
+    _evaluate_now(result, allocator, cached)
     return result
 
 
-def _evaluate_now(
-    result: Explanation,
-    pod: PodView,
-    claims: Mapping[str, ClaimView],
-    all_claims: Sequence[Mapping[str, Any]],
-    slices: Sequence[Mapping[str, Any]],
-    classes: Mapping[str, DeviceClassView],
-    driver: str,
-    defaults: ControllerDefaults,
-) -> None:
-    ledger = Ledger()
-    inventory = build_inventory(slices, driver)
-    ledger.set_inventory(inventory)
-    for allocated in all_claims:
-        held = ClaimView.parse(allocated, driver)
-        if held.uses:
-            ledger.set_claim(held.uid, held.uses)
-    planner = Planner(ledger, Matcher(driver, policy_taint_key(driver)), driver, defaults, classes.get)
+def _with_pod(
+    cluster: ClusterObjects, pod: Mapping[str, Any], claims: Iterable[Mapping[str, Any]]
+) -> ClusterObjects:
+    """``cluster`` with the pod and its claims in it (each replacing its listed version: the one
+    read by name is the newer)."""
+    own_claims = list(claims)
+    claim_keys = {_key(claim) for claim in own_claims}
+    return dataclasses.replace(
+        cluster,
+        pods=[pod, *(obj for obj in cluster.pods if _key(obj) != _key(pod))],
+        claims=[*own_claims, *(obj for obj in cluster.claims if _key(obj) not in claim_keys)],
+    )
 
-    def is_ours(name: Any) -> bool:
-        klass = classes.get(str(name))
-        return klass is not None and klass.ours
 
-    inputs = []
-    for line in result.claims:
-        claim = claims[str(line.claim)]
-        if claim.allocation:
-            continue
-        try:
-            requests, _ = claim_requests(claim, is_ours)
-        except RequestError as err:
-            result.note = f"claim {claim.key}: {err}"
-            return
-        if requests:
-            inputs.append(PlanInput(claim, requests))
-    if not inputs:
-        result.note = result.note or "no unallocated claim of ours: the pod waits for something else"
-        return
-    plan = planner.plan(pod, inputs, frozenset(inventory), None)
-    result.requests = [request_record(s, d, c, ledger.device_name) for s, d, c in plan.decisions]
+def _key(obj: Mapping[str, Any]) -> str:
+    return object_key(dict(obj))
+
+
+def _evaluate_now(result: Explanation, allocator: Allocator, pod: PodView) -> None:
+    """What the controller would decide for the pod now: its allocator's outcome, the planner's
+    decisions card by card, and the nodes where the pod itself cannot run."""
+    outcome = allocator.allocate(pod)
+    decisions: tuple[PlanDecision, ...] = ()
+    if isinstance(outcome, Placed):
+        decisions = outcome.decisions
+        result.note = (
+            "it fits now: the controller places it at its next pass"
+            if outcome.writes
+            else "no unallocated claim of ours: the pod waits for something else"
+        )
+    elif isinstance(outcome, Unschedulable):
+        decisions = outcome.decisions
+        result.now = (outcome.reason, outcome.message)
+    elif isinstance(outcome, NotCandidate):
+        result.note = result.note or "not the controller's to place now (bound, ended, or being deleted)"
+    elif isinstance(outcome, WaitingForClaim):
+        result.state = "waiting"
+        result.note = result.note or "a claim of the pod does not exist yet"
+    ledger = allocator.cache.ledger
+    result.requests = [request_record(s, d, c, ledger.device_name) for s, d, c in decisions]
     counts: Counter[str] = Counter()
-    for _, decision, _ in plan.decisions:
-        counts.update(card.reason.value for card in decision.candidates if card.reason is not None)
+    for planned in decisions:
+        counts.update(card.reason.value for card in planned.decision.candidates if card.reason is not None)
     result.reasons = dict(counts)
-    if plan.reason is None:
-        result.note = "it fits now: the controller places it at its next pass"
+    refused = ((node, allocator.fit_problem(pod, node)) for node in sorted(ledger.inventory))
+    result.nodes_refused = {node: problem for node, problem in refused if problem is not None}

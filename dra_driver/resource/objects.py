@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from dra_driver.config.classes import is_driver_class
 from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME
 from dra_driver.kube.api import Obj, ObjView
+from dra_driver.resource.constraints import DeviceConstraint, parse_constraints
 from dra_driver.resource.nodes import quantity_or_zero
 from dra_driver.resource.refs import (
     AllocationResult,
@@ -292,8 +293,8 @@ class ClaimView(ObjectView):
         devices = self.spec.get("devices") or {}
         #: ``spec.devices.config`` entries (opaque configs, each for some or all requests).
         self.config: tuple[ObjView, ...] = tuple(devices.get("config") or ())
-        #: ``spec.devices.constraints`` (``matchAttribute`` / ``distinctAttribute`` per requests).
-        self.constraints: tuple[ObjView, ...] = tuple(devices.get("constraints") or ())
+        #: ``spec.devices.constraints``, typed (``matchAttribute`` / ``distinctAttribute`` per requests).
+        self.constraints: tuple[DeviceConstraint | None, ...] = parse_constraints(devices.get("constraints"))
         reserved = status.get("reservedFor") or ()
         self.reserved_uids: tuple[str, ...] = tuple(str(entry.get("uid")) for entry in reserved)
         #: (uid, name) of each pod the claim is reserved for.

@@ -29,6 +29,7 @@ from typing import Any
 from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES, DeviceId
 from dra_driver.controller.inventory import Device, build_inventory
 from dra_driver.controller.ledger import card_capacity
+from dra_driver.controller.offline import ClusterObjects
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
 from dra_driver.kube.api import (
     GPU_QUOTAS,
@@ -42,16 +43,6 @@ from dra_driver.kube.errors import KubeError
 from dra_driver.quantity import format_bytes
 from dra_driver.quota import Quota, QuotaError, quota_from_gpu_quota, quota_from_resource_quota
 from dra_driver.resource.uses import claim_uses
-
-
-@dataclass
-class ClusterObjects:
-    """What a snapshot is made of, as the API server returned it."""
-
-    slices: list[ObjView] = field(default_factory=list)
-    claims: list[ObjView] = field(default_factory=list)
-    gpu_quotas: list[ObjView] = field(default_factory=list)
-    resource_quotas: list[ObjView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -71,7 +62,8 @@ class Snapshot:
 
 
 def fetch(kube: KubeApi) -> ClusterObjects:
-    """List the objects a snapshot needs; a cluster without the GpuQuota CRD simply has no quotas."""
+    """List the objects a snapshot needs (of what the controller's informers list: a scenario holds
+    no pods, nodes or classes); a cluster without the GpuQuota CRD simply has no quotas."""
     objects = ClusterObjects(
         slices=list(kube.list(RESOURCE_SLICES).get("items") or ()),
         claims=list(kube.list(RESOURCE_CLAIMS).get("items") or ()),

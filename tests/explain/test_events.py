@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver.cli import main
+from dra_driver.controller.offline import ClusterObjects
 from dra_driver.explain.events import SHOWN, TROUBLESHOOTING, pod_warnings
 from dra_driver.explain.render import render
 from dra_driver.explain.report import explain
@@ -108,9 +109,7 @@ def test_the_runtimes_cdi_failure_gets_its_hint() -> None:
 def test_explain_renders_them_under_the_placement() -> None:
     _, pod = placed_pod()
     refused = event(pod, "FailedPrepareDynamicResources", PLUGIN_REFUSED, at="2026-12-06T10:00:09Z", count=4)
-    with_events = explain(
-        pod, claims={}, all_claims=[], slices=[], classes=[], driver=DRIVER, events=[refused]
-    )
+    with_events = explain(pod, claims={}, cluster=ClusterObjects(), driver=DRIVER, events=[refused])
     text = render(with_events)
     assert "warnings on the pod (newest last):" in text
     assert f"FailedPrepareDynamicResources x4 (kubelet): {PLUGIN_REFUSED}" in text

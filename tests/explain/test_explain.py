@@ -8,29 +8,19 @@ from typing import Any
 import yaml
 
 from dra_driver.controller.decision_record import decision_annotation, decode
-from dra_driver.devices.simulated import profile_gpus
 from dra_driver.explain.render import render
 from dra_driver.explain.report import FIXES, explain
 from dra_driver.output import render_document
-from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.fake_cluster import PODS, RESOURCE_CLAIMS, FakeCluster
 from tests.controller.harness import DRIVER, NS, claim, request
+from tests.explain.listed import listed, stored
 
 
-def objects(cluster: FakeCluster, plural: str) -> list[dict[str, Any]]:
-    return [body for (kind, _, _), body in cluster.kube.objects.items() if kind == plural]
-
-
-def explained(cluster: FakeCluster, name: str, gpus: int) -> Any:
+def explained(cluster: FakeCluster, name: str) -> Any:
+    """``explain`` of pod ``name`` on what the controller's informers hold (``listed``)."""
     pod = cluster.kube.stored(PODS, NS, name)
-    claims = {c["metadata"]["name"]: c for c in objects(cluster, RESOURCE_CLAIMS.plural)}
-    slices = build_resource_slices(
-        profile_gpus("h100-80gb", node_name="node-1", gpus=gpus), node_name="node-1", driver_name=DRIVER
-    )
-    classes = [body for (kind, _, _), body in cluster.kube.objects.items() if kind == "deviceclasses"]
-    return explain(
-        pod, claims=claims, all_claims=list(claims.values()), slices=slices, classes=classes, driver=DRIVER
-    )
+    claims = {c["metadata"]["name"]: c for c in stored(cluster, RESOURCE_CLAIMS.plural)}
+    return explain(pod, claims=claims, cluster=listed(cluster), driver=DRIVER)
 
 
 def test_a_placed_pod_is_explained_by_the_decision_recorded_when_it_was_placed() -> None:
@@ -46,7 +36,7 @@ def test_a_placed_pod_is_explained_by_the_decision_recorded_when_it_was_placed()
     # Later tenants change the scores; the explanation keeps those the controller saw.
     cluster.pod("second", claim("y", request(memory="10Gi")))
     cluster.run()
-    explanation = explained(cluster, "first", 2)
+    explanation = explained(cluster, "first")
     assert explanation.state == "allocated" and explanation.requests == records
     text = render(explanation)
     assert f"decided at {decided_at}" in text and "chosen" in text
@@ -63,7 +53,7 @@ def test_a_pending_pod_gets_the_reasons_now_and_what_would_make_it_fit() -> None
     cluster.pod("big", claim("x", request(memory="70Gi")))
     cluster.pod("more", claim("y", request(memory="70Gi")))
     cluster.run()
-    explanation = explained(cluster, "more", 1)
+    explanation = explained(cluster, "more")
     assert explanation.state == "pending" and explanation.pending is not None
     assert explanation.reasons == {"CardInsufficientMemory": 1}
     text = render(explanation)
@@ -76,7 +66,7 @@ def test_wide_adds_the_fix_for_each_cards_reason() -> None:
     cluster.pod("big", claim("x", request(memory="70Gi")))
     cluster.pod("more", claim("y", request(memory="70Gi")))
     cluster.run()
-    explanation = explained(cluster, "more", 1)
+    explanation = explained(cluster, "more")
     table = render(explanation)
     wide = render(explanation, wide=True)
     assert "FIX" not in table
@@ -91,5 +81,5 @@ def test_yaml_is_the_json_document() -> None:
     cluster = FakeCluster(gpus=2)
     cluster.pod("first", claim("x", request(memory="10Gi")))
     cluster.run()
-    document = explained(cluster, "first", 2).to_json()
+    document = explained(cluster, "first").to_json()
     assert yaml.safe_load(render_document(document, "yaml")) == json.loads(render_document(document, "json"))

@@ -1,0 +1,93 @@
+"""The controller's cache and allocator over objects read once, for the read-only commands.
+
+``hami-dra explain`` asks "what would the controller do with this pod now?". The only honest
+answer is the controller's own: its ``ClusterCache`` fed the objects, event by event, through the
+same boundary the informers feed (``ClusterCache.apply_event`` after the informers' transforms,
+``dra_driver/controller/slim.py``; the slices through ``refresh_slices``), and its ``Allocator``
+deciding on it, node fit, quotas and per-container limits included. Nothing here parses an object
+or decides anything itself, so a command built on it cannot drift from the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dra_driver.config import ControllerDefaults
+from dra_driver.controller.allocator import Allocator
+from dra_driver.controller.cache import ClusterCache
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.slim import keep_pod, placement_node
+from dra_driver.kube.api import (
+    DEVICE_CLASSES,
+    GPU_QUOTAS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    Obj,
+    ObjView,
+)
+from dra_driver.kube.watch import drop_managed_fields
+
+
+@dataclass
+class ClusterObjects:
+    """What the controller's informers list, as the API server returned it (each list may be
+    empty: a command that may not list a kind decides without it, and says so)."""
+
+    pods: list[ObjView] = field(default_factory=list)
+    claims: list[ObjView] = field(default_factory=list)
+    slices: list[ObjView] = field(default_factory=list)
+    classes: list[ObjView] = field(default_factory=list)
+    nodes: list[ObjView] = field(default_factory=list)
+    gpu_quotas: list[ObjView] = field(default_factory=list)
+    resource_quotas: list[ObjView] = field(default_factory=list)
+
+
+def _copied(obj: ObjView) -> Obj:
+    """``obj`` without ``managedFields``, as every informer keeps it; the caller's object (and its
+    metadata, which the informer's transform edits in place) stays as it was."""
+    copied = dict(obj)
+    if isinstance(copied.get("metadata"), dict):
+        copied["metadata"] = dict(copied["metadata"])
+    return drop_managed_fields(copied)
+
+
+#: Kind -> (the objects of that kind, the informer's transform), in the order they are fed: the
+#: classes first so that every claim is read knowing which of its classes are ours.
+_FEEDS: tuple[tuple[str, Callable[[ClusterObjects], list[ObjView]], Callable[[ObjView], Obj]], ...] = (
+    (DEVICE_CLASSES.kind, lambda objects: objects.classes, _copied),
+    (NODES.kind, lambda objects: objects.nodes, placement_node),
+    (RESOURCE_SLICES.kind, lambda objects: objects.slices, _copied),
+    (RESOURCE_CLAIMS.kind, lambda objects: objects.claims, _copied),
+    (PODS.kind, lambda objects: objects.pods, lambda pod: keep_pod(_copied(pod))),
+    (GPU_QUOTAS.kind, lambda objects: objects.gpu_quotas, _copied),
+    (RESOURCE_QUOTAS.kind, lambda objects: objects.resource_quotas, _copied),
+)
+
+
+def cache_from(objects: ClusterObjects, driver: str) -> ClusterCache:
+    """The controller's cache once its informers have listed ``objects``: each one an add event,
+    then the slices read into the inventory as the worker reads them after a slice event."""
+    cache = ClusterCache(driver, ControllerMetrics())
+    fed_slices: list[Obj] = []
+    for kind, of, transform in _FEEDS:
+        for obj in of(objects):
+            kept = transform(obj)
+            if kind == RESOURCE_SLICES.kind:
+                fed_slices.append(kept)
+            cache.apply_event(kind, None, kept)
+    if cache.slices_changed():
+        cache.refresh_slices(fed_slices)
+    return cache
+
+
+def allocator_for(
+    objects: ClusterObjects, driver: str, defaults: ControllerDefaults | None = None
+) -> Allocator:
+    """The controller's allocator over ``cache_from(objects)``: ``allocate(pod)`` is what the
+    controller would decide for the pod on those objects (its metrics go nowhere)."""
+    cache = cache_from(objects, driver)
+    return Allocator(cache, defaults or ControllerDefaults(), cache.quotas.metrics)
