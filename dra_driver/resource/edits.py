@@ -103,3 +103,58 @@ def with_condition(pod: Mapping[str, Any], status: str, reason: str, message: st
     )
     pod_status["conditions"] = conditions
     return edited
+
+
+def _pointer(*parts: str) -> str:
+    """A JSON pointer (RFC 6901) to ``parts``: ``~`` and ``/`` in a key escaped (``a/b`` -> ``a~1b``)."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def gate_patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> list[Obj] | None:
+    """A JSON patch (RFC 6902) that removes our scheduling gate and sets ``annotations``; None when
+    ``pod`` does not carry the gate (nothing to write).
+
+    Unlike an Update it needs no resourceVersion, so a write of another component in between
+    (kube-controller-manager's of the pod's status, nearly always) does not make it fail, and it
+    can clobber nothing: its ``test`` ops make the API server refuse it (422, nothing written)
+    unless the pod is still the object ``pod`` is (its uid) and our gate is still at the index it
+    is removed from; annotations are added one by one, or, where ``pod`` had none, as a map after a
+    ``test`` that there still is none (a ``test`` of null passes on a missing member). The real
+    API server's answers are checked in tests/cluster/test_pod_patches.py.
+    """
+    meta = pod.get("metadata") or {}
+    gates = list((pod.get("spec") or {}).get("schedulingGates") or ())
+    index = next((i for i, gate in enumerate(gates) if gate.get("name") == GATE_NAME), None)
+    if index is None:
+        return None
+    gate_path = _pointer("spec", "schedulingGates", str(index))
+    ops: list[Obj] = [
+        {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+        {"op": "test", "path": gate_path, "value": copy.deepcopy(dict(gates[index]))},
+        {"op": "remove", "path": gate_path},
+    ]
+    if annotations and meta.get("annotations") is None:
+        ops.append({"op": "test", "path": "/metadata/annotations", "value": None})
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(annotations)})
+    else:
+        ops.extend(
+            {"op": "add", "path": _pointer("metadata", "annotations", key), "value": value}
+            for key, value in annotations.items()
+        )
+    return ops
+
+
+def condition_patch(pod: Mapping[str, Any], status: str, reason: str, message: str, now: str) -> Obj:
+    """A strategic merge patch of ``pods/status`` that sets our condition (``message`` cut to what
+    the API accepts): conditions merge by ``type``, so the others are kept without reading the pod
+    first. The pod's uid is in it, so a pod of the same name that is another object refuses it
+    (422: a uid is immutable, tests/cluster/test_pod_patches.py)."""
+    meta = pod.get("metadata") or {}
+    condition = {
+        "type": ALLOCATED_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": now,
+    }
+    return {"metadata": {"uid": meta.get("uid")}, "status": {"conditions": [condition]}}
