@@ -732,9 +732,14 @@ def main(argv: list[str]) -> int:
     log(f"informers listed in {listed_s:.1f} s, first pass done at {sync_s:.1f} s ({sync_cpu:.1f} CPU-s)")
 
     # 2. RSS
-    time.sleep(1.5)  # the per-card metrics are rebuilt at most once a second: let them exist
+    # The per-card series are rebuilt at most once a second, by the worker: wait until every
+    # node's are published (a fixed sleep missed them on a loaded machine: a 4 KiB scrape).
     controller.wake()
-    time.sleep(0.5)
+    wait(
+        lambda: len(controller.metrics.gpu_series.nodes) >= args.nodes and controller._series_published,
+        600,
+        "the per-card series published",
+    )
     settle_memory()
     rss_after, peak = rss_mib(), rss_mib("VmHWM")
     log(f"RSS {rss_after:.0f} MiB (controller {rss_after - rss_before:.0f} MiB), peak {peak:.0f} MiB")

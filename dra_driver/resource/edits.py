@@ -1,10 +1,11 @@
 """The changes the controller writes to Pods and ResourceClaims, each a pure function.
 
-Every write starts from the object as the API last returned it (a raw mapping: fields newer than
-our model must round-trip untouched) and returns an edited deep copy, so a cached object is never
-changed in place. The binder and the releaser (dra_driver/controller/binder.py, releaser.py) only
-choose which edit to send; what a finalizer, an allocation, a gate or a condition looks like on
-the wire is written here, once.
+A claim's write starts from the object as the API last returned it (a raw mapping: fields newer
+than our model must round-trip untouched) and returns an edited deep copy, so a cached object is
+never changed in place. A pod's writes are patches that name only what they change (the cache
+keeps pods slim: dra_driver/controller/slim.py). The binder and the releaser
+(dra_driver/controller/binder.py, releaser.py) only choose which edit to send; what a finalizer,
+an allocation, a gate or a condition looks like on the wire is written here, once.
 """
 
 from __future__ import annotations
@@ -69,39 +70,6 @@ def with_annotation(obj: Mapping[str, Any], key: str, value: str) -> Obj:
     edited = _copy(obj)
     edited.pop("status", None)
     edited["metadata"]["annotations"] = {**(edited["metadata"].get("annotations") or {}), key: value}
-    return edited
-
-
-def without_gate(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> Obj | None:
-    """The pod without our scheduling gate, with ``annotations`` set in the same Update; None when
-    the gate is gone already (someone lifted it: nothing to write)."""
-    edited = _copy(pod)
-    spec = edited.setdefault("spec", {})
-    gates = list(spec.get("schedulingGates") or ())
-    kept = [gate for gate in gates if gate.get("name") != GATE_NAME]
-    if len(kept) == len(gates):
-        return None
-    spec["schedulingGates"] = kept
-    if annotations:
-        edited["metadata"]["annotations"] = {**(edited["metadata"].get("annotations") or {}), **annotations}
-    return edited
-
-
-def with_condition(pod: Mapping[str, Any], status: str, reason: str, message: str, now: str) -> Obj:
-    """The pod's status with our condition replaced (``message`` cut to what the API accepts)."""
-    edited = _copy(pod)
-    pod_status = edited.setdefault("status", {})
-    conditions = [c for c in pod_status.get("conditions") or () if c.get("type") != ALLOCATED_CONDITION]
-    conditions.append(
-        {
-            "type": ALLOCATED_CONDITION,
-            "status": status,
-            "reason": reason,
-            "message": message[:32768],
-            "lastTransitionTime": now,
-        }
-    )
-    pod_status["conditions"] = conditions
     return edited
 
 
