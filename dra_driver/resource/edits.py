@@ -78,9 +78,11 @@ def _pointer(*parts: str) -> str:
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
-def gate_patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> list[Obj] | None:
-    """A JSON patch (RFC 6902) that removes our scheduling gate and sets ``annotations``; None when
-    ``pod`` does not carry the gate (nothing to write).
+def gate_patch(
+    pod: Mapping[str, Any], annotations: Mapping[str, str], gate: str = GATE_NAME
+) -> list[Obj] | None:
+    """A JSON patch (RFC 6902) that removes our scheduling gate (``gate``) and sets ``annotations``;
+    None when ``pod`` does not carry the gate (nothing to write).
 
     Unlike an Update it needs no resourceVersion, so a write of another component in between
     (kube-controller-manager's of the pod's status, nearly always) does not make it fail, and it
@@ -92,7 +94,7 @@ def gate_patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> list[O
     """
     meta = pod.get("metadata") or {}
     gates = list((pod.get("spec") or {}).get("schedulingGates") or ())
-    index = next((i for i, gate in enumerate(gates) if gate.get("name") == GATE_NAME), None)
+    index = next((i for i, entry in enumerate(gates) if entry.get("name") == gate), None)
     if index is None:
         return None
     gate_path = _pointer("spec", "schedulingGates", str(index))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.contract import ALLOCATED_CONDITION, GATE_NAME
+from dra_driver.contract import ALLOCATED_CONDITION
 from dra_driver.kube.api import PODS, Kube
 from dra_driver.kube.errors import KubeError
 from dra_driver.resource.edits import condition_patch, gate_patch
@@ -28,6 +28,9 @@ pytestmark = pytest.mark.cluster
 
 NAMESPACE = "default"
 OTHER_GATE = "example.com/other"
+#: Our gate's stand-in: the driver may run in this cluster session, and its admission policy lets
+#: only its controller remove its own gate (which it also lifts from pods that are not its own).
+GATE = "example.com/ours"
 
 
 @pytest.fixture
@@ -45,7 +48,7 @@ def gated_pod(kube: Kube) -> Iterator[dict[str, Any]]:
         {
             "metadata": {"name": name},
             "spec": {
-                "schedulingGates": [{"name": OTHER_GATE}, {"name": GATE_NAME}],
+                "schedulingGates": [{"name": OTHER_GATE}, {"name": GATE}],
                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
             },
         },
@@ -55,6 +58,10 @@ def gated_pod(kube: Kube) -> Iterator[dict[str, Any]]:
         kube.request("DELETE", PODS.path(NAMESPACE, name), body={"gracePeriodSeconds": 0})
 
 
+def gates(pod: Any) -> list[str]:
+    return [gate["name"] for gate in pod["spec"].get("schedulingGates") or ()]
+
+
 def _patch(kube: Kube, pod: dict[str, Any], ops: Any, *, status: bool = False) -> dict[str, Any]:
     return kube.patch(PODS, NAMESPACE, pod["metadata"]["name"], ops, status=status)
 
@@ -62,26 +69,26 @@ def _patch(kube: Kube, pod: dict[str, Any], ops: Any, *, status: bool = False) -
 def test_gate_patch_lifts_our_gate_and_adds_annotations_to_a_pod_without_any(
     kube: Kube, gated_pod: dict[str, Any]
 ) -> None:
-    ops = gate_patch(PodView.parse(gated_pod), {"gpu.hami.io/decision": "d", "example.com/x": "x"})
+    ops = gate_patch(PodView.parse(gated_pod), {"gpu.hami.io/decision": "d", "example.com/x": "x"}, GATE)
     assert ops is not None
     written = _patch(kube, gated_pod, ops)
-    assert [gate["name"] for gate in written["spec"]["schedulingGates"]] == [OTHER_GATE]
+    assert gates(written) == [OTHER_GATE]
     assert written["metadata"]["annotations"] == {"gpu.hami.io/decision": "d", "example.com/x": "x"}
 
 
 def test_gate_patch_keeps_annotations_written_since(kube: Kube, gated_pod: dict[str, Any]) -> None:
-    ops = gate_patch(PodView.parse(gated_pod), {"gpu.hami.io/decision": "d"})
+    ops = gate_patch(PodView.parse(gated_pod), {"gpu.hami.io/decision": "d"}, GATE)
     _patch(kube, gated_pod, {"metadata": {"annotations": {"someone/else": "1"}}})
     with pytest.raises(KubeError) as failed:  # our copy had no annotations: the test of null fails
         _patch(kube, gated_pod, ops)
     assert failed.value.status == 422, failed.value
     current = PodView.parse(kube.get(PODS, NAMESPACE, gated_pod["metadata"]["name"]))
-    assert current.gated and current.annotations == {"someone/else": "1"}
-    again = gate_patch(current, {"gpu.hami.io/decision": "d"})
+    assert gates(current) == [OTHER_GATE, GATE] and current.annotations == {"someone/else": "1"}
+    again = gate_patch(current, {"gpu.hami.io/decision": "d"}, GATE)
     assert again is not None
     written = _patch(kube, gated_pod, again)
     assert written["metadata"]["annotations"] == {"someone/else": "1", "gpu.hami.io/decision": "d"}
-    assert [gate["name"] for gate in written["spec"]["schedulingGates"]] == [OTHER_GATE]
+    assert gates(written) == [OTHER_GATE]
 
 
 def test_gate_patch_of_another_object_or_a_moved_gate_fails_and_writes_nothing(
@@ -91,15 +98,15 @@ def test_gate_patch_of_another_object_or_a_moved_gate_fails_and_writes_nothing(
     stale_uid = {**gated_pod, "metadata": {**gated_pod["metadata"], "uid": str(uuid.uuid4())}}
     for stale in (
         stale_uid,
-        {**gated_pod, "spec": {**gated_pod["spec"], "schedulingGates": [{"name": GATE_NAME}]}},
+        {**gated_pod, "spec": {**gated_pod["spec"], "schedulingGates": [{"name": GATE}]}},
     ):
-        ops = gate_patch(PodView.parse(stale), {"gpu.hami.io/decision": "d"})
+        ops = gate_patch(PodView.parse(stale), {"gpu.hami.io/decision": "d"}, GATE)
         assert ops is not None
         with pytest.raises(KubeError) as failed:
             _patch(kube, gated_pod, ops)
         assert failed.value.status == 422, failed.value
     current = PodView.parse(kube.get(PODS, NAMESPACE, view.name))
-    assert current.gated and current.resource_version == view.resource_version
+    assert gates(current) == [OTHER_GATE, GATE] and current.resource_version == view.resource_version
 
 
 def test_a_gate_can_only_be_removed(kube: Kube, gated_pod: dict[str, Any]) -> None:
