@@ -60,8 +60,10 @@ sys.path.insert(0, str(ROOT / "hack"))
 import bench_report  # noqa: E402
 from bench_controller import TimedPlanner  # noqa: E402
 
-from dra_driver.kube.api import Obj, Resource  # noqa: E402
+from dra_driver.kube.api import Obj, Resource, patch_content_type  # noqa: E402
 from dra_driver.kube.errors import KubeError  # noqa: E402
+from dra_driver.sandbox.errors import ApiError  # noqa: E402
+from dra_driver.sandbox.patch import apply_patch  # noqa: E402
 
 DRIVER = "gpu.hami.io"
 PROFILE = "h100-80gb"
@@ -226,6 +228,43 @@ class RecordedApi:
                 if resource.plural in WITH_STATUS:
                     new["status"] = current.get("status") or {}
                 new["metadata"]["uid"] = current["metadata"]["uid"]
+            raw = store[key] = self._stamp(resource, new)
+            self._emit(resource, "MODIFIED", raw)
+        return dict(new)
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        status: bool = False,
+        strategic: bool = False,
+    ) -> Obj:
+        """The binder's gate and condition patches, applied as the sandbox applies them (a failed
+        JSON-patch ``test`` is 422; a uid that is not the object's 422, as kube-apiserver answers)."""
+        key = (namespace or "", name)
+        with self._lock:
+            store = self.objects.get(resource.plural, {})
+            if key not in store:
+                raise KubeError(404, f'{resource.plural} "{name}" not found')
+            current = json.loads(store[key])
+            try:
+                patched = apply_patch(
+                    patch_content_type(patch, strategic=strategic), current, json.dumps(patch).encode()
+                )
+            except ApiError as err:
+                raise KubeError(err.code, err.message) from None
+            if patched["metadata"].get("uid") != current["metadata"]["uid"]:
+                raise KubeError(422, "metadata.uid: field is immutable")
+            if status:
+                new = current
+                new["status"] = patched.get("status") or {}
+            else:
+                new = patched
+                if resource.plural in WITH_STATUS:
+                    new["status"] = current.get("status") or {}
             raw = store[key] = self._stamp(resource, new)
             self._emit(resource, "MODIFIED", raw)
         return dict(new)
@@ -693,9 +732,14 @@ def main(argv: list[str]) -> int:
     log(f"informers listed in {listed_s:.1f} s, first pass done at {sync_s:.1f} s ({sync_cpu:.1f} CPU-s)")
 
     # 2. RSS
-    time.sleep(1.5)  # the per-card metrics are rebuilt at most once a second: let them exist
+    # The per-card series are rebuilt at most once a second, by the worker: wait until every
+    # node's are published (a fixed sleep missed them on a loaded machine: a 4 KiB scrape).
     controller.wake()
-    time.sleep(0.5)
+    wait(
+        lambda: len(controller.metrics.gpu_series.nodes) >= args.nodes and controller._series_published,
+        600,
+        "the per-card series published",
+    )
     settle_memory()
     rss_after, peak = rss_mib(), rss_mib("VmHWM")
     log(f"RSS {rss_after:.0f} MiB (controller {rss_after - rss_before:.0f} MiB), peak {peak:.0f} MiB")

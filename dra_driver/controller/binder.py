@@ -4,7 +4,9 @@ Writes are those of an allocator beside kube-scheduler: our finalizer is added t
 (Update) before its allocation is written (UpdateStatus), both with the resourceVersion just
 read, so a concurrent allocator (another replica, kube-scheduler) makes one of the writes fail
 with 409 instead of allocating a device twice; only then is the pod's gate removed (with HAMi's
-annotation and our decision record), its condition set and a Normal event recorded. A crash
+annotation and our decision record), its condition set and a Normal event recorded. The pod's
+writes are patches that cannot clobber a concurrent writer (``gate_patch``, ``condition_patch``
+in dra_driver/resource/edits.py), so they need neither a read first nor the whole pod. A crash
 between any two writes leaves a state the next pass completes: a finalizer without allocation is
 reused or dropped, an allocated claim of a still-gated pod pins the pod's node, an allocated pod's
 gate is removed.
@@ -25,16 +27,17 @@ from dra_driver.controller.allocation import rfc3339_now
 from dra_driver.controller.allocator import ClaimWrite, Placed
 from dra_driver.controller.decision_record import decision_annotation, placement_summary
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.slim import keep_pod
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, KubeApi, Obj
 from dra_driver.kube.errors import KubeError, NotFound
 from dra_driver.kube.events import EventRecorder, TokenBucket
 from dra_driver.kube.writes import retry_on_conflict
 from dra_driver.resource.edits import (
+    condition_patch,
+    gate_patch,
     with_allocation,
     with_annotation,
-    with_condition,
     with_finalizer,
-    without_gate,
 )
 from dra_driver.resource.objects import ClaimView, ObjectView, PodView
 
@@ -52,6 +55,12 @@ def _same_object(current: Obj, planned: ObjectView) -> None:
     uid = ObjectView(current).uid
     if uid != planned.uid:
         raise NotFound(404, f"{planned.key} is now another object (uid {uid or '-'}, planned {planned.uid})")
+
+
+def _kept(pod: Mapping[str, object]) -> PodView:
+    """A pod the API returned, as the informer keeps it (``keep_pod``): what a bind returns is
+    folded into the cache in its place."""
+    return PodView.parse(keep_pod(dict(pod)))
 
 
 class BindOutcome(StrEnum):
@@ -126,7 +135,7 @@ class Binder:
                 condition = self.set_condition(
                     result.pod, "True", "Allocated", "all GPU claims are allocated"
                 )
-                result.pod = PodView.parse(condition) if condition is not None else result.pod
+                result.pod = _kept(condition) if condition is not None else result.pod
         except KubeError as err:
             # A re-read after a conflict failed: the claim being written counts as not attempted
             # (the worker falls back to the cache), so it is neither wedged in flight nor lost.
@@ -183,20 +192,18 @@ class Binder:
         return (self._view(obj), None) if written else (None, self._view(obj))
 
     def _lift_gate(self, pod: PodView, annotations: Mapping[str, str]) -> tuple[PodView | None, BindOutcome]:
-        """Remove our gate, in the same update setting ``annotations``; a Normal event says where."""
+        """Remove our gate, in the same patch setting ``annotations``; a Normal event says where.
 
-        def lift(current: Obj) -> Obj:
-            _same_object(current, pod)
-            edited = without_gate(current, annotations)
-            if edited is None:
-                return current  # lifted already
-            written: Obj = self.kube.update(PODS, edited)
-            return written
-
+        A JSON patch (``gate_patch``) rather than an Update: kube-controller-manager writes the
+        pod's status between our read and our write on nearly every pod, which made the Update
+        fail with 409 and cost a read and a second write (docs/performance.md, "API writes per
+        pod"). The patch needs no resourceVersion and its ``test`` ops refuse it (nothing written)
+        when the pod is another object or our gate moved; then the pod is read once: gone or
+        another object is GONE, a gate lifted already (a write of ours whose answer was lost)
+        BOUND without writing, else the patch is made again from what was read.
+        """
         try:
-            current = retry_on_conflict(
-                lift, dict(pod), lambda: self.read_pod(pod), on_conflict=self._conflict
-            )
+            current = self._patch_gate(pod, annotations)
         except NotFound:
             return None, BindOutcome.GONE
         except KubeError as err:
@@ -205,28 +212,51 @@ class Binder:
         record = annotations.get(decision_annotation(self.driver))
         if record is not None:
             self.event(pod, "Normal", "Allocated", placement_summary(record))
-        return PodView.parse(current), BindOutcome.BOUND
+        return _kept(current), BindOutcome.BOUND
+
+    def _patch_gate(self, pod: PodView, annotations: Mapping[str, str]) -> Mapping[str, object]:
+        """The pod as the gate's patch left it (as ``pod`` is when it carries no gate); raises
+        NotFound when the pod is gone or another object, KubeError when the patch failed twice."""
+        ops = gate_patch(pod, annotations)
+        if ops is None:
+            return pod  # lifted already
+        try:
+            written: Obj = self.kube.patch(PODS, pod.namespace, pod.name, ops)
+            return written
+        except KubeError as err:
+            if err.status == 404:
+                raise NotFound(404, str(err)) from None
+            first = err
+        if first.status in (409, 422):  # a test op failed: the pod changed under our decision
+            self._conflict()
+        current = self.read_pod(pod)
+        _same_object(current, pod)
+        ops = gate_patch(current, annotations)
+        if ops is None:
+            return current  # lifted already (maybe by our own patch whose answer was lost)
+        log.info("pod %s: gate patch refused (%s); made again from a fresh read", pod.key, first)
+        written = self.kube.patch(PODS, pod.namespace, pod.name, ops)
+        return written
 
     # --- pending reports -----------------------------------------------------------------------
     def report_pending(self, pod: PodView, reason: str, message: str) -> PodView | None:
         """A Warning event and the pod's condition (False, ``reason``); the pod as written."""
         self.event(pod, "Warning", "FailedAllocation", message)
         written = self.set_condition(pod, "False", reason, message)
-        return None if written is None else PodView.parse(written)
+        return None if written is None else _kept(written)
 
     def set_condition(self, pod: Mapping[str, object], status: str, reason: str, message: str) -> Obj | None:
-        """Our condition on the pod (UpdateStatus); the pod as written, None when it failed."""
-
-        def write(current: Obj) -> Obj:
-            edited = with_condition(current, status, reason, message, rfc3339_now())
-            written: Obj = self.kube.update(PODS, edited, status=True)
-            return written
-
+        """Our condition on the pod: a strategic merge patch of its status (conditions merge by
+        type, so no read first; the pod's uid in it, which another pod of the name refuses). The
+        pod as written, None when it failed (gone, another object, an API error: the next report
+        writes it again)."""
         view = PodView.parse(pod)
+        patch = condition_patch(view, status, reason, message, rfc3339_now())
         try:
-            return retry_on_conflict(
-                write, dict(pod), lambda: self.read_pod(view), on_conflict=self._conflict
+            written: Obj = self.kube.patch(
+                PODS, view.namespace, view.name, patch, status=True, strategic=True
             )
+            return written
         except KubeError as err:
             log.info("condition for %s not written: %s", view.key, err)
             return None

@@ -111,14 +111,14 @@ class HamiTemplates:
     def _wake_claim_controller(self, pod: PodView, names: list[str]) -> None:
         """Note the templates on the pod: an update is what makes kcm's claim controller retry it now.
 
-        Best effort: a pod changed meanwhile (409) was updated anyway, which is all this is for.
+        Best effort, and a merge patch of one annotation (with the pod's uid, which a pod of the
+        same name that is another object refuses): the informer keeps pods slim
+        (dra_driver/controller/slim.py), so an Update of the copy we hold would erase what it
+        leaves out.
         """
-        raw = dict(pod.raw)
-        meta = dict(raw.get("metadata") or {})
         mark = {made_annotation(self._driver): ",".join(names)}
-        meta["annotations"] = {**(meta.get("annotations") or {}), **mark}
-        raw["metadata"] = meta
+        patch = {"metadata": {"uid": pod.uid, "annotations": mark}}
         try:
-            self._kube.update(PODS, raw)
+            self._kube.patch(PODS, pod.namespace, pod.name, patch)
         except KubeError as err:
             log.info("pod %s: not marked after creating its templates: %s", pod.key, err)

@@ -8,12 +8,15 @@ created before it was installed. So every pod is listed and watched, and each is
 the moment it arrives, to what the controller will ever read of it:
 
 * a pod that names a ResourceClaim or carries our scheduling gate may be ours to place, to report
-  on or to release claims for, and the controller writes it back whole (an Update of the gate, an
-  UpdateStatus of its condition: what we leave out of such a write is erased on the server): it is
-  kept whole, without ``managedFields``. This includes pods created before the driver was installed
-  (their claims are found by name) and pods the webhook translated from HAMi's resources (it adds
+  on or to release claims for. This includes pods created before the driver was installed (their
+  claims are found by name) and pods the webhook translated from HAMi's resources (it adds
   template claims and our gate). ``spec.resourceClaims`` and the gates cannot be added to a pod
-  after it is created, so a pod never moves from the other kind to this one;
+  after it is created, so a pod never moves from the other kind to this one. Such a pod keeps what
+  the controller reads of it (:func:`our_pod`): its claims and gates, its containers' names and
+  resources, what the node filter reads, the annotations that change its placement, our
+  condition. The controller writes these pods only with patches that name what they change (the
+  gate, annotations, our condition: dra_driver/resource/edits.py), never by sending a copy back,
+  so nothing left out here can be erased on the server;
 * any other pod is only a neighbour: its node, phase, identity and CPU/memory requests are kept
   (:func:`neighbour_pod`), a few hundred bytes instead of the tens of kilobytes a pod takes as
   parsed JSON with its managedFields, status and annotations. It stays a Pod as far as every reader
@@ -35,9 +38,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.contract import GATE_NAME
+from dra_driver.config.resolve import PLAN_ANNOTATIONS
+from dra_driver.contract import ALLOCATED_CONDITION, GATE_NAME
 from dra_driver.kube.api import Obj
 from dra_driver.kube.watch import drop_managed_fields
+from dra_driver.webhook.hami_resources import TRANSLATED_ANNOTATION
 
 #: The pod's metadata every reader of a neighbour uses (``ObjectView``): identity, version, age.
 _NEIGHBOUR_METADATA = (
@@ -50,6 +55,20 @@ _NEIGHBOUR_METADATA = (
 )
 #: The requests ``pod_requests`` adds up (dra_driver/resource/objects.py).
 _COUNTED_REQUESTS = ("cpu", "memory")
+#: The annotations the controller reads of a pod that may be ours: those that change where it is
+#: placed (``resolve_config``, and the pending-shape grouping) and the webhook's note that it was
+#: translated from HAMi's resources (dra_driver/controller/hami_templates.py).
+OUR_POD_ANNOTATIONS = frozenset((*PLAN_ANNOTATIONS, TRANSLATED_ANNOTATION))
+#: What ``PodView`` and the node filter read of such a pod's spec (``placement_spec`` is this spec:
+#: pods that differ only in what is left out are placed alike).
+_OUR_POD_SPEC = (
+    "nodeName",
+    "schedulingGates",
+    "resourceClaims",
+    "nodeSelector",
+    "tolerations",
+    "overhead",
+)
 
 
 def may_be_ours(pod: Mapping[str, Any]) -> bool:
@@ -63,8 +82,58 @@ def may_be_ours(pod: Mapping[str, Any]) -> bool:
 
 
 def keep_pod(pod: Obj) -> Obj:
-    """The informer's transform for Pods: whole for a pod that may be ours, else a neighbour."""
-    return drop_managed_fields(pod) if may_be_ours(pod) else neighbour_pod(pod)
+    """The informer's transform for Pods: a pod that may be ours as the controller reads it, else
+    a neighbour."""
+    return our_pod(pod) if may_be_ours(pod) else neighbour_pod(pod)
+
+
+def _named_resources(containers: Any) -> list[Obj]:
+    """Each container's name and resources (claims it uses, requests and limits: ``ContainerView``
+    and ``pod_requests``), in order (the HAMi annotation keeps their places)."""
+    return [
+        {"name": container.get("name"), "resources": container.get("resources") or {}}
+        for container in containers or ()
+    ]
+
+
+def our_pod(pod: Mapping[str, Any]) -> Obj:
+    """A pod that may be ours, as the controller reads it (``PodView``, the planner, the HAMi
+    translation); a few hundred bytes to a kilobyte or two instead of the tens of kilobytes of a
+    parsed pod with its status, images, environment, volumes and last-applied annotation.
+
+    An annotations map is kept (empty when none of its keys is read) where the pod has one: the
+    gate's patch adds our annotations to it key by key, or, where the pod has none, adds the map
+    after a ``test`` that it is still absent (``gate_patch``).
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    kept_meta: Obj = {key: meta[key] for key in _NEIGHBOUR_METADATA if key in meta}
+    annotations = meta.get("annotations")
+    if annotations is not None:
+        kept_meta["annotations"] = {k: v for k, v in annotations.items() if k in OUR_POD_ANNOTATIONS}
+    kept_spec: Obj = {key: spec[key] for key in _OUR_POD_SPEC if key in spec}
+    kept_spec["containers"] = _named_resources(spec.get("containers"))
+    if spec.get("initContainers"):
+        kept_spec["initContainers"] = _named_resources(spec["initContainers"])
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is not None:
+        kept_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    status = pod.get("status") or {}
+    kept_status: Obj = {key: status[key] for key in ("phase", "resourceClaimStatuses") if key in status}
+    ours = [c for c in status.get("conditions") or () if c.get("type") == ALLOCATED_CONDITION]
+    if ours:
+        kept_status["conditions"] = ours
+    kept: Obj = {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": kept_meta,
+        "spec": kept_spec,
+    }
+    if kept_status:
+        kept["status"] = kept_status
+    return kept
 
 
 def _requests_only(containers: Any) -> list[Obj]:

@@ -71,6 +71,14 @@ def _error(err: Exception) -> KubeError:
     return KubeError(status, message)
 
 
+def patch_content_type(patch: Any, *, strategic: bool = False) -> str:
+    """The PATCH body's type: a list of ops is a JSON patch (RFC 6902), a map a JSON merge patch
+    (RFC 7386) or, with ``strategic``, Kubernetes' strategic merge patch."""
+    if isinstance(patch, list):
+        return "application/json-patch+json"
+    return "application/strategic-merge-patch+json" if strategic else "application/merge-patch+json"
+
+
 class KubeApi(Protocol):
     """What the controller needs from the API: ``Kube`` in production, an in-memory fake in the
     controller's unit tests (tests/controller/fake_kube.py)."""
@@ -89,6 +97,17 @@ class KubeApi(Protocol):
     def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj: ...
 
     def update(self, resource: Resource, obj: Obj, *, status: bool = False) -> Obj: ...
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        status: bool = False,
+        strategic: bool = False,
+    ) -> Obj: ...
 
     def watch(
         self,
@@ -193,10 +212,19 @@ class Kube:
         return result
 
     def patch(
-        self, resource: Resource, namespace: str | None, name: str, patch: Any, *, status: bool = False
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        status: bool = False,
+        strategic: bool = False,
     ) -> Obj:
+        """A JSON patch (``patch`` a list of ops), else a JSON merge patch, or with ``strategic`` a
+        strategic merge patch (lists with a merge key, a pod's conditions by type, merge by it)."""
         path = resource.path(namespace, name, "status" if status else None)
-        kind = "application/json-patch+json" if isinstance(patch, list) else "application/merge-patch+json"
+        kind = patch_content_type(patch, strategic=strategic)
         result: Obj = self._call("PATCH", path, body=patch, content_type=kind)
         return result
 

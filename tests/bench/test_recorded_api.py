@@ -13,8 +13,10 @@ from types import ModuleType
 
 import pytest
 
+from dra_driver.contract import ALLOCATED_CONDITION, GATE_NAME
 from dra_driver.kube.api import PODS
 from dra_driver.kube.errors import KubeError
+from dra_driver.resource.edits import condition_patch, gate_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,6 +65,38 @@ def test_writes_carry_the_stored_version_and_status_writes_only_status(scale: Mo
     with pytest.raises(KubeError) as missing:
         api.get(PODS, "ns", "nope")
     assert missing.value.status == 404
+
+
+def test_the_binders_patches_apply_as_on_the_api_server(scale: ModuleType) -> None:
+    """The gate's JSON patch and the condition's strategic merge patch: no resourceVersion needed,
+    a failed ``test`` or another object's uid refused (422) with nothing written."""
+    api = scale.RecordedApi()
+    created = api.create(PODS, "ns", scale.pod_object("p", "ns", None, 3))
+    created["spec"]["schedulingGates"] = [{"name": "x/y"}, {"name": GATE_NAME}]
+    created = api.update(PODS, created)
+    ops = gate_patch(created, {"a.example/b": "c"})
+    assert ops is not None
+    api.update(PODS, {**created, "metadata": {**created["metadata"], "labels": {"new": "1"}}})
+    for refused in (
+        gate_patch({**created, "metadata": {**created["metadata"], "uid": "other"}}, {}),
+        gate_patch({**created, "spec": {"schedulingGates": [{"name": GATE_NAME}]}}, {}),
+    ):
+        with pytest.raises(KubeError) as failed:
+            api.patch(PODS, "ns", "p", refused)
+        assert failed.value.status == 422
+    written = api.patch(PODS, "ns", "p", ops)
+    assert written["spec"]["schedulingGates"] == [{"name": "x/y"}] and written["metadata"]["labels"] == {
+        "new": "1"
+    }
+    assert written["metadata"]["annotations"]["a.example/b"] == "c"
+    written = api.update(PODS, {**written, "status": scale.running_status(3)}, status=True)
+    condition = condition_patch(written, "True", "Allocated", "ok", "2026-12-06T00:00:00Z")
+    written = api.patch(PODS, "ns", "p", condition, status=True, strategic=True)
+    assert [c["type"] for c in written["status"]["conditions"]][-1] == ALLOCATED_CONDITION
+    assert len(written["status"]["conditions"]) == len(scale.running_status(3).get("conditions") or ()) + 1
+    with pytest.raises(KubeError) as gone:
+        api.patch(PODS, "ns", "nope", condition, status=True, strategic=True)
+    assert gone.value.status == 404
 
 
 def test_lists_come_in_pages_and_honour_field_selectors(scale: ModuleType) -> None:

@@ -141,17 +141,24 @@ def test_poison_input_leaves_every_other_pod_placeable(tenancy: Tenancy) -> None
 def test_a_stolen_controller_token_cannot_rewrite_pods_or_foreign_claims(tenancy: Tenancy) -> None:
     cluster, controller = tenancy.cluster, tenancy.controller_user
     cluster.kubectl("apply", "-n", OTHER_NS, "-f", "-", stdin=manifest(pod("bystander", None)))
-    bystander = unconditional(cluster.get("pod", "bystander", "-n", OTHER_NS))
-    bystander["spec"]["containers"][0]["image"] = "registry.example.com/evil:1"
-    out = tenancy.refused("-n", OTHER_NS, "replace", "-f", "-", stdin=json.dumps(bystander), user=controller)
+    # The controller writes pods with patches (its gate, annotations, condition): any other change
+    # a patch of its makes is refused by the controller-pods policy.
+    image = [{"op": "replace", "path": "/spec/containers/0/image", "value": "registry.example.com/evil:1"}]
+    out = tenancy.refused(
+        "-n", OTHER_NS, "patch", "pod", "bystander", "--type=json", "-p", json.dumps(image), user=controller
+    )
     assert "the controller may not change a pod's containers, images" in out
-    labelled = unconditional(cluster.get("pod", "bystander", "-n", OTHER_NS))
-    labelled["metadata"].setdefault("labels", {})["owned"] = "yes"
-    out = tenancy.refused("-n", OTHER_NS, "replace", "-f", "-", stdin=json.dumps(labelled), user=controller)
+    label = {"metadata": {"labels": {"owned": "yes"}}}
+    out = tenancy.refused(
+        "-n", OTHER_NS, "patch", "pod", "bystander", "--type=merge", "-p", json.dumps(label), user=controller
+    )
     assert "may change only the annotations" in out
-    # RBAC: the controller never patches, so it may not.
+    # RBAC: the controller never sends a pod back whole, so it may not.
+    bystander = unconditional(cluster.get("pod", "bystander", "-n", OTHER_NS))
+    out = tenancy.refused("-n", OTHER_NS, "replace", "-f", "-", stdin=json.dumps(bystander), user=controller)
+    assert "forbidden" in out.lower()
     assert cluster.kubectl(
-        "auth", "can-i", "patch", "pods", "-n", "kube-system", "--as", controller, check=False
+        "auth", "can-i", "update", "pods", "-n", "kube-system", "--as", controller, check=False
     ).startswith("no")
     # The status of a claim it does not allocate (here: results of another driver).
     cluster.kubectl("apply", "-n", OTHER_NS, "-f", "-", stdin=manifest(claim("foreign", "1Gi")))

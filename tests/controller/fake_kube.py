@@ -3,7 +3,12 @@ reconciler relies on, so the reconciler is unit-tested without the HTTPS sandbox
 
 Rules kept: a write must carry the stored resourceVersion (409 otherwise) and bumps it; writing
 ``status`` (``status=True``) changes only status, any other write keeps the stored status; a
-missing object is a 404; ``create`` assigns uid, resourceVersion and a creation timestamp (or,
+missing object is a 404; a patch (JSON patch, merge or strategic merge, applied by the sandbox's
+dra_driver/sandbox/patch.py) needs no resourceVersion, a failed JSON-patch ``test`` is 422 and a
+``metadata.uid`` in it that is not the object's 422 (immutable; a resourceVersion in it is a
+precondition, 409), and
+a pod's scheduling gates can only be removed (422), as kube-apiserver answers
+(tests/cluster/test_pod_patches.py); ``create`` assigns uid, resourceVersion and a creation timestamp (or,
 with ``generateName``, a name). ``fail(...)`` makes the next matching calls raise a chosen error
 (a conflict, a 500, a timeout), and every call is recorded in ``calls``.
 
@@ -20,10 +25,13 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from dra_driver.kube.api import Obj, Resource
+from dra_driver.kube.api import Obj, Resource, patch_content_type
 from dra_driver.kube.errors import KubeError
 from dra_driver.kube.events import core_from_v1, v1_from_core
+from dra_driver.sandbox.errors import ApiError
+from dra_driver.sandbox.patch import apply_patch
 
 #: Resources with a status subresource (the others store status like any field).
 WITH_STATUS = {"pods", "resourceclaims", "gpuquotas", "nodes", "resourcequotas"}
@@ -68,7 +76,10 @@ class FakeKube:
 
     def writes(self, plural: str | None = None) -> list[tuple[str, str, str]]:
         return [
-            c for c in self.calls if c[0] in ("create", "update", "update/status") and plural in (None, c[1])
+            c
+            for c in self.calls
+            if c[0] in ("create", "update", "update/status", "patch", "patch/status")
+            and plural in (None, c[1])
         ]
 
     def stored(self, resource: Resource, namespace: str | None, name: str) -> Obj:
@@ -166,6 +177,48 @@ class FakeKube:
         self.objects[key] = new
         return _shown(resource, copy.deepcopy(new))
 
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        status: bool = False,
+        strategic: bool = False,
+    ) -> Obj:
+        self._check("patch/status" if status else "patch", resource, name)
+        key = (resource.plural, namespace or "", name)
+        current = self.objects.get(key)
+        if current is None:
+            raise KubeError(404, f'{resource.plural} "{name}" not found')
+        shown = _shown(resource, copy.deepcopy(current))
+        try:
+            patched = apply_patch(
+                patch_content_type(patch, strategic=strategic), shown, json.dumps(patch).encode()
+            )
+        except ApiError as err:
+            raise KubeError(err.code, err.message) from None
+        meta = patched.get("metadata") or {}
+        if meta.get("uid") != current["metadata"]["uid"]:
+            raise KubeError(422, f"metadata.uid: Invalid value: {meta.get('uid')!r}: field is immutable")
+        if str(meta.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
+            raise KubeError(
+                409, "the object has been modified; please apply your changes to the latest version"
+            )
+        if resource.plural == "pods" and not _only_removed(current, patched):
+            raise KubeError(422, "spec.schedulingGates: Forbidden: only deletion is allowed")
+        if status:
+            new = copy.deepcopy(current)
+            new["status"] = copy.deepcopy(patched.get("status") or {})
+        else:
+            new = _stored(resource, patched)
+            if resource.plural in WITH_STATUS:
+                new["status"] = copy.deepcopy(current.get("status") or {})
+        new["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.objects[key] = new
+        return _shown(resource, copy.deepcopy(new))
+
     def watch(
         self,
         resource: Resource,
@@ -183,3 +236,11 @@ def _field(obj: Obj, path: str) -> str:
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return "" if value is None else str(value)
+
+
+def _only_removed(current: Obj, patched: Obj) -> bool:
+    """Whether ``patched`` keeps the pod's scheduling gates or removes some, in order (the only
+    change kube-apiserver allows)."""
+    before = [gate.get("name") for gate in (current.get("spec") or {}).get("schedulingGates") or ()]
+    after = iter(before)
+    return all(gate.get("name") in after for gate in (patched.get("spec") or {}).get("schedulingGates") or ())

@@ -63,7 +63,7 @@ def test_written_objects_pass_kubernetes_validate(harness: Harness) -> None:
 @pytest.mark.slow
 def test_conflicts_and_server_errors_are_retried(harness: Harness) -> None:
     harness.server.faults.inject(r"/resourceclaims/c1/status$", status=409, count=2, methods={"PUT"})
-    harness.server.faults.inject(r"/pods/p1$", status=409, count=1, methods={"PUT"})
+    harness.server.faults.inject(r"/pods/p1$", status=409, count=1, methods={"PATCH"})
     harness.server.faults.inject(r"/resourceclaims/c2$", status=500, count=2, methods={"PUT"})
     controller = harness.start_controller()
     harness.create_claim(claim("c1", request(memory="1Gi")))
@@ -158,7 +158,7 @@ def test_restart_after_crash_between_finalizer_and_allocation(harness: Harness) 
 
 def test_restart_after_crash_between_allocation_and_gate_removal(harness: Harness) -> None:
     first = harness.start_controller()
-    harness.server.faults.inject(r"/pods/gated$", status=500, methods={"PUT"})  # gate removal keeps failing
+    harness.server.faults.inject(r"/pods/gated$", status=500, methods={"PATCH"})  # gate removal keeps failing
     harness.create_claim(claim("kept", request(memory="1Gi")))
     harness.create_pod(pod("gated", {"gpu": "claim:kept"}))
     wait_for(lambda: harness.allocated("kept"), what="allocation written")
@@ -318,7 +318,7 @@ def test_a_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(har
     )
     harness.server.faults.inject(r"/resourceclaims/taken$", status=500, count=1, methods={"GET"})
     # The gate stays (its removal keeps failing): no later write of the claim corrects the ledger.
-    ungate = harness.server.faults.inject(r"/pods/taken-pod$", status=500, count=None, methods={"PUT"})
+    ungate = harness.server.faults.inject(r"/pods/taken-pod$", status=500, count=None, methods={"PATCH"})
     controller = harness.start_controller()
     harness.create_claim(claim("taken", request(memory="1Gi")))
     harness.create_pod(pod("taken-pod", {"gpu": "claim:taken"}))

@@ -5,6 +5,7 @@ driver's slices only; through the real informers, paged, over ``FakeKube``."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -12,7 +13,14 @@ import pytest
 from dra_driver.contract import GATE_NAME
 from dra_driver.controller.controller import WATCHED, Controller, api_connections
 from dra_driver.controller.inventory import build_inventory
-from dra_driver.controller.slim import SliceParts, keep_pod, may_be_ours, neighbour_pod, placement_node
+from dra_driver.controller.slim import (
+    OUR_POD_ANNOTATIONS,
+    SliceParts,
+    keep_pod,
+    may_be_ours,
+    neighbour_pod,
+    placement_node,
+)
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
@@ -164,12 +172,63 @@ POSSIBLY_OURS = {
 }
 
 
+#: Every attribute of ``PodView`` but ``placement_spec`` (the spec kept: compared on its own).
+POD_VIEW_ATTRIBUTES = (
+    "key", "uid", "resource_version", "created", "deleting", "bound_to", "active", "gated",
+    "other_gates", "claim_names", "claim_keys", "claim_entries", "containers", "init_containers",
+    "requests", "allocated_condition", "node_name", "node_selector", "required_affinity", "tolerations",
+)  # fmt: skip
+
+
+def placed_somewhere(pod: Obj) -> Obj:
+    """``pod`` with everything the node filter reads, our condition and a status kubelet wrote."""
+    placed = copy.deepcopy(pod)
+    spec = placed["spec"]
+    spec["nodeSelector"] = {"gpu": "yes"}
+    spec["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    spec["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+        ]}},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }  # fmt: skip
+    spec["volumes"] = [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]
+    spec["containers"][0]["env"] = [{"name": "X", "value": "y" * 500}]
+    placed["metadata"]["annotations"].update({"hami.io/gpu-scheduler-policy": "spread", "team/x": "y"})
+    placed["status"]["conditions"].append({"type": "gpu.hami.io/Allocated", "status": "False"})
+    placed["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "gated-gpu-x"}]
+    return placed
+
+
 @pytest.mark.parametrize("pod", POSSIBLY_OURS.values(), ids=POSSIBLY_OURS.keys())
-def test_a_pod_that_may_be_ours_is_kept_whole_but_its_managed_fields(pod: Obj) -> None:
-    """Whole: the controller writes these pods back with Update and UpdateStatus, which erase what
-    they leave out (managedFields are the exception: left out, the server keeps them)."""
-    assert may_be_ours(pod)
-    assert keep_pod(copy.deepcopy(pod)) == without_managed_fields(pod)
+def test_a_pod_that_may_be_ours_reads_as_before_where_anything_reads_it(pod: Obj) -> None:
+    """Kept as the controller reads it: every view of it, the placement annotations, the HAMi
+    translation's note; the spec keeps what tells placements apart (images, environment and volumes
+    do not); an annotations map stays a map (the gate's patch adds to it key by key)."""
+    for full_pod in (pod, placed_somewhere(pod)):
+        assert may_be_ours(full_pod)
+        full, kept = PodView(full_pod), PodView(keep_pod(copy.deepcopy(full_pod)))
+        for attribute in POD_VIEW_ATTRIBUTES:
+            assert getattr(kept, attribute) == getattr(full, attribute), attribute
+        assert kept.annotations == {
+            key: value for key, value in full.annotations.items() if key in OUR_POD_ANNOTATIONS
+        }
+        assert "hami.io/gpu-scheduler-policy" in kept.annotations or full_pod is pod
+        assert full.placement_spec.keys() >= kept.placement_spec.keys()
+        assert "volumes" not in kept.placement_spec and "managedFields" not in kept.raw["metadata"]
+        assert len(json.dumps(kept.raw)) < len(json.dumps(full_pod)) / (1 if full_pod is pod else 2)
+
+
+def test_pods_of_one_workload_keep_one_placement_spec_and_others_another() -> None:
+    """Pods that differ in an image or a volume place alike; a node selector tells them apart."""
+    first = placed_somewhere(POSSIBLY_OURS["gated by our webhook"])
+    second = copy.deepcopy(first)
+    second["spec"]["containers"][0]["image"] = "busybox:2"
+    second["spec"]["volumes"] = []
+    third = copy.deepcopy(first)
+    third["spec"]["nodeSelector"] = {"gpu": "other"}
+    shapes = [PodView(keep_pod(copy.deepcopy(p))).placement_spec for p in (first, second, third)]
+    assert shapes[0] == shapes[1] != shapes[2]
 
 
 def test_a_node_keeps_what_placement_reads() -> None:
@@ -280,11 +339,11 @@ def test_pods_listed_before_the_install_and_hami_pods_are_found_and_neighbours_c
     claim = cache.claims[f"{NS}/old-claim"]
     assert claim.uses and cache.consumers[claim.key] == {f"{NS}/old"}
     assert cache.live_consumers(claim, bound_only=True)
-    assert cache.ledger.generation and cache.pods[f"{NS}/old"].raw == without_managed_fields(stored["old"])
-    # The HAMi pod, whole (its annotation is read when it is placed), waiting for its template claim.
+    assert cache.ledger.generation and cache.pods[f"{NS}/old"].raw == keep_pod(copy.deepcopy(stored["old"]))
+    # The HAMi pod, with its annotation (read when it is placed), waiting for its template claim.
     hami = cache.pods[f"{NS}/hami"]
     assert hami.gated and TRANSLATED_ANNOTATION in hami.annotations
-    assert hami.raw == without_managed_fields(stored["hami"])
+    assert hami.raw == keep_pod(copy.deepcopy(stored["hami"]))
     # Every active bound pod counts on its node, ours and not, exactly as the full pods would.
     assert cache.bound_requests() == bound_requests_by_node(PodView(pod) for pod in stored.values())
     assert cache.bound_requests()["n1"]["cpu"] == pytest.approx(1 + 1.5 + 2 + 1.25 + 2)

@@ -28,6 +28,7 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.planner import PlanInput, Planner, PodPlan
+from dra_driver.controller.slim import keep_pod
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
@@ -199,6 +200,14 @@ class World(Feed):
         old = self.kube.objects.get((resource.plural, meta.get("namespace") or "", meta["name"]))
         return (None if old is None else copy.deepcopy(old)), self.kube.put(resource, obj)
 
+    def deliver(self, kind: str, obj: Obj) -> Wake:
+        """Store the object and hand the change to the cache as the informer does: a pod as its
+        transform keeps it (dra_driver/controller/slim.py), so every test places slim pods."""
+        old, new = self._store(kind, obj)
+        if kind == "Pod":
+            old, new = (None if old is None else keep_pod(old)), keep_pod(new)
+        return self.cache.apply_event(kind, old, new)
+
     def fence(self, pod_view: PodView) -> None:
         """What reporting the pod pending does first: fence its claims, fold what was seen."""
         claims = [c for _, c in self.cache.pod_claims(pod_view) if c is not None]
@@ -220,7 +229,9 @@ class World(Feed):
             elif plural == "pods":
                 key = f"{obj['metadata'].get('namespace') or ''}/{obj['metadata']['name']}"
                 cached = self.cache.pods.get(key)
-                self.cache.apply_event("Pod", None if cached is None else dict(cached), copy.deepcopy(obj))
+                self.cache.apply_event(
+                    "Pod", None if cached is None else dict(cached), keep_pod(copy.deepcopy(obj))
+                )
 
     def decide(self, pod_name: str) -> Any:
         """What a pass does for the pod: decide, then the failure's writes (fence, report)."""

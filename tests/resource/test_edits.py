@@ -56,40 +56,55 @@ def test_with_annotation_merges_with_existing_annotations_and_drops_status() -> 
     assert pod["status"] == {"phase": "Pending"}
 
 
-def test_without_gate_on_a_pod_without_spec_is_nothing_to_write() -> None:
-    assert edits.without_gate({"metadata": {}}, {"a": "b"}) is None
+def test_gate_patch_on_a_pod_without_our_gate_is_nothing_to_write() -> None:
+    assert edits.gate_patch({"metadata": {}}, {"a": "b"}) is None
+    assert edits.gate_patch({"spec": {"schedulingGates": [{"name": "other"}]}}, {}) is None
 
 
-def test_without_gate_lifts_only_our_gate_and_merges_annotations() -> None:
+def test_gate_patch_tests_the_uid_and_our_gate_at_its_index_then_adds_each_annotation() -> None:
     pod = {
-        "metadata": {"annotations": {"keep": "me"}},
-        "spec": {"schedulingGates": [{"name": GATE_NAME}, {"name": "other"}]},
+        "metadata": {"uid": "u1", "annotations": {"keep": "me"}},
+        "spec": {"schedulingGates": [{"name": "other"}, {"name": GATE_NAME}]},
     }
-    edited = edits.without_gate(pod, {"k": "v"})
-    assert edited is not None
-    assert edited["spec"]["schedulingGates"] == [{"name": "other"}]
-    assert edited["metadata"]["annotations"] == {"keep": "me", "k": "v"}
-    assert pod["spec"]["schedulingGates"][0] == {"name": GATE_NAME}
-
-
-def test_with_condition_replaces_ours_and_keeps_other_conditions() -> None:
-    other = {"type": "PodScheduled", "status": "False"}
-    pod = {"status": {"conditions": [other, {"type": ALLOCATED_CONDITION, "status": "False"}]}}
     before = copy.deepcopy(pod)
-    edited = edits.with_condition(pod, "True", "Allocated", "done", "2026-01-01T00:00:00Z")
-    assert edited["status"]["conditions"] == [
-        other,
-        {
-            "type": ALLOCATED_CONDITION,
-            "status": "True",
-            "reason": "Allocated",
-            "message": "done",
-            "lastTransitionTime": "2026-01-01T00:00:00Z",
-        },
+    assert edits.gate_patch(pod, {"hami.io/vgpu~x": "v", "k": "w"}) == [
+        {"op": "test", "path": "/metadata/uid", "value": "u1"},
+        {"op": "test", "path": "/spec/schedulingGates/1", "value": {"name": GATE_NAME}},
+        {"op": "remove", "path": "/spec/schedulingGates/1"},
+        {"op": "add", "path": "/metadata/annotations/hami.io~1vgpu~0x", "value": "v"},
+        {"op": "add", "path": "/metadata/annotations/k", "value": "w"},
     ]
     assert pod == before
 
 
-def test_with_condition_cuts_the_message_to_32768_characters() -> None:
-    edited = edits.with_condition({}, "False", "Unschedulable", "x" * 40000, "t")
-    assert len(edited["status"]["conditions"][0]["message"]) == 32768
+def test_gate_patch_adds_the_map_to_a_pod_without_annotations_only_while_it_has_none() -> None:
+    pod = {"metadata": {"uid": "u1"}, "spec": {"schedulingGates": [{"name": GATE_NAME}]}}
+    ops = edits.gate_patch(pod, {"a/b": "c"})
+    assert ops is not None and ops[3:] == [
+        {"op": "test", "path": "/metadata/annotations", "value": None},
+        {"op": "add", "path": "/metadata/annotations", "value": {"a/b": "c"}},
+    ]
+    ops = edits.gate_patch(pod, {})
+    assert ops is not None and len(ops) == 3  # nothing to add: no test of the map either
+
+
+def test_condition_patch_names_the_pod_and_only_our_condition() -> None:
+    assert edits.condition_patch({"metadata": {"uid": "u1"}}, "True", "Allocated", "done", "t0") == {
+        "metadata": {"uid": "u1"},
+        "status": {
+            "conditions": [
+                {
+                    "type": ALLOCATED_CONDITION,
+                    "status": "True",
+                    "reason": "Allocated",
+                    "message": "done",
+                    "lastTransitionTime": "t0",
+                }
+            ]
+        },
+    }
+
+
+def test_condition_patch_cuts_the_message_to_32768_characters() -> None:
+    patch = edits.condition_patch({}, "False", "Unschedulable", "x" * 40000, "t")
+    assert len(patch["status"]["conditions"][0]["message"]) == 32768

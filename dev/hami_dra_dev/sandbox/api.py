@@ -289,6 +289,11 @@ class Api:
             want[0] = rv if rv and rv != current["metadata"]["resourceVersion"] else None
             if want[0] is not None:
                 raise e.conflict(rt, name, e.STALE)
+            uid = patched["metadata"].get("uid")
+            if uid and uid != current["metadata"]["uid"]:
+                # A patch's uid is not a precondition (an Update's is, 409): the real server
+                # answers as for any edit of an immutable field (tests/cluster/test_pod_patches.py).
+                raise e.invalid_object(rt, name, [e.invalid("metadata.uid", uid, "field is immutable")])
             return patched
 
         return self._guaranteed_update(rt, ns, name, mutate_checked, None, sub, opts or WriteOptions())

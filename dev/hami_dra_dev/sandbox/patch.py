@@ -92,6 +92,17 @@ def _get(doc: JSON, path: str) -> JSON:
     return _container(doc, _pointer(path), path)
 
 
+def _tested(doc: JSON, path: str, value: JSON) -> JSON:
+    """The value a ``test`` op compares: a missing member of an object reads as null when the op
+    tests for null (as kube-apiserver's json-patch does: a patch can test that a map is absent)."""
+    parts = _pointer(path)
+    if value is None and parts:
+        parent = _container(doc, parts[:-1], path)
+        if isinstance(parent, dict):
+            return parent.get(parts[-1])
+    return _get(doc, path)
+
+
 def _add(doc: JSON, path: str, value: JSON, replace: bool = False) -> JSON:
     parts = _pointer(path)
     if not parts:
@@ -158,7 +169,7 @@ def json_patch(target: JSON, ops: JSON) -> JSON:
                 doc = _remove(doc, op["from"])
             doc = _add(doc, path, value)
         elif kind == "test":
-            if _get(doc, path) != op.get("value"):
+            if _tested(doc, path, op.get("value")) != op.get("value"):
                 raise ApiError(
                     422,
                     "Invalid",
