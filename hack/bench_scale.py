@@ -62,8 +62,8 @@ from bench_controller import TimedPlanner  # noqa: E402
 
 from dra_driver.kube.api import Obj, Resource, patch_content_type  # noqa: E402
 from dra_driver.kube.errors import KubeError  # noqa: E402
-from dra_driver.sandbox.errors import ApiError  # noqa: E402
-from dra_driver.sandbox.patch import apply_patch  # noqa: E402
+from hami_dra_dev.sandbox.errors import ApiError  # noqa: E402
+from hami_dra_dev.sandbox.patch import apply_patch  # noqa: E402
 
 DRIVER = "gpu.hami.io"
 PROFILE = "h100-80gb"

@@ -30,8 +30,8 @@ from typing import Any
 from dra_driver.kube.api import Obj, Resource, patch_content_type
 from dra_driver.kube.errors import KubeError
 from dra_driver.kube.events import core_from_v1, v1_from_core
-from dra_driver.sandbox.errors import ApiError
-from dra_driver.sandbox.patch import apply_patch
+from hami_dra_dev.sandbox.errors import ApiError
+from hami_dra_dev.sandbox.patch import apply_patch
 
 #: Resources with a status subresource (the others store status like any field).
 WITH_STATUS = {"pods", "resourceclaims", "gpuquotas", "nodes", "resourcequotas"}
