@@ -24,17 +24,19 @@ def _nodes_refused(refused: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
+def _reason_line(reason: str, message: str) -> str:
+    """``reason: message``, the reason once: a quota refusal's message already starts with it."""
+    return message if message.startswith(f"{reason}: ") else f"{reason}: {message}"
+
+
 def render(explanation: Explanation, wide: bool = False) -> str:
     lines = [f"Pod {explanation.pod}: {explanation.state}"]
     for claim in explanation.claims:
         devices = ", ".join(claim.devices) or "-"
         lines.append(f"  claim {claim.pod_claim} -> {claim.claim or '(not created yet)'}: {devices}")
-    if explanation.pending:
-        reason, message = explanation.pending
-        lines.append(f"  pending: {reason}: {message}")
-    if explanation.now:
-        reason, message = explanation.now
-        lines.append(f"  now: {reason}: {message}")
+    for label, reported in (("pending", explanation.pending), ("now", explanation.now)):
+        if reported:
+            lines.append(f"  {label}: {_reason_line(*reported)}")
     refused = _nodes_refused(explanation.nodes_refused)
     if refused:
         lines.append(f"  nodes the pod cannot run on: {refused}")

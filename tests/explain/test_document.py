@@ -60,8 +60,8 @@ def test_a_pending_pods_document_and_text() -> None:
     assert render(explanation).splitlines() == [
         "Pod default/second: pending",
         "  claim gpu -> second: -",
-        f"  pending: GpuQuotaExceeded: {QUOTA}",
-        f"  now: GpuQuotaExceeded: {QUOTA}",
+        f"  pending: {QUOTA}",  # the quota's message starts with its reason: said once
+        f"  now: {QUOTA}",
         "  nodes the pod cannot run on: 1 TaintToleration (node-2)",
         "  evaluated now against the cluster (the controller re-plans it the same way)",
         "  claim default/second request gpu",
