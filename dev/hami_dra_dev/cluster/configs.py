@@ -136,7 +136,8 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         f"--etcd-servers=http://127.0.0.1:{layout.ports.etcd_client}",
         # The node's own address (on `lo`, see layout.NODE_IP): local to this machine, and one that
         # the endpoint reconciler accepts, so pods reach the `kubernetes` Service through kube-proxy.
-        f"--bind-address={NODE_IP}",
+        # The control plane alone (no pods) listens on the loopback instead: layout.apiserver_address.
+        f"--bind-address={layout.apiserver_address}",
         f"--advertise-address={NODE_IP}",
         f"--secure-port={layout.ports.apiserver}",
         f"--tls-cert-file={serving.cert}",

@@ -51,6 +51,9 @@ class Ports:
 class Layout:
     root: Path
     ports: Ports = Ports()
+    #: Where kube-apiserver listens: the node address for a full cluster (pods reach it there), the
+    #: loopback for the control plane alone (hami_dra_dev.cluster.controlplane: no root, no ``lo`` address).
+    apiserver_address: str = NODE_IP
 
     @property
     def pki(self) -> Path:
@@ -145,4 +148,4 @@ class Layout:
 
     @property
     def server_url(self) -> str:
-        return f"https://{NODE_IP}:{self.ports.apiserver}"
+        return f"https://{self.apiserver_address}:{self.ports.apiserver}"

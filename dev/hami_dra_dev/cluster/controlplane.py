@@ -1,0 +1,148 @@
+"""The control plane alone: etcd and kube-apiserver as unprivileged processes, for integration tests.
+
+    with ControlPlane.start(Path(tempfile.mkdtemp())) as plane:
+        client = plane.api_client()      # admin (system:masters), over TLS on 127.0.0.1
+        ...
+
+The same binaries, certificates, flags, feature gates and runtime-config as the full local cluster
+(:mod:`hami_dra_dev.cluster.localcluster`, through :mod:`configs`), so what the tests see is what the
+real cluster serves; what differs is only what needs root or fixed ports: kube-apiserver listens on
+the loopback, and every port is one the kernel handed out at start (another cluster, e.g. a CI run's,
+may hold the usual ones). No kubelet, containerd, controller-manager or scheduler: nothing binds
+pods, creates claims from templates or deletes namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from hami_dra_dev.cluster import configs
+from hami_dra_dev.cluster.binaries import MissingBinaries, Toolchain, build_command, expected_toolchain
+from hami_dra_dev.cluster.layout import Layout, Ports
+from hami_dra_dev.cluster.pki import ClusterPki
+from hami_dra_dev.cluster.processes import ComponentFailed, HostProcess, Probe
+
+#: The programs this control plane runs (a subset of binaries.REQUIRED).
+PROGRAMS = ("etcd", "kube-apiserver")
+LOOPBACK = "127.0.0.1"
+#: Attempts at a start whose ports another process took between our choice and the bind.
+_PORT_ATTEMPTS = 3
+
+
+def control_plane_toolchain(kubernetes_version: str | None = None) -> Toolchain:
+    """The built toolchain, or :class:`MissingBinaries` naming the build command; unlike
+    ``require_toolchain`` only etcd and kube-apiserver must exist (no node components)."""
+    tools = expected_toolchain(kubernetes_version)
+    missing = [str(tools.path(p)) for p in PROGRAMS if not os.access(tools.path(p), os.X_OK)]
+    if missing:
+        raise MissingBinaries(f"not built: {', '.join(missing)}; run: {build_command(kubernetes_version)}")
+    return tools
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports the kernel picks (bind to port 0), released for the components to
+    take: a small race with other programs, which :meth:`ControlPlane.start` retries."""
+    sockets = [socket.create_server((LOOPBACK, 0)) for _ in range(count)]
+    try:
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class ControlPlane:
+    """etcd and kube-apiserver under ``root`` (data, certificates, logs, kubeconfig), stopped by
+    :meth:`stop` or on leaving the ``with`` block; the children also die with this process."""
+
+    def __init__(self, root: Path, tools: Toolchain) -> None:
+        etcd_client, etcd_peer, apiserver = free_ports(3)
+        ports = Ports(etcd_client=etcd_client, etcd_peer=etcd_peer, apiserver=apiserver)
+        self.root = root
+        self.layout = Layout(root, ports, apiserver_address=LOOPBACK)
+        self.tools = tools
+        self.components: list[HostProcess] = []
+        self.started_in = 0.0
+
+    @classmethod
+    def start(cls, root: Path, tools: Toolchain | None = None, timeout: float = 120.0) -> ControlPlane:
+        """A running control plane; a start that lost a port race is tried again on new ports."""
+        tools = tools or control_plane_toolchain()
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            plane = cls(root / f"attempt-{attempt}", tools)
+            try:
+                plane._start(timeout)
+                return plane
+            except ComponentFailed as err:
+                plane.stop()
+                if "address already in use" not in str(err) or attempt == _PORT_ATTEMPTS:
+                    raise
+            except BaseException:
+                plane.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start(self, timeout: float) -> None:
+        started = time.monotonic()
+        layout, tools = self.layout, self.tools
+        pki = ClusterPki(layout.pki)
+        admin = pki.issue("admin", "kubernetes-admin", organization="system:masters")
+        configs.kubeconfig(layout.admin_kubeconfig, layout, pki, admin, "admin")
+        self._run(
+            "etcd",
+            configs.etcd_args(tools, layout),
+            Probe(f"http://{LOOPBACK}:{layout.ports.etcd_client}/health"),
+            timeout,
+        )
+        self._run(
+            "kube-apiserver",
+            configs.apiserver_args(tools, layout, pki),
+            Probe(f"{layout.server_url}/readyz", str(admin.cert), str(admin.key)),
+            timeout,
+        )
+        self.started_in = time.monotonic() - started
+
+    def _run(self, name: str, args: list[str], probe: Probe, timeout: float) -> None:
+        process = HostProcess(name, args, self.layout.logs, probe=probe)
+        self.components.append(process)
+        process.wait_ready(timeout)
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        """An admin kubeconfig (client certificate in system:masters) for clients and kubectl."""
+        return self.layout.admin_kubeconfig
+
+    @property
+    def server_url(self) -> str:
+        return self.layout.server_url
+
+    def api_client(self) -> Any:
+        """A new ``kubernetes.client.ApiClient`` for the admin; the caller closes it."""
+        from kubernetes import config
+
+        new_client: Any = config.new_client_from_config
+        return new_client(str(self.kubeconfig_path))
+
+    def stop(self) -> None:
+        """Stop kube-apiserver, then etcd; idempotent."""
+        for process in reversed(self.components):
+            process.stop()
+        self.components.clear()
+
+    def remove(self) -> None:
+        """Stop, then delete everything under the state directory (data, keys, logs)."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.remove()
