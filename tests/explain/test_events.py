@@ -18,7 +18,7 @@ from dra_driver.controller.offline import ClusterObjects
 from dra_driver.explain.events import SHOWN, TROUBLESHOOTING, pod_warnings
 from dra_driver.explain.render import render
 from dra_driver.explain.report import explain
-from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.controller.fake_cluster import PODS, FakeCluster
 from tests.controller.harness import DRIVER, NS, claim, request
 
@@ -124,31 +124,57 @@ def test_explain_renders_them_under_the_placement() -> None:
     )
 
 
-def test_the_command_reads_the_pods_events(sandbox: SandboxServer, sandbox_client: Any, capsys: Any) -> None:
-    """Through the real client against the sandbox API server: the events of this pod only."""
-    core = client.CoreV1Api(sandbox_client)
-    core.create_namespace({"metadata": {"name": "team-a"}})
+#: What a tenant of the test below may read: everything ``explain`` reads except Events.
+TENANT_RULES = [
+    {"apiGroups": [""], "resources": ["pods", "nodes", "resourcequotas"], "verbs": ["get", "list"]},
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims", "resourceslices", "deviceclasses"],
+        "verbs": ["get", "list"],
+    },
+    {"apiGroups": ["gpu.hami.io"], "resources": ["gpuquotas"], "verbs": ["get", "list"]},
+]
+
+
+def events_forbidden_kubeconfig(apiserver: ControlPlane, rbac: Any, namespace: str) -> str:
+    """A kubeconfig of a user whom RBAC lets read all that explain reads but Events."""
+    user = f"tenant-{namespace}"
+    rbac.create_cluster_role({"metadata": {"name": user}, "rules": TENANT_RULES})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+    )
+    return str(apiserver.user_kubeconfig(user))
+
+
+def test_the_command_reads_the_pods_events(
+    apiserver: ControlPlane, api_client: Any, api_namespace: str, capsys: Any
+) -> None:
+    """Through the real client against a real kube-apiserver: the events of this pod only."""
+    core, ns = client.CoreV1Api(api_client), api_namespace
     created = []
     for name in ("train", "other"):
-        body = {"metadata": {"name": name, "namespace": "team-a"},
+        body = {"metadata": {"name": name, "namespace": ns},
                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
-        created.append(json.loads(core.create_namespaced_pod("team-a", body, _preload_content=False).data))
+        created.append(json.loads(core.create_namespaced_pod(ns, body, _preload_content=False).data))
     train, other = created
     for pod, message in ((train, PLUGIN_REFUSED), (other, NOT_REGISTERED)):
         body = event(pod, "FailedPrepareDynamicResources", message, at="2026-12-06T10:00:09Z")
-        core.create_namespaced_event("team-a", body)
+        core.create_namespaced_event(ns, body)
     status = main(
-        ["explain", "pod/train", "-n", "team-a", "--kubeconfig", str(sandbox.kubeconfig_path), "-o", "json"]
+        ["explain", "pod/train", "-n", ns, "--kubeconfig", str(apiserver.kubeconfig_path), "-o", "json"]
     )
     document = json.loads(capsys.readouterr().out)
     assert status == 0
     assert [e["message"] for e in document["events"]] == [PLUGIN_REFUSED]
     assert "warnings are not shown" not in document["note"]
-    # Events a tenant may not list: the rest of the explanation, and a note saying what is missing.
-    sandbox.faults.inject(r"/api/v1/namespaces/team-a/events", status=403, count=1)
-    status = main(
-        ["explain", "pod/train", "-n", "team-a", "--kubeconfig", str(sandbox.kubeconfig_path), "-o", "json"]
-    )
+    # Events a tenant may not list (RBAC answers 403): the rest of the explanation, and a note
+    # saying what is missing.
+    tenant = events_forbidden_kubeconfig(apiserver, client.RbacAuthorizationV1Api(api_client), ns)
+    status = main(["explain", "pod/train", "-n", ns, "--kubeconfig", tenant, "-o", "json"])
     document = json.loads(capsys.readouterr().out)
     assert status == 0 and document["events"] == []
     assert "could not list the pod's events (403" in document["note"]

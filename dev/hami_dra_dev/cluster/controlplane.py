@@ -15,6 +15,7 @@ pods, creates claims from templates or deletes namespaces.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import time
@@ -120,6 +121,14 @@ class ControlPlane:
     @property
     def server_url(self) -> str:
         return self.layout.server_url
+
+    def user_kubeconfig(self, user: str, group: str | None = None) -> Path:
+        """A kubeconfig for ``user`` (in ``group``) with a client certificate of the cluster's CA:
+        an identity RBAC knows by name, for tests of what a tenant may and may not read."""
+        pki = ClusterPki(self.layout.pki)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", user)
+        pair = pki.issue(f"user-{name}", user, organization=group)
+        return configs.kubeconfig(self.layout.kubeconfig(f"user-{name}"), self.layout, pki, pair, user)
 
     def api_client(self) -> Any:
         """A new ``kubernetes.client.ApiClient`` for the admin; the caller closes it."""
