@@ -28,8 +28,10 @@ def allocated_claim(
     admin: bool = False,
     reserved_for: tuple[tuple[str, str], ...] = (),
     owner: tuple[str, str] | None = None,
+    driver: str = DRIVER,
 ) -> Obj:
-    """A claim of one request ``gpu`` of ``klass``, allocated on ``node`` by our controller.
+    """A claim of one request ``gpu`` of ``klass``, allocated on ``node`` by our controller
+    (``driver``: its name, another where tests share one API server).
 
     ``shares`` are (card index, memory bytes or None, cores); None memory is a whole-card result
     (no shareID, as kube-scheduler's first fit writes it), except with ``admin`` (adminAccess).
@@ -48,7 +50,7 @@ def allocated_claim(
     results = [
         ResultPlan(
             request="gpu",
-            device=DeviceId(DRIVER, node, f"gpu-{index}"),
+            device=DeviceId(driver, node, f"gpu-{index}"),
             node=node,
             share=DeviceShare(index, memory or 0, cores),
             admin_access=admin,
@@ -57,7 +59,7 @@ def allocated_claim(
         for index, memory, cores in shares
     ]
     allocation = build_allocation(
-        ClaimPlan(ClaimView.parse(raw, DRIVER), results), node, lambda _name: None, {"gpu": klass}
+        ClaimPlan(ClaimView.parse(raw, driver), results), node, lambda _name: None, {"gpu": klass}
     )
     for result, (_, memory, _) in zip(allocation["devices"]["results"], shares, strict=True):
         if memory is None and not admin:

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kube.api import Kube
+from dra_driver.kube.api import NODES, Kube, Obj
 from dra_driver.kube.errors import KubeError
 from hami_dra_dev.cluster.binaries import MissingBinaries
-from hami_dra_dev.cluster.controlplane import ControlPlane, control_plane_toolchain
+from hami_dra_dev.cluster.controlplane import ControlPlane, control_plane_toolchain, default_pki_dir
 from tests.sandbox_fixtures import kubectl_binary
 
 #: What the terminal summary reports about this run's control plane (tests/conftest.py).
@@ -44,12 +44,10 @@ def apiserver() -> Iterator[ControlPlane]:
         pytest.skip(f"the real API server tier needs etcd and kube-apiserver: {err}")
     root = Path(tempfile.mkdtemp(prefix="hami-dra-apiserver-"))
     try:
-        plane = ControlPlane.start(root, tools)
+        plane = ControlPlane.start(root, tools, pki_dir=default_pki_dir())
         STARTS.append(plane.started_in)
-        try:
+        with plane:
             yield plane
-        finally:
-            plane.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -129,3 +127,22 @@ def install_crd(kube: Kube, manifest: dict[str, Any], timeout: float = 30.0) -> 
             return
         time.sleep(0.1)
     raise AssertionError(f"CRD {name} not Established within {timeout:.0f}s")
+
+
+#: The taint kube-apiserver's TaintNodesByCondition admission puts on every new Node; the node
+#: lifecycle controller (kube-controller-manager, not run here) lifts it once the node is Ready.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def create_ready_node(kube: Kube, body: Obj) -> Obj:
+    """Create a Node as it is once its kubelet reported Ready: the Ready condition in its status,
+    and the admission's not-ready taint lifted, as the node lifecycle controller would."""
+    status = body.setdefault("status", {})
+    status.setdefault("conditions", [{"type": "Ready", "status": "True", "reason": "KubeletReady"}])
+    created = kube.create(NODES, None, body)
+    taints = created["spec"].get("taints") or []
+    kept = [t for t in taints if t["key"] != NOT_READY_TAINT]
+    if kept == taints:
+        return created
+    created["spec"]["taints"] = kept
+    return kube.update(NODES, created)

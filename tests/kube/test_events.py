@@ -1,8 +1,8 @@
 """``EventRecorder`` (dra_driver/kube/events.py): events.k8s.io/v1 Events, a series for repeats.
 
 Against the tests' in-memory API (``FakeKube``, which keeps one store of Events and serves both
-shapes, as the API server does) with a clock the test moves; the sandbox API server's strict
-events.k8s.io/v1 validation and kubectl's view are in tests/kube/test_events_sandbox.py.
+shapes, as the API server does) with a clock the test moves; a real kube-apiserver's strict
+events.k8s.io/v1 validation and kubectl's view are in tests/kube/test_events_apiserver.py.
 """
 
 from __future__ import annotations

@@ -14,17 +14,26 @@ pods, creates claims from templates or deletes namespaces.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from hami_dra_dev.cluster import configs
-from hami_dra_dev.cluster.binaries import MissingBinaries, Toolchain, build_command, expected_toolchain
+from hami_dra_dev.cluster.binaries import (
+    MissingBinaries,
+    Toolchain,
+    build_command,
+    cache_dir,
+    expected_toolchain,
+)
 from hami_dra_dev.cluster.layout import Layout, Ports
 from hami_dra_dev.cluster.pki import ClusterPki
 from hami_dra_dev.cluster.processes import ComponentFailed, HostProcess, Probe
@@ -57,25 +66,51 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-class ControlPlane:
-    """etcd and kube-apiserver under ``root`` (data, certificates, logs, kubeconfig), stopped by
-    :meth:`stop` or on leaving the ``with`` block; the children also die with this process."""
+def default_pki_dir() -> Path:
+    """Where test runs keep the control plane's certificates: making them (seven RSA keys) is a
+    third of a start on a small machine, and they stay valid across runs (ClusterPki re-issues one
+    whose request changed)."""
+    return cache_dir() / "control-plane" / "pki"
 
-    def __init__(self, root: Path, tools: Toolchain) -> None:
+
+@contextmanager
+def _pki_lock(directory: Path) -> Iterator[ClusterPki]:
+    """The PKI in ``directory``, held exclusively: runs side by side share it (a CI run and a
+    developer's), and must not both write a half-made key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield ClusterPki(directory)
+
+
+class ControlPlane:
+    """etcd and kube-apiserver under ``root`` (data, logs, kubeconfig; certificates in ``pki_dir``),
+    stopped by :meth:`stop` or on leaving the ``with`` block; the children also die with this process."""
+
+    def __init__(self, root: Path, tools: Toolchain, pki_dir: Path | None = None) -> None:
         etcd_client, etcd_peer, apiserver = free_ports(3)
         ports = Ports(etcd_client=etcd_client, etcd_peer=etcd_peer, apiserver=apiserver)
         self.root = root
         self.layout = Layout(root, ports, apiserver_address=LOOPBACK)
+        self.pki_dir = pki_dir or self.layout.pki
         self.tools = tools
         self.components: list[HostProcess] = []
         self.started_in = 0.0
 
     @classmethod
-    def start(cls, root: Path, tools: Toolchain | None = None, timeout: float = 120.0) -> ControlPlane:
-        """A running control plane; a start that lost a port race is tried again on new ports."""
+    def start(
+        cls,
+        root: Path,
+        tools: Toolchain | None = None,
+        *,
+        pki_dir: Path | None = None,
+        timeout: float = 120.0,
+    ) -> ControlPlane:
+        """A running control plane; a start that lost a port race is tried again on new ports.
+        ``pki_dir``: certificates to reuse (default: new ones under ``root``)."""
         tools = tools or control_plane_toolchain()
         for attempt in range(1, _PORT_ATTEMPTS + 1):
-            plane = cls(root / f"attempt-{attempt}", tools)
+            plane = cls(root / f"attempt-{attempt}", tools, pki_dir)
             try:
                 plane._start(timeout)
                 return plane
@@ -91,9 +126,11 @@ class ControlPlane:
     def _start(self, timeout: float) -> None:
         started = time.monotonic()
         layout, tools = self.layout, self.tools
-        pki = ClusterPki(layout.pki)
-        admin = pki.issue("admin", "kubernetes-admin", organization="system:masters")
-        configs.kubeconfig(layout.admin_kubeconfig, layout, pki, admin, "admin")
+        layout.root.mkdir(parents=True, exist_ok=True)
+        with _pki_lock(self.pki_dir) as pki:
+            admin = pki.issue("admin", "kubernetes-admin", organization="system:masters")
+            configs.kubeconfig(layout.admin_kubeconfig, layout, pki, admin, "admin")
+            apiserver_args = configs.apiserver_args(tools, layout, pki)
         self._run(
             "etcd",
             configs.etcd_args(tools, layout),
@@ -102,7 +139,7 @@ class ControlPlane:
         )
         self._run(
             "kube-apiserver",
-            configs.apiserver_args(tools, layout, pki),
+            apiserver_args,
             Probe(f"{layout.server_url}/readyz", str(admin.cert), str(admin.key)),
             timeout,
         )
@@ -124,10 +161,17 @@ class ControlPlane:
 
     def user_kubeconfig(self, user: str, group: str | None = None) -> Path:
         """A kubeconfig for ``user`` (in ``group``) with a client certificate of the cluster's CA:
-        an identity RBAC knows by name, for tests of what a tenant may and may not read."""
-        pki = ClusterPki(self.layout.pki)
+        an identity RBAC knows by name, for tests of what a tenant may and may not read. Issued
+        under ``root`` (a copy of the CA signs it), so a shared ``pki_dir`` does not collect them."""
         name = re.sub(r"[^A-Za-z0-9_.-]", "-", user)
-        pair = pki.issue(f"user-{name}", user, organization=group)
+        users = self.root / "users"
+        if not (users / "ca.key").exists():
+            users.mkdir(parents=True, exist_ok=True)
+            with _pki_lock(self.pki_dir) as shared:
+                shutil.copy2(shared.ca.cert, users / "ca.crt")
+                shutil.copy2(shared.ca.key, users / "ca.key")
+        pki = ClusterPki(users)
+        pair = pki.issue(name, user, organization=group)
         return configs.kubeconfig(self.layout.kubeconfig(f"user-{name}"), self.layout, pki, pair, user)
 
     def api_client(self) -> Any:
@@ -144,7 +188,10 @@ class ControlPlane:
         self.components.clear()
 
     def remove(self) -> None:
-        """Stop, then delete everything under the state directory (data, keys, logs)."""
+        """Kill (no graceful shutdown: nothing is kept), then delete the state directory (data, logs)."""
+        for process in self.components:
+            if process.alive():
+                process.process.kill()
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
