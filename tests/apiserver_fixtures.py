@@ -59,7 +59,7 @@ def _token(request: pytest.FixtureRequest, length: int) -> str:
 
 
 @pytest.fixture
-def api_client(apiserver: ControlPlane) -> Iterator[Any]:
+def apiserver_client(apiserver: ControlPlane) -> Iterator[Any]:
     client = apiserver.api_client()
     try:
         yield client
@@ -68,8 +68,8 @@ def api_client(apiserver: ControlPlane) -> Iterator[Any]:
 
 
 @pytest.fixture
-def api_kube(api_client: Any) -> Kube:
-    return Kube(api_client)
+def api_kube(apiserver_client: Any) -> Kube:
+    return Kube(apiserver_client)
 
 
 @pytest.fixture

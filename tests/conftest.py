@@ -10,12 +10,12 @@ import pytest
 
 from tests.apiserver_fixtures import (  # noqa: F401
     STARTS,
-    api_client,
     api_driver,
     api_kube,
     api_kubectl,
     api_namespace,
     apiserver,
+    apiserver_client,
 )
 
 

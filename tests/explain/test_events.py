@@ -151,10 +151,10 @@ def events_forbidden_kubeconfig(apiserver: ControlPlane, rbac: Any, namespace: s
 
 
 def test_the_command_reads_the_pods_events(
-    apiserver: ControlPlane, api_client: Any, api_namespace: str, capsys: Any
+    apiserver: ControlPlane, apiserver_client: Any, api_namespace: str, capsys: Any
 ) -> None:
     """Through the real client against a real kube-apiserver: the events of this pod only."""
-    core, ns = client.CoreV1Api(api_client), api_namespace
+    core, ns = client.CoreV1Api(apiserver_client), api_namespace
     created = []
     for name in ("train", "other"):
         body = {"metadata": {"name": name, "namespace": ns},
@@ -173,7 +173,7 @@ def test_the_command_reads_the_pods_events(
     assert "warnings are not shown" not in document["note"]
     # Events a tenant may not list (RBAC answers 403): the rest of the explanation, and a note
     # saying what is missing.
-    tenant = events_forbidden_kubeconfig(apiserver, client.RbacAuthorizationV1Api(api_client), ns)
+    tenant = events_forbidden_kubeconfig(apiserver, client.RbacAuthorizationV1Api(apiserver_client), ns)
     status = main(["explain", "pod/train", "-n", ns, "--kubeconfig", tenant, "-o", "json"])
     document = json.loads(capsys.readouterr().out)
     assert status == 0 and document["events"] == []
