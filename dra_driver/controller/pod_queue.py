@@ -251,9 +251,10 @@ class PodQueue:
         return self.reports.reason(pod.uid)
 
     def pending_by_priority(self) -> list[PodView]:
-        """The pods that could not be placed (unschedulable, not being written), in the order a
-        pass would plan them: highest priority first, then the oldest. The first is the pod
-        preemption would make room for."""
+        """The pods that could not be placed (unschedulable, not being written), most urgent
+        first: the highest priority, then the oldest (namespaces take no turns here: among pods
+        of one priority, kube-scheduler too lets the one queued first preempt first). The first is
+        the pod preemption would make room for."""
         pods = [
             pod
             for key in self.unschedulable - self.in_flight
@@ -270,8 +271,8 @@ class PodQueue:
         """The woken pods this pass replans (``fresh`` ones are planned in full anyway).
 
         The woken queue's order (highest priority first, then namespaces in turn), up to
-        ``batch_size`` plans: pods of one shape woken
-        for the same nodes count once, since all but the first are skipped when it stays pending.
+        ``batch_size`` plans: pods of one shape woken for the same nodes count once, since all but
+        the first are skipped when it stays pending.
         """
         batch: dict[str, Retry] = {}
         groups: set[Shape] = set()

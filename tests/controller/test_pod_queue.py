@@ -511,6 +511,19 @@ def test_the_woken_batch_takes_the_highest_priorities_first() -> None:
     assert q.plan() == [(low, None)]
 
 
+def test_the_woken_batch_keeps_each_levels_turn_apart() -> None:
+    """A batch that ended with a high pod of namespace b leaves the low level's turn where it was:
+    its next batch starts with a, not with the namespace after b."""
+    q = Queue(batch=1)
+    keys = [q.add("1", "a", second=1), q.add("hi", "b", priority=5, second=2), q.add("1", "c", second=3)]
+    for key in keys:
+        q.pending(key)
+    q.queue.wake(Wake(retry_everywhere=True))
+    assert [key for key, _ in q.plan()] == ["b/hi"]
+    assert [key for key, _ in q.plan()] == ["a/1"]
+    assert [key for key, _ in q.plan()] == ["c/1"]
+
+
 def test_namespaces_take_turns_within_a_level_whatever_higher_pods_come_between() -> None:
     """Each level keeps its own turn: a pass cut short in the low level resumes that level after
     the namespace it ended with, even when higher pods of another namespace came first."""
