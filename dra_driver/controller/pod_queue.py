@@ -20,6 +20,15 @@ worker leaves behind, so the worker only asks it for the next pass and tells it 
   writes run, and a failed write sends them to backoff, never to unschedulable (the change that
   arrived meanwhile is then seen by their full plan).
 
+**Order.** Every pass plans its pods by priority (``PodView.priority``: the PriorityClass value
+admission wrote into ``spec.priority``; higher first), then by arrival, as kube-scheduler's
+activeQ does (PrioritySort): a pod that arrives, ends its backoff or is woken while lower-priority
+pods wait is planned in the next pass before them, and the woken batch takes the highest
+priorities first. Namespaces take turns within one priority level only (``retries.fair_order``),
+so a steady stream of higher-priority pods holds lower ones back for as long as it lasts: what
+kube-scheduler does too, whose answer is preemption, not aging. ``pending_by_priority`` is where
+preemption starts: the pods that could not be placed, most urgent first.
+
 The reports (``pending.PendingReports``: the reason and message last reported per pod) are the
 queue's too: a pod's reason decides what wakes it. The I/O of a failure (fence, event,
 condition) is ``failure.FailureHandler``'s, after the pass.
@@ -40,6 +49,7 @@ from dra_driver.controller.retries import (
     CommitBackoff,
     PendingRetries,
     Retry,
+    Turns,
     fair_order,
 )
 from dra_driver.resource.objects import PodView
@@ -108,7 +118,8 @@ class PodQueue:
         self.stuck: set[Shape] = set()
         self.in_flight: set[str] = set()
         self.reports = PendingReports()
-        self._last_namespace = ""  # the namespace the last pass planned last (the next starts after)
+        #: Per priority level, the namespace the last pass planned last (the next starts after it).
+        self._turns = Turns()
         self.cut_short = False  # the last pass left pods for the next one
 
     # --- what the worker's loop asks ---------------------------------------------------------------
@@ -154,7 +165,8 @@ class PodQueue:
 
     # --- out: one pass -----------------------------------------------------------------------------
     def attempts(self) -> Iterator[Attempt]:
-        """The pods this pass plans, namespaces in turn, until the pass budget runs out.
+        """The pods this pass plans, highest priority first, namespaces in turn within a priority,
+        until the pass budget runs out.
 
         Pods past the budget stay active for the next pass (woken ones stay woken), right after
         the events that arrive meanwhile: one namespace's costly pods cannot hold the others.
@@ -162,14 +174,14 @@ class PodQueue:
         """
         fresh, self._active = self._active, set()
         batch = self._batch(fresh)
-        order = fair_order(fresh | batch.keys(), self._created, self._last_namespace)
+        order = fair_order(fresh | batch.keys(), self._created, self._turns.after, self.priority)
         started, self.cut_short = self.clock(), False
         for position, key in enumerate(order):
             if position and self.clock() - started > self.pass_budget:
                 self._active |= {later for later in order[position:] if later in fresh}
                 self.cut_short = True
                 return
-            self._last_namespace = key.partition("/")[0]
+            self._turns.served(key, self.priority(key))
             if key in self.in_flight:
                 continue  # looked at again when its writes complete
             pod = self.cache.pods.get(key)
@@ -238,6 +250,18 @@ class PodQueue:
         """Why the pod waits, as last reported (None: not reported, or no longer waiting)."""
         return self.reports.reason(pod.uid)
 
+    def pending_by_priority(self) -> list[PodView]:
+        """The pods that could not be placed (unschedulable, not being written), most urgent
+        first: the highest priority, then the oldest (namespaces take no turns here: among pods
+        of one priority, kube-scheduler too lets the one queued first preempt first). The first is
+        the pod preemption would make room for."""
+        pods = [
+            pod
+            for key in self.unschedulable - self.in_flight
+            if (pod := self.cache.pods.get(key)) is not None
+        ]
+        return sorted(pods, key=lambda pod: (-pod.priority, pod.created, pod.key))
+
     def pending_groups(self) -> dict[str, PendingGroup]:
         """The waiting pods by reason: how many, and the oldest's creation (the metrics)."""
         return self.reports.groups(self.cache.pod_by_uid)
@@ -246,12 +270,13 @@ class PodQueue:
     def _batch(self, fresh: set[str]) -> dict[str, Retry]:
         """The woken pods this pass replans (``fresh`` ones are planned in full anyway).
 
-        The woken queue's round-robin order, up to ``batch_size`` plans: pods of one shape woken
-        for the same nodes count once, since all but the first are skipped when it stays pending.
+        The woken queue's order (highest priority first, then namespaces in turn), up to
+        ``batch_size`` plans: pods of one shape woken for the same nodes count once, since all but
+        the first are skipped when it stays pending.
         """
         batch: dict[str, Retry] = {}
         groups: set[Shape] = set()
-        for key in self.woken.order(self._created):
+        for key in self.woken.order(self._created, self.priority):
             pod = self.cache.pods.get(key)
             if pod is None or key not in self.unschedulable or key in self.in_flight:
                 self.woken.discard(key)  # not pending any more (a failed write activates it)
@@ -269,7 +294,7 @@ class PodQueue:
                     break
                 groups.add(group)
             batch[key] = retry
-            self.woken.ended_with(key)
+            self.woken.ended_with(key, self.priority(key))
         return batch
 
     def _retry_of(self, pod: PodView) -> Retry:
@@ -290,6 +315,11 @@ class PodQueue:
         return retry.shape is not None and not self.stuck.isdisjoint(
             {(retry.shape, None), (retry.shape, retry.only_nodes)}
         )
+
+    def priority(self, key: str) -> int:
+        """The pod's priority (0 for a pod no longer known: it is dropped when reached)."""
+        pod = self.cache.pods.get(key)
+        return pod.priority if pod is not None else 0
 
     def _created(self, key: str) -> str:
         pod = self.cache.pods.get(key)

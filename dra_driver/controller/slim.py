@@ -60,7 +60,10 @@ _COUNTED_REQUESTS = ("cpu", "memory")
 #: translated from HAMi's resources (dra_driver/controller/hami_templates.py).
 OUR_POD_ANNOTATIONS = frozenset((*PLAN_ANNOTATIONS, TRANSLATED_ANNOTATION))
 #: What ``PodView`` and the node filter read of such a pod's spec (``placement_spec`` is this spec:
-#: pods that differ only in what is left out are placed alike).
+#: pods that differ only in what is left out are placed alike). ``priority`` and
+#: ``preemptionPolicy`` (admission resolves ``priorityClassName`` into them at creation) order the
+#: pod queue and decide preemption; pods of one workload share them, so the shape groups they split
+#: are those preemption would place differently anyway.
 _OUR_POD_SPEC = (
     "nodeName",
     "schedulingGates",
@@ -68,6 +71,8 @@ _OUR_POD_SPEC = (
     "nodeSelector",
     "tolerations",
     "overhead",
+    "priority",
+    "preemptionPolicy",
 )
 
 

@@ -30,7 +30,9 @@ def _reason_line(reason: str, message: str) -> str:
 
 
 def render(explanation: Explanation, wide: bool = False) -> str:
-    lines = [f"Pod {explanation.pod}: {explanation.state}"]
+    # A priority is named only where one was set: pending pods are planned higher priorities first.
+    priority = f" (priority {explanation.priority})" if explanation.priority else ""
+    lines = [f"Pod {explanation.pod}: {explanation.state}{priority}"]
     for claim in explanation.claims:
         devices = ", ".join(claim.devices) or "-"
         lines.append(f"  claim {claim.pod_claim} -> {claim.claim or '(not created yet)'}: {devices}")

@@ -84,6 +84,8 @@ class Explanation:
     #: For a pending pod evaluated now: node -> why the pod itself cannot run there (selectors,
     #: taints, CPU/memory left: the controller's node fit), for every node with our devices.
     nodes_refused: dict[str, str] = field(default_factory=dict)
+    #: ``spec.priority`` (its PriorityClass's value): the controller plans higher ones first.
+    priority: int = 0
 
     def fixes(self) -> list[tuple[str, int, str]]:
         return [(r, n, FIXES.get(r, "")) for r, n in sorted(self.reasons.items(), key=lambda x: -x[1])]
@@ -92,6 +94,7 @@ class Explanation:
         return {
             "pod": self.pod,
             "state": self.state,
+            "priority": self.priority,
             "claims": [
                 {"podClaim": c.pod_claim, "claim": c.claim, "devices": list(c.devices)} for c in self.claims
             ],
@@ -142,7 +145,9 @@ def explain(
     pod."""
     view = PodView.parse(pod)
     claim_views = {name: ClaimView.parse(claim, driver) for name, claim in claims.items()}
-    result = Explanation(view.key, "allocated", events=pod_warnings(events, pod, driver))
+    result = Explanation(
+        view.key, "allocated", events=pod_warnings(events, pod, driver), priority=view.priority
+    )
     for pod_claim, name in view.claim_names:
         claim = claim_views.get(name) if name else None
         result.claims.append(ClaimLine(pod_claim, name, _devices(claim, driver) if claim else ()))

@@ -38,6 +38,18 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 _SHAPE_IGNORED_POD_FIELDS = frozenset({"resourceClaims", "schedulingGates", "hostname", "subdomain"})
 
 
+#: ``spec.preemptionPolicy``'s default (an unset policy preempts, as kube-scheduler reads it).
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+
+
+def pod_priority(spec: Mapping[str, Any]) -> int:
+    """``spec.priority`` (an int32 the API server validated); 0 when unset, as for a pod no
+    PriorityClass applies to. Anything else (a hand-made object) counts as 0 rather than failing
+    the pod's every read."""
+    value = spec.get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _version(value: str) -> int | None:
     return int(value) if value.isdigit() else None
 
@@ -182,6 +194,8 @@ class PodView(ObjectView):
         "node_selector",
         "other_gates",
         "placement_spec",
+        "preemption_policy",
+        "priority",
         "requests",
         "required_affinity",
         "tolerations",
@@ -211,6 +225,13 @@ class PodView(ObjectView):
         self.init_containers: tuple[ContainerView, ...] = tuple(
             container_view(container) for container in spec.get("initContainers") or ()
         )
+        #: ``spec.priority``: the Priority admission plugin writes its PriorityClass's value there
+        #: when the pod is created (the global default class's, or 0, for a pod naming none). The
+        #: pod queue plans higher values first (``retries.fair_order``).
+        self.priority: int = pod_priority(spec)
+        #: ``spec.preemptionPolicy`` as admission resolved it (kube-scheduler reads an unset one as
+        #: ``PreemptLowerPriority``): whether this pod may have lower ones preempted for it.
+        self.preemption_policy: str = str(spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY)
         #: Effective CPU/memory requests (``pod_requests``).
         self.requests: Mapping[str, float] = pod_requests(raw)
         #: Our condition's status ("True" allocated, "False" pending), None while it has none.

@@ -139,9 +139,11 @@ class FakeCluster:
         *,
         namespace: str = NS,
         node_selector: dict[str, str] | None = None,
+        priority: int | None = None,
     ) -> None:
         """A claim named ``name`` and a gated pod of the same name using it, created in this order
-        (each pod a second younger than the one before)."""
+        (each pod a second younger than the one before); ``priority``: the ``spec.priority``
+        admission would have resolved from its PriorityClass."""
         claim_body = copy.deepcopy(claim_body)
         claim_body["metadata"]["name"] = name
         claim_body["metadata"]["namespace"] = namespace
@@ -150,6 +152,8 @@ class FakeCluster:
         body["metadata"]["namespace"] = namespace
         if node_selector:
             body["spec"]["nodeSelector"] = node_selector
+        if priority is not None:
+            body["spec"]["priority"] = priority
         self.stamp += 1
         body["metadata"]["creationTimestamp"] = f"2026-12-01T{self.stamp // 3600:02d}:" + (
             f"{self.stamp // 60 % 60:02d}:{self.stamp % 60:02d}Z"

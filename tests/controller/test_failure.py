@@ -140,7 +140,7 @@ def test_warnings_are_events_once_per_pod_and_text_after_the_pass() -> None:
 def test_a_condition_that_was_not_written_leaves_the_cached_pod() -> None:
     world = World()
     created = waiting_pod(world)
-    world.kube.fail("update/status", "pods", 500)
+    world.kube.fail("patch/status", "pods", 500)  # the condition is a status patch
     world.controller.failures.failed(created, Reason.UNSCHEDULABLE, "no room")
     world.controller.failures.handle()
     assert world.cache.pods[f"{NS}/x-pod"] is created

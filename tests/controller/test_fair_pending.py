@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.controller.retries import PendingRetries
+from dra_driver.controller.retries import PendingRetries, Turns, fair_order
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import DEVICE_CLASSES, GPU_QUOTAS, NODES, PODS, Obj
 from dra_driver.kube.watch import object_key
@@ -66,6 +66,33 @@ def test_a_pod_queued_again_waits_behind_the_pods_still_queued_and_keeps_its_pla
     queue.discard("a/old")  # planned
     queue.add([("a/old", None), ("a/young", None)])  # the next change helps both again
     assert queue.order(created) == ["a/young", "a/old"]
+
+
+def test_the_queue_takes_higher_priorities_first_and_each_level_keeps_its_own_turn() -> None:
+    priority = {"a/low": 0, "b/low": 0, "c/low": 0, "a/high": 9, "b/high": 9, "z/mid": 3}.__getitem__
+    queue = PendingRetries()
+    queue.add((key, None) for key in ("a/low", "b/low", "c/low", "z/mid", "b/high", "a/high"))
+    created = {key: "1" for key in ("a/low", "b/low", "c/low", "z/mid", "b/high", "a/high")}.__getitem__
+    assert queue.order(created, priority) == ["a/high", "b/high", "z/mid", "a/low", "b/low", "c/low"]
+    queue.ended_with("a/low", 0)  # a batch that ended in the low level
+    queue.ended_with("b/high", 9)  # ... after one that ended in the high one
+    assert queue.order(created, priority) == ["a/high", "b/high", "z/mid", "b/low", "c/low", "a/low"]
+
+
+def test_a_pass_orders_by_priority_then_namespaces_in_turn_each_level_from_its_own_turn() -> None:
+    created = {"a/1": "1", "a/2": "2", "b/1": "3", "b/hi": "9", "c/hi": "8", "c/1": "0"}.__getitem__
+    priority = {"b/hi": 5, "c/hi": 5}.get
+    keys = ["a/1", "a/2", "b/1", "b/hi", "c/hi", "c/1"]
+    turns = Turns()
+    assert fair_order(keys, created, turns.after, lambda key: priority(key, 0)) == [
+        "b/hi", "c/hi", "a/1", "b/1", "c/1", "a/2"
+    ]  # fmt: skip
+    turns.served("b/hi", 5)
+    turns.served("a/1", 0)
+    assert fair_order(keys, created, turns.after, lambda key: priority(key, 0)) == [
+        "c/hi", "b/hi", "b/1", "c/1", "a/1", "a/2"
+    ]  # fmt: skip
+    assert fair_order(keys, created, "a") == ["b/1", "c/1", "a/1", "b/hi", "c/hi", "a/2"]  # one level
 
 
 def test_queued_nodes_add_up_and_everywhere_absorbs_them() -> None:

@@ -52,12 +52,27 @@ class Queue:
     def count_skip(self) -> None:
         self.skipped += 1
 
-    def add(self, name: str, namespace: str = "default", klass: str | None = None, gated: bool = True) -> str:
+    def add(
+        self,
+        name: str,
+        namespace: str = "default",
+        klass: str | None = None,
+        gated: bool = True,
+        *,
+        priority: int | None = None,
+        second: int | None = None,
+    ) -> str:
+        """Claim and gated pod ``name`` in ``namespace``; ``priority``: its ``spec.priority``,
+        ``second``: its creation time's second (all pods are otherwise created at once)."""
         body = claim(name, request() if klass is None else request(klass=klass))
         body["metadata"]["namespace"] = namespace
         self.world.add_claim(body)
         obj = pod(name, {"gpu": f"claim:{name}"}, gated=gated)
         obj["metadata"]["namespace"] = namespace
+        if priority is not None:
+            obj["spec"]["priority"] = priority
+        if second is not None:
+            obj["metadata"]["creationTimestamp"] = f"2026-12-01T00:00:{second:02d}Z"
         self.world.add_pod(obj)
         return f"{namespace}/{name}"
 
@@ -439,3 +454,119 @@ def test_an_attempt_gives_its_nodes() -> None:
     assert Attempt(pod).only_nodes is None
     assert Attempt(pod, Retry(frozenset({"n1"}), None)).only_nodes == frozenset({"n1"})
     assert Attempt(pod, Retry(None, "s")).only_nodes is None
+
+
+# --- priority order (issue 38) -------------------------------------------------------------------
+
+
+def test_a_pass_plans_higher_priorities_first_then_namespaces_in_turn_then_the_oldest() -> None:
+    q = Queue()
+    keys = [
+        q.add("low-old", second=1),
+        q.add("low-young", second=5),
+        q.add("low", OTHER, second=2),
+        q.add("mid", OTHER, priority=10, second=3),
+        q.add("high", priority=1000, second=9),  # the youngest of all
+        q.add("below", OTHER, priority=-1, second=0),  # the oldest of all
+    ]
+    q.queue.activate(keys)
+    assert [key for key, _ in q.plan()] == [
+        "default/high", f"{OTHER}/mid",  # by priority, whatever their age
+        "default/low-old", f"{OTHER}/low", "default/low-young",  # priority 0: namespaces in turn
+        f"{OTHER}/below",  # a negative priority: after every pod without one
+    ]  # fmt: skip
+
+
+def test_a_high_priority_pod_woken_from_unschedulable_goes_before_lower_fresh_pods() -> None:
+    q = Queue()
+    high = q.add("high", OTHER, priority=100, second=9)
+    q.pending(high)
+    lower = [q.add("a", second=1), q.add("b", second=2)]
+    q.queue.activate(lower)
+    q.queue.wake(Wake(retry_nodes={"n1"}))
+    assert q.plan() == [(high, frozenset({"n1"})), (lower[0], None), (lower[1], None)]
+
+
+def test_a_high_priority_pod_whose_backoff_ended_goes_before_lower_pods() -> None:
+    q = Queue()
+    high = q.add("high", OTHER, priority=100, second=9)
+    q.queue.binding(high)
+    assert q.queue.written(high, completed=False) == 1.0
+    lower = [q.add("low", second=1), q.add("low", OTHER, second=2)]
+    q.queue.activate(lower)
+    assert [key for key, _ in q.plan()] == lower  # still in its pause
+    q.queue.activate(lower)
+    q.clock.now += 1.0
+    assert [key for key, _ in q.plan()] == [high, *lower]
+
+
+def test_the_woken_batch_takes_the_highest_priorities_first() -> None:
+    q = Queue(batch=1)
+    low, high = q.add("low", second=1), q.add("high", OTHER, priority=5, second=2)
+    q.shapes.update(low="s-low", high="s-high")
+    q.pending(low)
+    q.pending(high)
+    q.queue.wake(Wake(retry_everywhere=True))
+    assert q.plan() == [(high, None)]
+    assert q.plan() == [(low, None)]
+
+
+def test_the_woken_batch_keeps_each_levels_turn_apart() -> None:
+    """A batch that ended with a high pod of namespace b leaves the low level's turn where it was:
+    its next batch starts with a, not with the namespace after b."""
+    q = Queue(batch=1)
+    keys = [q.add("1", "a", second=1), q.add("hi", "b", priority=5, second=2), q.add("1", "c", second=3)]
+    for key in keys:
+        q.pending(key)
+    q.queue.wake(Wake(retry_everywhere=True))
+    assert [key for key, _ in q.plan()] == ["b/hi"]
+    assert [key for key, _ in q.plan()] == ["a/1"]
+    assert [key for key, _ in q.plan()] == ["c/1"]
+
+
+def test_namespaces_take_turns_within_a_level_whatever_higher_pods_come_between() -> None:
+    """Each level keeps its own turn: a pass cut short in the low level resumes that level after
+    the namespace it ended with, even when higher pods of another namespace came first."""
+    q = Queue(budget=0.5)
+    ticks = itertools.count()
+    q.queue.clock = lambda: float(next(ticks))  # one pod per pass
+    low = [q.add("1", "a", second=1), q.add("2", "a", second=2), q.add("1", "b", second=3)]
+    q.queue.activate(low)
+    assert [a.pod.key for a in q.attempts()] == ["a/1"]
+    high = q.add("1", "c", priority=7, second=4)
+    q.queue.activate([high])
+    assert [a.pod.key for a in q.attempts()] == ["c/1"]  # the high pod first, though c sorts after b
+    assert [a.pod.key for a in q.attempts()] == ["b/1"]  # then the low level's turn: after a
+    assert [a.pod.key for a in q.attempts()] == ["a/2"]
+
+
+def test_a_stream_of_higher_priority_pods_holds_a_lower_one_back_as_in_kube_scheduler() -> None:
+    """No aging: while a higher pod arrives before every pass, a lower one waits (preemption,
+    not fairness, is what helps it; fairness holds within a level)."""
+    q = Queue(budget=0.5)
+    ticks = itertools.count()
+    q.queue.clock = lambda: float(next(ticks))
+    low = q.add("low", "a", second=0)
+    q.queue.activate([low])
+    for turn in range(3):
+        high = q.add(f"high-{turn}", "b", priority=1, second=turn + 1)
+        q.queue.activate([high])
+        assert [a.pod.key for a in q.attempts()] == [high]
+    assert [a.pod.key for a in q.attempts()] == [low]
+
+
+def test_the_pending_pods_by_priority_start_with_the_one_preemption_would_help() -> None:
+    q = Queue()
+    keys = {
+        "low": q.add("low", second=1),
+        "high-young": q.add("high-young", OTHER, priority=50, second=8),
+        "high-old": q.add("high-old", priority=50, second=3),
+        "flying": q.add("flying", priority=99, second=0),
+    }
+    assert q.queue.pending_by_priority() == []
+    for key in keys.values():
+        q.pending(key)
+    q.queue.binding(keys["flying"])  # placed, being written: no longer pending
+    assert [p.key for p in q.queue.pending_by_priority()] == [
+        keys[n] for n in ("high-old", "high-young", "low")
+    ]

@@ -177,6 +177,7 @@ POD_VIEW_ATTRIBUTES = (
     "key", "uid", "resource_version", "created", "deleting", "bound_to", "active", "gated",
     "other_gates", "claim_names", "claim_keys", "claim_entries", "containers", "init_containers",
     "requests", "allocated_condition", "node_name", "node_selector", "required_affinity", "tolerations",
+    "priority", "preemption_policy",
 )  # fmt: skip
 
 
@@ -192,6 +193,9 @@ def placed_somewhere(pod: Obj) -> Obj:
         ]}},
         "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
     }  # fmt: skip
+    spec["priorityClassName"] = "batch-high"  # admission resolved it into the two fields below
+    spec["priority"] = 1000
+    spec["preemptionPolicy"] = "Never"
     spec["volumes"] = [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]
     spec["containers"][0]["env"] = [{"name": "X", "value": "y" * 500}]
     placed["metadata"]["annotations"].update({"hami.io/gpu-scheduler-policy": "spread", "team/x": "y"})
@@ -214,6 +218,9 @@ def test_a_pod_that_may_be_ours_reads_as_before_where_anything_reads_it(pod: Obj
             key: value for key, value in full.annotations.items() if key in OUR_POD_ANNOTATIONS
         }
         assert "hami.io/gpu-scheduler-policy" in kept.annotations or full_pod is pod
+        assert (kept.priority, kept.preemption_policy) == (
+            (0, "PreemptLowerPriority") if full_pod is pod else (1000, "Never")
+        )
         assert full.placement_spec.keys() >= kept.placement_spec.keys()
         assert "volumes" not in kept.placement_spec and "managedFields" not in kept.raw["metadata"]
         assert len(json.dumps(kept.raw)) < len(json.dumps(full_pod)) / (1 if full_pod is pod else 2)

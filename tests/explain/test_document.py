@@ -43,6 +43,7 @@ def test_a_pending_pods_document_and_text() -> None:
     assert document == {
         "pod": "default/second",
         "state": "pending",
+        "priority": 0,
         "claims": [{"podClaim": "gpu", "claim": "second", "devices": []}],
         "decidedAt": None,
         "requests": [record.to_json() for record in explanation.requests],
@@ -76,6 +77,15 @@ def test_a_pending_pods_document_and_text() -> None:
         "    node-1/gpu-1                         0.0000  chosen    -",
         f"    node-1/gpu-0                     {score:>10.4f}  eligible  -",
     ]
+
+
+def test_a_pending_pods_priority_is_named_where_one_was_set() -> None:
+    cluster = refused_by_the_quota()
+    cluster.gpu_pod("urgent", "8Gi", priority=1000)
+    cluster.run()
+    explanation = explained(cluster, "urgent")
+    assert explanation.state == "pending" and explanation.to_json()["priority"] == 1000
+    assert render(explanation).splitlines()[0] == "Pod default/urgent: pending (priority 1000)"
 
 
 def test_a_placed_pods_text_names_its_devices_and_when_it_was_decided() -> None:

@@ -86,6 +86,26 @@ def test_a_pods_template_claims_resolve_through_its_status_and_are_none_until_cr
     assert view.claim_keys == (f"{NS}/direct", f"{NS}/p-b-xyz")
 
 
+@pytest.mark.parametrize(
+    ("spec", "priority", "policy"),
+    [
+        ({}, 0, "PreemptLowerPriority"),  # no PriorityClass applies: 0, and kube-scheduler's default
+        ({"priority": 1000, "preemptionPolicy": "Never"}, 1000, "Never"),
+        ({"priority": -5}, -5, "PreemptLowerPriority"),
+        ({"priority": 2_000_001_000}, 2_000_001_000, "PreemptLowerPriority"),  # system-node-critical
+        ({"priority": "1000"}, 0, "PreemptLowerPriority"),  # not what the API server accepts
+        ({"priority": True}, 0, "PreemptLowerPriority"),
+    ],
+)
+def test_a_pod_views_priority_is_what_admission_resolved_and_zero_otherwise(
+    spec: dict[str, Any], priority: int, policy: str
+) -> None:
+    raw = pod("p", {"gpu": "claim:c"})
+    raw["spec"].update(spec)
+    view = PodView.parse(raw)
+    assert (view.priority, view.preemption_policy) == (priority, policy)
+
+
 def test_pod_requests_take_the_larger_of_containers_and_init_containers_plus_overhead() -> None:
     def container(**amounts: str) -> dict[str, Any]:
         return {"name": "c", "resources": {"requests": amounts}}
