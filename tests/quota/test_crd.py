@@ -38,6 +38,9 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("unknown-key", {"hard": {"gpus": 2}}, "spec.hard in body should have at least 1 properties"),
     ("repeated-class", {"hard": {"devices": 1}, "deviceClassNames": ["a", "a"]}, "Duplicate value"),
 ]
+#: How kubectl (strict field validation by default) is refused where its answer differs from a
+#: client's that asks for none (the cases above).
+KUBECTL_REFUSALS: dict[str, str] = {"unknown-key": 'unknown field "spec.hard.gpus"'}
 
 
 def quota(name: str, spec: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
