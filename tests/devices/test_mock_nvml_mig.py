@@ -50,7 +50,7 @@ def test_profiles_answer_nvmls_numbers_by_profile_index(run_nvml_script) -> None
         run_nvml_script,
         """
 rows = []
-for index in range(n.NVML_GPU_INSTANCE_PROFILE_COUNT):
+for index in range(0x12):  # NVML 12.9's profile count (older bindings name fewer)
     try:
         info = n.nvmlDeviceGetGpuInstanceProfileInfo(dev, index)
     except n.NVMLError as err:
@@ -61,7 +61,7 @@ for index in range(n.NVML_GPU_INSTANCE_PROFILE_COUNT):
 out["rows"] = rows
 v1 = n.nvmlDeviceGetGpuInstanceProfileInfo(dev, n.NVML_GPU_INSTANCE_PROFILE_3_SLICE, version=1)
 out["v1"] = [v1.id, v1.sliceCount, v1.memorySizeMB]
-out["beyond"] = code(n.nvmlDeviceGetGpuInstanceProfileInfo, dev, n.NVML_GPU_INSTANCE_PROFILE_COUNT)
+out["beyond"] = code(n.nvmlDeviceGetGpuInstanceProfileInfo, dev, 0x12)
 out["other_card"] = code(n.nvmlDeviceGetGpuInstanceProfileInfo, n.nvmlDeviceGetHandleByIndex(1), 0)
 """,
         h100_profile(),
@@ -76,7 +76,7 @@ out["other_card"] = code(n.nvmlDeviceGetGpuInstanceProfileInfo, n.nvmlDeviceGetH
     unsupported = {row[0]: row[1] for row in out["rows"] if len(row) == 2}
     assert set(unsupported.values()) == {3}  # NOT_SUPPORTED for profiles an H100 lacks
     assert out["v1"] == [9, 3, 40448]
-    assert out["beyond"] == 2  # INVALID_ARGUMENT past NVML_GPU_INSTANCE_PROFILE_COUNT
+    assert out["beyond"] == 2  # INVALID_ARGUMENT past the driver's profile count
     assert out["other_card"] == 3  # the second card is not in MIG mode
 
 
