@@ -22,7 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, disable_created_metrics
-from prometheus_client.exposition import choose_encoder
+
+from dra_driver.metrics_page import page
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner: MetricsServer = self.server.owner  # type: ignore[attr-defined]
         path = self.path.split("?")[0]
         if path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
-            self._reply(200, encoder(owner.registry), content_type)
+            body, content_type = page(owner.registry, self.headers.get("Accept") or "")
+            self._reply(200, body, content_type)
         elif path in ("/healthz", "/livez"):
             self._reply(200, b"ok")
         elif path == "/readyz":

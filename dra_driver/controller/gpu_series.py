@@ -11,15 +11,13 @@ themselves are never changed once made, so a scrape reading an older copy sees o
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from dra_driver.controller.inventory import Device
 from dra_driver.controller.ledger import Ledger, LedgerChanges
+from dra_driver.metrics_page import Piece, Sample
 
-Sample = tuple[tuple[str, ...], float]
-#: One piece: family name -> its samples.
-Piece = Mapping[str, Sequence[Sample]]
 Who = tuple[str, str, str]
 CLAIM_MEMORY = "hami_dra_claim_allocated_memory_bytes"
 CLAIM_CORES = "hami_dra_claim_allocated_cores"

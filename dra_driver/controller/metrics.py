@@ -24,13 +24,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dra_driver.controller.gpu_series import GpuSeries, Piece, PodsOf, Sample, TenantOf
+from dra_driver.controller.gpu_series import GpuSeries, PodsOf, TenantOf
 from dra_driver.controller.ledger import Ledger, LedgerChanges
 from dra_driver.metrics import MetricsServer, ReadyCheck, serve
+from dra_driver.metrics_page import Encoder, PageRegistry, Piece, PieceText, Sample
 
 #: Labels of every per-card series: node and published device name, and the card's UUID and
 #: product name (dcgm-exporter's ``UUID`` and ``modelName`` carry the same values, for joins).
@@ -67,12 +68,15 @@ class _Snapshot(Collector):
     """Gauge families replaced as a whole by one thread and read by scrapes (no per-series state).
 
     The samples come in pieces (maps of family -> samples, e.g. one per node), so a change
-    replaces its pieces only; the maps handed to ``set_pieces`` are never changed afterwards.
+    replaces its pieces only; the maps handed to ``set_pieces`` are never changed afterwards. The
+    metrics server takes their text from ``render`` (``metrics_page.py``: each piece rendered once,
+    not every sample on every scrape); ``collect`` serves everyone else.
     """
 
     def __init__(self, families: Mapping[str, tuple[str, Sequence[str]]]) -> None:
         self.families = families
         self._pieces: tuple[Mapping[Any, Piece], ...] = ()
+        self._text = PieceText(families)
 
     def set(self, samples: Samples) -> None:
         self._pieces = ({None: dict(samples)},)  # one reference swap: a scrape sees old or new whole
@@ -100,6 +104,12 @@ class _Snapshot(Collector):
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return [GaugeMetricFamily(n, doc, labels=list(labels)) for n, (doc, labels) in self.families.items()]
+
+    def render(self, encoder: Encoder, content_type: str) -> bytes:
+        """The families' text for /metrics, each piece rendered once while it is published."""
+        return self._text.render(
+            [piece for group in self._pieces for piece in group.values()], encoder, content_type
+        )
 
 
 _GPU_FAMILIES: dict[str, tuple[str, Sequence[str]]] = {
@@ -130,7 +140,7 @@ _PENDING_FAMILIES: dict[str, tuple[str, Sequence[str]]] = {
 
 class ControllerMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = PageRegistry()
         #: The controller's readiness (``/readyz``); the Controller installs its own check.
         self.ready: ReadyCheck = lambda: "the controller has not started"
         self.allocations = Counter(
@@ -180,8 +190,8 @@ class ControllerMetrics:
         self.gpus = _Snapshot(_GPU_FAMILIES)
         self.gpu_series = GpuSeries()
         self.pending = _Snapshot(_PENDING_FAMILIES)
-        self.registry.register(self.gpus)
-        self.registry.register(self.pending)
+        self.registry.register_prerendered(self.gpus)
+        self.registry.register_prerendered(self.pending)
         self.quota_used = Gauge(
             "hami_dra_quota_used",
             "What a namespace's allocated claims count against a GPU quota (memory in bytes)",

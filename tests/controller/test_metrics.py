@@ -9,6 +9,7 @@ replica that stops leading drops what only the leader may say.
 from __future__ import annotations
 
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.controller.allocator import Unschedulable
 from dra_driver.controller.controller import Controller
@@ -101,3 +102,24 @@ def test_ready_once_every_informer_has_listed() -> None:
     for informer in controller.informers.values():
         informer.synced.set()
     assert controller.metrics.ready() is None
+
+
+def _families(text: str) -> dict[str, list[tuple[str, tuple[tuple[str, str], ...], float]]]:
+    return {
+        family.name: sorted((s.name, tuple(sorted(s.labels.items())), s.value) for s in family.samples)
+        for family in text_string_to_metric_families(text)
+    }
+
+
+def test_the_served_page_has_every_series_the_registry_collects() -> None:
+    world = World(gpus=2)
+    tenant(world, "a", memory="2Gi", cores=30)
+    tenant(world, "huge", memory="100Gi")
+    world.place("a-pod")
+    assert isinstance(world.controller.decide(world.cache.pods[f"{NS}/huge-pod"]), Unschedulable)
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
+    world.metrics.update_pending(world.reports.groups(world.cache.pod_by_uid), now=1e10)
+    body, _ = world.metrics.registry.page("text/plain")
+    served = _families(body.decode())
+    assert served == _families(generate_latest(world.metrics.registry).decode())
+    assert served["hami_dra_claim_allocated_memory_bytes"] and served["hami_dra_pending_pods"]
