@@ -57,7 +57,7 @@ def _same_object(current: Obj, planned: ObjectView) -> None:
         raise NotFound(404, f"{planned.key} is now another object (uid {uid or '-'}, planned {planned.uid})")
 
 
-def _kept(pod: Mapping[str, object]) -> PodView:
+def kept_view(pod: Mapping[str, object]) -> PodView:
     """A pod the API returned, as the informer keeps it (``keep_pod``): what a bind returns is
     folded into the cache in its place."""
     return PodView.parse(keep_pod(dict(pod)))
@@ -135,7 +135,7 @@ class Binder:
                 condition = self.set_condition(
                     result.pod, "True", "Allocated", "all GPU claims are allocated"
                 )
-                result.pod = _kept(condition) if condition is not None else result.pod
+                result.pod = kept_view(condition) if condition is not None else result.pod
         except KubeError as err:
             # A re-read after a conflict failed: the claim being written counts as not attempted
             # (the worker falls back to the cache), so it is neither wedged in flight nor lost.
@@ -212,7 +212,7 @@ class Binder:
         record = annotations.get(decision_annotation(self.driver))
         if record is not None:
             self.event(pod, "Normal", "Allocated", placement_summary(record))
-        return _kept(current), BindOutcome.BOUND
+        return kept_view(current), BindOutcome.BOUND
 
     def _patch_gate(self, pod: PodView, annotations: Mapping[str, str]) -> Mapping[str, object]:
         """The pod as the gate's patch left it (as ``pod`` is when it carries no gate); raises
@@ -243,7 +243,7 @@ class Binder:
         """A Warning event and the pod's condition (False, ``reason``); the pod as written."""
         self.event(pod, "Warning", "FailedAllocation", message)
         written = self.set_condition(pod, "False", reason, message)
-        return None if written is None else _kept(written)
+        return None if written is None else kept_view(written)
 
     def set_condition(self, pod: Mapping[str, object], status: str, reason: str, message: str) -> Obj | None:
         """Our condition on the pod: a strategic merge patch of its status (conditions merge by

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from dra_driver.controller.allocator import AllocateOutcome, Placed, Unschedulable
-from dra_driver.controller.binder import Binder
+from dra_driver.controller.binder import Binder, kept_view
 from dra_driver.controller.cache import ClusterCache
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pending import Report
@@ -109,7 +109,7 @@ class FailureHandler:
             self.cache.wrote(claim)
         if written is None:
             return
-        view = PodView.parse(written)
+        view = kept_view(written)  # slim, as the informer keeps it: the cache holds it from now on
         cached = self.cache.pods.get(pod.key)
         if cached is not None and cached.uid == view.uid:  # not gone, nor replaced by a namesake
             self.cache.pods[pod.key] = view

@@ -137,6 +137,28 @@ def test_warnings_are_events_once_per_pod_and_text_after_the_pass() -> None:
     assert not handler
 
 
+def test_the_written_pod_is_cached_slim_as_the_informer_keeps_it() -> None:
+    """The condition's patch returns the whole pod (status, environment, volumes); the cache holds
+    our pods slim (slim.our_pod), and the handler's copy replaces the informer's until the next
+    event, so it must be as slim: a cluster of pending pods would otherwise hold them whole."""
+    world = World()
+    body = claim("x", request(memory="100Gi"))
+    body["metadata"]["finalizers"] = [FINALIZER]
+    world.add_claim(body)
+    whole = pod("x-pod", {"gpu": "claim:x"})
+    whole["spec"]["containers"][0]["env"] = [{"name": "X", "value": "y"}]
+    whole["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    whole["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    created = world.add_pod(whole)
+    world.controller.failures.failed(created, Reason.UNSCHEDULABLE, "no room")
+    world.controller.failures.handle()
+    assert "env" in world.pod("x-pod")["spec"]["containers"][0]  # the API's pod is whole
+    cached = world.cache.pods[f"{NS}/x-pod"]
+    assert cached.allocated_condition == "False"
+    assert "env" not in cached.raw["spec"]["containers"][0] and "volumes" not in cached.raw["spec"]
+    assert "managedFields" not in cached.raw["metadata"]
+
+
 def test_a_condition_that_was_not_written_leaves_the_cached_pod() -> None:
     world = World()
     created = waiting_pod(world)
