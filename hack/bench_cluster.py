@@ -5,7 +5,7 @@
         [--paths kube-scheduler,binpack,mutex-binpack] [--steady-pods 600] [--steady-rate 10]
         [--scheduler-qps 5000] [--large-nodes N] [--foreign-pods N] [--stream 2000]
         [--only rounds,quality,prepare]
-        [--profile-controller DIR] [--ours-before DIR] [--report PATH]
+        [--profile-controller DIR] [--profile-apiserver DIR] [--ours-before DIR] [--report PATH]
 
 One run, one cluster (``hami-dra cluster up --no-driver``, the upstream binaries of
 hack/cluster/versions.env), ``--nodes`` simulated nodes (dev/hami_dra_dev/cluster/fakenodes.py) with
@@ -487,6 +487,32 @@ class PySpy:
         log(f"controller profile: {self.out}")
 
 
+class ApiserverProfile:
+    """kube-apiserver's own CPU profile (Go pprof, ``/debug/pprof/profile``) over the first
+    ``seconds`` of a burst, fetched in a thread and written to ``out`` (``go tool pprof -top``)."""
+
+    def __init__(self, api: Api, out: Path, seconds: int) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.out = out
+
+        def fetch() -> None:
+            try:
+                data = api.kube._call(
+                    "GET", "/debug/pprof/profile", query={"seconds": str(seconds)}, stream=True
+                ).data
+                out.write_bytes(data)
+            except Exception as err:  # a profile is a by-product: the run goes on without it
+                log(f"kube-apiserver profile {out.name}: {err}")
+
+        self.thread = threading.Thread(target=fetch, name="apiserver-profile", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.thread.join(120)
+        if self.out.exists():
+            log(f"kube-apiserver profile: {self.out}")
+
+
 def summary(values: list[float]) -> dict[str, float]:
     return {"p50_s": round(percentile(values, 0.5), 3), "p99_s": round(percentile(values, 0.99), 3)}
 
@@ -535,12 +561,14 @@ def throughput(
     profile: tuple[int, Path] | None = None,
     scheduler_client: SchedulerClient | None = None,
     audit: AuditLog | None = None,
+    apiserver_profile: tuple[Path, int] | None = None,
 ) -> dict[str, Any]:
     """A burst: ``pods`` pods, each with one claim made from ``template`` by kube-controller-manager,
     created at once by 16 threads; until every one is bound. ``scheduler``: the pods'
     ``spec.schedulerName``; ``pids``: processes whose CPU is measured over the run; ``profile``:
     (pid, output) to record with py-spy; ``scheduler_client``: the kube-scheduler whose client
-    figures are read before and after; ``audit``: where the requests per client are counted."""
+    figures are read before and after; ``audit``: where the requests per client are counted;
+    ``apiserver_profile``: (output, seconds) of kube-apiserver's CPU profile from the burst's start."""
     log(f"burst {label}: {pods} pods")
     pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     watch, claim_watch = PodWatch(api), ClaimWatch(api)
@@ -555,12 +583,15 @@ def throughput(
     meter = CpuMeter({**(pids or {}), "benchmark": os.getpid()})
     client_before = scheduler_client.read() if scheduler_client is not None else Counter()
     spy = PySpy(*profile) if profile is not None else None
+    pprof = ApiserverProfile(api, *apiserver_profile) if apiserver_profile is not None else None
     try:
         parallel(create, list(range(pods)))
         wait_until(lambda: len(watch.bound) >= pods, 900, f"{pods} pods bound ({label})", poll=0.2)
     finally:
         if spy is not None:
             spy.stop()
+        if pprof is not None:
+            pprof.stop()
     cpu = meter.stop()
     client_after = scheduler_client.read() if scheduler_client is not None else Counter()
     client = {
@@ -1071,12 +1102,16 @@ def rounds(
             if args.profile_controller is not None and runner is not None and not warmup:
                 name = f"{path.name.replace(' ', '-').replace(',', '+')}-{nodes}nodes-round{round_}.txt"
                 profile = (runner.processes[1].pid, args.profile_controller / name)
+            apiserver_profile = None
+            if args.profile_apiserver is not None and not warmup:
+                name = f"{path.name.replace(' ', '-').replace(',', '+')}-{nodes}nodes-round{round_}.pprof"
+                apiserver_profile = (args.profile_apiserver / name, args.profile_apiserver_seconds)
             template = template_name(path.class_name)
             entry: dict[str, Any] = {"nodes": nodes, "round": round_, "warmup": warmup, "path": path.name}
             entry["burst"] = throughput(
                 api, label, template, pods, scheduler=scheduler,
                 pids={**pids, **(runner.pids() if runner else {})}, profile=profile,
-                scheduler_client=client, audit=audit,
+                scheduler_client=client, audit=audit, apiserver_profile=apiserver_profile,
             )  # fmt: skip
             if args.steady_pods > 0:
                 steady_pods = (
@@ -1352,6 +1387,12 @@ def main(argv: list[str]) -> int:
         help="record our controller with py-spy during the measured rounds, into this directory",
     )  # fmt: skip
     parser.add_argument(
+        "--profile-apiserver", type=Path, default=None,
+        help="record kube-apiserver's CPU profile (pprof) during each measured burst, into this directory",
+    )  # fmt: skip
+    parser.add_argument("--profile-apiserver-seconds", type=int, default=10,
+                        help="length of each kube-apiserver profile, from the burst's start")  # fmt: skip
+    parser.add_argument(
         "--ours-before", type=Path, default=None,
         help="a checkout of an earlier commit (git worktree add DIR COMMIT): its webhook and controller "
              "are one more path of the rounds ('ours-before binpack'); the prepare section measures its "
@@ -1385,7 +1426,11 @@ def main(argv: list[str]) -> int:
 
     from hami_dra_dev.cluster.binaries import MissingBinaries, require_toolchain
     from hami_dra_dev.cluster.child import ClusterChild
-    from hami_dra_dev.cluster.configs import AUDIT_POLICY_ENV, CONTROLLER_MANAGER_QPS_ENV
+    from hami_dra_dev.cluster.configs import (
+        APISERVER_PROFILING_ENV,
+        AUDIT_POLICY_ENV,
+        CONTROLLER_MANAGER_QPS_ENV,
+    )
     from hami_dra_dev.cluster.layout import default_state_dir
     from hami_dra_dev.pidfile import running_pid
 
@@ -1406,6 +1451,8 @@ def main(argv: list[str]) -> int:
         policy.parent.mkdir(parents=True, exist_ok=True)
         policy.write_text(json.dumps(AUDIT_POLICY, indent=2) + "\n")
         os.environ[AUDIT_POLICY_ENV] = str(policy)
+    if args.profile_apiserver is not None:
+        os.environ[APISERVER_PROFILING_ENV] = "1"
     if args.controller_manager_qps > 0:
         os.environ[CONTROLLER_MANAGER_QPS_ENV] = f"{args.controller_manager_qps:g}"
     log(f"starting the cluster (Kubernetes {toolchain.kubernetes_version})")

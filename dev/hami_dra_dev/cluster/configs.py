@@ -162,10 +162,14 @@ def apiserver_args(tools: Toolchain, layout: Layout, pki: ClusterPki) -> list[st
         f"--feature-gates={FEATURE_GATES}",
         *runtime_config(tools.kubernetes_version),
         *audit_args(layout),
-        "--profiling=false",
+        f"--profiling={'true' if os.environ.get(APISERVER_PROFILING_ENV) else 'false'}",
         "--v=1",
     ]
 
+
+#: Set (to anything): kube-apiserver serves /debug/pprof to admins (hack/bench_cluster.py
+#: --profile-apiserver records where its CPU goes during each burst). Unset: off, as in production.
+APISERVER_PROFILING_ENV = "HAMI_DRA_APISERVER_PROFILING"
 
 #: An audit policy file for kube-apiserver (set by hack/bench_cluster.py, which counts the requests of
 #: each client from the audit log: the API server's own metrics do not say who sent a request).
