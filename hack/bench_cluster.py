@@ -1027,6 +1027,37 @@ class Ours:
                 self.api.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/hami-dra")
             except Exception as err:  # already gone (or no such API: before 1.36)
                 log(f"deleting {kind}/hami-dra: {err}")
+        # The API server applies admission configuration from informers: for a moment after the
+        # deletions it may still gate a pod or finalize a claim, which nobody would then ungate or
+        # release (a run of kube-scheduler's right after ours hung on such claims at deletion).
+        wait_until(lambda: not self.admission_applies(), 60, "our admission no longer applied", poll=0.5)
+
+    def admission_applies(self) -> bool:
+        """Whether a pod of kube-scheduler's path and its claim would still get our gate or our
+        finalizer (both created as dry runs: nothing is stored)."""
+        dry = [("dryRun", "All")]
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "admission-probe", "namespace": NAMESPACE},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "first-fit.bench"}}]}
+            },
+        }
+        try:
+            made = self.api.call(
+                "POST", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", claim, dry
+            )
+            pod = self.api.call(
+                "POST",
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                pod_body("admission-probe", "admission-probe"),
+                dry,
+            )
+        except Exception as err:  # our webhook still configured but stopped: Fail refuses the pod
+            log(f"admission probe: {err}".splitlines()[0][:200])
+            return True
+        return bool(made["metadata"].get("finalizers") or pod["spec"].get("schedulingGates"))
 
 
 @dataclass(frozen=True)
