@@ -250,9 +250,32 @@ def cluster_section(report: dict[str, Any], path: Path) -> list[str]:
         if phase_rows:
             lines += ["", "**Steps per pod in the bursts** (p50 seconds, median over the rounds)", ""]
             lines += table(["nodes", "path", "steps"], phase_rows, "rll")
-    lines += quality_table(report.get("quality") or [])
+    quality = report.get("quality") or []
+    if quality:
+        lines += quality_table(quality)
+    else:
+        lines += quality_elsewhere(path)
     lines += prepare_table(report.get("prepare") or {})
     return lines
+
+
+def quality_elsewhere(path: Path) -> list[str]:
+    """A report run without the quality section (``--only``) keeps the newest other report's
+    placement quality on the page, said to be from that report."""
+    for name in SECTIONS["cluster"][0]:
+        other = BENCH / name
+        if other == path or not other.exists():
+            continue
+        report = json.loads(other.read_text())
+        if report.get("quality"):
+            purpose = "" if report.get("purpose") == "figures" else "; a validation run of the harness"
+            return [
+                *quality_table(report["quality"]),
+                "",
+                f"Placement quality from `docs/bench/{name}` (commit `{report['commit'][:10]}`, "
+                f"{report['date']}, `{report['command']}`{purpose}): the run above did not measure it.",
+            ]
+    return []
 
 
 def _median_phases(runs: list[dict[str, Any]], nodes: int, path: str) -> dict[str, float]:
@@ -345,6 +368,45 @@ def prepare_table(prepare: dict[str, Any]) -> list[str]:
         return []
     if "skipped" in prepare:
         return ["", f"NodePrepareResources against dra-example-driver: skipped ({prepare['skipped']})."]
+    summary = prepare.get("summary")
+    if not summary:  # an older report: one figure per path
+        return _prepare_table_flat(prepare)
+    baseline = any("ours-baseline" in summary[key] for key in summary)
+    header = ["callers", "ours p50 / p99", *(["before p50 / p99"] if baseline else [])]
+    header += ["dra-example-driver p50 / p99", "ours/peer p50, per round", "ours/peer p99, per round"]
+    rows = []
+    for key, figures in summary.items():
+        ratio = figures["ratio ours/dra-example-driver"]
+
+        def both(path: str, figures: dict[str, Any] = figures) -> str:
+            f = figures[path]
+            return f"{f['p50_ms']['median']:.1f} / {f['p99_ms']['median']:.1f}"
+
+        def per_round(which: str, ratio: dict[str, Any] = ratio) -> str:
+            rounds = ratio[which]["per_round"]
+            return f"{ratio[which]['median_of_rounds']:.2f} ({min(rounds):.2f}–{max(rounds):.2f})"
+
+        rows.append(
+            [
+                key.removeprefix("callers="),
+                both("ours"),
+                *([both("ours-baseline")] if baseline else []),
+                both("dra-example-driver"),
+                per_round("p50"),
+                per_round("p99"),
+            ]
+        )
+    rounds = len(next(iter(summary.values()))["ratio ours/dra-example-driver"]["p50"]["per_round"])
+    return [
+        "",
+        f"**NodePrepareResources** (one client playing kubelet; ms, medians over {rounds} alternated "
+        "rounds; the ratios taken per round: median (min–max))",
+        "",
+        *table(header, rows),
+    ]
+
+
+def _prepare_table_flat(prepare: dict[str, Any]) -> list[str]:
     rows = []
     for callers in (1, 8):
         ours, peer = prepare[f"ours callers={callers}"], prepare[f"dra-example-driver callers={callers}"]
