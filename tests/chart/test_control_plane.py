@@ -291,3 +291,19 @@ def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> 
         "hami-resources.gpu.hami.io",
         {"matchLabels": {"gpu.hami.io/hami-resources": "enabled"}},
     ), "HAMi translation runs first, only in opted-in namespaces"
+
+
+def test_our_pods_get_no_service_link_variables(render: Render) -> None:
+    """The API server is found through KUBERNETES_SERVICE_* (kubelet sets them either way); one
+    variable set per Service of the release's namespace would only grow every process's
+    environment, which the API client used to walk before each request."""
+    objects = render()
+    workloads = [*all_of(objects, "Deployment"), *all_of(objects, "DaemonSet")]
+    assert {w["metadata"]["name"] for w in workloads} >= {
+        "t-hami-dra-controller", "t-hami-dra-webhook", "t-hami-dra-kubelet-plugin"
+    }  # fmt: skip
+    for workload in workloads:
+        spec = workload["spec"]["template"]["spec"]
+        if spec.get("automountServiceAccountToken") is False:
+            continue  # talks to no API (the HAMi-core copier)
+        assert spec.get("enableServiceLinks") is False, workload["metadata"]["name"]
