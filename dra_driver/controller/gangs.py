@@ -36,8 +36,6 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from dra_driver.controller.allocator import Allocator, Placed, Unschedulable, WaitingForClaim
 from dra_driver.controller.binder import Binder, BindOutcome, BindResult
 from dra_driver.controller.cache import ClusterCache
@@ -55,35 +53,6 @@ from dra_driver.resource.objects import ClaimView, PodView
 log = logging.getLogger("dra_driver.controller")
 #: ``--gang-timeout``'s default: seconds a gang waits quietly before it says why.
 DEFAULT_GANG_TIMEOUT = 60.0
-
-
-class GangMetrics:
-    """The gang series, on the controller's registry."""
-
-    def __init__(self, metrics: ControllerMetrics) -> None:
-        registry = metrics.registry
-        self.waiting = Gauge(
-            "hami_dra_gangs_waiting",
-            "Gangs (pod groups) whose gated members cannot all be placed yet",
-            registry=registry,
-        )
-        self.timed_out = Gauge(
-            "hami_dra_gangs_waiting_past_timeout",
-            "Gangs waiting longer than their timeout (their members report why)",
-            registry=registry,
-        )
-        self.wait = Histogram(
-            "hami_dra_gang_wait_seconds",
-            "How long a gang waited, from its first plan to its members' allocations being written",
-            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
-            registry=registry,
-        )
-        self.admitted = Counter("hami_dra_gangs_admitted_total", "Gangs placed together", registry=registry)
-        self.released = Counter(
-            "hami_dra_gang_claims_released_total",
-            "Claims of gated members of an incomplete gang deallocated (after a crash or a failed write)",
-            registry=registry,
-        )
 
 
 class GangIndex:
@@ -175,7 +144,7 @@ class GangCoordinator:
         self.failures = failures
         self.binder = binder
         self.controller_metrics = metrics
-        self.metrics = GangMetrics(metrics)
+        self.metrics = metrics.gangs
         self._submit = submit
         #: What the controller does for a pod whose claim does not exist yet (HAMi's templates).
         self._waiting_for_claim = waiting_for_claim

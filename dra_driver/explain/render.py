@@ -45,7 +45,8 @@ def render(explanation: Explanation, wide: bool = False) -> str:
         lines.append(
             f"  gang: {gang.placeable} of {gang.members} members placeable now, needs {gang.needed}: {state}"
         )
-        lines.append(f"    {gang.summary}")
+        if explanation.now is None or explanation.now[1] != gang.summary:
+            lines.append(f"    {gang.summary}")
     refused = _nodes_refused(explanation.nodes_refused)
     if refused:
         lines.append(f"  nodes the pod cannot run on: {refused}")
