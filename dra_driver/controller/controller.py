@@ -417,7 +417,8 @@ class Controller:
                 log.info("pod %s: writes not completed; planned again in %.1f s", key, pause)
             self.gangs.written(key, placed, result)
         for key, placed in self.gangs.take_lifts():  # a gang's allocations are all written
-            self._submit(key, placed)
+            if self.is_leader():  # else the next leader finds them allocated and lifts the gates
+                self._submit(key, placed)
 
     def apply(self, result: BindResult) -> None:
         """Fold a bind's outcome into the cache (worker thread only)."""

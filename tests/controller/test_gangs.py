@@ -358,6 +358,46 @@ def test_a_1_35_workload_ref_names_a_gang_per_replica_key() -> None:
 
 
 # --- crash between member writes -------------------------------------------------------------------
+def restarted(first: FakeCluster) -> FakeCluster:
+    """A new controller over what ``first``'s API holds (its informers list it all)."""
+    successor, _ = cluster_of(
+        tuple(first.nodes), len(first.controller.cache.ledger.inventory[first.nodes[0]].devices)
+    )
+    for plural, resource in (("podgroups", COSCHEDULING_POD_GROUPS), ("resourceclaims", RESOURCE_CLAIMS),
+                             ("pods", PODS)):  # fmt: skip
+        for (stored_plural, _, _), obj in sorted(first.kube.objects.items()):
+            if stored_plural == plural:
+                kind = event_kind(resource) if resource is COSCHEDULING_POD_GROUPS else None
+                successor.add(resource, copy.deepcopy(obj), kind=kind)
+    return successor
+
+
+def test_a_leader_deposed_between_the_phases_lifts_no_gate_and_the_next_one_does() -> None:
+    cluster, _ = cluster_of(("node-0",), 4)
+    pod_group(cluster, "a", 3)
+    names = gang(cluster, "a", 3)
+    controller = cluster.controller
+    leading = [True]
+    controller.is_leader = lambda: leading[0]
+    bind = controller.binding._bind
+    held: list[str] = []
+
+    def bind_then_lose_the_lease(placed: Any) -> Any:
+        result = bind(placed)
+        if placed.hold_gate:
+            held.append(placed.pod.name)
+            leading[0] = len(held) < len(names)  # the lease is lost once every allocation is written
+        return result
+
+    controller.binding._bind = bind_then_lose_the_lease
+    controller.run_once()
+    assert sorted(held) == names and [name for name in names if allocated(cluster, name)] == names
+    assert ungated(cluster, names) == []
+    successor = restarted(cluster)
+    successor.run()
+    assert ungated(successor, names) == names and holds(successor, names) == names
+
+
 def crashed_mid_commit(extra: list[tuple[str, int, int]] | None = None) -> tuple[FakeCluster, list[str]]:
     """A controller that wrote 2 of a 4-member gang's allocations, then died; its successor is
     started on what the API holds (``extra`` pods, (name, GPUs, priority), created meanwhile)."""
@@ -370,13 +410,7 @@ def crashed_mid_commit(extra: list[tuple[str, int, int]] | None = None) -> tuple
     first.controller.run_once()
     assert [name for name in names if allocated(first, name)] == ["a-2", "a-3"]
     assert ungated(first, names) == []
-    successor, _ = cluster_of(("node-0",), 4)
-    for plural, resource in (("podgroups", COSCHEDULING_POD_GROUPS), ("resourceclaims", RESOURCE_CLAIMS),
-                             ("pods", PODS)):  # fmt: skip
-        for (stored_plural, _, _), obj in sorted(first.kube.objects.items()):
-            if stored_plural == plural:
-                kind = event_kind(resource) if resource is COSCHEDULING_POD_GROUPS else None
-                successor.add(resource, copy.deepcopy(obj), kind=kind)
+    successor = restarted(first)
     for name, gpus, priority in extra or ():
         member(successor, name, None, gpus, priority=priority)
     return successor, names
