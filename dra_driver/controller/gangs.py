@@ -187,6 +187,8 @@ class GangCoordinator:
                 keys |= self.index.members(ref)
         for gone in set(self._waits) - live:
             del self._waits[gone]
+        for gone in set(self._decided) - live:
+            del self._decided[gone]
         self._publish(now)
         return keys
 
