@@ -274,6 +274,8 @@ class GangCoordinator:
                 self.failures.warn(pod, placed.warnings)
             if overdue:
                 self.failures.failed(pod, plan.reason(), message)
+            else:
+                self.failures.quiet(pod)
         self._publish(now)
         return steps
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from dra_driver.contract import FINALIZER
+from dra_driver.controller.binder import FENCE_ANNOTATION
 from dra_driver.controller.gang_plan import plan_gang
 from dra_driver.controller.gang_refs import (
     COSCHEDULING_POD_GROUPS,
@@ -272,6 +274,25 @@ def test_a_waiting_gang_is_quiet_until_its_timeout_then_every_member_says_why() 
     warned = {e["involvedObject"]["name"] for e in events if e.get("reason") == "FailedAllocation"}
     assert warned == set(names)
     assert holds(cluster, names) == []
+
+
+def test_a_quietly_waiting_members_claims_are_fenced_like_any_pending_pods() -> None:
+    """A predecessor's allocation write still in flight can no longer land on a waiting member's
+    claim (Binder.fence), report or not."""
+    cluster, _ = cluster_of(("node-0",), 2, timeout=600.0)
+    pod_group(cluster, "a", 3)
+    names = gang(cluster, "a", 3)
+    for name in names:  # the chart's admission puts our finalizer on every claim of our classes
+        cluster.change(RESOURCE_CLAIMS, NS, name, lambda obj: obj["metadata"].update(finalizers=[FINALIZER]))
+    cluster.run()
+    assert [cluster.condition(name) for name in names] == [None] * 3
+    fenced = [
+        name
+        for name in names
+        if FENCE_ANNOTATION
+        in cluster.kube.stored(RESOURCE_CLAIMS, NS, name)["metadata"].get("annotations", {})
+    ]
+    assert fenced == names
 
 
 def test_the_pod_groups_own_schedule_timeout_replaces_the_flag() -> None:
