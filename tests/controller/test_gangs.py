@@ -9,6 +9,7 @@ recovery of a gang a crash left half written (completed, or released: no capacit
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from dra_driver.contract import FINALIZER
 from dra_driver.controller.binder import FENCE_ANNOTATION
+from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.gang_plan import plan_gang
 from dra_driver.controller.gang_refs import (
     COSCHEDULING_POD_GROUPS,
@@ -29,6 +31,7 @@ from dra_driver.controller.retries import CommitBackoff
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Obj, Resource
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import NS, claim, pod, request
+from tests.waiting import wait_for
 
 
 class Clock:
@@ -241,6 +244,29 @@ def test_every_allocation_is_written_before_any_gate_is_lifted() -> None:
     assert sorted(name for method, name in writes[:first_gate]) == names
     assert sorted(name for method, name in writes[first_gate:]) == names
     assert ungated(cluster, names) == names
+
+
+def test_on_writer_threads_the_gates_follow_every_allocation_too() -> None:
+    """The production pool (writes on threads, folded back by the worker's next pass)."""
+    cluster, _ = cluster_of(("node-0",), 4)
+    controller = cluster.controller
+    controller.binding = BindingPool(controller.binder.bind, 2, threading.Event())
+    pod_group(cluster, "a", 3)
+    names = gang(cluster, "a", 3)
+
+    def passed() -> bool:  # a pass folds the writes that finished, and makes the next ones
+        controller.run_once()
+        return ungated(cluster, names) == names and not controller.binding
+
+    try:
+        wait_for(passed, 20, "the gang placed by the worker and its writers")
+    finally:
+        controller.binding.shutdown()
+    assert holds(cluster, names) == names
+    writes = [(method, name) for method, plural, name in cluster.kube.calls if (method, plural) in {
+        ("update/status", "resourceclaims"), ("patch", "pods")}]  # fmt: skip
+    first_gate = next(i for i, (method, _) in enumerate(writes) if method == "patch")
+    assert sorted(name for method, name in writes[:first_gate]) == names
 
 
 def test_a_failed_member_write_lifts_no_gate_and_the_gang_is_completed_next() -> None:
