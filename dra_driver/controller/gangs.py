@@ -202,14 +202,17 @@ class GangCoordinator:
         decided = self._decided.get(ref.key)
         if decided is not None and decided.pass_number == self._pass_number():
             return None if decided.steps is None else decided.steps.get(pod.key, Step.SKIP)
-        if ref.key in self._commits:
-            return Step.SKIP  # phase 1 in flight: its end lifts the gates or plans the gang again
+        commit = self._commits.get(ref.key)
+        if commit is not None:
+            # Phase 1 in flight: its end lifts its members' gates or plans the gang again; a
+            # member it leaves out (past the minimum) is looked at again next pass.
+            return Step.SKIP if pod.key in commit.placed else Step.RETRY
         policy = self.directory.policy(ref, pod.annotations)
         if policy.min_members is None and policy.problem is None:
             return None  # a basic group: no gang
         members = [self.cache.pods[key] for key in sorted(self.index.members(ref)) if key in self.cache.pods]
         if any(member.key in self.queue.in_flight for member in members):
-            return Step.SKIP  # a member's placement is being written: planned again after
+            return Step.RETRY  # a member's placement is being written: planned again next pass
         plan = plan_gang(self.allocator, ref, policy, members)
         for key, refusal in plan.refused.items():
             if isinstance(refusal, WaitingForClaim):

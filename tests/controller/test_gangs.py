@@ -202,6 +202,21 @@ def test_two_gangs_for_six_gpus_the_second_runs_when_the_first_ends() -> None:
     assert ungated(cluster, second) == second and holds(cluster, second) == second
 
 
+def test_members_past_the_minimum_are_placed_one_by_one_as_room_appears() -> None:
+    cluster, _ = cluster_of(("node-0",), 4)
+    member(cluster, "hold", None)
+    cluster.run()
+    pod_group(cluster, "a", 3)
+    names = gang(cluster, "a", 4)
+    cluster.run()
+    assert ungated(cluster, names) == names[:3] and holds(cluster, names) == names[:3]
+    assert cluster.reason("a-3") == "Unschedulable"  # its own reason: the gang has its minimum
+    cluster.remove(PODS, "hold")
+    cluster.release("hold")
+    cluster.run()
+    assert ungated(cluster, names) == names
+
+
 def test_binpack_packs_a_gang_onto_one_node_and_spread_spreads_it() -> None:
     for policy, nodes_used in (("binpack", 1), ("spread", 2)):
         cluster, _ = cluster_of(("node-0", "node-1"), 4)
