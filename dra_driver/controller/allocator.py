@@ -102,6 +102,9 @@ class Placed:
     warnings: tuple[str, ...] = ()
     #: The planner's decisions, card by card (recorded on the pod in ``annotations`` too).
     decisions: tuple[PlanDecision, ...] = ()
+    #: Write the allocations only and keep the gate: a gang member's first phase, whose gate is
+    #: lifted once every member's allocations are written (dra_driver/controller/gangs.py).
+    hold_gate: bool = False
 
 
 AllocateOutcome = NotCandidate | WaitingForClaim | ClaimBusy | Unschedulable | Placed

@@ -130,6 +130,8 @@ class Binder:
                     return result
                 result.written.append(written)
                 self.metrics.allocations.inc()
+            if placed.hold_gate:
+                return result  # a gang member: its gate is lifted with the others' (gangs.py)
             result.pod, result.outcome = self._lift_gate(placed.pod, placed.annotations)
             if result.pod is not None and placed.pod.allocated_condition == "False":
                 condition = self.set_condition(

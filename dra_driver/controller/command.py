@@ -69,6 +69,14 @@ def register(subparsers: Any) -> None:
         help="Normal events sent at once before --normal-event-rate applies (default 100)",
     )
     parser.add_argument(
+        "--gang-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a gang (pods of one pod group) waits quietly for enough members to be placeable "
+        "before each member gets an event and condition saying why; a coscheduling PodGroup's "
+        "scheduleTimeoutSeconds replaces it for that group (default 60)",
+    )
+    parser.add_argument(
         "--write-workers",
         type=int,
         default=4,
@@ -91,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     if args.normal_event_burst < 0:
         raise UsageError("--normal-event-burst must be at least 0")
+    if args.gang_timeout < 0:
+        raise UsageError("--gang-timeout must be at least 0")
     if args.write_workers < 1:
         raise UsageError("--write-workers must be at least 1")
     address = metrics_address(args)
@@ -132,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         write_workers=args.write_workers,
         hami_templates=hami_templates,
+        gang_timeout=args.gang_timeout,
     )
     if address is not None:
         try:

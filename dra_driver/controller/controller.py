@@ -25,6 +25,7 @@ API's whole objects took 3 GiB), so keeping them warm is the better trade.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -43,6 +44,8 @@ from dra_driver.controller.binder import Binder, BindOutcome, BindResult
 from dra_driver.controller.binding import BindingPool
 from dra_driver.controller.cache import ClusterCache, Wake
 from dra_driver.controller.failure import FailureHandler
+from dra_driver.controller.gang_refs import GROUP_RESOURCES, event_kind
+from dra_driver.controller.gangs import DEFAULT_GANG_TIMEOUT, GangCoordinator
 from dra_driver.controller.hami_templates import HamiTemplates
 from dra_driver.controller.ledger import LedgerChanges
 from dra_driver.controller.metrics import ControllerMetrics
@@ -83,7 +86,7 @@ def api_connections(write_workers: int = WRITE_WORKERS) -> int:
     With fewer, the client's default (5 per CPU: 10 on 2 CPUs) left 3 connections beside the 7
     watches, and every further concurrent request opened a connection with a new TLS handshake
     and dropped it after one use."""
-    return len(WATCHED) + write_workers + 3
+    return len(WATCHED) + len(GROUP_RESOURCES) + write_workers + 3
 
 
 class Controller:
@@ -105,6 +108,7 @@ class Controller:
         pass_budget: float = PASS_BUDGET_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         hami_templates: HamiTemplates | None = None,
+        gang_timeout: float = DEFAULT_GANG_TIMEOUT,
     ) -> None:
         self.kube = kube
         #: Makes the templates HAMi-translated pods wait for (None: translation is off).
@@ -127,7 +131,7 @@ class Controller:
         #: Every pod yet to plan, and what each waiting pod waits for (``pod_queue.py``).
         self.queue = PodQueue(
             self.cache,
-            self.allocator.pending_shape,
+            self._pending_shape,
             batch=pending_batch,
             backoff=backoff,
             pass_budget=pass_budget,
@@ -135,6 +139,21 @@ class Controller:
             skipped=self.metrics.pending_skipped.inc,
         )
         self.failures = FailureHandler(self.cache, self.binder, self.queue, self.metrics)
+        #: Pods of one group placed all or nothing (``gangs.py``).
+        self.gangs = GangCoordinator(
+            kube,
+            self.cache,
+            self.allocator,
+            self.queue,
+            self.failures,
+            self.binder,
+            self.metrics,
+            self._submit,
+            self._waiting_for_claim,
+            timeout=gang_timeout,
+            clock=clock,
+            pass_number=lambda: self.passes,
+        )
         self.resync_seconds = resync_seconds
         self._events: list[tuple[str, Obj | None, Obj | None]] = []
         self._lock = threading.Lock()
@@ -168,6 +187,11 @@ class Controller:
             # Quotas are optional: without the chart's CRD the controller runs with none.
             GPU_QUOTAS.kind: Informer(kube, GPU_QUOTAS, self._on_change, optional=True),
         }
+        # The objects naming gangs' minimums (gang_refs.py): each one where the cluster serves it.
+        for resource in GROUP_RESOURCES:
+            kind = event_kind(resource)
+            deliver = functools.partial(self._on_group_change, kind)
+            self.informers[kind] = Informer(kube, resource, deliver, optional=True)
         self._thread: threading.Thread | None = None
         self.metrics.ready = self.ready
 
@@ -210,6 +234,10 @@ class Controller:
             self._events.append((kind, old, new))
         self._wake.set()
 
+    def _on_group_change(self, kind: str, _resource_kind: str, old: Obj | None, new: Obj | None) -> None:
+        """A group object's event, under its own kind (two of the resources are PodGroups)."""
+        self._on_change(kind, old, new)
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             busy = self.queue.busy() or self.releaser.queue or self.binding
@@ -250,6 +278,7 @@ class Controller:
             self._was_leader = True
         self.passes += 1
         self.releaser.run()
+        self.queue.activate(self.gangs.due())
         try:
             for attempt in self.queue.attempts():
                 step = self._attempt(attempt)
@@ -277,24 +306,41 @@ class Controller:
             return self.fail_pod(pod, err)
 
     def schedule_one(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> Step:
-        """Decide for the pod, then hand a placement to the binder (on the writer pool)."""
+        """Decide for the pod (with its whole gang, for a member of one: ``gangs.py``), then hand
+        a placement to the binder (on the writer pool)."""
+        step = self.gangs.schedule(pod)
+        if step is not None:
+            return step
         outcome = self.decide(pod, only_nodes)
         if isinstance(outcome, Placed):
-            self.queue.binding(pod.key)
-            self.binding.submit(pod.key, outcome)
-            if not self.binding.threaded:
-                self._collect()  # the bind is done already
+            self._submit(pod.key, outcome)
             return Step.BINDING
         if isinstance(outcome, Unschedulable):
             return Step.PENDING
         if isinstance(outcome, ClaimBusy):
             return Step.RETRY
         if isinstance(outcome, WaitingForClaim):
-            problem = None if self.hami_templates is None else self.hami_templates.ensure(pod)
-            if problem is not None:
-                self.failures.failed(pod, Reason.INVALID_REQUEST, problem)
+            self._waiting_for_claim(pod)
             return Step.WAITING
         return Step.SKIP
+
+    def _submit(self, key: str, placed: Placed) -> None:
+        """Hand a placement to the writers (without writer threads: written here and folded)."""
+        self.queue.binding(key)
+        self.binding.submit(key, placed)
+        if not self.binding.threaded:
+            self._collect()  # the bind is done already
+
+    def _waiting_for_claim(self, pod: PodView) -> None:
+        """A claim of the pod does not exist yet: make HAMi's templates it waits for, if any."""
+        problem = None if self.hami_templates is None else self.hami_templates.ensure(pod)
+        if problem is not None:
+            self.failures.failed(pod, Reason.INVALID_REQUEST, problem)
+
+    def _pending_shape(self, pod: PodView) -> str | None:
+        """The allocator's pending shape; None for a gang member (a gang that waits says nothing
+        of a lone pod of the same shape)."""
+        return None if self.gangs.is_member(pod) else self.allocator.pending_shape(pod)
 
     def decide(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> AllocateOutcome:
         """kube-scheduler's scheduling cycle for one pod: allocate, then assume the placement in
@@ -369,6 +415,10 @@ class Controller:
             pause = self.queue.written(key, completed=result.outcome is not BindOutcome.RETRY)
             if pause is not None:
                 log.info("pod %s: writes not completed; planned again in %.1f s", key, pause)
+            self.gangs.written(key, placed, result)
+        for key, placed in self.gangs.take_lifts():  # a gang's allocations are all written
+            if self.is_leader():  # else the next leader finds them allocated and lifts the gates
+                self._submit(key, placed)
 
     def apply(self, result: BindResult) -> None:
         """Fold a bind's outcome into the cache (worker thread only)."""
@@ -394,6 +444,8 @@ class Controller:
             events, self._events = self._events, []
         for kind, old, new in events:
             try:
+                if self.gangs.observe(kind, old, new):
+                    continue  # a group object: the gangs' directory's
                 self.apply_wake(self.cache.apply_event(kind, old, new))
             except Exception:  # one malformed object must not drop the rest of the queue
                 log.exception("%s event not applied; the other events go on", kind)

@@ -69,6 +69,11 @@ class FailureHandler:
         """``pod`` waits for ``reason``: the queue knows at once, the writes follow the pass."""
         self._failures.append(Failure(pod, self.queue.record_failure(pod, reason, message)))
 
+    def quiet(self, pod: PodView) -> None:
+        """``pod`` waits without a report yet (a gang within its timeout, gangs.py): its claims
+        are fenced all the same, so a predecessor's allocation write can no longer land."""
+        self._failures.append(Failure(pod, None))
+
     def warn(self, pod: PodView, warnings: tuple[str, ...]) -> None:
         """Warnings about ``pod``'s input; each is reported once per pod."""
         self._warnings += [(pod, warning) for warning in self.queue.new_warnings(pod, warnings)]

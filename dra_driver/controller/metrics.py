@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from dra_driver.controller.gang_metrics import GangMetrics
 from dra_driver.controller.gpu_series import GpuSeries, PodsOf, TenantOf
 from dra_driver.controller.ledger import Ledger, LedgerChanges
 from dra_driver.metrics import MetricsServer, ReadyCheck, serve
@@ -181,6 +182,8 @@ class ControllerMetrics:
         )
         for kind in ("Pod", "ResourceClaim"):
             self.unexpected_errors.labels(kind)
+        #: Gangs waiting, admitted and released (dra_driver/controller/gangs.py).
+        self.gangs = GangMetrics(self.registry)
         self.latency = Histogram(
             "hami_dra_decision_seconds",
             "Time to plan one pod's claims with the engine",

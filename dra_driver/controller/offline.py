@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from dra_driver.config import ControllerDefaults
 from dra_driver.controller.allocator import Allocator
 from dra_driver.controller.cache import ClusterCache
+from dra_driver.controller.gang_plan import GangPlan, plan_gang
+from dra_driver.controller.gang_refs import GroupDirectory, group_of
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.slim import keep_pod, placement_node
 from dra_driver.kube.api import (
@@ -30,6 +32,7 @@ from dra_driver.kube.api import (
     ObjView,
 )
 from dra_driver.kube.watch import drop_managed_fields
+from dra_driver.resource.objects import PodView
 
 
 @dataclass
@@ -44,6 +47,8 @@ class ClusterObjects:
     nodes: list[ObjView] = field(default_factory=list)
     gpu_quotas: list[ObjView] = field(default_factory=list)
     resource_quotas: list[ObjView] = field(default_factory=list)
+    #: Gang objects (PodGroups, Workloads) as (``gang_refs.event_kind`` of their resource, object).
+    groups: list[tuple[str, ObjView]] = field(default_factory=list)
 
 
 def _copied(obj: ObjView) -> Obj:
@@ -91,3 +96,19 @@ def allocator_for(
     controller would decide for the pod on those objects (its metrics go nowhere)."""
     cache = cache_from(objects, driver)
     return Allocator(cache, defaults or ControllerDefaults(), cache.quotas.metrics)
+
+
+def gang_plan_for(objects: ClusterObjects, allocator: Allocator, pod: PodView) -> GangPlan | None:
+    """The controller's joint plan of the pod's gang on ``allocator``'s cache (None: the pod
+    names no gang, or a basic group): how many members are placeable now, and how many needed."""
+    ref = group_of(pod)
+    if ref is None:
+        return None
+    directory = GroupDirectory()
+    for kind, obj in objects.groups:
+        directory.apply(kind, None, dict(obj))
+    policy = directory.policy(ref, pod.annotations)
+    if policy.min_members is None and policy.problem is None:
+        return None
+    members = [member for member in allocator.cache.pods.values() if group_of(member) == ref]
+    return plan_gang(allocator, ref, policy, members)

@@ -40,6 +40,7 @@ from typing import Any
 
 from dra_driver.config.resolve import PLAN_ANNOTATIONS
 from dra_driver.contract import ALLOCATED_CONDITION, GATE_NAME
+from dra_driver.controller.gang_refs import MIN_MEMBERS_ANNOTATION, POD_GROUP_LABEL
 from dra_driver.kube.api import Obj
 from dra_driver.kube.watch import drop_managed_fields
 from dra_driver.webhook.hami_resources import TRANSLATED_ANNOTATION
@@ -58,7 +59,10 @@ _COUNTED_REQUESTS = ("cpu", "memory")
 #: The annotations the controller reads of a pod that may be ours: those that change where it is
 #: placed (``resolve_config``, and the pending-shape grouping) and the webhook's note that it was
 #: translated from HAMi's resources (dra_driver/controller/hami_templates.py).
-OUR_POD_ANNOTATIONS = frozenset((*PLAN_ANNOTATIONS, TRANSLATED_ANNOTATION))
+OUR_POD_ANNOTATIONS = frozenset((*PLAN_ANNOTATIONS, TRANSLATED_ANNOTATION, MIN_MEMBERS_ANNOTATION))
+#: What names a pod's gang (dra_driver/controller/gang_refs.py), kept of every pod: a gang's
+#: members that use no GPU of ours (a launcher, say) count towards its minimum too.
+_GROUP_SPEC = ("schedulingGroup", "workloadRef")
 #: What ``PodView`` and the node filter read of such a pod's spec (``placement_spec`` is this spec:
 #: pods that differ only in what is left out are placed alike). ``priority`` and
 #: ``preemptionPolicy`` (admission resolves ``priorityClassName`` into them at creation) order the
@@ -73,6 +77,7 @@ _OUR_POD_SPEC = (
     "overhead",
     "priority",
     "preemptionPolicy",
+    *_GROUP_SPEC,
 )
 
 
@@ -116,6 +121,7 @@ def our_pod(pod: Mapping[str, Any]) -> Obj:
     annotations = meta.get("annotations")
     if annotations is not None:
         kept_meta["annotations"] = {k: v for k, v in annotations.items() if k in OUR_POD_ANNOTATIONS}
+    _keep_group_label(meta, kept_meta)
     kept_spec: Obj = {key: spec[key] for key in _OUR_POD_SPEC if key in spec}
     kept_spec["containers"] = _named_resources(spec.get("containers"))
     if spec.get("initContainers"):
@@ -150,6 +156,13 @@ def _requests_only(containers: Any) -> list[Obj]:
     return kept
 
 
+def _keep_group_label(meta: Mapping[str, Any], kept_meta: Obj) -> None:
+    """The coscheduling pod-group label, the one label the controller reads of a pod."""
+    group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+    if group is not None:
+        kept_meta["labels"] = {POD_GROUP_LABEL: group}
+
+
 def neighbour_pod(pod: Mapping[str, Any]) -> Obj:
     """A pod that is not ours, as node fit reads it: where it is bound, whether it still runs, and
     its containers' CPU/memory requests (with its init containers' and its overhead: the
@@ -166,10 +179,13 @@ def neighbour_pod(pod: Mapping[str, Any]) -> Obj:
         kept_spec["nodeName"] = spec["nodeName"]
     if spec.get("schedulingGates"):  # another component's gates (ours make a pod ours)
         kept_spec["schedulingGates"] = [{"name": gate.get("name")} for gate in spec["schedulingGates"]]
+    kept_spec.update({key: spec[key] for key in _GROUP_SPEC if key in spec})
+    kept_meta: Obj = {key: meta[key] for key in _NEIGHBOUR_METADATA if key in meta}
+    _keep_group_label(meta, kept_meta)
     kept: Obj = {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": pod.get("kind", "Pod"),
-        "metadata": {key: meta[key] for key in _NEIGHBOUR_METADATA if key in meta},
+        "metadata": kept_meta,
         "spec": kept_spec,
     }
     phase = (pod.get("status") or {}).get("phase")

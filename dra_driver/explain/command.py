@@ -67,6 +67,7 @@ def unchecked_nodes(slices: list[Any]) -> list[ObjView]:
 def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
+    from dra_driver.controller.gang_refs import GROUP_RESOURCES, event_kind
     from dra_driver.controller.offline import ClusterObjects
     from dra_driver.explain.render import render
     from dra_driver.explain.report import explain
@@ -139,6 +140,19 @@ def run(args: argparse.Namespace) -> int:
     )
     if missing and missing[-1].startswith("GpuQuotas (404"):
         missing.pop()  # the CRD is not installed: no quotas, as for the controller
+    for group_resource in GROUP_RESOURCES:  # gangs' minimums, where the cluster serves them
+        before = len(missing)
+        for obj in listed(
+            f"{group_resource.plural}.{group_resource.group}",
+            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
+            group_resource.group,
+            group_resource.version,
+            namespace,
+            group_resource.plural,
+        ):
+            cluster_objects.groups.append((event_kind(group_resource), obj))
+        if len(missing) > before and "(404" in missing[-1]:
+            missing.pop()  # not served here: no such groups, as for the controller
     nodes_before = len(missing)
     cluster_objects.nodes = listed("Nodes", core.list_node)
     if len(missing) > nodes_before:

@@ -39,6 +39,14 @@ def render(explanation: Explanation, wide: bool = False) -> str:
     for label, reported in (("pending", explanation.pending), ("now", explanation.now)):
         if reported:
             lines.append(f"  {label}: {_reason_line(*reported)}")
+    gang = explanation.gang
+    if gang is not None:
+        state = "can be placed now" if gang.ready else "waits"
+        lines.append(
+            f"  gang: {gang.placeable} of {gang.members} members placeable now, needs {gang.needed}: {state}"
+        )
+        if explanation.now is None or explanation.now[1] != gang.summary:
+            lines.append(f"    {gang.summary}")
     refused = _nodes_refused(explanation.nodes_refused)
     if refused:
         lines.append(f"  nodes the pod cannot run on: {refused}")

@@ -27,7 +27,7 @@ from dra_driver.controller.decision_record import (
     decode,
     request_record,
 )
-from dra_driver.controller.offline import ClusterObjects, allocator_for
+from dra_driver.controller.offline import ClusterObjects, allocator_for, gang_plan_for
 from dra_driver.controller.planner import PlanDecision
 from dra_driver.engine import Reason
 from dra_driver.explain.events import PodEvent, pod_warnings
@@ -64,6 +64,31 @@ class ClaimLine:
     devices: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class GangState:
+    """The pod's gang as the controller would plan it now (``gangs.py``)."""
+
+    group: str  # how the gang is named ("pod group team/train (label ...)")
+    placeable: int  # members past the gate or placeable now, together
+    members: int  # members that exist
+    needed: int  # the group's minimum
+    summary: str  # the controller's one line about it
+
+    @property
+    def ready(self) -> bool:
+        return self.needed > 0 and self.placeable >= self.needed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "placeableNow": self.placeable,
+            "members": self.members,
+            "needed": self.needed,
+            "ready": self.ready,
+            "summary": self.summary,
+        }
+
+
 @dataclass
 class Explanation:
     pod: str
@@ -86,12 +111,14 @@ class Explanation:
     nodes_refused: dict[str, str] = field(default_factory=dict)
     #: ``spec.priority`` (its PriorityClass's value): the controller plans higher ones first.
     priority: int = 0
+    #: For a pending member of a gang: the gang's state now (placed all together, or none).
+    gang: GangState | None = None
 
     def fixes(self) -> list[tuple[str, int, str]]:
         return [(r, n, FIXES.get(r, "")) for r, n in sorted(self.reasons.items(), key=lambda x: -x[1])]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "pod": self.pod,
             "state": self.state,
             "priority": self.priority,
@@ -107,6 +134,9 @@ class Explanation:
             "note": self.note,
             "events": [event.to_json() for event in self.events],
         }
+        if self.gang is not None:  # a gang member only
+            document["gang"] = self.gang.to_json()
+        return document
 
 
 def _pending(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -175,7 +205,20 @@ def explain(
         return result
     result.state = "pending"
     _evaluate_now(result, allocator, cached)
+    _gang_now(result, cluster, allocator, cached)
     return result
+
+
+def _gang_now(result: Explanation, cluster: ClusterObjects, allocator: Allocator, pod: PodView) -> None:
+    """For a gang member: the gang's joint plan now (members placeable, members needed); a member
+    that fits alone still waits for its gang."""
+    plan = gang_plan_for(cluster, allocator, pod)
+    if plan is None:
+        return
+    result.gang = GangState(plan.ref.describe(), plan.placeable, plan.members, plan.needed, plan.summary())
+    if not result.gang.ready and result.now is None:
+        result.now = ("Unschedulable", plan.summary())
+        result.note = "it fits alone, but its gang is placed all together or not at all"
 
 
 def _with_pod(

@@ -28,6 +28,7 @@ def test_controller_args_and_leader_election(render: Render) -> None:
         f"--leader-elect-namespace={NAMESPACE}",
         "--default-policy=spread",
         "--default-node-policy=binpack",
+        "--gang-timeout=60",
         "--metrics-bind-address=:8080",
     } <= set(args)
     role = find(objects, "Role", "controller-leader-election")

@@ -161,6 +161,15 @@ def test_rbac_is_least_privilege(render: Render) -> None:
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "update"),
     } <= controller
+    # Gangs' minimums: read only (dra_driver/controller/gang_refs.py).
+    groups = {
+        ("scheduling.x-k8s.io", "podgroups"),
+        ("scheduling.k8s.io", "podgroups"),
+        ("scheduling.k8s.io", "workloads"),
+    }
+    assert {(g, r, v) for (g, r, v) in controller if g.startswith("scheduling.")} == {
+        (g, r, v) for g, r in groups for v in ("get", "list", "watch")
+    }
     # It patches pods only (it keeps them slim, never whole) and updates claims only; what it may
     # change in either is narrowed further by the controller-pods and controller-claims admission
     # policies (test_tenant_policies.py: a patch is an UPDATE to admission).

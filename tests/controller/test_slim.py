@@ -12,6 +12,7 @@ import pytest
 
 from dra_driver.contract import GATE_NAME
 from dra_driver.controller.controller import WATCHED, Controller, api_connections
+from dra_driver.controller.gang_refs import GROUP_RESOURCES
 from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.slim import (
     OUR_POD_ANNOTATIONS,
@@ -376,12 +377,14 @@ def test_the_informers_list_in_pages_only_our_slices_and_nodes_as_placement_read
 
 
 def test_the_connection_pool_has_room_for_every_watch_writer_and_worker() -> None:
-    """7 watches, 4 writers, the worker, the event sender and the leader elector: 14 threads that
-    may each hold a connection at once (the client's default keeps 5 per CPU)."""
+    """7 watches, 4 watches of gang objects (gang_refs.py; each only where served), 4 writers,
+    the worker, the event sender and the leader elector: 18 threads that may each hold a
+    connection at once (the client's default keeps 5 per CPU)."""
     controller = Controller(FakeKube(), DRIVER)
-    assert {informer.resource for informer in controller.informers.values()} == set(WATCHED)
-    assert api_connections() == 14
-    assert api_connections(8) == 18  # --write-workers 8: four more writers, four more connections
+    watched = {informer.resource for informer in controller.informers.values()}
+    assert watched == set(WATCHED) | set(GROUP_RESOURCES)
+    assert api_connections() == 18
+    assert api_connections(8) == 22  # --write-workers 8: four more writers, four more connections
 
 
 def test_the_controller_command_sizes_its_pool_from_write_workers(monkeypatch: pytest.MonkeyPatch) -> None:

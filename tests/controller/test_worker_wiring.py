@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 
 from dra_driver.controller.controller import Controller
+from dra_driver.controller.gang_refs import GROUP_RESOURCES, event_kind
 from dra_driver.controller.hami_templates import HamiTemplates
 from dra_driver.controller.slim import SliceParts, keep_pod, placement_node, slice_selector
 from dra_driver.kube.events import TokenBucket
@@ -25,7 +26,14 @@ from tests.controller.worlds import World, tenant
 def test_every_informer_feeds_the_worker_through_the_same_client_cut_down_as_its_resource_needs() -> None:
     kube = FakeKube()
     controller = Controller(kube, DRIVER)
-    informers = controller.informers
+    informers = dict(controller.informers)
+    # Gangs' group objects (gang_refs.py): optional, delivered under their own kind (two are PodGroups).
+    for resource in GROUP_RESOURCES:
+        group = informers.pop(event_kind(resource))
+        assert group.kube is kube and group.resource is resource and group.optional
+        assert group.on_change.func == controller._on_group_change  # type: ignore[attr-defined]
+        assert group.on_change.args == (event_kind(resource),)  # type: ignore[attr-defined]
+        assert group.transform is informers["DeviceClass"].transform
     assert set(informers) == {
         "DeviceClass", "Node", "ResourceSlice", "ResourceClaim", "Pod", "ResourceQuota", "GpuQuota",
     }  # fmt: skip
@@ -43,7 +51,7 @@ def test_every_informer_feeds_the_worker_through_the_same_client_cut_down_as_its
     )
     assert default not in (placement_node, keep_pod)
     assert controller.ready() == "listing " + ", ".join(
-        sorted(informer.resource.plural for informer in informers.values())
+        sorted(informer.resource.plural for informer in controller.informers.values())
     )
 
 
@@ -53,13 +61,14 @@ def test_the_options_reach_the_parts_that_use_them() -> None:
     templates = cast(HamiTemplates, object())  # only passed on
     controller = Controller(
         kube, DRIVER, background_events=True, normal_event_budget=budget, hami_templates=templates,
-        pass_budget=2.5, resync_seconds=7.0,
+        pass_budget=2.5, resync_seconds=7.0, gang_timeout=12.0,
     )  # fmt: skip
     try:
         assert controller.driver == DRIVER and controller.hami_templates is templates
         assert controller.binder.events._queue is not None  # events are sent on their own thread
         assert controller.binder.events.normal_budget is budget
         assert controller.queue.pass_budget == 2.5 and controller.resync_seconds == 7.0
+        assert controller.gangs.timeout == 12.0
         assert controller.binding.threaded
     finally:
         controller.stop()

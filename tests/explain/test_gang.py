@@ -1,0 +1,56 @@
+"""``explain`` shows a gang member's gang as the controller plans it: members placeable now and
+members needed (issue 38 item 4); what it says the controller would report is what it reports."""
+
+from __future__ import annotations
+
+import copy
+
+from dra_driver.controller.gang_refs import COSCHEDULING_POD_GROUPS, event_kind
+from dra_driver.explain.render import render
+from dra_driver.explain.report import Explanation, explain
+from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
+from tests.controller.fake_cluster import FakeCluster
+from tests.controller.harness import DRIVER, NS
+from tests.controller.test_gangs import cluster_of, gang, pod_group
+from tests.explain.listed import listed, stored
+
+
+def explained(cluster: FakeCluster, name: str) -> Explanation:
+    body = cluster.kube.stored(PODS, NS, name)
+    claims = {c["metadata"]["name"]: c for c in stored(cluster, RESOURCE_CLAIMS.plural)}
+    objects = listed(cluster)
+    kind = event_kind(COSCHEDULING_POD_GROUPS)
+    objects.groups = [(kind, copy.deepcopy(obj)) for obj in stored(cluster, COSCHEDULING_POD_GROUPS.plural)]
+    return explain(body, claims=claims, cluster=objects, driver=DRIVER)
+
+
+def test_a_member_of_a_gang_that_does_not_fit_is_explained_as_the_controller_reports_it() -> None:
+    cluster, _ = cluster_of(("node-0",), 3, timeout=0.0)
+    pod_group(cluster, "a", 4)
+    names = gang(cluster, "a", 4)
+    before = explained(cluster, "a-0")
+    assert before.gang is not None and not before.gang.ready
+    assert (before.gang.placeable, before.gang.members, before.gang.needed) == (3, 4, 4)
+    text = render(before)
+    assert "gang: 3 of 4 members placeable now, needs 4: waits" in text
+    assert before.to_json()["gang"]["placeableNow"] == 3
+    cluster.run()  # timeout 0: the members report at once
+    condition = cluster.condition("a-0")
+    assert condition is not None and before.now == (condition["reason"], condition["message"])
+    assert all(cluster.gated(name) for name in names)
+
+
+def test_a_member_of_a_gang_that_fits_is_placeable_with_it() -> None:
+    cluster, _ = cluster_of(("node-0",), 4)
+    pod_group(cluster, "a", 4)
+    gang(cluster, "a", 4)
+    now = explained(cluster, "a-3")
+    assert now.gang is not None and now.gang.ready and now.now is None
+    assert "gang: 4 of 4 members placeable now, needs 4: can be placed now" in render(now)
+
+
+def test_a_pod_without_a_gang_has_no_gang_line() -> None:
+    cluster, _ = cluster_of(("node-0",), 1)
+    cluster.gpu_pod("solo", "1Gi")
+    alone = explained(cluster, "solo")
+    assert alone.gang is None and "gang:" not in render(alone) and "gang" not in alone.to_json()
