@@ -58,6 +58,19 @@ ADD_FINALIZER = (
 )
 
 
+def match_expression(driver: str) -> str:
+    """The policy's one match condition: the claim is not finalized, names the class in ``params``
+    and that class is ours, in this order.
+
+    One expression, not three conditions: the API server evaluates every match condition of a
+    policy for every parameter (every DeviceClass in the cluster) on every claim created, while
+    CEL's ``&&`` stops at the first false term. Measured (bench_cluster --profile-apiserver, 100
+    nodes, 1.37.2) as three conditions, the policy took 5.7% of kube-apiserver's CPU on our path,
+    as much as the pod webhook's call; the class test (a regular expression over the class's
+    selectors) now runs only for the class the claim names."""
+    return f"{NOT_FINALIZED} && {CLAIM_NAMES_CLASS} && ({class_is_ours_expression(driver)})"
+
+
 def claim_finalizer_policy(driver: str, name: str) -> list[dict[str, Any]]:
     """The MutatingAdmissionPolicy ``name`` and its binding: our finalizer on new claims of our
     classes. ``failurePolicy: Ignore``: the finalizer saves a write, it is never needed to admit."""
@@ -78,11 +91,7 @@ def claim_finalizer_policy(driver: str, name: str) -> list[dict[str, Any]]:
                     }
                 ],
             },
-            "matchConditions": [
-                {"name": "not-finalized", "expression": NOT_FINALIZED},
-                {"name": "class-is-ours", "expression": class_is_ours_expression(driver)},
-                {"name": "claim-names-class", "expression": CLAIM_NAMES_CLASS},
-            ],
+            "matchConditions": [{"name": "ours-not-finalized", "expression": match_expression(driver)}],
             "failurePolicy": "Ignore",
             "reinvocationPolicy": "Never",
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": ADD_FINALIZER}}],
