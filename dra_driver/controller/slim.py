@@ -59,6 +59,9 @@ _COUNTED_REQUESTS = ("cpu", "memory")
 #: placed (``resolve_config``, and the pending-shape grouping) and the webhook's note that it was
 #: translated from HAMi's resources (dra_driver/controller/hami_templates.py).
 OUR_POD_ANNOTATIONS = frozenset((*PLAN_ANNOTATIONS, TRANSLATED_ANNOTATION))
+#: The end of ``<driver>/nomination``, kept too: a preemptor's nomination, read back after a
+#: restart to hold its capacity again (dra_driver/controller/nomination.py).
+NOMINATION_SUFFIX = "/nomination"
 #: What ``PodView`` and the node filter read of such a pod's spec (``placement_spec`` is this spec:
 #: pods that differ only in what is left out are placed alike). ``priority`` and
 #: ``preemptionPolicy`` (admission resolves ``priorityClassName`` into them at creation) order the
@@ -115,7 +118,9 @@ def our_pod(pod: Mapping[str, Any]) -> Obj:
     kept_meta: Obj = {key: meta[key] for key in _NEIGHBOUR_METADATA if key in meta}
     annotations = meta.get("annotations")
     if annotations is not None:
-        kept_meta["annotations"] = {k: v for k, v in annotations.items() if k in OUR_POD_ANNOTATIONS}
+        kept_meta["annotations"] = {
+            k: v for k, v in annotations.items() if k in OUR_POD_ANNOTATIONS or k.endswith(NOMINATION_SUFFIX)
+        }
     kept_spec: Obj = {key: spec[key] for key in _OUR_POD_SPEC if key in spec}
     kept_spec["containers"] = _named_resources(spec.get("containers"))
     if spec.get("initContainers"):
