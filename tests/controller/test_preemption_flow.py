@@ -247,3 +247,45 @@ def test_a_restarted_controller_holds_the_capacity_again_from_the_nomination() -
     assert stored(cluster, "sneaky")["spec"].get("schedulingGates")
     assert evicted(cluster) == [] and disruption(cluster, "old") is None
     assert hold_key(uid) not in controller.cache.ledger.holds()
+
+
+def test_the_worked_example_of_policies_md() -> None:
+    """docs/policies.md, "Preemption": three batch notebooks on one H100, the youngest protected by
+    its budget; a serving pod's 10 GiB evicts notebook-b, and a batch pod cannot take what was
+    freed while notebook-b terminates."""
+    cluster = FakeCluster(("node-1",))
+    for name, memory in (("notebook-a", "40Gi"), ("notebook-b", "20Gi"), ("notebook-c", "19Gi")):
+        cluster.gpu_pod(name, memory, priority=100, namespace="team")  # each younger than the last
+        cluster.run()
+    cluster.kube.budgets["team/notebook-c"] = 0
+    cluster.gpu_pod("serving", "10Gi", priority=1000, namespace="prod")
+    cluster.run(1)
+    assert evicted(cluster) == ["notebook-b"]
+    ((pod, message),) = events(cluster, "Preempted")
+    assert pod == "notebook-b"
+    assert message == (
+        "Preempted by pod prod/serving (priority 1000, yours 100) on node node-1: it fits on no "
+        "node's free GPU capacity and needs 10Gi on gpu-0 there"
+    )
+    nomination = json.loads(
+        cluster.kube.stored(PODS, "prod", "serving")["metadata"]["annotations"][NOMINATION]
+    )
+    assert nomination["victims"] == ["team/notebook-b"]
+    assert nomination["devices"] == [
+        {"pool": "node-1", "device": "gpu-0", "memory": 10 * 1024**3, "cores": 0, "slots": 1}
+    ]
+    cluster.change(
+        PODS,
+        "team",
+        "notebook-b",
+        lambda obj: obj["metadata"].update(deletionTimestamp="2026-12-01T12:01:00Z"),
+    )
+    cluster.remove(RESOURCE_CLAIMS, "notebook-b", "team")
+    cluster.gpu_pod("batch", "15Gi", priority=100, namespace="team")
+    cluster.controller._drain()
+    assert isinstance(
+        cluster.controller.allocator.allocate(cluster.controller.cache.pods["team/batch"]), Unschedulable
+    )
+    cluster.run()
+    assert not cluster.gated("serving", "prod") and cluster.gated("batch", "team")
+    assert cluster.node_of("serving", "prod") == "node-1"
