@@ -50,12 +50,16 @@ PREEMPT_NEVER = "Never"
 
 #: Oracle calls (``fits``) one node may cost beyond the reprieve (the exhaustive search for fewer
 #: victims stops there).
-SEARCH_BUDGET = 64
+SEARCH_BUDGET = 16
+#: Oracle calls one preemption may cost over all nodes: no further node is looked at past it. One
+#: call plans the pod on one node (about 1 ms on a loaded 2-CPU machine, 8 cards of 4 shares:
+#: hack/bench_preemption.py), so a preemption costs at most about half a second of the worker.
+TOTAL_BUDGET = 400
 #: A size of victim sets with more combinations than this is not searched exhaustively.
 MAX_COMBINATIONS = 1024
-#: The candidate nodes looked at, at most, before the cheapest is chosen (kube-scheduler looks at
-#: a bounded number too): nodes with victims are tried in name order after those without.
-MAX_CANDIDATE_NODES = 32
+#: The candidate nodes found, at most, before the cheapest is chosen (kube-scheduler looks at a
+#: bounded number too).
+MAX_CANDIDATE_NODES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,17 +208,26 @@ def select(
     refused: frozenset[str] = frozenset(),
     budget: int = SEARCH_BUDGET,
     max_nodes: int = MAX_CANDIDATE_NODES,
+    total_budget: int = TOTAL_BUDGET,
 ) -> list[Candidate]:
     """The candidates over ``sites``, cheapest first (``Candidate.cost``); the first is the one to
     take, the next ones what to try when a PodDisruptionBudget refuses an eviction of it.
 
-    At most ``max_nodes`` candidates are found (sites in the order given); none when no node
-    frees enough for the preemptor."""
+    Sites are looked at in the order given until ``max_nodes`` candidates are found or
+    ``total_budget`` oracle calls are spent; none when no node looked at frees enough for the
+    preemptor."""
     found: list[Candidate] = []
+    calls = 0
+
+    def counted(node: str, freed: frozenset[str]) -> bool:
+        nonlocal calls
+        calls += 1
+        return fits(node, freed)
+
     for site in sites:
-        if len(found) >= max_nodes:
+        if len(found) >= max_nodes or calls >= total_budget:
             break
-        candidate = best_on(site, priority, fits, now=now, refused=refused, budget=budget)
+        candidate = best_on(site, priority, counted, now=now, refused=refused, budget=budget)
         if candidate is not None:
             found.append(candidate)
     return sorted(found, key=Candidate.cost)
@@ -246,8 +259,8 @@ def sites_for(
     cache: ClusterCache, preemptor: PodView, nodes: Iterable[str], going: Callable[[PodView], bool]
 ) -> list[Site]:
     """The ``Site`` of each of ``nodes`` (those where the preemptor may run) with a pod of lower
-    priority than the preemptor's, or a terminating pod, holding allocations of ours there;
-    those without victims first (nothing to evict), then by name. ``going``: whether a pod is on
+    priority than the preemptor's, or a terminating pod, holding allocations of ours there, in
+    the order to look at them (``_promise``). ``going``: whether a pod is on
     its way out (terminating, or its eviction was just asked for)."""
     sites = []
     for node in sorted(nodes):
@@ -270,8 +283,16 @@ def sites_for(
                 users,
             )
             sites.append(site)
-    sites.sort(key=lambda site: (not any(holder.going for holder in site.holders), site.node))
+    sites.sort(key=_promise)
     return sites
+
+
+def _promise(site: Site) -> tuple[bool, int, str]:
+    """The order sites are looked at: those with terminating pods first (maybe nothing to evict),
+    then those whose cheapest possible victim has the lowest priority, then by name."""
+    going = any(holder.going for holder in site.holders)
+    lowest = min((holder.priority for holder in site.holders if not holder.going), default=2**31)
+    return (not going, lowest, site.node)
 
 
 #: The user of a claim no live pod uses (being released): such a claim is never counted as freed.

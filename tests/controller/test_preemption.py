@@ -21,6 +21,7 @@ from dra_driver.controller.preemption import (
     epoch,
     refusal,
     select,
+    sites_for,
 )
 from dra_driver.controller.reasons import Reason
 from dra_driver.kube.api import Obj
@@ -324,3 +325,22 @@ def test_a_node_where_evicting_everything_is_not_enough_is_no_candidate() -> Non
     site, units = units_site(("a", 1, 1, 0.0), ("b", 1, 1, 0.0))
     assert best_on(site, 10, needs(units, 3), now=0.0) is None
     assert best_on(site, 1, needs(units, 1), now=0.0) is None  # equal priority: nobody to evict
+
+
+def test_no_further_node_is_looked_at_once_the_total_budget_is_spent() -> None:
+    first, units_a = units_site(("a", 1, 2, 0.0), node="n-a")
+    second, units_b = units_site(("b", 0, 2, 0.0), node="n-b")
+    calls: list[frozenset[str]] = []
+    fits = needs({**units_a, **units_b}, 2, calls)
+    assert [c.node for c in select([first, second], 10, fits, now=0.0, total_budget=1)] == ["n-a"]
+    assert [c.node for c in select([first, second], 10, fits, now=0.0)] == ["n-b", "n-a"]
+
+
+def test_sites_are_looked_at_terminating_pods_first_then_the_lowest_priority() -> None:
+    world = CacheWorld(1, nodes=("node-1", "node-2", "node-3"))
+    running(world, Share("mid", 7000, priority=5, node="node-1"))
+    running(world, Share("low", 7000, priority=1, node="node-2"))
+    running(world, Share("leaving", 7000, priority=50, node="node-3", deleting=True))
+    view = preemptor(world, 7000, 10)
+    sites = sites_for(world.cache, view, ("node-1", "node-2", "node-3"), lambda pod: pod.deleting)
+    assert [site.node for site in sites] == ["node-3", "node-2", "node-1"]
