@@ -139,6 +139,10 @@ class Nominations:
             log.info("pod %s placed: the capacity held for it is released", pod.key)
         self._drop(pod.key)
 
+    def withdraw(self, pod: PodView) -> None:
+        """No room can be made for the pod any more: its hold goes (its annotation was removed)."""
+        self._drop(pod.key)
+
     def observe(self, key: str, pod: PodView | None) -> None:
         """The pod ``key`` as the cache now has it (None: gone): hold what its annotation records
         while it waits for our gate, else release it."""

@@ -262,6 +262,8 @@ def sites_for(
     priority than the preemptor's, or a terminating pod, holding allocations of ours there, in
     the order to look at them (``_promise``). ``going``: whether a pod is on
     its way out (terminating, or its eviction was just asked for)."""
+    if not any(pod.priority < preemptor.priority or going(pod) for pod in cache.pods.values()):
+        return []  # nobody to evict, nothing terminating: the common case, without a claim read
     sites = []
     for node in sorted(nodes):
         holders: dict[str, tuple[PodView, set[str]]] = {}

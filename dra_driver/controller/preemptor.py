@@ -194,7 +194,26 @@ class Preemptor:
             return self._evict(pod, candidate)
         if not refused_any:
             log.info("pod %s: no lower-priority pods whose eviction would make room for it", pod.key)
+        self._withdraw(pod)
         return Result.REFUSED if refused_any else Result.NO_CANDIDATE
+
+    def _withdraw(self, pod: PodView) -> None:
+        """A nominated pod that can no longer have room made for it anywhere gives up its hold
+        (it would keep a node's capacity from everyone else for nothing), and its annotation
+        goes, so that a restart does not hold it again."""
+        if self.nominations.of(pod) is None:
+            return
+        patch = {"metadata": {"uid": pod.uid, "annotations": {self.nominations.annotation: None}}}
+        self._written(self.kube.patch(PODS, pod.namespace, pod.name, patch))
+        self.nominations.withdraw(pod)
+        log.info("pod %s: its nomination is withdrawn: no room can be made for it now", pod.key)
+
+    def _written(self, written: Obj) -> None:
+        """The pod as a write of ours returned it, into the cache unless the cache has newer."""
+        view = PodView.parse(keep_pod(dict(written)))
+        cached = self.cache.pods.get(view.key)
+        if cached is not None and cached.uid == view.uid and not cached.newer_than(view):
+            self.cache.pods[view.key] = view
 
     def _choose(self, pod: PodView, hidden: frozenset[str]) -> tuple[Candidate, tuple[Use, ...]] | None:
         """The cheapest candidate now and what to hold for the pod there."""
@@ -226,11 +245,7 @@ class Preemptor:
         if not same or nomination.victims:
             annotations = {self.nominations.annotation: nomination.encode()}
             patch = {"metadata": {"uid": pod.uid, "annotations": annotations}}
-            written = self.kube.patch(PODS, pod.namespace, pod.name, patch)
-            view = PodView.parse(keep_pod(dict(written)))
-            cached = self.cache.pods.get(pod.key)
-            if cached is not None and cached.uid == view.uid and not cached.newer_than(view):
-                self.cache.pods[pod.key] = view
+            self._written(self.kube.patch(PODS, pod.namespace, pod.name, patch))
         self.nominations.nominate(pod, nomination)
 
     def _evict(self, pod: PodView, candidate: Candidate) -> Result:

@@ -289,3 +289,31 @@ def test_the_worked_example_of_policies_md() -> None:
     cluster.run()
     assert not cluster.gated("serving", "prod") and cluster.gated("batch", "team")
     assert cluster.node_of("serving", "prod") == "node-1"
+
+
+def test_a_nomination_no_room_can_follow_any_more_is_withdrawn() -> None:
+    """The victim's budget refuses the real eviction (used up after the dry run) and no other
+    victim would do: the preemptor's hold and annotation go, so the node is not kept from
+    everyone else for nothing."""
+    cluster = FakeCluster(("node-1",))
+    cluster.gpu_pod("low", "70Gi", priority=1)
+    cluster.run()
+    cluster.kube.budgets[f"{NS}/low"] = 1
+    real = cluster.kube._evict
+
+    def used_up(namespace: str, name: str, eviction: Obj) -> Obj:
+        if not (eviction.get("deleteOptions") or {}).get("dryRun"):
+            cluster.kube.budgets[f"{NS}/low"] = 0  # another eviction took the budget meanwhile
+        return real(namespace, name, eviction)
+
+    cluster.kube._evict = used_up  # type: ignore[method-assign]
+    cluster.gpu_pod("urgent", "70Gi", priority=1000)
+    cluster.run(1)
+    assert evicted(cluster) == []
+    assert NOMINATION in stored(cluster, "urgent")["metadata"]["annotations"]
+    assert cluster.controller.cache.ledger.holds()
+    cluster.controller.queue.resync()  # its next full plan: low is left out, nobody else would do
+    cluster.run(1)
+    assert NOMINATION not in stored(cluster, "urgent")["metadata"]["annotations"]
+    assert not cluster.controller.cache.ledger.holds()
+    assert cluster.gated("urgent")
