@@ -103,6 +103,9 @@ class Nominations:
         #: Pods (by uid) placed since they were nominated: a copy of them that still carries the
         #: annotation and the gate (an informer event older than the gate's removal) holds nothing.
         self._placed: set[str] = set()
+        #: Nodes whose held capacity was released since ``take_released`` (pods it kept out may
+        #: fit there now).
+        self.released: set[str] = set()
 
     def __contains__(self, key: str) -> bool:
         return key in self._held
@@ -165,6 +168,10 @@ class Nominations:
             return
         self._set(pod, nomination)
 
+    def take_released(self) -> set[str]:
+        released, self.released = self.released, set()
+        return released
+
     def forget(self, uids: Iterable[str]) -> None:
         """Pods that no longer exist: what was kept about them goes."""
         self._placed.difference_update(uids)
@@ -180,3 +187,4 @@ class Nominations:
         held = self._held.pop(key, None)
         if held is not None:
             self.ledger.unhold(hold_key(held.uid))
+            self.released.add(held.nomination.node)

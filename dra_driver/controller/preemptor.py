@@ -134,6 +134,14 @@ class Preemptor:
             self.nominations.observe(key, self.cache.pods.get(key))
             if key in self._evicting and key not in self.cache.pods:
                 del self._evicting[key]
+        self.wake_released()
+
+    def wake_released(self) -> None:
+        """Pending pods may fit where a hold was released (its preemptor placed elsewhere, gone,
+        or its nomination withdrawn): they are planned there again."""
+        released = self.nominations.take_released()
+        if released:
+            self.queue.retry_on(released)
 
     def going(self, pod: PodView) -> bool:
         """Terminating, or its eviction was asked for: its claims are on their way out."""
@@ -206,6 +214,7 @@ class Preemptor:
         patch = {"metadata": {"uid": pod.uid, "annotations": {self.nominations.annotation: None}}}
         self._written(self.kube.patch(PODS, pod.namespace, pod.name, patch))
         self.nominations.withdraw(pod)
+        self.wake_released()
         log.info("pod %s: its nomination is withdrawn: no room can be made for it now", pod.key)
 
     def _written(self, written: Obj) -> None:

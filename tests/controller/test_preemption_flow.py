@@ -13,6 +13,7 @@ from typing import Any
 from dra_driver.controller.allocator import Unschedulable
 from dra_driver.controller.controller import Controller
 from dra_driver.controller.nomination import hold_key, nomination_annotation
+from dra_driver.controller.pod_queue import Attempt, Step
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Obj, Resource
 from dra_driver.kube.watch import object_key
 from dra_driver.resource.objects import PodView
@@ -317,3 +318,18 @@ def test_a_nomination_no_room_can_follow_any_more_is_withdrawn() -> None:
     assert NOMINATION not in stored(cluster, "urgent")["metadata"]["annotations"]
     assert not cluster.controller.cache.ledger.holds()
     assert cluster.gated("urgent")
+
+
+def test_a_pod_the_hold_kept_out_is_planned_again_when_its_preemptor_goes() -> None:
+    cluster = busy_card()
+    cluster.gpu_pod("urgent", "10Gi", priority=1000)
+    cluster.run()
+    terminate(cluster, "young")
+    cluster.gpu_pod("waiting", "30Gi", priority=1)  # too big beside the 10 GiB held
+    cluster.controller._drain()
+    waiting = cluster.controller.cache.pods[f"{NS}/waiting"]
+    assert isinstance(cluster.controller.decide(waiting), Unschedulable)
+    cluster.controller.queue.done(Attempt(waiting), Step.PENDING)
+    cluster.remove(PODS, "urgent")  # the preemptor is deleted before it was placed
+    cluster.controller.run_once()
+    assert not cluster.gated("waiting")
