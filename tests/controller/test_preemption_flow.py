@@ -13,7 +13,6 @@ from typing import Any
 from dra_driver.controller.allocator import Unschedulable
 from dra_driver.controller.controller import Controller
 from dra_driver.controller.nomination import hold_key, nomination_annotation
-from dra_driver.controller.pod_queue import Attempt, Step
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Obj, Resource
 from dra_driver.kube.watch import object_key
 from dra_driver.resource.objects import PodView
@@ -320,16 +319,28 @@ def test_a_nomination_no_room_can_follow_any_more_is_withdrawn() -> None:
     assert cluster.gated("urgent")
 
 
-def test_a_pod_the_hold_kept_out_is_planned_again_when_its_preemptor_goes() -> None:
-    cluster = busy_card()
-    cluster.gpu_pod("urgent", "10Gi", priority=1000)
+def test_a_pod_the_hold_kept_out_is_planned_again_when_the_hold_is_withdrawn() -> None:
+    """No claim changes when a hold goes: its release itself wakes the pods it kept out."""
+    cluster = FakeCluster(("node-1",))
+    cluster.gpu_pod("low", "70Gi", priority=1)
     cluster.run()
-    terminate(cluster, "young")
-    cluster.gpu_pod("waiting", "30Gi", priority=1)  # too big beside the 10 GiB held
-    cluster.controller._drain()
-    waiting = cluster.controller.cache.pods[f"{NS}/waiting"]
-    assert isinstance(cluster.controller.decide(waiting), Unschedulable)
-    cluster.controller.queue.done(Attempt(waiting), Step.PENDING)
-    cluster.remove(PODS, "urgent")  # the preemptor is deleted before it was placed
-    cluster.controller.run_once()
-    assert not cluster.gated("waiting")
+    cluster.kube.budgets[f"{NS}/low"] = 1
+    real = cluster.kube._evict
+
+    def used_up(namespace: str, name: str, eviction: Obj) -> Obj:
+        if not (eviction.get("deleteOptions") or {}).get("dryRun"):
+            cluster.kube.budgets[f"{NS}/low"] = 0
+        return real(namespace, name, eviction)
+
+    cluster.kube._evict = used_up  # type: ignore[method-assign]
+    cluster.gpu_pod("urgent", "70Gi", priority=1000)
+    cluster.run(1)
+    assert cluster.controller.cache.ledger.holds()  # nominated; its victim's eviction was refused
+    cluster.gpu_pod("small", "5Gi", priority=1)  # fits in the 9 GiB left, were nothing held
+    cluster.run()
+    assert cluster.gated("small")
+    # The preemptor changes (planned in full again): nobody can make room, its hold goes.
+    cluster.change(PODS, NS, "urgent", lambda obj: obj["metadata"].setdefault("labels", {}).update(x="y"))
+    cluster.run(2)
+    assert not cluster.controller.cache.ledger.holds()
+    assert not cluster.gated("small")
