@@ -302,6 +302,12 @@ class Ledger:
             if uid in self._hidden:
                 continue
             shares.extend(self._shares(self._claims.get(uid, ()), node))
+        return shares + self.held_on(node)
+
+    def held_on(self, node: str) -> list[DeviceShare]:
+        """What the holds counted on ``node`` take (in the engine state, not allocated: the
+        per-card metrics leave them out)."""
+        shares: list[DeviceShare] = []
         for key in sorted(self._holds):
             if key not in self._hidden:
                 shares.extend(self._shares(self._holds[key], node))

@@ -344,3 +344,24 @@ def test_a_pod_the_hold_kept_out_is_planned_again_when_the_hold_is_withdrawn() -
     cluster.run(2)
     assert not cluster.controller.cache.ledger.holds()
     assert not cluster.gated("small")
+
+
+def test_the_per_card_metrics_count_allocations_not_holds() -> None:
+    cluster = busy_card()
+    metrics = cluster.controller.metrics
+
+    def allocated() -> float | None:
+        cluster.controller._metrics_at = 0.0  # the series are refreshed at most once a second
+        cluster.run(1)
+        return metrics.gpus.value("hami_dra_gpu_allocated_memory_bytes", ("node-1", "gpu-0", *card_labels()))
+
+    def card_labels() -> tuple[str, str]:
+        card = cluster.controller.cache.ledger.state.nodes["node-1"].cards[0]
+        return card.uuid, card.product_name
+
+    before = allocated()
+    assert before == 79 * 1024**3
+    cluster.gpu_pod("urgent", "10Gi", priority=1000)
+    cluster.run()
+    assert cluster.controller.cache.ledger.holds()
+    assert allocated() == before  # the 10 GiB held for urgent are allocated to nobody yet
