@@ -16,9 +16,11 @@ whose full plan failed for capacity in the pass (``failed``), the most urgent fi
    reads it back;
 4. per victim: the condition ``DisruptionTarget`` (reason ``PreemptionByHamiDra``, as
    kube-scheduler writes ``PreemptionByScheduler``), a ``Preempted`` event naming the preemptor
-   and why, then the eviction. A 429 now (a budget another eviction just used up) stops the
-   evictions: the condition is set back to False, the pod is left out for a while, and the next
-   full plan of the preemptor counts the victims already terminating as free.
+   and why, then the eviction, then the condition once more (the Eviction API replaces it with
+   its own, reason ``EvictionByEvictionAPI``, which says neither who nor why). A 429 now (a
+   budget another eviction just used up) stops the evictions: the condition is set back to
+   False, the pod is left out for a while, and the next full plan of the preemptor counts the
+   victims already terminating as free.
 
 A candidate with no new victim (pods already terminating free enough) only nominates: the pod
 waits for them, its capacity held. Outcomes are counted in ``hami_dra_preemptions_total``.
@@ -283,6 +285,10 @@ class Preemptor:
                 self._refused[view.key] = self.clock() + REFUSAL_SECONDS
                 self._condition(view, "False", f"not evicted: its PodDisruptionBudget refused ({message})")
                 return Result.REFUSED
+            if outcome is Evicted.EVICTED:
+                # The Eviction API writes its own DisruptionTarget (EvictionByEvictionAPI: who and
+                # why are lost): ours again, on the terminating pod.
+                self._condition(view, "True", message)
             self._evicting[view.key] = view.uid
             self.metrics.preemption_victims.inc()
         return Result.EVICTING

@@ -12,7 +12,8 @@ a pod's scheduling gates can only be removed (422), as kube-apiserver answers
 with ``generateName``, a name). ``fail(...)`` makes the next matching calls raise a chosen error
 (a conflict, a 500, a timeout), and every call is recorded in ``calls``. An eviction
 (``pods/NAME/eviction``, recorded as a create of ``evictions``) gives the pod its
-deletionTimestamp, or is refused with 429 where ``budgets`` allows no disruption.
+deletionTimestamp and the Eviction API's DisruptionTarget condition, or is refused with 429 where
+``budgets`` allows no disruption.
 
 Events are stored once, in the core/v1 shape, and served as both ``v1`` and ``events.k8s.io/v1``
 (``EVENTS_V1``: ``note``/``regarding``/``series``), as the API server does; an update of an Event
@@ -181,6 +182,13 @@ class FakeKube:
         if budget is not None:
             self.budgets[f"{namespace}/{name}"] = budget - 1
         current["metadata"].setdefault("deletionTimestamp", "2026-12-01T12:00:00Z")
+        # As kube-apiserver does (tests/kube/test_eviction.py): the Eviction API writes its own
+        # DisruptionTarget condition, replacing one of that type already there.
+        status = current.setdefault("status", {})
+        others = [c for c in status.get("conditions") or () if c.get("type") != "DisruptionTarget"]
+        evicting = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting"}  # fmt: skip
+        status["conditions"] = [*others, evicting]
         current["metadata"]["resourceVersion"] = str(next(self._rv))
         return {"kind": "Status", "status": "Success"}
 

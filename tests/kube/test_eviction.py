@@ -58,3 +58,24 @@ def test_a_budget_that_allows_no_disruption_refuses_the_eviction(api_kube: Kube,
     assert evict(api_kube, api_namespace, "guarded", uid, dry_run=True) is Evicted.REFUSED
     assert evict(api_kube, api_namespace, "guarded", uid) is Evicted.REFUSED
     assert api_kube.get(PODS, api_namespace, "guarded")["metadata"]["uid"] == uid
+
+
+def test_the_eviction_api_writes_its_own_disruption_target(api_kube: Kube, api_namespace: str) -> None:
+    """Why preemption writes its DisruptionTarget condition again after the eviction: the API
+    replaces a condition of that type with its own (reason EvictionByEvictionAPI)."""
+    body = pod("marked")
+    body["metadata"]["finalizers"] = ["test.hami.io/keep"]  # terminating, not gone: readable
+    created = api_kube.create(PODS, api_namespace, body)
+    created["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    created = api_kube.update(PODS, created, status=True)
+    ours = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByHamiDra", "message": "by p"}
+    patch = {"metadata": {"uid": created["metadata"]["uid"]}, "status": {"conditions": [ours]}}
+    api_kube.patch(PODS, api_namespace, "marked", patch, status=True, strategic=True)
+    try:
+        assert evict(api_kube, api_namespace, "marked", created["metadata"]["uid"]) is Evicted.EVICTED
+        evicted = api_kube.get(PODS, api_namespace, "marked")
+        assert evicted["metadata"].get("deletionTimestamp")
+        (target,) = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert target["reason"] == "EvictionByEvictionAPI"
+    finally:
+        api_kube.patch(PODS, api_namespace, "marked", {"metadata": {"finalizers": None}})
