@@ -19,7 +19,7 @@ import pytest
 
 from hami_dra_dev.demo import manifests
 from tests.cluster.conftest import RealCluster
-from tests.cluster.drivers import DriverUnderTest
+from tests.cluster.drivers import DriverUnderTest, HostDriver
 from tests.cluster.test_e2e import POD_TIMEOUT, recipe_classes
 from tests.waiting import wait_for
 
@@ -94,9 +94,9 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == kind), None)
 
 
-def test_the_cheapest_lower_priority_share_makes_room_for_a_high_priority_pod(team: RealCluster) -> None:
-    # Four batch pods fill the four cards, one each (binpack), each younger than the last; the
-    # youngest is protected by a budget that allows no disruption.
+def full_cards(team: RealCluster) -> None:
+    """Four batch pods fill the four cards, one each (binpack), each younger than the last; the
+    youngest is protected by a budget that allows no disruption."""
     for index in range(4):
         labels = {"preempt-test": "guarded"} if index == 3 else None
         apply(team, gpu_pod(f"batch-{index}", FULL, LOW, labels))
@@ -112,19 +112,27 @@ def test_the_cheapest_lower_priority_share_makes_room_for_a_high_priority_pod(te
         "the disruption controller to observe the budget",
         0.5,
     )
+
+
+def evicted_and_marked(team: RealCluster, name: str) -> dict[str, Any] | None:
+    """The pod's DisruptionTarget condition once it terminates with ours (written again after the
+    Eviction API's own); None before."""
+    found = pod(team, name)
+    if found is None or not found["metadata"].get("deletionTimestamp"):
+        return None
+    marked = condition(found, "DisruptionTarget")
+    return marked if marked is not None and marked["reason"] == "PreemptionByHamiDra" else None
+
+
+def test_the_cheapest_lower_priority_share_makes_room_for_a_high_priority_pod(team: RealCluster) -> None:
+    full_cards(team)
     started = time.monotonic()
     apply(team, gpu_pod("serving", "10Gi", HIGH))
 
-    # The victim: the youngest pod the Eviction API lets go (batch-3 is protected), terminating
-    # with our condition (written again after the Eviction API's own).
-    def evicted_and_marked() -> dict[str, Any] | None:
-        found = pod(team, "batch-2")
-        if found is None or not found["metadata"].get("deletionTimestamp"):
-            return None
-        marked = condition(found, "DisruptionTarget")
-        return marked if marked is not None and marked["reason"] == "PreemptionByHamiDra" else None
-
-    marked = wait_for(evicted_and_marked, POD_TIMEOUT, "batch-2 evicted, with our DisruptionTarget", 0.5)
+    # The victim: the youngest pod the Eviction API lets go (batch-3 is protected).
+    marked = wait_for(
+        lambda: evicted_and_marked(team, "batch-2"), POD_TIMEOUT, "batch-2 evicted, with our condition", 0.5
+    )
     assert marked["status"] == "True" and f"{TEAM}/serving" in marked["message"]
     # While it terminates, a batch pod that would fit in the freed room arrives: it may not take it.
     apply(team, gpu_pod("sneaky", "5000Mi", LOW))
@@ -148,3 +156,21 @@ def test_the_cheapest_lower_priority_share_makes_room_for_a_high_priority_pod(te
     )["items"]
     assert [event["involvedObject"]["name"] for event in events] == ["batch-2"]
     print(f"serving ran {ran_after:.1f}s after it was created (victim grace period {GRACE}s)")
+
+
+def test_a_controller_killed_mid_preemption_loses_nothing(team: RealCluster, driver: DriverUnderTest) -> None:
+    """SIGKILL the controller while the victim terminates: the new one reads the nomination back,
+    evicts no one else and places the preemptor once the victim is gone."""
+    if not isinstance(driver, HostDriver):
+        pytest.skip("the controller is killed as a host process (the fault suite's way)")
+    full_cards(team)
+    apply(team, gpu_pod("serving", "10Gi", HIGH))
+    wait_for(lambda: evicted_and_marked(team, "batch-2"), POD_TIMEOUT, "batch-2 evicted", 0.5)
+    driver.kill("controller")
+    apply(team, gpu_pod("sneaky", "5000Mi", LOW))
+    running(team, "serving")
+    sneaky = pod(team, "sneaky")
+    assert sneaky is not None and not sneaky["spec"].get("nodeName")
+    for name in ("batch-0", "batch-1", "batch-3"):
+        kept = pod(team, name)
+        assert kept is not None and not kept["metadata"].get("deletionTimestamp"), name
