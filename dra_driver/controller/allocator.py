@@ -160,6 +160,9 @@ class Allocator:
         self.matcher = Matcher(self.driver, policy_taint or policy_taint_key(self.driver))
         self.planner = Planner(cache.ledger, self.matcher, self.driver, defaults, cache.classes.get)
         self.node_fits = NodeFitIndex(lambda: cache.nodes, self._fits, self._fit_changes, self._fit_position)
+        #: The ledger's holds a pod may take (``nomination.Nominations.hidden_for``: those of lower
+        #: priority than the pod, and its own); none without preemption.
+        self.hidden_holds: Callable[[PodView], frozenset[str]] = lambda _pod: frozenset()
 
     def is_candidate(self, pod: PodView) -> bool:
         """Ours to place: gated by us, or ungated with an unallocated claim of ours: its allocation
@@ -339,9 +342,31 @@ class Allocator:
         read.classes_of[claim.key] = dict(claim.request_classes)
         return None
 
+    def plan_on(self, pod: PodView, node: str) -> list[ClaimWrite] | Unschedulable:
+        """The allocations the pod would get on ``node`` alone as the ledger stands (a preemption's
+        what-if, under ``Ledger.hiding``), its namespace's quotas checked; or why not. No log, no
+        metric, nothing assumed; the caller hides whatever holds apply."""
+        claims = self.cache.pod_claims(pod)
+        if self._not_ready(claims) is not None:
+            return Unschedulable(UNSCHEDULABLE, "its claims are not ready", quiet=True)
+        read = self._read_claims(claims)
+        if isinstance(read, Unschedulable):
+            return read
+        allowed = self.allowed_nodes(pod, frozenset({node}))
+        plan = self.planner.plan(pod, read.inputs, allowed, read.pinned_node)
+        if plan.reason is not None or plan.node is None:
+            return Unschedulable(UNSCHEDULABLE, plan.reason or "does not fit", quiet=True)
+        writes = self._writes(plan, plan.node, read.classes_of)
+        charges = [self.cache.ledger.charge(use) for write in writes for use in write.uses]
+        breach = self.cache.quotas.check(pod.namespace, charges)
+        if breach is not None:
+            return Unschedulable(Reason.QUOTA_EXCEEDED, breach.message, quiet=True)
+        return writes
+
     def _plan(self, pod: PodView, read: _ClaimsRead, only_nodes: frozenset[str] | None) -> PodPlan:
         started = time.perf_counter()
-        plan = self.planner.plan(pod, read.inputs, self.allowed_nodes(pod, only_nodes), read.pinned_node)
+        with self.cache.ledger.hiding(self.hidden_holds(pod)):
+            plan = self.planner.plan(pod, read.inputs, self.allowed_nodes(pod, only_nodes), read.pinned_node)
         self.metrics.latency.observe(time.perf_counter() - started)
         return plan
 

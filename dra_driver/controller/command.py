@@ -77,6 +77,14 @@ def register(subparsers: Any) -> None:
         "scheduleTimeoutSeconds replaces it for that group (default 60)",
     )
     parser.add_argument(
+        "--preemption",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="evict the cheapest lower-priority GPU shares on one node for a pod that fits nowhere, "
+        "through the Eviction API (PodDisruptionBudgets respected), and hold the capacity for it "
+        "(default on; --no-preemption: pods wait for capacity to be released)",
+    )
+    parser.add_argument(
         "--write-workers",
         type=int,
         default=4,
@@ -143,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         write_workers=args.write_workers,
         hami_templates=hami_templates,
         gang_timeout=args.gang_timeout,
+        preemption=args.preemption,
     )
     if address is not None:
         try:

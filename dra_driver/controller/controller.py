@@ -50,6 +50,7 @@ from dra_driver.controller.hami_templates import HamiTemplates
 from dra_driver.controller.ledger import LedgerChanges
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.pod_queue import PASS_BUDGET_SECONDS, Attempt, PodQueue, Step
+from dra_driver.controller.preemptor import Preemptor
 from dra_driver.controller.reasons import Reason
 from dra_driver.controller.releaser import Releaser
 from dra_driver.controller.retries import PENDING_RETRIES_PER_PASS, CommitBackoff
@@ -109,6 +110,7 @@ class Controller:
         clock: Callable[[], float] = time.monotonic,
         hami_templates: HamiTemplates | None = None,
         gang_timeout: float = DEFAULT_GANG_TIMEOUT,
+        preemption: bool = True,
     ) -> None:
         self.kube = kube
         #: Makes the templates HAMi-translated pods wait for (None: translation is off).
@@ -153,6 +155,11 @@ class Controller:
             timeout=gang_timeout,
             clock=clock,
             pass_number=lambda: self.passes,
+        )
+        #: Share-aware preemption for pods that fit nowhere (``preemptor.py``); with ``preemption``
+        #: off it only releases holds a previous run left.
+        self.preemptor = Preemptor(
+            kube, self.cache, self.allocator, self.binder, self.queue, self.metrics, enabled=preemption
         )
         self.resync_seconds = resync_seconds
         self._events: list[tuple[str, Obj | None, Obj | None]] = []
@@ -286,6 +293,7 @@ class Controller:
                     self.queue.done(attempt, step)
         finally:  # the failures of this term's pass are written in this term, whatever happened
             self.failures.handle()
+        self.preemptor.run()
         if self.queue.cut_short:
             log.debug("pass cut short: the pods not reached are planned next pass")
         self.cache.quotas.sync(self.kube)
@@ -348,10 +356,13 @@ class Controller:
         the failure handler (its writes follow the pass: ``FailureHandler.handle``)."""
         outcome = self.allocator.allocate(pod, only_nodes)
         self.failures.decided(pod, outcome)
+        if isinstance(outcome, Unschedulable):
+            self.preemptor.failed(pod, outcome)
         if isinstance(outcome, Placed):
             # Last, after everything that could fail: an assumption is never left behind by an error.
             self.cache.assume((write.claim, write.uses) for write in outcome.writes)
             self.queue.placed(pod)
+            self.preemptor.placed(pod)
         return outcome
 
     def fail_pod(self, pod: PodView, err: BaseException) -> Step:
@@ -458,4 +469,5 @@ class Controller:
         self.releaser.queue |= wake.claims
         for key in wake.deleted_claims:
             self.binder.forget(key)
+        self.preemptor.observe(wake)
         self.queue.wake(wake)

@@ -195,17 +195,25 @@ def _node_piece(ledger: Ledger, name: str) -> Piece | None:
             device = ledger.device(use.device)
             if device is not None and device.node == name:
                 results[device.card.index] += 1
+    # Capacity held for a nominated preemptor is in the engine state but allocated to nobody.
+    held: dict[int, list[int]] = {}
+    for share in ledger.held_on(name):
+        amounts = held.setdefault(share.index, [0, 0, 0])
+        amounts[0] += share.memory
+        amounts[1] += share.cores
+        amounts[2] += share.tenants
     samples: dict[str, list[Sample]] = {}
     for card in node.cards:
         labels = (name, ledger.device_name(name, card.index), card.uuid, card.product_name)
         usage = node.usage[card.index]
+        memory, cores, tenants = held.get(card.index, (0, 0, 0))
         for metric, value in (
             ("hami_dra_gpu_memory_capacity_bytes", card.memory),
             ("hami_dra_gpu_cores_capacity", card.cores),
             ("hami_dra_gpu_slots_capacity", card.slots),
-            ("hami_dra_gpu_allocated_memory_bytes", usage.used_memory),
-            ("hami_dra_gpu_allocated_cores", usage.used_cores),
-            ("hami_dra_gpu_allocated_slots", usage.tenants),
+            ("hami_dra_gpu_allocated_memory_bytes", usage.used_memory - memory),
+            ("hami_dra_gpu_allocated_cores", usage.used_cores - cores),
+            ("hami_dra_gpu_allocated_slots", usage.tenants - tenants),
             ("hami_dra_gpu_tenants", results[card.index]),
         ):
             samples.setdefault(metric, []).append((labels, float(value)))

@@ -60,6 +60,12 @@ class Ledger:
         #: The nodes whose devices changed, batch by batch (the CEL selections catch up with it).
         self.inventory_log = ChangeLog()
         self._changes = LedgerChanges()
+        #: Capacity held for a nominated preemptor while its victims terminate (key -> uses):
+        #: counted on its node like an allocation, but by no quota, claim series or overcommit
+        #: report (controller/nomination.py).
+        self._holds: dict[str, tuple[Use, ...]] = {}
+        #: Claim uids and hold keys left out of the engine state for now (``hiding``).
+        self._hidden: frozenset[str] = frozenset()
 
     @property
     def inventory_generation(self) -> int:
@@ -239,17 +245,81 @@ class Ledger:
                 problems.append(f"{what} {used} > {total}")
         return problems, [uid for uid, _ in users]
 
+    # --- holds and what-ifs -------------------------------------------------------------------
+    def hold(self, key: str, uses: tuple[Use, ...]) -> None:
+        """Count ``uses`` on their nodes under ``key`` (replacing what ``key`` held before), as if
+        allocated: capacity kept for a preemptor while its victims terminate. A use of a device
+        not published (yet) counts once it is."""
+        if self._holds.get(key, ()) == uses:
+            return
+        affected = self._hold_nodes(key)
+        if uses:
+            self._holds[key] = uses
+        else:
+            self._holds.pop(key, None)
+        for node in affected | self._hold_nodes(key):
+            self._rebuild(node)
+        self.generation += 1
+
+    def unhold(self, key: str) -> None:
+        self.hold(key, ())
+
+    def holds(self) -> Mapping[str, tuple[Use, ...]]:
+        return self._holds
+
+    def _hold_nodes(self, key: str) -> set[str]:
+        devices = (self._devices.get(use.device) for use in self._holds.get(key, ()))
+        return {device.node for device in devices if device is not None}
+
+    @contextmanager
+    def hiding(self, keys: Iterable[str]) -> Iterator[None]:
+        """The engine state without the claims (by uid) and holds (by key) of ``keys``, until the
+        block ends: what a pod could get if those went (a preemption's what-if), or a hold of
+        lower priority than the pod being planned. Nested blocks hide both sets."""
+        added = frozenset(keys) - self._hidden
+        if not added:
+            yield
+            return
+        nodes = set()
+        for key in added:
+            nodes |= self._nodes_of(key) | self._hold_nodes(key)
+        previous = self._hidden
+        self._hidden = previous | added
+        try:
+            for node in nodes:
+                self._rebuild(node)
+            yield
+        finally:
+            self._hidden = previous
+            for node in nodes:
+                self._rebuild(node)
+
     # --- engine state ------------------------------------------------------------------------
     def shares_on(self, node: str) -> list[DeviceShare]:
-        shares = []
+        """What the claims (and holds) counted on ``node`` take from its cards."""
+        shares: list[DeviceShare] = []
         for uid in sorted(self._by_node.get(node, ())):
-            for use in self._claims.get(uid, ()):
-                device = self._devices.get(use.device)
-                if device is None or device.node != node:
-                    continue
-                taken = use.consumption.of(card_capacity(device.card))
-                shares.append(DeviceShare(device.card.index, taken.memory, taken.cores, taken.slots))
+            if uid in self._hidden:
+                continue
+            shares.extend(self._shares(self._claims.get(uid, ()), node))
+        return shares + self.held_on(node)
+
+    def held_on(self, node: str) -> list[DeviceShare]:
+        """What the holds counted on ``node`` take (in the engine state, not allocated: the
+        per-card metrics leave them out)."""
+        shares: list[DeviceShare] = []
+        for key in sorted(self._holds):
+            if key not in self._hidden:
+                shares.extend(self._shares(self._holds[key], node))
         return shares
+
+    def _shares(self, uses: Iterable[Use], node: str) -> Iterator[DeviceShare]:
+        for use in uses:
+            device = self._devices.get(use.device)
+            if device is None or device.node != node:
+                continue
+            taken = use.consumption.of(card_capacity(device.card))
+            yield DeviceShare(device.card.index, taken.memory, taken.cores, taken.slots)
 
     def _rebuild(self, node: str) -> None:
         """Reset one node of the engine state to inventory + recorded contributions."""

@@ -167,6 +167,19 @@ class ControllerMetrics:
         self.conflicts = Counter(
             "hami_dra_write_conflicts_total", "409 conflicts retried", registry=self.registry
         )
+        self.preemptions = Counter(
+            "hami_dra_preemptions_total",
+            "Preemptions tried for pods that fit nowhere, by result: evicting (victims asked to "
+            "leave), waiting (pods already terminating free enough), no_candidate, refused (a "
+            "PodDisruptionBudget protects every candidate's victims), error",
+            ["result"],
+            registry=self.registry,
+        )
+        self.preemption_victims = Counter(
+            "hami_dra_preemption_victims_total",
+            "Pods evicted (through the Eviction API) to make room for a pod of higher priority",
+            registry=self.registry,
+        )
         self.pending_skipped = Counter(
             "hami_dra_pending_retries_skipped_total",
             "Pending pods not planned again after a release because an older pod of the same shape "

@@ -19,6 +19,7 @@ from dra_driver.controller.cache import ClusterCache
 from dra_driver.controller.gang_plan import GangPlan, plan_gang
 from dra_driver.controller.gang_refs import GroupDirectory, group_of
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.nomination import Nominations
 from dra_driver.controller.slim import keep_pod, placement_node
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
@@ -92,10 +93,18 @@ def cache_from(objects: ClusterObjects, driver: str) -> ClusterCache:
 def allocator_for(
     objects: ClusterObjects, driver: str, defaults: ControllerDefaults | None = None
 ) -> Allocator:
-    """The controller's allocator over ``cache_from(objects)``: ``allocate(pod)`` is what the
-    controller would decide for the pod on those objects (its metrics go nowhere)."""
+    """The controller's allocator over ``cache_from(objects)``, the holds of nominated preemptors
+    counted: ``allocate(pod)`` is what the controller would decide for the pod on those objects
+    (its metrics go nowhere)."""
     cache = cache_from(objects, driver)
-    return Allocator(cache, defaults or ControllerDefaults(), cache.quotas.metrics)
+    allocator = Allocator(cache, defaults or ControllerDefaults(), cache.quotas.metrics)
+    # The capacity held for nominated preemptors, read back from their pods as a restarted
+    # controller does (dra_driver/controller/nomination.py).
+    nominations = Nominations(cache.ledger, driver)
+    for key, pod in cache.pods.items():
+        nominations.observe(key, pod)
+    allocator.hidden_holds = nominations.hidden_for
+    return allocator
 
 
 def gang_plan_for(objects: ClusterObjects, allocator: Allocator, pod: PodView) -> GangPlan | None:

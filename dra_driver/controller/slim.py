@@ -63,6 +63,9 @@ OUR_POD_ANNOTATIONS = frozenset((*PLAN_ANNOTATIONS, TRANSLATED_ANNOTATION, MIN_M
 #: What names a pod's gang (dra_driver/controller/gang_refs.py), kept of every pod: a gang's
 #: members that use no GPU of ours (a launcher, say) count towards its minimum too.
 _GROUP_SPEC = ("schedulingGroup", "workloadRef")
+#: The end of ``<driver>/nomination``, kept too: a preemptor's nomination, read back after a
+#: restart to hold its capacity again (dra_driver/controller/nomination.py).
+NOMINATION_SUFFIX = "/nomination"
 #: What ``PodView`` and the node filter read of such a pod's spec (``placement_spec`` is this spec:
 #: pods that differ only in what is left out are placed alike). ``priority`` and
 #: ``preemptionPolicy`` (admission resolves ``priorityClassName`` into them at creation) order the
@@ -120,7 +123,9 @@ def our_pod(pod: Mapping[str, Any]) -> Obj:
     kept_meta: Obj = {key: meta[key] for key in _NEIGHBOUR_METADATA if key in meta}
     annotations = meta.get("annotations")
     if annotations is not None:
-        kept_meta["annotations"] = {k: v for k, v in annotations.items() if k in OUR_POD_ANNOTATIONS}
+        kept_meta["annotations"] = {
+            k: v for k, v in annotations.items() if k in OUR_POD_ANNOTATIONS or k.endswith(NOMINATION_SUFFIX)
+        }
     _keep_group_label(meta, kept_meta)
     kept_spec: Obj = {key: spec[key] for key in _OUR_POD_SPEC if key in spec}
     kept_spec["containers"] = _named_resources(spec.get("containers"))

@@ -50,6 +50,7 @@ def render(explanation: Explanation, wide: bool = False) -> str:
     refused = _nodes_refused(explanation.nodes_refused)
     if refused:
         lines.append(f"  nodes the pod cannot run on: {refused}")
+    lines += _preemption_lines(explanation)
     if explanation.decided_at:
         lines.append(f"  decided at {explanation.decided_at} (scores as the controller saw them then)")
     elif explanation.requests:
@@ -91,3 +92,28 @@ def render(explanation: Explanation, wide: bool = False) -> str:
             if event.hint:
                 lines.append(f"      what to do: {event.hint}")
     return "\n".join(lines)
+
+
+def _preemption_lines(explanation: Explanation) -> list[str]:
+    """Its nomination (victims evicted for it, the node holding its capacity) and the victims
+    preemption would choose now, or why none."""
+    preemption = explanation.preemption
+    if preemption is None:
+        return []
+    lines = []
+    if preemption.nominated_node:
+        evicted = ", ".join(preemption.evicted) or "none (pods already terminating)"
+        lines.append(
+            f"  nominated to node {preemption.nominated_node} at {preemption.nominated_at or '-'}: "
+            f"evicted {evicted}; the capacity is held for it while they terminate"
+        )
+    if preemption.node:
+        if preemption.victims:
+            victims = ", ".join(f"{v.pod} (priority {v.priority})" for v in preemption.victims)
+            lines.append(f"  preemption: would evict {victims} on node {preemption.node}")
+        else:
+            waiting = ", ".join(preemption.waiting)
+            lines.append(f"  preemption: waits on node {preemption.node} for {waiting} to terminate")
+    elif preemption.why_not:
+        lines.append(f"  preemption: {preemption.why_not}")
+    return lines

@@ -13,6 +13,7 @@ make a card fit.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ from dra_driver.controller.decision_record import (
     decode,
     request_record,
 )
+from dra_driver.controller.nomination import Nomination, nomination_annotation
 from dra_driver.controller.offline import ClusterObjects, allocator_for, gang_plan_for
 from dra_driver.controller.planner import PlanDecision
+from dra_driver.controller.preemption import candidates_for, refusal
 from dra_driver.engine import Reason
 from dra_driver.explain.events import PodEvent, pod_warnings
 from dra_driver.kube.watch import object_key
@@ -89,6 +92,45 @@ class GangState:
         }
 
 
+@dataclass(frozen=True)
+class Victim:
+    pod: str
+    priority: int
+
+
+@dataclass
+class Preemption:
+    """What preemption did or would do for a pending pod: its nomination (the victims evicted for
+    it and the node whose capacity is held), the victims the controller would choose now, or why
+    it would preempt nothing."""
+
+    nominated_node: str | None = None
+    evicted: tuple[str, ...] = ()
+    nominated_at: str = ""
+    node: str | None = None
+    victims: tuple[Victim, ...] = ()
+    #: The victims chosen now are terminating already: the pod waits for them.
+    waiting: tuple[str, ...] = ()
+    why_not: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        nominated = (
+            {"node": self.nominated_node, "victims": list(self.evicted), "at": self.nominated_at}
+            if self.nominated_node
+            else None
+        )
+        chosen = (
+            {
+                "node": self.node,
+                "victims": [{"pod": v.pod, "priority": v.priority} for v in self.victims],
+                "waitingFor": list(self.waiting),
+            }
+            if self.node
+            else None
+        )
+        return {"nominated": nominated, "wouldEvict": chosen, "whyNot": self.why_not or None}
+
+
 @dataclass
 class Explanation:
     pod: str
@@ -113,6 +155,8 @@ class Explanation:
     priority: int = 0
     #: For a pending member of a gang: the gang's state now (placed all together, or none).
     gang: GangState | None = None
+    #: For a pending pod: its nomination, and the victims preemption would choose now.
+    preemption: Preemption | None = None
 
     def fixes(self) -> list[tuple[str, int, str]]:
         return [(r, n, FIXES.get(r, "")) for r, n in sorted(self.reasons.items(), key=lambda x: -x[1])]
@@ -133,6 +177,7 @@ class Explanation:
             "nodesRefused": [{"node": node, "reason": why} for node, why in self.nodes_refused.items()],
             "note": self.note,
             "events": [event.to_json() for event in self.events],
+            "preemption": self.preemption.to_json() if self.preemption else None,
         }
         if self.gang is not None:  # a gang member only
             document["gang"] = self.gang.to_json()
@@ -254,6 +299,7 @@ def _evaluate_now(result: Explanation, allocator: Allocator, pod: PodView) -> No
     elif isinstance(outcome, Unschedulable):
         decisions = outcome.decisions
         result.now = (outcome.reason, outcome.message)
+        result.preemption = _preemption(allocator, pod, outcome.reason)
     elif isinstance(outcome, NotCandidate):
         result.note = result.note or "not the controller's to place now (bound, ended, or being deleted)"
     elif isinstance(outcome, WaitingForClaim):
@@ -267,3 +313,35 @@ def _evaluate_now(result: Explanation, allocator: Allocator, pod: PodView) -> No
     result.reasons = dict(counts)
     refused = ((node, allocator.fit_problem(pod, node)) for node in sorted(ledger.inventory))
     result.nodes_refused = {node: problem for node, problem in refused if problem is not None}
+
+
+def _preemption(allocator: Allocator, pod: PodView, reason: str) -> Preemption:
+    """The pod's nomination as recorded on it, and the victims the controller's preemption would
+    choose for it now on the same cache (with the same holds)."""
+    preemption = Preemption()
+    value = pod.annotations.get(nomination_annotation(allocator.driver))
+    if value is not None:
+        try:
+            nomination = Nomination.decode(value, allocator.driver)
+        except ValueError as err:
+            preemption.why_not = str(err)
+        else:
+            preemption.nominated_node = nomination.node
+            preemption.evicted = nomination.victims
+            preemption.nominated_at = nomination.at
+    why = refusal(pod, reason)
+    if why is not None:
+        preemption.why_not = f"it preempts nothing: {why}"
+        return preemption
+    found = candidates_for(allocator, pod, hidden=allocator.hidden_holds(pod), now=time.time())
+    if not found:
+        preemption.why_not = (
+            "no node where evicting pods of lower priority would make room for it "
+            "(pods of equal or higher priority are never evicted)"
+        )
+        return preemption
+    best = found[0]
+    preemption.node = best.node
+    preemption.victims = tuple(Victim(victim.key, victim.priority) for victim in best.victims)
+    preemption.waiting = tuple(victim.key for victim in best.waiting_for)
+    return preemption

@@ -61,3 +61,19 @@ def test_args_parse(render: Render, kind: str, component: str, values: dict | No
         except SystemExit:
             pytest.fail(f"`hami-dra {' '.join(args)}` is rejected: {stderr.getvalue().strip()}")
     assert parsed.command == component
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_preemption_value_reaches_the_controller_and_its_rbac(render: Render, enabled: bool) -> None:
+    """``controller.preemption.enabled`` is the controller's ``--preemption`` (default on); the
+    controller may create evictions only where it preempts."""
+    objects = render(values={"controller": {"preemption": {"enabled": enabled}}})
+    args = container(find(objects, "Deployment", "controller"))["args"]
+    parsed = _parser().parse_args(args)
+    assert parsed.preemption is enabled
+    assert ("--no-preemption" in args) is not enabled
+    rules = find(objects, "ClusterRole", "controller")["rules"]
+    evictions = [rule for rule in rules if "pods/eviction" in rule.get("resources", ())]
+    assert evictions == (
+        [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}] if enabled else []
+    )

@@ -175,12 +175,15 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     # policies (test_tenant_policies.py: a patch is an UPDATE to admission).
     assert {r for (_, r, v) in controller if v == "patch"} == {"pods", "pods/status"}
     assert not {r for (_, r, v) in controller if v == "update"} & {"pods", "pods/status"}
-    # It creates events, and the templates a HAMi-translated pod names (from the stored pod, owned
-    # by it: a forged AdmissionReview can make nothing, issue 34); it deletes nothing.
+    # It creates events, the templates a HAMi-translated pod names (from the stored pod, owned
+    # by it: a forged AdmissionReview can make nothing, issue 34) and, to preempt, evictions (a
+    # PodDisruptionBudget may refuse them); it deletes nothing.
     assert not {r for (_, r, v) in controller if v in ("create", "delete")} - {
         "events",
         "resourceclaimtemplates",
+        "pods/eviction",
     }
+    assert ("", "pods", "delete") not in controller
     assert (rs, "resourceclaimtemplates", "create") in controller
     assert (rs, "resourceclaimtemplates", "delete") not in controller
     assert ("", "namespaces", "get") in controller  # ... only in namespaces that opted in

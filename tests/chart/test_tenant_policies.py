@@ -117,6 +117,20 @@ CONTROLLER_POD_CASES = [
         ),
         None,
     ),
+    (
+        "a preemptor's nomination",
+        "",
+        lambda p: p["metadata"]["annotations"].update({"gpu.hami.io/nomination": '{"node":"n"}'}),
+        None,
+    ),
+    (
+        "a preempted pod's DisruptionTarget condition",
+        "status",
+        lambda p: p["status"]["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByHamiDra"}
+        ),
+        None,
+    ),
     ("an image", "", lambda p: p["spec"]["containers"][0].update(image="evil"), "containers, images"),
     ("a toleration", "", lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), "tolerations"),
     ("a label", "", lambda p: p["metadata"]["labels"].update(app="y"), "only the annotations"),

@@ -10,7 +10,10 @@ precondition, 409), and
 a pod's scheduling gates can only be removed (422), as kube-apiserver answers
 (tests/cluster/test_pod_patches.py); ``create`` assigns uid, resourceVersion and a creation timestamp (or,
 with ``generateName``, a name). ``fail(...)`` makes the next matching calls raise a chosen error
-(a conflict, a 500, a timeout), and every call is recorded in ``calls``.
+(a conflict, a 500, a timeout), and every call is recorded in ``calls``. An eviction
+(``pods/NAME/eviction``, recorded as a create of ``evictions``) gives the pod its
+deletionTimestamp and the Eviction API's DisruptionTarget condition, or is refused with 429 where
+``budgets`` allows no disruption.
 
 Events are stored once, in the core/v1 shape, and served as both ``v1`` and ``events.k8s.io/v1``
 (``EVENTS_V1``: ``note``/``regarding``/``series``), as the API server does; an update of an Event
@@ -67,6 +70,9 @@ class FakeKube:
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (method, plural, name)
     _failures: list[Failure] = field(default_factory=list)
     _rv: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    #: Pod key -> the disruptions its PodDisruptionBudget still allows (a pod not named here has
+    #: none): an eviction past it is refused with 429, as the Eviction API answers.
+    budgets: dict[str, int] = field(default_factory=dict)
 
     # --- test controls ---------------------------------------------------------------------------
     def fail(
@@ -141,6 +147,8 @@ class FakeKube:
         return {"items": items, "metadata": meta}
 
     def create(self, resource: Resource, namespace: str | None, obj: Obj) -> Obj:
+        if resource.plural.startswith("pods/") and resource.plural.endswith("/eviction"):
+            return self._evict(namespace or "", resource.plural.split("/")[1], obj)
         body = copy.deepcopy(obj)
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -152,6 +160,37 @@ class FakeKube:
             raise KubeError(409, f'{resource.plural} "{meta["name"]}" already exists')
         meta.pop("resourceVersion", None)
         return self.put(resource, body)
+
+    def _evict(self, namespace: str, name: str, eviction: Obj) -> Obj:
+        """``POST pods/NAME/eviction``: the pod gets its deletionTimestamp (it terminates), unless
+        its budget allows no disruption (429), it is gone (404) or another uid (409); a dry run
+        (``deleteOptions.dryRun``) answers the same and changes nothing."""
+        self._check("create", Resource("", "v1", "evictions", "Eviction", True), name)
+        options = eviction.get("deleteOptions") or {}
+        key = ("pods", namespace, name)
+        current = self.objects.get(key)
+        if current is None:
+            raise KubeError(404, f'pods "{name}" not found')
+        uid = (options.get("preconditions") or {}).get("uid")
+        if uid is not None and uid != current["metadata"]["uid"]:
+            raise KubeError(409, "Precondition failed: UID in precondition does not match")
+        budget = self.budgets.get(f"{namespace}/{name}")
+        if budget is not None and budget <= 0:
+            raise KubeError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+        if options.get("dryRun"):
+            return {"kind": "Status", "status": "Success"}
+        if budget is not None:
+            self.budgets[f"{namespace}/{name}"] = budget - 1
+        current["metadata"].setdefault("deletionTimestamp", "2026-12-01T12:00:00Z")
+        # As kube-apiserver does (tests/kube/test_eviction.py): the Eviction API writes its own
+        # DisruptionTarget condition, replacing one of that type already there.
+        status = current.setdefault("status", {})
+        others = [c for c in status.get("conditions") or () if c.get("type") != "DisruptionTarget"]
+        evicting = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting"}  # fmt: skip
+        status["conditions"] = [*others, evicting]
+        current["metadata"]["resourceVersion"] = str(next(self._rv))
+        return {"kind": "Status", "status": "Success"}
 
     def update(self, resource: Resource, obj: Obj, *, status: bool = False) -> Obj:
         meta = obj["metadata"]

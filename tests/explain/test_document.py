@@ -53,6 +53,11 @@ def test_a_pending_pods_document_and_text() -> None:
         "nodesRefused": [{"node": "node-2", "reason": "TaintToleration"}],
         "note": "",
         "events": [],
+        "preemption": {
+            "nominated": None,
+            "wouldEvict": None,
+            "whyNot": "it preempts nothing: it waits for GpuQuotaExceeded, not for capacity",
+        },
     }
     (request,) = document["requests"]
     assert request["node"] == "node-1" and request["devices"] == ["gpu-1"]
@@ -64,6 +69,7 @@ def test_a_pending_pods_document_and_text() -> None:
         f"  pending: {QUOTA}",  # the quota's message starts with its reason: said once
         f"  now: {QUOTA}",
         "  nodes the pod cannot run on: 1 TaintToleration (node-2)",
+        "  preemption: it preempts nothing: it waits for GpuQuotaExceeded, not for capacity",
         "  evaluated now against the cluster (the controller re-plans it the same way)",
         "  claim default/second request gpu",
         f"    config: {CONFIG}",

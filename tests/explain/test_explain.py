@@ -83,3 +83,42 @@ def test_yaml_is_the_json_document() -> None:
     cluster.run()
     document = explained(cluster, "first").to_json()
     assert yaml.safe_load(render_document(document, "yaml")) == json.loads(render_document(document, "json"))
+
+
+def test_a_pending_pod_is_told_whom_preemption_would_evict_then_whom_it_evicted() -> None:
+    cluster = FakeCluster(gpus=1)
+    cluster.controller.preemptor.enabled = False
+    for name, memory in (("old", "40Gi"), ("young", "39Gi")):
+        cluster.gpu_pod(name, memory, priority=1)
+        cluster.run()
+        cluster.bind(name)
+    cluster.gpu_pod("urgent", "10Gi", priority=1000)
+    cluster.run()
+    before = explained(cluster, "urgent")
+    assert before.preemption is not None and before.preemption.nominated_node is None
+    text = render(before)
+    assert "preemption: would evict default/young (priority 1) on node node-1" in text
+    assert before.to_json()["preemption"]["wouldEvict"]["victims"] == [
+        {"pod": "default/young", "priority": 1}
+    ]
+    cluster.controller.preemptor.enabled = True
+    cluster.controller.queue.resync()  # planned in full again: now it preempts
+    cluster.run()
+    after = render(explained(cluster, "urgent"))
+    assert "nominated to node node-1 at " in after and "evicted default/young;" in after
+    assert "preemption: waits on node node-1 for default/young to terminate" in after
+
+
+def test_a_pod_that_may_not_preempt_is_told_why() -> None:
+    cluster = FakeCluster(gpus=1)
+    cluster.gpu_pod("low", "70Gi", priority=1)
+    cluster.run()
+    cluster.gpu_pod("polite", "70Gi", priority=1000)
+    cluster.change(PODS, NS, "polite", lambda pod: pod["spec"].update(preemptionPolicy="Never"))
+    cluster.run()
+    assert "preemption: it preempts nothing: its preemptionPolicy is Never" in render(
+        explained(cluster, "polite")
+    )
+    cluster.gpu_pod("peer", "70Gi", priority=1)
+    cluster.run()
+    assert "pods of equal or higher priority are never evicted" in render(explained(cluster, "peer"))

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from dra_driver.kube.errors import KubeError
 from hami_dra_dev.sandbox import SandboxServer
 from tests.sandbox.helpers import allocation, claim_obj, node_obj, pod_obj, slice_obj
 
@@ -479,3 +480,27 @@ def test_pod_rules_for_claims_and_gates(sandbox_client: Any) -> None:
     with pytest.raises(ApiException) as exc:
         core.patch_namespaced_pod("p1", NS, {"spec": {"nodeName": "node-1"}})
     assert exc.value.status == 422
+
+
+def test_an_eviction_deletes_the_pod_with_its_options(sandbox: SandboxServer) -> None:
+    """``POST pods/NAME/eviction`` as the controller's preemption sends it (dra_driver/kube/
+    eviction.py): a dry run changes nothing, a wrong uid is 409, else the pod goes (the sandbox
+    serves no PodDisruptionBudgets, so nothing refuses it)."""
+    from dra_driver.kube.api import PODS, Kube
+    from dra_driver.kube.eviction import Evicted, evict
+
+    api_client = sandbox.api_client()
+    try:
+        kube = Kube(api_client)
+        created = kube.create(PODS, "default", pod_obj("victim"))
+        uid = created["metadata"]["uid"]
+        assert evict(kube, "default", "victim", uid, dry_run=True) is Evicted.EVICTED
+        assert kube.get(PODS, "default", "victim")["metadata"]["uid"] == uid
+        assert evict(kube, "default", "victim", "another-uid") is Evicted.GONE
+        assert evict(kube, "default", "victim", uid) is Evicted.EVICTED
+        with pytest.raises(KubeError) as gone:
+            kube.get(PODS, "default", "victim")
+        assert gone.value.status == 404
+        assert evict(kube, "default", "victim", uid) is Evicted.GONE
+    finally:
+        api_client.close()

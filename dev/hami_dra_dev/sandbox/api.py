@@ -428,6 +428,19 @@ class Api:
                 continue
         raise e.conflict(PODS, name, "too many concurrent updates")
 
+    # ----------------------------------------------------------------------------------- pods/eviction
+
+    def evict(self, ns: str, name: str, body: Any, opts: WriteOptions | None = None) -> Obj:
+        """``POST pods/<name>/eviction`` (``policy/v1`` Eviction): the sandbox serves no
+        PodDisruptionBudgets, so every eviction is allowed: the pod is deleted with the
+        eviction's ``deleteOptions`` (a uid precondition, a dry run), as the Eviction API does
+        once the budgets agree."""
+        options = dict((body or {}).get("deleteOptions") or {})
+        dry_run = bool(options.pop("dryRun", None)) or (opts is not None and opts.dry_run)
+        user = opts.user if opts is not None else WriteOptions().user
+        self.delete(PODS, ns, name, options, WriteOptions(dry_run=dry_run, user=user))
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     # ----------------------------------------------------------------------------------- delete
 
     def delete(

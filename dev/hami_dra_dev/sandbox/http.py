@@ -286,6 +286,8 @@ class Handler(BaseHTTPRequestHandler):
         if method == "POST":
             if rt.key == "pods" and sub == "binding":
                 return self._send_json(201, api.bind(ns, name, self._json_body(raw), opts))
+            if rt.key == "pods" and sub == "eviction":
+                return self._send_json(201, api.evict(ns, name, self._json_body(raw), opts))
             if name:
                 raise e.method_not_allowed()
             return self._send_json(201, api.create(rt, ns, self._json_body(raw), opts))
