@@ -14,6 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from dra_driver.controller.controller import api_connections
+from dra_driver.kube.config import load_api_client
 from hami_dra_dev.demo import manifests
 from hami_dra_dev.demo.controller import DemoController
 from hami_dra_dev.demo.node import LabNode
@@ -60,7 +62,12 @@ class DemoStack:
         self.cluster.start()
         self.webhook = DemoWebhook(self.server.api_client(), manifests.DRIVER)
         self.webhook.register()
-        self.controller = DemoController(self.server.api_client(), manifests.DRIVER)
+        # The controller's client is sized as `hami-dra controller` sizes it: one connection per
+        # informer's watch, writer and helper thread (else urllib3 warns on stderr, "Connection pool
+        # is full", between the demo's tables).
+        self.controller = DemoController(
+            load_api_client(str(self.server.kubeconfig_path), connections=api_connections()), manifests.DRIVER
+        )
 
     @property
     def node(self) -> LabNode:
