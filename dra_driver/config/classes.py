@@ -32,6 +32,21 @@ def class_selectors(device_class: Mapping[str, Any]) -> list[str]:
     return [expression for expression in expressions if expression.strip() != SCHEDULER_FENCE]
 
 
+def _mig_pattern(driver: str) -> re.Pattern[str]:
+    quoted = re.escape(driver)
+    return re.compile(
+        rf"device\s*\.\s*attributes\s*\[\s*(?:\"{quoted}\"|'{quoted}')\s*\]\s*\.\s*type\s*==\s*(?:\"mig\"|'mig')"
+    )
+
+
+def is_mig_class(device_class: Mapping[str, Any], driver: str) -> bool:
+    """A class of MIG instances (issue 37): one of its selectors pins ``type == "mig"`` in the
+    driver's domain, as the chart's ``mig.<driver>`` class does. Its claims are placed among MIG
+    instances (``engine/mig.py``), every other class's among whole cards and shares only."""
+    pattern = _mig_pattern(driver)
+    return any(pattern.search(expression) for expression in class_selectors(device_class))
+
+
 def is_driver_class(device_class: Mapping[str, Any], driver: str) -> bool:
     if (device_class.get("metadata") or {}).get("name") == driver:
         return True

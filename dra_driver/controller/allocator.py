@@ -130,7 +130,8 @@ def format_decision(
     for card in decision.candidates:
         mark = "*" if card.chosen else ""
         state = "" if card.eligible else f"({card.reason.value if card.reason else 'ineligible'})"
-        cards.append(f"{card.node}/{name(card.node, card.index)}={card.score:.6f}{mark}{state}")
+        device = card.device or name(card.node, card.index)
+        cards.append(f"{card.node}/{device}={card.score:.6f}{mark}{state}")
     placement = decision.placement
     outcome = (
         f"-> {placement.node} " + ",".join(name(placement.node, share.index) for share in placement.devices)
