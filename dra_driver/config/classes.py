@@ -39,6 +39,11 @@ def _mig_pattern(driver: str) -> re.Pattern[str]:
     )
 
 
+def mig_selector(driver: str) -> str:
+    """The selector of the chart's MIG class ``mig.<driver>`` (what :func:`is_mig_class` looks for)."""
+    return f'device.attributes["{driver}"].type == "mig"'
+
+
 def is_mig_class(device_class: Mapping[str, Any], driver: str) -> bool:
     """A class of MIG instances (issue 37): one of its selectors pins ``type == "mig"`` in the
     driver's domain, as the chart's ``mig.<driver>`` class does. Its claims are placed among MIG

@@ -9,12 +9,14 @@ here, by the same chain as whole cards, read for instances:
   in the chain's order, as for cards (``engine/place.py``). The card's score is its number of
   instances in use.
 * **mutex** takes instances only of cards with no instance in use.
-* On one card, the instance whose taking keeps the **largest free placement** intact wins: the
+* Then the instance whose taking keeps its card's **largest free placement** intact wins: the
   memory slices left free (not covered by an instance in use) are cut into aligned blocks of 8, 4,
   2 and 1 slices (MIG's placement grid on A100/H100/H200: a profile of ``n`` memory slices starts
-  at a multiple of ``n``), and the candidate leaving the larger blocks wins (compared largest
-  first). Three 1g pods on a card of 1g instances take slices 0, 1 and 2, leaving slices 4-7 for
-  a 3g or 4g.
+  at a multiple of ``n``); the candidate that shrinks its card's largest block least wins, then
+  the one leaving the larger blocks (compared largest first). Three 1g pods on a card of 1g
+  instances take slices 0, 1 and 2, leaving slices 4-7 whole: with static instances every other
+  instance stays usable whatever is taken, so this is what keeps a card easy to re-partition (the
+  admin destroys four free 1g instances for a 3g), and what on-demand MIG will need.
 * A request names a profile (``profile``; the controller uses CEL selectors on the ``profile``
   attribute instead) or a memory size: then the smallest instance with that much memory is taken
   before any policy key, so a 10 GiB request does not take a 3g slice while a 1g one is free.
@@ -235,6 +237,8 @@ class _Eval:
     card_used_memory: int
     card_memory: int
     reason: Reason | None = None
+    #: The card's free blocks before and after taking this instance (``free_blocks``).
+    had: tuple[int, ...] = ()
     leaves: tuple[int, ...] = ()
     chosen: bool = False
     #: Instances in use on its card counting this request's earlier choices (what sorts it).
@@ -292,7 +296,9 @@ def _sort_key(evaluation: _Eval, request: MigRequest) -> tuple[float | int, ...]
             parts.append(evaluation.now_used)
         else:
             parts.append(_UNKNOWN_NUMA if instance.numa_node is None else instance.numa_node)
-    parts.extend(-size for size in evaluation.leaves)
+    had, leaves = evaluation.had, evaluation.leaves
+    parts.append((had[0] if had else 0) - (leaves[0] if leaves else 0))
+    parts.extend(-size for size in leaves)
     parts.extend([0] * (MEMORY_SLICES - len(evaluation.leaves)))
     start = instance.placement_start if instance.placement_start is not None else MEMORY_SLICES
     parts.extend([instance.parent, start, instance.index])
@@ -329,15 +335,16 @@ class _NodeEvaluation:
         )
         return evaluation
 
-    def _leaves(self, instance: MigInstance) -> tuple[int, ...]:
+    def _blocks(self, instance: MigInstance) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Its card's free blocks now, and once ``instance`` is taken too."""
         covered = [s for i in self._card_instances(instance.parent) if i.index in self.used for s in i.span]
-        return free_blocks([*covered, *instance.span])
+        return free_blocks(covered), free_blocks([*covered, *instance.span])
 
     def choose(self) -> str | None:
         """Choose the request's instances; the node's reason when they are not all there."""
         eligible = [e for e in self.evals.values() if e.reason is None]
         for evaluation in eligible:
-            evaluation.leaves = self._leaves(evaluation.instance)
+            evaluation.had, evaluation.leaves = self._blocks(evaluation.instance)
             evaluation.now_used = evaluation.card_used
         if self.request.numa_bind and self.request.count > 1:
             groups: dict[int | None, list[_Eval]] = {}
@@ -356,7 +363,7 @@ class _NodeEvaluation:
         pool = list(eligible)
         while len(self.chosen) < self.request.count:
             for evaluation in pool:  # what each leaves depends on what was chosen before it
-                evaluation.leaves = self._leaves(evaluation.instance)
+                evaluation.had, evaluation.leaves = self._blocks(evaluation.instance)
                 parent = evaluation.instance.parent
                 evaluation.now_used = sum(1 for i in self._card_instances(parent) if i.index in self.used)
             best = min(pool, key=lambda e: _sort_key(e, self.request))
@@ -382,7 +389,10 @@ class _NodeEvaluation:
                 f"({evaluation.card_used} in use)"
             )
             if evaluation.reason is None or evaluation.chosen:
-                note += f"; leaves free blocks {_blocks_text(evaluation.leaves)}"
+                note += (
+                    f"; leaves free blocks {_blocks_text(evaluation.leaves)} "
+                    f"(of {_blocks_text(evaluation.had)})"
+                )
             result.append(
                 CandidateCard(
                     node=self.node,

@@ -116,7 +116,7 @@ def test_the_decision_record_names_the_chosen_instance_and_its_placement() -> No
     assert rec.devices == ("gpu-0-mig-7-0",)
     chosen = next(card for card in rec.cards if card.chosen)
     assert chosen.device == "n1/gpu-0-mig-7-0"
-    assert chosen.note == "1g.18gb at slice 0 of gpu-0 (0 in use); leaves free blocks 4+2+1"
+    assert chosen.note == "1g.18gb at slice 0 of gpu-0 (0 in use); leaves free blocks 4+2+1 (of 8)"
 
 
 def test_quota_charges_count_the_instance_memory() -> None:

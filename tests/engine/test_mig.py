@@ -170,16 +170,16 @@ def test_candidates_explain_placement_and_what_is_left_free() -> None:
     assert share.memory == 16896 * 1024 * 1024 and share.cores == mig_cores(1) == 14
     first = next(c for c in decision.candidates if c.chosen)
     assert first.device == "gpu-0-mig-7-0"
-    assert first.note == "1g.18gb at slice 0 of gpu-0 (0 in use); leaves free blocks 4+2+1"
+    assert first.note == "1g.18gb at slice 0 of gpu-0 (0 in use); leaves free blocks 4+2+1 (of 8)"
     # On an empty card every 1g leaves 4+2+1 (slice 4: 0-3, 6-7, 5): the lowest start breaks the tie.
     others = [c for c in decision.candidates if not c.chosen]
-    assert len(others) == 6 and all(c.eligible and c.note.endswith("blocks 4+2+1") for c in others)
+    assert len(others) == 6 and all(c.eligible and c.note.endswith("blocks 4+2+1 (of 8)") for c in others)
     state.allocate(decision.placement)
     second = place_mig(state, request())
     notes = {c.device: c.note for c in second.candidates}
     assert notes["gpu-0-mig-7-0"] == "1g.18gb at slice 0 of gpu-0 (1 in use)"  # in use: nothing left
-    assert notes["gpu-0-mig-8-0"].endswith("(1 in use); leaves free blocks 4+2")  # chosen, slice 1
-    assert notes["gpu-0-mig-11-0"].endswith("(1 in use); leaves free blocks 2+2+1+1")  # slice 4
+    assert notes["gpu-0-mig-8-0"].endswith("(1 in use); leaves free blocks 4+2 (of 4+2+1)")  # chosen, slice 1
+    assert notes["gpu-0-mig-11-0"].endswith("(1 in use); leaves free blocks 2+2+1+1 (of 4+2+1)")  # slice 4
     assert [c.device for c in second.candidates if c.chosen] == ["gpu-0-mig-8-0"]
 
 
