@@ -90,3 +90,38 @@ def test_the_card_class_gets_the_whole_card_never_a_mig_instance() -> None:
     assert world.place("one-pod").outcome == "bound"
     assert world.devices("one") == ["gpu-0"]
     assert json.dumps(world.claim("one")).count("mig") == 0
+
+
+def test_each_instance_has_its_memory_and_held_series_and_the_claim_its_own() -> None:
+    world = mig_world([["3g.71gb", "1g.18gb@4"]])
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
+    instance = next(i for i in world.cache.ledger.mig_state.instances(NODE) if i.profile == "1g.18gb")
+    labels = {
+        "node": NODE,
+        "device": "gpu-0-mig-11-0",
+        "uuid": instance.uuid,
+        "model": "NVIDIA H200",
+        "profile": "1g.18gb",
+        "parent": "gpu-0",
+    }
+    sample = world.metrics.registry.get_sample_value
+    assert sample("hami_dra_mig_instance_memory_bytes", labels) == 16896 * 1024**2
+    assert sample("hami_dra_mig_instance_allocated", labels) == 0
+    mig_tenant(world, "a", "1g.18gb")
+    assert world.place("a-pod").outcome == "bound"
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
+    assert sample("hami_dra_mig_instance_allocated", labels) == 1
+    assert (
+        sample(
+            "hami_dra_mig_instance_allocated",
+            {**labels, "device": "gpu-0-mig-1-0", "uuid": _uuid(world, "3g.71gb"), "profile": "3g.71gb"},
+        )
+        == 0
+    )
+    claim = {"claim_namespace": NS, "claim": "a", "claim_pod": "a-pod"}
+    gpu = {k: labels[k] for k in ("node", "device", "uuid", "model")}
+    assert sample("hami_dra_claim_allocated_memory_bytes", {**claim, **gpu}) == 16896 * 1024**2
+
+
+def _uuid(world: World, profile: str) -> str:
+    return next(i.uuid for i in world.cache.ledger.mig_state.instances(NODE) if i.profile == profile)
