@@ -70,5 +70,20 @@ def test_a_mig_card_is_published_as_its_mig_devices_and_one_is_prepared_whole(
             error = kubelet.prepare([ref(card)]).claims[card["metadata"]["uid"]].error
             assert "gpu-1 does not exist on this node" in error
             assert kubelet.unprepare([ref(first)]).claims[uid].error == ""
+            # As our controller allocates the chart's MIG class: whole, with the class's GpuConfig.
+            placed = claim("placed", [result("gpu-1-mig-1-0", share=False)])
+            parameters = {"apiVersion": "gpu.hami.io/v1alpha1", "kind": "GpuConfig", "policy": "binpack"}
+            placed["status"]["allocation"]["devices"]["config"] = [
+                {
+                    "source": "FromClass",
+                    "requests": ["gpu"],
+                    "opaque": {"driver": DRIVER, "parameters": parameters},
+                }
+            ]
+            placed = create_claim(api_client, placed, "p4")
+            assert kubelet.prepare([ref(placed)]).claims[placed["metadata"]["uid"]].error == ""
+            spec = read_spec(dirs.cdi / f"k8s.{DRIVER}-gpu_{placed['metadata']['uid']}.json")
+            (device,) = spec["devices"]
+            assert [n["path"] for n in device["containerEdits"]["deviceNodes"]][0] == "/dev/nvidia1"
     finally:
         plugin.stop()
