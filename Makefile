@@ -39,7 +39,7 @@ tools:
 # slices, nvidia-smi cross-check, health watcher, claim CDI specs, and with a HAMi-core libvgpu.so
 # its memory and cores limits (two processes, a PID namespace, a podman container where one runs).
 gpu-check:
-	bash hack/gpu-check.sh
+	bash hack/gpu-check.sh $(GPU_CHECK_ARGS)
 
 # The upstream Kubernetes components, etcd, containerd, CNI plugins, crictl and the NVIDIA Container
 # Toolkit (nvidia-ctk, for the CDI spec tests), built from their Go modules into
