@@ -383,7 +383,9 @@ class Allocator:
         inventory = self.cache.ledger.inventory.get(node)
 
         def card_of(device_id: DeviceId) -> GpuCard | None:
-            device = inventory.devices.get(device_id) if inventory is not None else None
+            if inventory is None:
+                return None
+            device = inventory.devices.get(device_id) or inventory.mig.get(device_id)  # a MIG instance
             return device.card if device is not None else None
 
         value = encode_devices_allocated(pod, allocated, self.driver, card_of)

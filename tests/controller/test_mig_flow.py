@@ -125,3 +125,12 @@ def test_each_instance_has_its_memory_and_held_series_and_the_claim_its_own() ->
 
 def _uuid(world: World, profile: str) -> str:
     return next(i.uuid for i in world.cache.ledger.mig_state.instances(NODE) if i.profile == profile)
+
+
+def test_hamis_annotation_names_the_instance_and_its_memory() -> None:
+    world = mig_world([["3g.71gb", "1g.18gb@4"]])
+    mig_tenant(world, "a", "1g.18gb")
+    assert world.place("a-pod").outcome == "bound"
+    instance = next(i for i in world.cache.ledger.mig_state.instances(NODE) if i.profile == "1g.18gb")
+    annotation = world.pod("a-pod")["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    assert annotation == f"{instance.uuid},NVIDIA,16896,14:;"
