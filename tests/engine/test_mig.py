@@ -214,3 +214,11 @@ def test_the_state_refuses_double_use_and_double_release() -> None:
     state.release(placement)
     with pytest.raises(ValueError, match="not in use"):
         state.release(placement)
+
+
+@pytest.mark.parametrize(("node_policy", "node"), [("binpack", "node-b"), ("spread", "node-a")])
+def test_nodes_are_ranked_by_instances_in_use_under_the_node_policy(node_policy: str, node: str) -> None:
+    state = MigState(mig_card(0, SEVEN_1G, node="node-a") + mig_card(0, SEVEN_1G, node="node-b"))
+    state.allocate(Placement("node-b", (_share(state.instances("node-b")[6].index),)))
+    decision = place_mig(state, request(node_policy=node_policy))
+    assert decision.placement is not None and decision.placement.node == node
