@@ -295,4 +295,19 @@ def build_inventory(
                     inventory.add_mig(device)
                 else:
                     inventory.add(device)
+    for inventory in nodes.values():
+        _drop_cards_in_mig_mode(inventory)
     return nodes
+
+
+def _drop_cards_in_mig_mode(inventory: NodeInventory) -> None:
+    """A card whose MIG instances are published is never placed whole nor shared: our plugin never
+    publishes both, so both come from someone else's slice (or a plugin bug); the card goes."""
+    parents = {device.mig.parent for device in inventory.mig.values() if device.mig is not None}
+    for index in sorted(parents & set(inventory.by_index)):
+        card = inventory.by_index.pop(index)
+        del inventory.devices[card.id]
+        log.warning(
+            "node %s: %s is published whole and as MIG instances; only its MIG instances are placed",
+            inventory.node, card.id,
+        )  # fmt: skip

@@ -148,3 +148,15 @@ def _results(devices: dict[str, str]) -> Any:
         }
     }
     return allocation_results(allocation)
+
+
+def test_a_card_published_whole_beside_its_mig_instances_is_never_placed() -> None:
+    slices = mig_slices([None, SEVEN_1G])
+    devices = slices[0]["spec"]["devices"]
+    whole = next(d for d in devices if d["name"] == "gpu-0")
+    # Someone else's slice (or a bug) publishes card 1 whole too: the controller places only its instances.
+    devices.append({**whole, "name": "gpu-1", "attributes": {**whole["attributes"], "index": {"int": 1}}})
+    classes = {MIG_CLASS: mig_class(), DRIVER: device_class(DRIVER, {"policy": "binpack"})}
+    ledger, p = planner(classes=classes, slices=slices)
+    assert [device.name for device in ledger.inventory["n1"].devices.values()] == ["gpu-0"]
+    assert plan_one(claim("w", exactly("gpu", DRIVER, count=2)), p).reason is not None
