@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from dra_driver.engine.model import CandidateCard, Decision, DeviceShare, NodeOutcome, Placement
 from dra_driver.engine.policy import DEFAULT_NODE_POLICY, NodePolicy, Policy, PolicyChain, parse_policy_chain
@@ -87,10 +88,11 @@ class MigInstance:
     parent_uuid: str = ""
     numa_node: int | None = None
     healthy: bool = True
+    #: The engine's index (:func:`mig_index`), computed once.
+    index: int = field(init=False, compare=False)
 
-    @property
-    def index(self) -> int:
-        return mig_index(self.parent, self.gpu_instance, self.compute_instance)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", mig_index(self.parent, self.gpu_instance, self.compute_instance))
 
     @property
     def span(self) -> range:
@@ -210,11 +212,33 @@ class MigState:
         entry = self._nodes.get(node)
         return 0 if entry is None else len(entry.used)
 
+    def ranking(self, sign: int, allowed: frozenset[str] | None) -> list[tuple[int, str]]:
+        """``(sign * instances in use, node)`` of the (``allowed``) nodes, sorted."""
+        return sorted(
+            (sign * len(entry.used), name)
+            for name, entry in self._nodes.items()
+            if allowed is None or name in allowed
+        )
+
+    def free_on_node(self, node: str) -> int:
+        """Instances of ``node`` no claim holds (healthy or not: the cheap bound of a fit)."""
+        entry = self._nodes.get(node)
+        return 0 if entry is None else len(entry.instances) - len(entry.used)
+
 
 def free_blocks(covered: Iterable[int]) -> tuple[int, ...]:
     """The free memory slices of a card (all but ``covered``) cut into aligned MIG blocks, largest
     first: ``(4, 2)`` for slices 2-7 free. What a candidate leaves behind is compared by this."""
-    free = set(range(MEMORY_SLICES)) - set(covered)
+    mask = 0
+    for position in covered:
+        mask |= 1 << position
+    return _free_blocks(mask)
+
+
+@lru_cache(maxsize=1 << MEMORY_SLICES)
+def _free_blocks(covered_mask: int) -> tuple[int, ...]:
+    """:func:`free_blocks` of a bit mask of covered slices (256 of them: each computed once)."""
+    free = {position for position in range(MEMORY_SLICES) if not covered_mask >> position & 1}
     blocks = []
     for size in _BLOCK_SIZES:
         for start in range(0, MEMORY_SLICES, size):
@@ -315,25 +339,31 @@ class _NodeEvaluation:
         self.instances = list(state.instances(node))
         self.used = {i.index for i in self.instances if state.in_use(node, i.index)}
         self.initial_used = set(self.used)
+        self.cards: dict[int, list[MigInstance]] = {}
+        for instance in self.instances:
+            self.cards.setdefault(instance.parent, []).append(instance)
+        self._use: dict[int, tuple[int, int, int]] = {}
         self.evals = {i.index: self._eval(i) for i in self.instances}
         self.chosen: list[MigInstance] = []
 
     def _card_instances(self, parent: int) -> list[MigInstance]:
-        return [i for i in self.instances if i.parent == parent]
+        return self.cards.get(parent, [])
 
     def _eval(self, instance: MigInstance) -> _Eval:
-        card = self._card_instances(instance.parent)
-        in_use = [i for i in card if i.index in self.initial_used]
-        evaluation = _Eval(
-            instance,
-            card_used=len(in_use),
-            card_used_memory=sum(i.memory for i in in_use),
-            card_memory=sum(i.memory for i in card),
-        )
-        evaluation.reason = check_instance(
-            instance, instance.index in self.initial_used, len(in_use), self.request
-        )
+        used, used_memory, memory = self._card_use(instance.parent)
+        evaluation = _Eval(instance, card_used=used, card_used_memory=used_memory, card_memory=memory)
+        evaluation.reason = check_instance(instance, instance.index in self.initial_used, used, self.request)
         return evaluation
+
+    def _card_use(self, parent: int) -> tuple[int, int, int]:
+        """(instances in use, their memory, all instances' memory) of card ``parent``, once per card."""
+        cached = self._use.get(parent)
+        if cached is None:
+            card = self._card_instances(parent)
+            in_use = [i for i in card if i.index in self.initial_used]
+            cached = (len(in_use), sum(i.memory for i in in_use), sum(i.memory for i in card))
+            self._use[parent] = cached
+        return cached
 
     def _blocks(self, instance: MigInstance) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Its card's free blocks now, and once ``instance`` is taken too."""
@@ -415,23 +445,26 @@ class _NodeEvaluation:
 
 
 def _ranked_nodes(state: MigState, request: MigRequest) -> list[str]:
-    nodes = [n for n in state.nodes if request.allowed_nodes is None or n in request.allowed_nodes]
+    """Nodes by instances in use (binpack: most first; spread: fewest), ties by name."""
     sign = -1 if request.node_policy is NodePolicy.BINPACK else 1
-    return sorted(nodes, key=lambda n: (sign * state.used_on_node(n), n))
+    return [name for _, name in state.ranking(sign, request.allowed_nodes)]
 
 
 def place_mig(state: MigState, request: MigRequest, *, max_candidates: int = 32) -> Decision:
-    """Decide which instances ``request`` gets. Pure: the state is not changed."""
+    """Decide which instances ``request`` gets. Pure: the state is not changed.
+
+    The first node (in the node policy's order) with enough free instances that fits wins; only
+    when none does is every node evaluated, to say why (as ``engine/place.py`` does for cards).
+    """
     ranked = _ranked_nodes(state, request)
-    outcomes: list[NodeOutcome] = []
-    candidates: list[CandidateCard] = []
-    reasons: list[Reason | None] = []
-    total = 0
+    evaluated: dict[str, tuple[_NodeEvaluation, str | None]] = {}
     for node in ranked:
+        if state.free_on_node(node) < request.count:
+            continue  # cannot fit: skipped without evaluating its instances
         evaluation = _NodeEvaluation(state, node, request)
-        reason = evaluation.choose()
-        score = float(state.used_on_node(node))
-        if reason is None:
+        failure = evaluation.choose()
+        evaluated[node] = (evaluation, failure)
+        if failure is None:
             shares = tuple(DeviceShare(i.index, i.memory, mig_cores(i.slices)) for i in evaluation.chosen)
             return Decision(
                 request=request.name,
@@ -440,9 +473,16 @@ def place_mig(state: MigState, request: MigRequest, *, max_candidates: int = 32)
                 placement=Placement(node, shares),
                 reason=None,
                 candidates=tuple(evaluation.candidates()),
-                nodes=(NodeOutcome(node, score, True, None),),
+                nodes=(NodeOutcome(node, float(state.used_on_node(node)), True, None),),
             )
-        outcomes.append(NodeOutcome(node, score, False, reason))
+    outcomes: list[NodeOutcome] = []
+    candidates: list[CandidateCard] = []
+    reasons: list[Reason | None] = []
+    total = 0
+    for node in ranked:
+        evaluation, failure = evaluated.get(node) or _evaluated(state, node, request)
+        reason = failure or "request does not fit"
+        outcomes.append(NodeOutcome(node, float(state.used_on_node(node)), False, reason))
         reasons.extend(e.reason for e in evaluation.evals.values())
         total += len(evaluation.evals)
         if len(candidates) < max_candidates:
@@ -462,6 +502,11 @@ def place_mig(state: MigState, request: MigRequest, *, max_candidates: int = 32)
         candidates=tuple(candidates),
         nodes=tuple(outcomes),
     )
+
+
+def _evaluated(state: MigState, node: str, request: MigRequest) -> tuple[_NodeEvaluation, str | None]:
+    evaluation = _NodeEvaluation(state, node, request)
+    return evaluation, evaluation.choose()
 
 
 def place_mig_and_allocate(state: MigState, request: MigRequest) -> Decision:
