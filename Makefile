@@ -76,6 +76,7 @@ demo-cluster: $(STAMP) tools cluster-build
 # sandbox API latencies.
 bench: $(STAMP) tools
 	$(PY) hack/bench_engine.py
+	$(PY) hack/bench_mig.py
 	$(PY) hack/bench_simulate.py
 	$(PY) hack/bench_prepare.py --callers 1
 	$(PY) hack/bench_prepare.py --callers 8
