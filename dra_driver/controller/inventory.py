@@ -8,6 +8,11 @@ of pool P on node N (or whatever its ``index`` attribute says) becomes
 ``productName``, ``uuid``, ``healthy``, ``isolation``, the NUMA node and ``nvlinkPeers`` fill the
 card. A device's CEL input and its qualified attributes are built when first asked for (at 5,000
 nodes, building them for every device on every inventory was half of a snapshot's time), once.
+
+A MIG device (``type: mig``, issue 37) becomes a ``Device`` with its ``MigInstance`` (parent card,
+GPU/compute instance ids, profile, placement), kept in ``NodeInventory.mig`` apart from the cards
+under a synthetic engine index (``engine/mig.py`` ``mig_index``): only MIG classes choose among
+them, and a card published whole beside its own instances is dropped.
 """
 
 from __future__ import annotations
