@@ -309,8 +309,9 @@ def check_instance(instance: MigInstance, in_use: bool, card_used: int, request:
 
 
 def _sort_key(evaluation: _Eval, request: MigRequest) -> tuple[float | int, ...]:
-    """Smallest sufficient memory (memory requests), the chain's keys on the card's use, then the
-    larger free blocks left on the card, then card index and placement start."""
+    """Smallest sufficient memory (memory requests), the chain's keys on the card's use, then how
+    much its card's largest free block shrinks, then the larger free blocks left on the card, then
+    card index and placement start."""
     instance = evaluation.instance
     parts: list[float | int] = [instance.memory if request.memory is not None else 0]
     for key in request.policy.sort_keys:
