@@ -86,3 +86,56 @@ def test_instances_in_use_are_skipped_and_charged_to_their_namespace() -> None:
     (decision,) = run_scenario(parse_scenario(data)).decisions
     assert decision.placement is not None
     assert [c.device for c in decision.candidates if c.chosen] == ["gpu-0-mig-2-0"]  # slices 4-7
+
+
+def test_a_cluster_snapshot_keeps_mig_cards_and_who_holds_their_instances() -> None:
+    from dra_driver.controller.offline import ClusterObjects
+    from dra_driver.simulate.snapshot import take_snapshot
+    from tests.controller.harness import DRIVER
+    from tests.controller.mig_world import mig_slices
+
+    slices = mig_slices([None, ["3g.71gb", "1g.18gb@4", "1g.18gb@5"]], node="node-1")
+    held = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "small", "namespace": "team-a"},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": f"mig.{DRIVER}"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "mig", "driver": DRIVER, "pool": "node-1", "device": "gpu-1-mig-11-0"}
+                    ]
+                }
+            }
+        },
+    }
+    objects = ClusterObjects(
+        pods=[], claims=[held], slices=slices, classes=[], nodes=[], gpu_quotas=[], resource_quotas=[]
+    )
+    snapshot = take_snapshot(objects, DRIVER)
+    assert snapshot.warnings == []
+    (node,) = snapshot.data["nodes"]
+    mig_card = next(gpu for gpu in node["gpus"] if "migDevices" in gpu)
+    assert mig_card["index"] == 1 and mig_card["productName"] == "NVIDIA H200"
+    assert mig_card["migDevices"] == [
+        {"profile": "3g.71gb", "start": 0},
+        {
+            "profile": "1g.18gb",
+            "start": 4,
+            "inUse": True,
+            "namespace": "team-a",
+            "deviceClass": f"mig.{DRIVER}",
+        },
+        {"profile": "1g.18gb", "start": 5},
+    ]
+    # Placed on the snapshot: the free 1g, next to the held one; the quota counts the held one.
+    data = {**snapshot.data, "claims": [{"name": "next", "namespace": "team-a", "profile": "1g.18gb"}]}
+    data["quotas"] = [{"name": "q", "namespace": "team-a", "hard": {"memory": "20Gi"}}]
+    (decision,) = run_scenario(parse_scenario(data)).decisions
+    assert decision.placement is None and "used 16896Mi + requested 16896Mi > hard 20Gi" in (
+        decision.reason or ""
+    )
+    del data["quotas"]
+    (decision,) = run_scenario(parse_scenario(data)).decisions
+    assert [c.device for c in decision.candidates if c.chosen] == ["gpu-1-mig-12-0"]
