@@ -16,7 +16,9 @@ in tenants)::
      "namespace": str | null,           # the namespace listed; null with -A (all namespaces)
      "usageNamespace": str | null,      # usage counts only this namespace's claims (the user may
                                         # not list all namespaces'); null: every namespace's
-     "nodes": [{"name": str, "gpus": int, "healthyGpus": int,
+     "nodes": [{"name": str, "gpus": int,  # physical GPUs (a card in MIG mode once)
+                "migInstances": int,    # only with MIG: published instances (each a device below)
+                "healthyGpus": int,     # healthy devices
                 "memory": {"used": int, "total": int}, "cores": {...}, "slots": {...},
                 "tenants": int,         # distinct claims allocated on the node
                 "starting": int,        # of those, claims whose pod has not started running yet
@@ -166,7 +168,7 @@ def node_rows(report: TopReport) -> list[list[str]]:
         rows.append(
             [
                 node.name or "-",
-                str(len(node.cards)),
+                str(node.gpus) + (f" ({node.mig_instances} MIG)" if node.mig_instances else ""),
                 f"{node.healthy_cards}/{len(node.cards)}",
                 memory_cell(node.memory),
                 count_cell(node.cores),
@@ -267,7 +269,8 @@ def card_json(card: Card) -> dict[str, Any]:
 def node_json(node: NodeSummary) -> dict[str, Any]:
     return {
         "name": node.name,
-        "gpus": len(node.cards),
+        "gpus": node.gpus,
+        **({"migInstances": node.mig_instances} if node.mig_instances else {}),
         "healthyGpus": node.healthy_cards,
         "memory": _usage(node.memory),
         "cores": _usage(node.cores),

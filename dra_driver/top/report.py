@@ -121,6 +121,16 @@ class NodeSummary:
         return sum((card.slots for card in self.cards), Usage(0, 0))
 
     @property
+    def gpus(self) -> int:
+        """Physical GPUs: the cards published whole, and each card in MIG mode once."""
+        whole = sum(1 for card in self.cards if card.mig_parent is None)
+        return whole + len({card.mig_parent for card in self.cards if card.mig_parent is not None})
+
+    @property
+    def mig_instances(self) -> int:
+        return sum(1 for card in self.cards if card.mig_parent is not None)
+
+    @property
     def healthy_cards(self) -> int:
         return sum(card.health == HEALTHY for card in self.cards)
 

@@ -69,3 +69,12 @@ def test_json_names_each_instance_profile_and_card() -> None:
     assert devices["gpu-1-mig-5-0"]["migParent"] == "gpu-1"
     assert "migProfile" not in devices["gpu-0"]
     assert devices["gpu-1-mig-1-0"]["memory"] == {"used": 71424 * 1024**2, "total": 71424 * 1024**2}
+
+
+def test_the_nodes_view_counts_a_mig_card_once_and_its_instances() -> None:
+    top = mig_report()
+    out = render_table(top, view="nodes")
+    (row,) = [line for line in out.splitlines() if line.startswith("n1 ")]
+    assert row.split()[1:3] == ["2", "(3"], row  # gpu-0 and the MIG card, with its 3 instances
+    (node,) = json.loads(render_json(top))["nodes"]
+    assert (node["gpus"], node["migInstances"]) == (2, 3)
