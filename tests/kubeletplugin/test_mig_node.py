@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
+from dra_driver.devices.mig import mig_caps_minors
 from dra_driver.devices.simulated import DevicesFileSource
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from hami_dra_dev.sandbox.kubelet import KubeletProtocol
@@ -84,6 +85,7 @@ def test_a_mig_card_is_published_as_its_mig_devices_and_one_is_prepared_whole(
             assert kubelet.prepare([ref(placed)]).claims[placed["metadata"]["uid"]].error == ""
             spec = read_spec(dirs.cdi / f"k8s.{DRIVER}-gpu_{placed['metadata']['uid']}.json")
             (device,) = spec["devices"]
-            assert [n["path"] for n in device["containerEdits"]["deviceNodes"]][0] == "/dev/nvidia1"
+            caps = [f"/dev/nvidia-caps/nvidia-cap{minor}" for minor in mig_caps_minors(1, 1, 0)]
+            assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia1", *caps]
     finally:
         plugin.stop()
