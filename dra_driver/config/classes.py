@@ -40,8 +40,12 @@ def _mig_pattern(driver: str) -> re.Pattern[str]:
 
 
 def mig_selector(driver: str) -> str:
-    """The selector of the chart's MIG class ``mig.<driver>`` (what :func:`is_mig_class` looks for)."""
-    return f'device.attributes["{driver}"].type == "mig"'
+    """The selector of the chart's MIG class ``mig.<driver>`` (what :func:`is_mig_class` looks for).
+
+    Guarded by ``"type" in``: a device without the attribute (another driver's, an older plugin's)
+    must not match, and without the guard its lookup is a CEL runtime error, which fails the claim.
+    """
+    return f'"type" in device.attributes["{driver}"] && device.attributes["{driver}"].type == "mig"'
 
 
 def is_mig_class(device_class: Mapping[str, Any], driver: str) -> bool:

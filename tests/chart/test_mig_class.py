@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dra_driver.config.classes import mig_selector
 from dra_driver.config.model import parse_gpu_config
 from dra_driver.contract import SCHEDULER_FENCE
 from dra_driver.resource.objects import DeviceClassView
@@ -18,7 +19,7 @@ def test_the_mig_class_is_a_mig_class_of_ours_with_its_policy_and_the_fence(rend
     view = DeviceClassView(classes["mig.gpu.hami.io"], "gpu.hami.io")
     assert view.ours and view.mig
     expressions = [s["cel"]["expression"] for s in view.raw["spec"]["selectors"]]
-    assert SCHEDULER_FENCE in expressions
+    assert expressions == ['device.driver == "gpu.hami.io"', mig_selector("gpu.hami.io"), SCHEDULER_FENCE]
     (config,) = view.config
     assert parse_gpu_config(config["opaque"]["parameters"]).policy == "binpack"
     # Every other class of the chart places cards and shares, never MIG instances.

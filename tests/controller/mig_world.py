@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dra_driver.config.classes import mig_selector
 from dra_driver.devices.mig import checked_mig_cards
 from dra_driver.devices.simulated import parse_devices
 from dra_driver.resource.slice_builder import build_resource_slices
 from tests.controller.harness import DRIVER, device_class
 
 MIG_CLASS = f"mig.{DRIVER}"
-MIG_SELECTOR = f'device.attributes["{DRIVER}"].type == "mig"'
+MIG_SELECTOR = mig_selector(DRIVER)
 SEVEN_1G = ["1g.18gb"] * 7
 
 
