@@ -39,7 +39,7 @@ tools:
 # slices, nvidia-smi cross-check, health watcher, claim CDI specs, and with a HAMi-core libvgpu.so
 # its memory and cores limits (two processes, a PID namespace, a podman container where one runs).
 gpu-check:
-	bash hack/gpu-check.sh
+	bash hack/gpu-check.sh $(GPU_CHECK_ARGS)
 
 # The upstream Kubernetes components, etcd, containerd, CNI plugins, crictl and the NVIDIA Container
 # Toolkit (nvidia-ctk, for the CDI spec tests), built from their Go modules into
@@ -76,6 +76,7 @@ demo-cluster: $(STAMP) tools cluster-build
 # sandbox API latencies.
 bench: $(STAMP) tools
 	$(PY) hack/bench_engine.py
+	$(PY) hack/bench_mig.py
 	$(PY) hack/bench_simulate.py
 	$(PY) hack/bench_prepare.py --callers 1
 	$(PY) hack/bench_prepare.py --callers 8

@@ -4,11 +4,13 @@
 # spec of prepared claims (with what CUDA in a container needs) and, where a HAMi-core libvgpu.so
 # and libcuda are present, its memory limit (the limit minus the context it reports), its cores
 # limit (a kernel loop at 30 % against none), two processes sharing one limit, a PID namespace and
-# (as root, with podman) a container run through the claim's composed CDI spec. Each a PASS, FAIL
+# (as root, with podman) a container run through the claim's composed CDI spec; on a GPU in MIG
+# mode and only with --allow-mig-changes, one MIG instance created, seen published, destroyed. Each a PASS, FAIL
 # or SKIP line with its figure. Needs only this repository and an NVIDIA driver; no network, no
 # cluster; well under 8 minutes on one GPU.
 #
-#   hack/gpu-check.sh [--node-name N] [--dev-root /dev] [--nvidia-driver-root DIR]
+#   hack/gpu-check.sh [--node-name N] [--dev-root /dev] [--nvidia-driver-root DIR] [--allow-mig-changes]
+#   make gpu-check GPU_CHECK_ARGS=--allow-mig-changes
 #
 # Needs installed, from PyPI only: nvidia-ml-py. Optional (a missing one skips the checks that need
 # it, named in the output): grpcio, protobuf, PyYAML, prometheus-client, kubernetes-validate; put

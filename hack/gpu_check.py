@@ -243,6 +243,8 @@ class Context:
     spin_rate: float | None = None
     spin_iterations: int = 0
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpu-check-")))
+    #: Step j may create and destroy a MIG instance (``--allow-mig-changes``).
+    allow_mig_changes: bool = False
 
 
 @dataclass
@@ -1704,6 +1706,106 @@ def _spin(cuda: Any, call: Callable[..., None], device: ctypes.c_int, plan: Prob
 # -- main ------------------------------------------------------------------------------------------
 
 
+# -- j. a MIG instance created and destroyed ---------------------------------------------------------
+
+#: Compute-instance profile index spanning a GPU instance of this many compute slices (nvml.h).
+_CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+
+
+def step_mig(report: Report, ctx: Context) -> None:
+    """On a card in MIG mode, with ``--allow-mig-changes``: create the smallest GPU instance there
+    is room for and a compute instance spanning it, see discovery publish it as a MIG device with
+    its profile, destroy both, see it gone. The card's existing instances are never touched."""
+    from dra_driver.devices.mig import mig_device_name
+    from dra_driver.devices.mig_profiles import mig_model
+    from dra_driver.devices.source import DeviceSourceError, open_source
+
+    cards = [gpu for gpu in ctx.gpus if gpu.mig_enabled]
+    if not cards:
+        report.skipped("MIG instance create/destroy: no GPU in MIG mode")
+        return
+    card = cards[0]
+    if not ctx.allow_mig_changes:
+        report.skipped(
+            f"MIG instance create/destroy on {card.name} ({card.uuid}): pass --allow-mig-changes to let the "
+            "check create and destroy one instance (make gpu-check GPU_CHECK_ARGS=--allow-mig-changes)"
+        )
+        return
+    model = mig_model(card.product_name)
+    if model is None:
+        report.skipped(f"MIG instance create/destroy: no MIG profile table for {card.product_name!r}")
+        return
+    import pynvml as nvml
+
+    nvml.nvmlInit()
+    try:
+        handle = nvml.nvmlDeviceGetHandleByUUID(card.uuid)
+        chosen = None
+        for profile in sorted(model.profiles, key=lambda p: (p.slices, p.memory_mib)):
+            if profile.name.endswith("+me"):
+                continue
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile.nvml_index)
+                if int(nvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, info.id)) > 0:
+                    chosen = profile, info
+                    break
+            except nvml.NVMLError:
+                continue
+        if chosen is None:
+            report.skipped(f"MIG instance create/destroy: no room on {card.name} for any profile")
+            return
+        profile, info = chosen
+
+        def discovered() -> dict[str, str]:
+            try:
+                gpus = open_source("nvml", node_name=ctx.node_name, driver_root=ctx.driver_root).discover()
+            except DeviceSourceError as err:
+                report.failed(f"NVML discovery after the MIG change: {err}")
+                return {}
+            return {
+                mig_device_name(gpu.name, mig): mig.profile
+                for gpu in gpus
+                if gpu.uuid == card.uuid
+                for mig in gpu.mig_devices
+            }
+
+        before = discovered()
+        gpu_instance = nvml.nvmlDeviceCreateGpuInstance(handle, info.id)
+        compute_instance = None
+        try:
+            gi = int(nvml.nvmlGpuInstanceGetInfo(gpu_instance).id)
+            ci_profile = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gpu_instance,
+                _CI_PROFILE_BY_SLICES[profile.slices],
+                nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            )
+            compute_instance = nvml.nvmlGpuInstanceCreateComputeInstance(gpu_instance, ci_profile.id)
+            created = f"{card.name}-mig-{gi}-0"
+            report.passed(
+                f"created {profile.name} (GPU instance {gi}) and its compute instance on {card.name}"
+            )
+            after = discovered()
+            new = sorted(set(after) - set(before))
+            seen = ", ".join(f"{name} {after[name]}" for name in new) or "none"
+            report.expect(
+                [(name, after[name]) for name in new] == [(created, profile.name)],
+                f"discovery publishes the new instance: {seen} (expected {created} {profile.name})",
+            )
+        finally:
+            if compute_instance is not None:
+                nvml.nvmlComputeInstanceDestroy(compute_instance)
+            nvml.nvmlGpuInstanceDestroy(gpu_instance)
+        gone = discovered()
+        report.expect(
+            gone == before,
+            f"destroyed it: discovery is back to {len(gone)} MIG device(s) on {card.name}",
+        )
+    except nvml.NVMLError as err:
+        report.failed(f"MIG instance create/destroy on {card.name}: NVML {err}")
+    finally:
+        nvml.nvmlShutdown()
+
+
 def node_name() -> str:
     """``$NODE_NAME``, else the host name made a DNS subdomain (the pool and slice names use it)."""
     raw = os.environ.get("NODE_NAME") or socket.gethostname()
@@ -1721,6 +1823,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     driver_root = args.nvidia_driver_root
     registry = args.cdi_registry or [Path("/etc/cdi"), Path("/var/run/cdi")]
     ctx = Context(args.node_name, args.dev_root, driver_root, registry)
+    ctx.allow_mig_changes = args.allow_mig_changes
     ctx.hami_core_lib = find_hami_core()
     started = time.monotonic()
     print(
@@ -1738,6 +1841,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("g", "two processes sharing one limit", step_two_processes),
         ("h", "a PID namespace", step_pid_namespace),
         ("i", "a container through the share claim's CDI spec", step_container),
+        ("j", "a MIG instance created and destroyed", step_mig),
     ]
     try:
         for key, title, run in steps:
@@ -1778,6 +1882,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         help="CDI registry dir with the NVIDIA toolkit's spec (repeatable; default /etc/cdi, /var/run/cdi)",
+    )
+    parser.add_argument(
+        "--allow-mig-changes",
+        action="store_true",
+        help="on a GPU in MIG mode, create and destroy one MIG instance (step j; off: skipped)",
     )
     parser.add_argument("--cuda-probe", nargs=2, metavar=("LIBRARY", "PLAN"), help=argparse.SUPPRESS)
     return parser

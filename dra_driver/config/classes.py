@@ -32,6 +32,30 @@ def class_selectors(device_class: Mapping[str, Any]) -> list[str]:
     return [expression for expression in expressions if expression.strip() != SCHEDULER_FENCE]
 
 
+def _mig_pattern(driver: str) -> re.Pattern[str]:
+    quoted = re.escape(driver)
+    return re.compile(
+        rf"device\s*\.\s*attributes\s*\[\s*(?:\"{quoted}\"|'{quoted}')\s*\]\s*\.\s*type\s*==\s*(?:\"mig\"|'mig')"
+    )
+
+
+def mig_selector(driver: str) -> str:
+    """The selector of the chart's MIG class ``mig.<driver>`` (what :func:`is_mig_class` looks for).
+
+    Guarded by ``"type" in``: a device without the attribute (another driver's, an older plugin's)
+    must not match, and without the guard its lookup is a CEL runtime error, which fails the claim.
+    """
+    return f'"type" in device.attributes["{driver}"] && device.attributes["{driver}"].type == "mig"'
+
+
+def is_mig_class(device_class: Mapping[str, Any], driver: str) -> bool:
+    """A class of MIG instances (issue 37): one of its selectors pins ``type == "mig"`` in the
+    driver's domain, as the chart's ``mig.<driver>`` class does. Its claims are placed among MIG
+    instances (``engine/mig.py``), every other class's among whole cards and shares only."""
+    pattern = _mig_pattern(driver)
+    return any(pattern.search(expression) for expression in class_selectors(device_class))
+
+
 def is_driver_class(device_class: Mapping[str, Any], driver: str) -> bool:
     if (device_class.get("metadata") or {}).get("name") == driver:
         return True

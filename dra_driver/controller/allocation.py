@@ -1,8 +1,9 @@
 """A planned claim -> ``status.allocation`` exactly as the ``resource.k8s.io/v1`` API defines it.
 
 * one result per device: ``request`` (``req`` or ``req/sub``), ``driver``, ``pool``, ``device``;
-  our devices allow multiple allocations, so each result gets a fresh ``shareID`` (a UUID) and
+  our cards allow multiple allocations, so each result gets a fresh ``shareID`` (a UUID) and
   ``consumedCapacity`` listing every capacity (``memory``, ``cores``, ``slots``), even zero ones;
+  a MIG instance (given out whole, ``whole_device``) gets neither, as kube-scheduler writes it;
   ``adminAccess`` results take nothing and carry ``adminAccess: true``; request tolerations are
   copied, as the scheduler copies them;
 * ``config``: for each request the class's configs (``source: FromClass``, ``requests: [req]``),
@@ -58,6 +59,8 @@ def build_allocation(
         }
         if result.admin_access:
             entry["adminAccess"] = True
+        elif result.whole_device:
+            pass  # a MIG instance is the result's alone: no shareID, so it takes the whole device
         else:
             entry["shareID"] = new_uid()
             entry["consumedCapacity"] = {

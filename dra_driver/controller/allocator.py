@@ -133,7 +133,8 @@ def format_decision(
     for card in decision.candidates:
         mark = "*" if card.chosen else ""
         state = "" if card.eligible else f"({card.reason.value if card.reason else 'ineligible'})"
-        cards.append(f"{card.node}/{name(card.node, card.index)}={card.score:.6f}{mark}{state}")
+        device = card.device or name(card.node, card.index)
+        cards.append(f"{card.node}/{device}={card.score:.6f}{mark}{state}")
     placement = decision.placement
     outcome = (
         f"-> {placement.node} " + ",".join(name(placement.node, share.index) for share in placement.devices)
@@ -410,7 +411,9 @@ class Allocator:
         inventory = self.cache.ledger.inventory.get(node)
 
         def card_of(device_id: DeviceId) -> GpuCard | None:
-            device = inventory.devices.get(device_id) if inventory is not None else None
+            if inventory is None:
+                return None
+            device = inventory.devices.get(device_id) or inventory.mig.get(device_id)  # a MIG instance
             return device.card if device is not None else None
 
         value = encode_devices_allocated(pod, allocated, self.driver, card_of)

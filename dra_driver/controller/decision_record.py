@@ -36,6 +36,8 @@ class CardRecord:
     score: float
     chosen: bool
     reason: str | None
+    #: What else decided its place: a MIG instance's placement and what taking it leaves free.
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"device": self.device, "score": round(self.score, 6)}
@@ -43,13 +45,19 @@ class CardRecord:
             data["chosen"] = True
         if self.reason:
             data["reason"] = self.reason
+        if self.note:
+            data["note"] = self.note
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CardRecord:
         reason = data.get("reason")
         return cls(
-            str(data["device"]), float(data["score"]), bool(data.get("chosen")), reason and str(reason)
+            str(data["device"]),
+            float(data["score"]),
+            bool(data.get("chosen")),
+            reason and str(reason),
+            str(data.get("note") or ""),
         )
 
 
@@ -97,10 +105,11 @@ def request_record(
     )
     cards = tuple(
         CardRecord(
-            f"{card.node}/{device_name(card.node, card.index)}",
+            f"{card.node}/{card.device or device_name(card.node, card.index)}",
             card.score,
             card.chosen,
             card.reason.value if card.reason else None,
+            card.note,
         )
         for card in ranked[:MAX_CARDS]
     )

@@ -86,8 +86,13 @@ class Matcher:
         generation: int,
         budget: CostBudget | None = None,
         changed_since: Callable[[int], set[str] | None] | None = None,
+        *,
+        mig: bool = False,
     ) -> Eligible:
         """The devices ``spec`` may use; raises ``RequestError`` with the selector's error (cached).
+
+        ``mig``: choose among the nodes' MIG instances (a MIG class, issue 37) instead of their
+        cards; the two never mix, so a class of cards never gets a MIG instance.
 
         ``generation``: the inventory's position in its change log (``Ledger.inventory_log``),
         ``changed_since`` that log's ``since``: the nodes to evaluate again in a cached selection.
@@ -105,6 +110,7 @@ class Matcher:
             spec.selectors,
             repr(spec.tolerations),
             claim_subject if spec.selectors else "",
+            mig,
         )
         cached = self._cache.get(key)
         if isinstance(cached, str):
@@ -117,13 +123,13 @@ class Matcher:
         changed = None if cached is None or changed_since is None else changed_since(cached.position)
         try:
             if cached is None or changed is None:
-                per_node = self._select(spec, class_exprs, claim_subject, inventory.items(), budget)
+                per_node = self._select(spec, class_exprs, claim_subject, inventory.items(), budget, mig)
             else:
                 per_node = dict(cached.per_node)
                 for node in changed:
                     per_node.pop(node, None)
                 there = ((node, inventory[node]) for node in changed if node in inventory)
-                per_node.update(self._select(spec, class_exprs, claim_subject, there, budget))
+                per_node.update(self._select(spec, class_exprs, claim_subject, there, budget, mig))
         except SelectorBudgetError as err:
             self._cache.pop(key, None)
             _bounded_put(self._refused, key, str(err), MAX_REFUSED_SELECTIONS)
@@ -143,13 +149,15 @@ class Matcher:
         claim_subject: str,
         nodes: Iterable[tuple[str, NodeInventory]],
         budget: CostBudget | None,
+        mig: bool = False,
     ) -> dict[str, _NodeSelection]:
-        """Evaluate the selectors and taints on every device of ``nodes``."""
+        """Evaluate the selectors and taints on every device of ``nodes`` (MIG instances: ``mig``)."""
         per_node = {}
         for node, node_inventory in nodes:
             matched = []
             tainted = []
-            devices = sorted(node_inventory.devices.values(), key=lambda item: item.card.index)
+            pool = node_inventory.mig if mig else node_inventory.devices
+            devices = sorted(pool.values(), key=lambda item: item.card.index)
             for device in devices:
                 if not self._selected(spec, class_exprs, claim_subject, device, budget):
                     continue

@@ -69,7 +69,8 @@ class GpuSeries:
     def full(self, ledger: Ledger, tenant_of: TenantOf, pods_of: PodsOf) -> None:
         """Every piece from scratch."""
         self._reset()
-        self._refresh(ledger, set(ledger.state.nodes), set(ledger.claims()), tenant_of, pods_of)
+        nodes = set(ledger.state.nodes) | set(ledger.mig_state.nodes)
+        self._refresh(ledger, nodes, set(ledger.claims()), tenant_of, pods_of)
 
     def update(
         self,
@@ -186,8 +187,9 @@ def _claim_part(ledger: Ledger, uid: str, tenant_of: TenantOf) -> _ClaimPart | N
 
 def _node_piece(ledger: Ledger, name: str) -> Piece | None:
     node = ledger.state.nodes.get(name)
+    mig = _mig_samples(ledger, name)
     if node is None:
-        return None
+        return mig or None
     results: Counter[int] = Counter()
     claims = ledger.claims()
     for uid in ledger.claims_on(name):
@@ -217,4 +219,28 @@ def _node_piece(ledger: Ledger, name: str) -> Piece | None:
             ("hami_dra_gpu_tenants", results[card.index]),
         ):
             samples.setdefault(metric, []).append((labels, float(value)))
-    return {metric: tuple(values) for metric, values in samples.items()}
+    return {**{metric: tuple(values) for metric, values in samples.items()}, **mig}
+
+
+def _mig_samples(ledger: Ledger, name: str) -> dict[str, tuple[Sample, ...]]:
+    """The node's MIG instances: each one's memory, and whether a claim holds it."""
+    state = ledger.mig_state
+    memory: list[Sample] = []
+    held: list[Sample] = []
+    for instance in state.instances(name):
+        labels = (
+            name,
+            instance.name,
+            instance.uuid,
+            instance.product_name,
+            instance.profile,
+            instance.parent_name,
+        )
+        memory.append((labels, float(instance.memory)))
+        held.append((labels, 1.0 if state.in_use(name, instance.index) else 0.0))
+    if not memory:
+        return {}
+    return {
+        "hami_dra_mig_instance_memory_bytes": tuple(memory),
+        "hami_dra_mig_instance_allocated": tuple(held),
+    }

@@ -21,6 +21,7 @@ from dra_driver.contract import DeviceId
 from dra_driver.controller.changelog import ChangeLog
 from dra_driver.controller.inventory import Device, NodeInventory
 from dra_driver.engine import ClusterState, DeviceShare, GpuCard, Placement, StateError
+from dra_driver.engine.mig import MigState
 from dra_driver.quota import Charge
 from dra_driver.quota.usage import charged_cores
 from dra_driver.resource.capacity import Capacity
@@ -50,6 +51,8 @@ class Ledger:
 
     def __init__(self) -> None:
         self.state = ClusterState()
+        #: MIG instances and which are in use (issue 37), rebuilt with the node like ``state``.
+        self.mig_state = MigState()
         self.inventory: dict[str, NodeInventory] = {}
         self._devices: dict[DeviceId, Device] = {}
         self._claims: dict[str, tuple[Use, ...]] = {}  # claim uid -> uses
@@ -92,7 +95,7 @@ class Ledger:
         changed = {name for name in names if _cards(self.inventory.get(name)) != _cards(nodes.get(name))}
         previously_unplaced = set(self._unplaced)
         self.inventory = dict(nodes)
-        self._devices = {key: device for node in nodes.values() for key, device in node.devices.items()}
+        self._devices = {key: device for node in nodes.values() for key, device in node.all_devices().items()}
         self._by_node = {}
         self._unplaced = set()
         for uid, uses in self._claims.items():
@@ -123,12 +126,12 @@ class Ledger:
             for name in self._nodes_of(uid):
                 self._by_node.get(name, set()).discard(uid)
         for name in nodes:
-            for key in self.inventory.pop(name, NodeInventory(name)).devices:
+            for key in self.inventory.pop(name, NodeInventory(name)).all_devices():
                 self._devices.pop(key, None)
         for name, new in nodes.items():
             if new is not None:
                 self.inventory[name] = new
-                self._devices.update(new.devices)
+                self._devices.update(new.all_devices())
         for uid in affected:
             nodes_used = self._index(uid, self._claims.get(uid, ()))
             if uid in previously_unplaced:
@@ -142,7 +145,9 @@ class Ledger:
     def device_name(self, node: str, index: int) -> str:
         """The published name of the engine's card ``index`` on ``node`` (``gpu-<index>`` if unknown)."""
         inventory = self.inventory.get(node)
-        device = inventory.by_index.get(index) if inventory is not None else None
+        device = None
+        if inventory is not None:
+            device = inventory.by_index.get(index) or inventory.mig_by_index.get(index)
         return device.id.device if device is not None else device_name(index)
 
     def device(self, device: DeviceId) -> Device | None:
@@ -296,7 +301,8 @@ class Ledger:
 
     # --- engine state ------------------------------------------------------------------------
     def shares_on(self, node: str) -> list[DeviceShare]:
-        """What the claims (and holds) counted on ``node`` take from its cards."""
+        """What the claims (and holds) counted on ``node`` take from its cards (MIG instances:
+        ``mig_in_use``)."""
         shares: list[DeviceShare] = []
         for uid in sorted(self._by_node.get(node, ())):
             if uid in self._hidden:
@@ -316,16 +322,37 @@ class Ledger:
     def _shares(self, uses: Iterable[Use], node: str) -> Iterator[DeviceShare]:
         for use in uses:
             device = self._devices.get(use.device)
-            if device is None or device.node != node:
+            if device is None or device.node != node or device.mig is not None:
                 continue
             taken = use.consumption.of(card_capacity(device.card))
             yield DeviceShare(device.card.index, taken.memory, taken.cores, taken.slots)
+
+    def mig_in_use(self, node: str) -> set[int]:
+        """The engine indexes of ``node``'s MIG instances that a counted claim or hold uses (admin
+        access takes nothing, as for cards)."""
+        uses = [
+            use
+            for uid in self._by_node.get(node, ())
+            if uid not in self._hidden
+            for use in self._claims.get(uid, ())
+        ]
+        uses += [use for key, held in self._holds.items() if key not in self._hidden for use in held]
+        used = set()
+        for use in uses:
+            device = self._devices.get(use.device)
+            if device is not None and device.node == node and device.mig is not None:
+                used.add(device.card.index)
+        return used
 
     def _rebuild(self, node: str) -> None:
         """Reset one node of the engine state to inventory + recorded contributions."""
         self._changes.nodes.add(node)
         self.state.remove_node(node)
         inventory = self.inventory.get(node)
+        if inventory is not None and inventory.mig:
+            self.mig_state.set_node(node, inventory.mig_instances, self.mig_in_use(node))
+        else:
+            self.mig_state.remove_node(node)
         if inventory is None or not inventory.devices:
             return
         try:
@@ -347,7 +374,7 @@ class Ledger:
         not, the nodes touched are rebuilt from recorded claims only. What is written and not yet
         observed is ``controller/assumed.py``'s, which records it here as claim uses.
         """
-        trial = Trial(self.state)
+        trial = Trial(self.state, self.mig_state)
         try:
             yield trial
         finally:
@@ -358,16 +385,22 @@ class Ledger:
 class Trial:
     """The tentative side of one plan attempt (``Ledger.trial``)."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, mig_state: MigState | None = None) -> None:
         self.state = state
+        self.mig_state = mig_state if mig_state is not None else MigState()
         self.touched: set[str] = set()
 
     def allocate(self, placement: Placement) -> None:
         self.state.allocate(placement)
         self.touched.add(placement.node)
 
+    def allocate_mig(self, placement: Placement) -> None:
+        """Mark a MIG placement's instances in use for the rest of the attempt."""
+        self.mig_state.allocate(placement)
+        self.touched.add(placement.node)
+
 
 def _cards(inventory: NodeInventory | None) -> tuple[Any, ...]:
     if inventory is None:
         return ()
-    return tuple(sorted((key, device.card) for key, device in inventory.devices.items()))
+    return tuple(sorted((key, device.card) for key, device in inventory.all_devices().items()))

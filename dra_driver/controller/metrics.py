@@ -39,6 +39,8 @@ from dra_driver.metrics_page import Encoder, PageRegistry, Piece, PieceText, Sam
 GPU_LABELS = ("node", "device", "uuid", "model")
 #: Labels of the per-claim series: who holds the share, then the card.
 CLAIM_LABELS = ("claim_namespace", "claim", "claim_pod", *GPU_LABELS)
+#: A MIG instance (issue 37): its device, UUID and model, its CUDA profile and its card's device name.
+MIG_LABELS = (*GPU_LABELS, "profile", "parent")
 
 #: Reasons the overcommit repair reports; series exist from the start so ``increase()`` sees 0 -> 1.
 OVERCOMMIT_ACTIONS = ("reported", "deallocated")
@@ -124,6 +126,11 @@ _GPU_FAMILIES: dict[str, tuple[str, Sequence[str]]] = {
     "hami_dra_gpu_allocated_cores": ("Cores of each GPU that allocated claims take", GPU_LABELS),
     "hami_dra_gpu_allocated_slots": ("Slots of each GPU that allocated claims take", GPU_LABELS),
     "hami_dra_gpu_tenants": ("Allocated claim results on each GPU", GPU_LABELS),
+    "hami_dra_mig_instance_memory_bytes": ("Memory of each published MIG instance", MIG_LABELS),
+    "hami_dra_mig_instance_allocated": (
+        "1 while an allocated claim holds the MIG instance (given out whole), else 0",
+        MIG_LABELS,
+    ),
     "hami_dra_claim_allocated_memory_bytes": (
         "Memory each allocated claim takes from each GPU (its namespace, name and pods)",
         CLAIM_LABELS,

@@ -23,7 +23,9 @@ from dra_driver.config.resolve import ResolvedConfig, driver_configs
 from dra_driver.contract import DeviceId
 from dra_driver.controller.eligibility import Eligible, Matcher
 from dra_driver.controller.ledger import Ledger, Trial
+from dra_driver.controller.mig_plan import check_mig_request, mig_request
 from dra_driver.engine import Decision, DeviceShare, PlacementRequest, place
+from dra_driver.engine.mig import place_mig
 from dra_driver.kube.api import ObjView
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import ClaimRequest, RequestError, RequestSpec
@@ -41,6 +43,8 @@ class ResultPlan:
     share: DeviceShare
     admin_access: bool
     tolerations: tuple[ObjView, ...]
+    #: The device is the result's alone (a MIG instance): no shareID, no consumedCapacity.
+    whole_device: bool = False
 
 
 @dataclass(slots=True)
@@ -235,6 +239,7 @@ class Planner:
             ledger.inventory_generation,
             asked.budget,
             changed_since=ledger.inventory_log.since,
+            mig=device_class.mig,
         )
         nodes = asked.allowed & eligible.nodes
         if not nodes:
@@ -242,18 +247,25 @@ class Planner:
         resolved = self._resolve(plan, spec, device_class, asked)
         if spec.admin_access:
             return _place_admin(spec, eligible, nodes, asked.claim_plan)
-        decision = self._decide(spec, eligible, nodes, resolved)
+        if device_class.mig:
+            check_mig_request(spec, asked.subject)
+        decision = self._decide(spec, eligible, nodes, resolved, mig=device_class.mig)
         subject = f"{asked.subject} request {spec.name}"
         plan.decisions.append(PlanDecision(subject, decision, resolved.describe()))
         if decision.placement is None:
             return _NoFit(decision.reason or "does not fit")
         placement = decision.placement
-        trial.allocate(placement)
+        if device_class.mig:
+            trial.allocate_mig(placement)
+        else:
+            trial.allocate(placement)
         inventory = self.ledger.inventory[placement.node]
         for share in placement.devices:
             device = inventory.device_at(share.index)
             asked.claim_plan.results.append(
-                ResultPlan(spec.name, device.id, placement.node, share, False, spec.tolerations)
+                ResultPlan(
+                    spec.name, device.id, placement.node, share, False, spec.tolerations, device_class.mig
+                )
             )
         return placement.node
 
@@ -282,18 +294,27 @@ class Planner:
         return resolved
 
     def _decide(
-        self, spec: RequestSpec, eligible: Eligible, nodes: frozenset[str], resolved: ResolvedConfig
+        self,
+        spec: RequestSpec,
+        eligible: Eligible,
+        nodes: frozenset[str],
+        resolved: ResolvedConfig,
+        *,
+        mig: bool = False,
     ) -> Decision:
-        """The engine's decision on ``nodes``; for allocationMode All, on the first node (by name)
-        where every matching device fits."""
+        """The engine's decision on ``nodes`` (among MIG instances for a MIG class); for
+        allocationMode All, on the first node (by name) where every matching device fits."""
+
+        def decide(count: int, allowed: frozenset[str]) -> Decision:
+            if mig:
+                return place_mig(self.ledger.mig_state, mig_request(spec, eligible, resolved, count, allowed))
+            return place(self.ledger.state, placement_request(spec, eligible, resolved, count, allowed))
+
         if not spec.all_devices:
-            return place(self.ledger.state, placement_request(spec, eligible, resolved, spec.count, nodes))
+            return decide(spec.count, nodes)
         decision: Decision | None = None
         for node in sorted(nodes):  # allocationMode All: every matching device of one node
-            count = len(eligible.per_node.get(node, ()))
-            decision = place(
-                self.ledger.state, placement_request(spec, eligible, resolved, count, frozenset({node}))
-            )
+            decision = decide(len(eligible.per_node.get(node, ())), frozenset({node}))
             if decision.placement is not None:
                 return decision
         assert decision is not None

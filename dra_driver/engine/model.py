@@ -163,6 +163,10 @@ class CandidateCard:
     eligible: bool
     chosen: bool
     reason: Reason | None
+    #: The published device name where it is not ``gpu-<index>`` (a MIG instance, ``engine/mig.py``).
+    device: str = ""
+    #: What else decided its place (a MIG instance: its placement and what taking it leaves free).
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,10 @@ class Reason(StrEnum):
     CARD_WHOLE_ONLY = "CardComputeModeWholeOnly"
     #: Not HAMi's: the card is outside the request's eligible set (DRA CEL selectors, device taints).
     DEVICE_SELECTOR_MISMATCH = "DeviceSelectorMismatch"
+    #: Not HAMi's (MIG, issue 37): the instance has another profile than the request names.
+    MIG_PROFILE_MISMATCH = "MigProfileMismatch"
+    #: Not HAMi's (MIG): the instance is given out whole to another claim already.
+    MIG_INSTANCE_IN_USE = "MigInstanceInUse"
     CARD_TYPE_MISMATCH = "CardTypeMismatch"
     CARD_UUID_MISMATCH = "CardUuidMismatch"
     CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"

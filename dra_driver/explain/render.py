@@ -73,6 +73,8 @@ def render(explanation: Explanation, wide: bool = False) -> str:
                 fix = FIXES.get(card.reason or "", "") if not card.chosen else ""
                 line = f"    {card.device:<32} {card.score:>10.4f}  {result:<{width}}  {fix or '-'}"
             lines.append(line.rstrip())
+            if card.note:  # a MIG instance: where it sits and what taking it leaves free
+                lines.append(f"      {card.note}")
         if request.omitted:
             lines.append(f"    ... {request.omitted} more cards")
     fixes = explanation.fixes()

@@ -10,10 +10,11 @@ and ``pcieRoot``. The capacity is ``memory`` alone, without a request policy: a 
 given out whole (``allowMultipleAllocations`` unset), because HAMi-core's memory and SM limits act
 on CUDA's whole-device view and do not apply to MIG devices; the hardware partition is the limit.
 
-MIG devices are allocated by kube-scheduler through a class that selects ``type == "mig"`` (the
-example class ``mig.gpu.hami.io`` in examples/mig/, not yet in the chart): whole exclusive devices
-need no policy, so they never carry the ``policy-managed`` taint; a sick parent's MIG devices get
-the ``unhealthy`` taint when the plugin taints unhealthy devices.
+MIG devices are allocated by our controller through the chart's class ``mig.gpu.hami.io``, whose
+selector pins ``type == "mig"`` (``config/classes.py`` ``is_mig_class``), with the class's policy
+chain (``engine/mig.py``); the class carries the scheduler fence, so kube-scheduler's first fit
+takes none of its claims, and MIG devices need no ``policy-managed`` taint; a sick parent's MIG
+devices get the ``unhealthy`` taint when the plugin taints unhealthy devices.
 """
 
 from __future__ import annotations

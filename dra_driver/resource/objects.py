@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
-from dra_driver.config.classes import is_driver_class
+from dra_driver.config.classes import is_driver_class, is_mig_class
 from dra_driver.contract import ALLOCATED_CONDITION, FINALIZER, GATE_NAME
 from dra_driver.kube.api import Obj, ObjView
 from dra_driver.resource.constraints import DeviceConstraint, parse_constraints
@@ -375,11 +375,13 @@ class DeviceClassView(ObjectView):
     API_VERSION = "resource.k8s.io/v1"
     KIND = "DeviceClass"
 
-    __slots__ = ("config", "extended_resource_name", "ours")
+    __slots__ = ("config", "extended_resource_name", "mig", "ours")
 
     def __init__(self, raw: Mapping[str, Any], driver: str) -> None:
         super().__init__(raw)
         self.ours = is_driver_class(raw, driver)
+        #: A class of MIG instances (a selector pins ``type == "mig"``): placed by ``engine/mig.py``.
+        self.mig = self.ours and is_mig_class(raw, driver)
         spec = raw.get("spec") or {}
         #: ``spec.config``: the class's opaque configs, given to every request of the class.
         self.config: tuple[ObjView, ...] = tuple(spec.get("config") or ())

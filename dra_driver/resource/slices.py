@@ -76,8 +76,8 @@ LEGACY_NUMA_NODE_ATTRIBUTE = "numaNode"
 #: The value of ``type``.
 GPU_TYPE = "gpu"
 #: MIG devices (issue 37): ``type`` is ``mig``; a MIG device has no ``index`` of its own (the
-#: controller's inventory, which places whole cards and shares by index, never sees one) and names
-#: its card by the ``parent*`` attributes. Its ``profile`` is CUDA's (``1g.10gb``, ``1c.3g.40gb``).
+#: controller's inventory keeps it apart from the cards, ``controller/inventory.py`` ``mig_device``)
+#: and names its card by the ``parent*`` attributes. Its ``profile`` is CUDA's (``1g.10gb``, ``1c.3g.40gb``).
 MIG_TYPE = "mig"
 MIG_PROFILE_ATTRIBUTE = "profile"
 MIG_PARENT_UUID_ATTRIBUTE = "parentUUID"

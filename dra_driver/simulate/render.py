@@ -10,10 +10,13 @@ JSON format (documented in the README; keys are stable, new keys may be added)::
     {"results": [{"claim": str, "allocated": bool, "node": str|null, "policy": str,
                   "unknownPolicies": [str], "devices": [{"node", "index", "name", "memory", "cores"}],
                   "reason": str|null, "quota": str|null (the namespace/name that held it pending),
-                  "candidates": [{"node", "index", "productName", "tenants", "usedMemory", "score",
-                                  "eligible", "chosen", "reason"}]}]}
+                  "candidates": [{"node", "index", "name", "productName", "tenants", "usedMemory",
+                                  "score", "eligible", "chosen", "reason", "note"}]}]}
 
 Scores are the usage scores before the claim was placed, rounded to 6 decimals; memory in bytes.
+A MIG claim's candidates are MIG instances (``engine/mig.py``): ``name`` is the instance's
+(``gpu-1-mig-13-0``; ``index`` an engine number), ``score`` and ``tenants`` its card's instances in
+use, ``note`` where it sits and what taking it leaves free.
 """
 
 from __future__ import annotations
@@ -30,6 +33,18 @@ from dra_driver.simulate.documents import json_text
 from dra_driver.simulate.run import SimulationResult
 
 
+def device_name(decision: Decision, node: str, index: int) -> str:
+    """The published name of the card (``gpu-<index>``) or MIG instance ``index`` of ``node``."""
+    for card in decision.candidates:
+        if card.node == node and card.index == index and card.device:
+            return card.device
+    return f"gpu-{index}"
+
+
+def _card_name(card: CandidateCard) -> str:
+    return card.device or f"gpu-{card.index}"
+
+
 def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, Any]:
     placement = decision.placement
     return {
@@ -44,7 +59,7 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
             {
                 "node": placement.node,
                 "index": share.index,
-                "name": f"gpu-{share.index}",
+                "name": device_name(decision, placement.node, share.index),
                 "memory": share.memory,
                 "cores": share.cores,
             }
@@ -56,6 +71,7 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
             {
                 "node": card.node,
                 "index": card.index,
+                "name": _card_name(card),
                 "productName": card.product_name,
                 "tenants": card.tenants,
                 "usedMemory": card.used_memory,
@@ -63,6 +79,7 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
                 "eligible": card.eligible,
                 "chosen": card.chosen,
                 "reason": None if card.reason is None else card.reason.value,
+                **({"note": card.note} if card.note else {}),
             }
             for card in decision.candidates
         ],
@@ -92,7 +109,8 @@ def _outcome(decision: Decision) -> str:
     placement = decision.placement
     if placement is None:
         return f"PENDING {decision.reason}"
-    return f"{placement.node} " + ", ".join(f"gpu-{share.index}" for share in placement.devices)
+    names = (device_name(decision, placement.node, share.index) for share in placement.devices)
+    return f"{placement.node} " + ", ".join(names)
 
 
 def _numa(card: CandidateCard) -> str:
@@ -114,7 +132,7 @@ def decision_table(decision: Decision, wide: bool = False) -> Table:
         marker = "[green]chosen[/]" if card.chosen else ("yes" if card.eligible else "[red]no[/]")
         table.add_row(
             card.node,
-            str(card.index),
+            card.device or str(card.index),
             card.product_name,
             _numa(card),
             str(card.tenants),
@@ -147,7 +165,7 @@ def plain_tables(result: SimulationResult, wide: bool = False) -> str:
     """kubectl-style columns, for a pipe or a file: per claim a title line
     (``name (policy): node-1 gpu-0`` or ``name (policy): PENDING reason``), then its cards."""
     header = ["NODE", "INDEX", "MODEL", "NUMA", "TENANTS", "MEMORY", *(["CORES"] if wide else [])]
-    header += ["SCORE", "ELIGIBLE", "REASON"]
+    header += ["SCORE", "ELIGIBLE", "REASON", *(["NOTE"] if wide else [])]
     blocks = []
     for decision in result.decisions:
         lines = []
@@ -160,7 +178,7 @@ def plain_tables(result: SimulationResult, wide: bool = False) -> str:
             rows.append(
                 [
                     card.node,
-                    str(card.index),
+                    card.device or str(card.index),
                     card.product_name or "-",
                     _numa(card),
                     str(card.tenants),
@@ -169,6 +187,7 @@ def plain_tables(result: SimulationResult, wide: bool = False) -> str:
                     f"{card.score:.6f}",
                     "chosen" if card.chosen else ("yes" if card.eligible else "no"),
                     "-" if card.reason is None else card.reason.value,
+                    *([card.note or "-"] if wide else []),
                 ]
             )
         lines += columns(rows)

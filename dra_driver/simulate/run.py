@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from dra_driver.contract import DeviceId
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES, Decision, place
+from dra_driver.engine.mig import MigInstance, MigRequest, is_mig_index, place_mig
 from dra_driver.quota import Breach, Charge, Quota
 from dra_driver.quota.crd import RESOURCES
 from dra_driver.quota.usage import charged_cores
@@ -101,6 +102,7 @@ class QuotaLedger:
 
 def run_scenario(scenario: Scenario, *, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> SimulationResult:
     state = scenario.cluster_state()
+    mig_state, mig_instances = scenario.mig_state()
     quotas: dict[str, list[Quota]] = {}
     for spec in scenario.quotas:
         quotas.setdefault(spec.namespace, []).append(spec.quota())
@@ -108,22 +110,28 @@ def run_scenario(scenario: Scenario, *, max_candidates: int = DEFAULT_MAX_CANDID
     decisions: list[Decision] = []
     blocks: list[str | None] = []
     for claim, request in zip(scenario.claims, scenario.requests(), strict=True):
-        decision = place(state, request, max_candidates=max_candidates)
+        if isinstance(request, MigRequest):
+            decision = place_mig(mig_state, request, max_candidates=max_candidates)
+        else:
+            decision = place(state, request, max_candidates=max_candidates)
         blocked = None
         if decision.placement is not None:
             node = decision.placement.node
             new = [
                 Charge(
                     claim.device_class,
-                    simulated_device(node, share.index),
+                    _device(node, share.index, mig_instances),
                     share.memory,
-                    charged_cores(share.cores),
+                    share.cores if is_mig_index(share.index) else charged_cores(share.cores),
                 )
                 for share in decision.placement.devices
             ]
             breach = ledger.breach(claim.namespace, new)
             if breach is None:
-                state.allocate(decision.placement)
+                if isinstance(request, MigRequest):
+                    mig_state.allocate(decision.placement)
+                else:
+                    state.allocate(decision.placement)
                 ledger.add(claim.namespace, new)
             else:
                 blocked = f"{breach.quota.namespace}/{breach.quota.name}"
@@ -131,6 +139,14 @@ def run_scenario(scenario: Scenario, *, max_candidates: int = DEFAULT_MAX_CANDID
         decisions.append(decision)
         blocks.append(blocked)
     return SimulationResult(tuple(decisions), tuple(blocks))
+
+
+def _device(node: str, index: int, mig_instances: Mapping[tuple[str, int], MigInstance]) -> DeviceId:
+    """The DRA name of the engine's card or MIG instance ``index`` of ``node``."""
+    instance = mig_instances.get((node, index))
+    if instance is None:
+        return simulated_device(node, index)
+    return DeviceId(simulated_device(node, 0).driver, node, instance.name)
 
 
 def _held(decision: Decision, reason: str) -> Decision:

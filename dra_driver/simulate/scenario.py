@@ -35,6 +35,9 @@ from pydantic import (
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.contract import SHARES_ENFORCED, DeviceId
+from dra_driver.devices.mig import MigModelError, gpu_instance_id
+from dra_driver.devices.mig import place as place_mig_profiles
+from dra_driver.devices.mig_profiles import MIG_MODELS, mig_model
 from dra_driver.engine import (
     KNOWN_POLICY_NAMES,
     ClusterState,
@@ -48,7 +51,8 @@ from dra_driver.engine import (
     parse_policy_chain,
     parse_scoring_weights,
 )
-from dra_driver.quantity import QuantityError, parse_bytes
+from dra_driver.engine.mig import MigInstance, MigRequest, MigState, mig_cores
+from dra_driver.quantity import MIB, QuantityError, parse_bytes
 from dra_driver.quota import Charge, Limits, Quota
 from dra_driver.quota.usage import charged_cores
 from dra_driver.simulate.documents import load_document
@@ -113,6 +117,31 @@ class AllocationSpec(_Strict):
     claim: str = ""
 
 
+def _mig_device(value: Any) -> Any:
+    """``"1g.18gb"`` / ``"1g.18gb@6"`` as shorthand for ``{profile, start}``."""
+    if isinstance(value, str):
+        profile, _, start = value.partition("@")
+        if start and not start.isdigit():
+            raise ValueError(f"{value!r}: expected <profile> or <profile>@<start slot>")
+        return {"profile": profile, "start": int(start) if start else None}
+    return value
+
+
+class MigDeviceSpec(_Strict):
+    """A MIG instance of a card in MIG mode (static MIG), and whether a claim holds it already."""
+
+    profile: str = Field(min_length=1)
+    #: The memory slice it starts at (one of the profile's start slots); None: the first free one.
+    start: int | None = Field(default=None, ge=0, le=7)
+    in_use: bool = Field(default=False, alias="inUse")
+    #: Whose it is when ``inUse``: what it counts against that namespace's quotas.
+    namespace: str = "default"
+    device_class: str = Field(default="", alias="deviceClass")
+
+
+MigDevice = Annotated[MigDeviceSpec, BeforeValidator(_mig_device)]
+
+
 class GpuSpec(_Strict):
     index: int = Field(ge=0)
     product_name: str = Field(default="", alias="productName")
@@ -131,6 +160,59 @@ class GpuSpec(_Strict):
     #: NVLink pair scores to other GPUs of the node by index, for ``topology-aware``.
     links: dict[int, int] = Field(default_factory=dict)
     allocations: list[AllocationSpec] = Field(default_factory=list)
+    #: The card is in MIG mode with these instances (issue 37): it is never placed whole nor
+    #: shared, only its instances are, by claims with ``mig``/``profile``.
+    mig_devices: list[MigDevice] | None = Field(default=None, alias="migDevices")
+
+    @model_validator(mode="after")
+    def _mig(self) -> GpuSpec:
+        if self.mig_devices is None:
+            return self
+        if self.allocations:
+            raise ValueError(
+                "a card in MIG mode (migDevices) has no allocations of its own: mark its instances inUse"
+            )
+        model = mig_model(self.product_name)
+        if model is None:
+            known = ", ".join(sorted(MIG_MODELS))
+            raise ValueError(
+                f"migDevices: productName {self.product_name!r} has no MIG profiles; known: {known}"
+            )
+        try:
+            place_mig_profiles(model, [(d.profile, d.start) for d in self.mig_devices])
+        except MigModelError as err:
+            raise ValueError(f"migDevices: {err}") from None
+        return self
+
+    def mig_instances(self, node: str) -> list[tuple[MigInstance, MigDeviceSpec]]:
+        """The card's MIG instances as the engine sees them, each with its spec."""
+        model = mig_model(self.product_name)
+        if self.mig_devices is None or model is None:
+            return []
+        placed = place_mig_profiles(model, [(d.profile, d.start) for d in self.mig_devices])
+        result = []
+        for spec, (profile, start) in zip(self.mig_devices, placed, strict=True):
+            gi = gpu_instance_id(start, profile.placement_size)
+            instance = MigInstance(
+                node=node,
+                name=f"gpu-{self.index}-mig-{gi}-0",
+                parent=self.index,
+                parent_name=f"gpu-{self.index}",
+                gpu_instance=gi,
+                compute_instance=0,
+                profile=profile.name,
+                memory=profile.memory_mib * MIB,
+                slices=profile.slices,
+                placement_start=start,
+                placement_size=profile.placement_size,
+                product_name=self.product_name,
+                uuid=f"{self.uuid or node}/mig-{gi}-0",
+                parent_uuid=self.uuid,
+                numa_node=self.numa_node,
+                healthy=self.healthy,
+            )
+            result.append((instance, spec))
+        return result
 
     @model_validator(mode="after")
     def _fits(self, info: ValidationInfo) -> GpuSpec:
@@ -264,12 +346,24 @@ class ClaimSpec(_Strict):
     exclude_product_names: list[str] = Field(default_factory=list, alias="excludeProductNames")
     uuids: list[str] = Field(default_factory=list)
     exclude_uuids: list[str] = Field(default_factory=list, alias="excludeUuids")
+    #: A claim of MIG instances (the chart's ``mig.<driver>`` class): of this profile
+    #: (``1g.18gb``), or any with ``memory`` at least (the smallest such first).
+    mig: bool = False
+    profile: str | None = None
 
     @model_validator(mode="after")
     def _one_memory(self) -> ClaimSpec:
         if self.memory is not None and self.memory_percent is not None:
             raise ValueError("give memory or memoryPercent, not both")
+        if self.is_mig and (self.cores or self.memory_percent is not None):
+            raise ValueError(
+                "a MIG claim gets whole instances: give a profile or memory, not cores or memoryPercent"
+            )
         return self
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig or self.profile is not None
 
 
 #: Validation context key: the allocations are observed facts (a snapshot), not a plan to check.
@@ -329,6 +423,7 @@ class Scenario(_Strict):
             )
             for node in self.nodes
             for gpu in node.gpus
+            if gpu.mig_devices is None
         )
         for node in self.nodes:
             shares = [share for gpu in node.gpus for share in gpu.shares()]
@@ -336,8 +431,37 @@ class Scenario(_Strict):
                 state.allocate(Placement(node=node.name, devices=tuple(shares)), strict=False)
         return state
 
-    def requests(self) -> list[PlacementRequest]:
-        return [self._request(claim) for claim in self.claims]
+    def mig_state(self) -> tuple[MigState, dict[tuple[str, int], MigInstance]]:
+        """The MIG instances of every card in MIG mode, those ``inUse`` marked, and each by
+        ``(node, engine index)``."""
+        instances: dict[tuple[str, int], MigInstance] = {}
+        state = MigState()
+        for node in self.nodes:
+            placed = [pair for gpu in node.gpus for pair in gpu.mig_instances(node.name)]
+            for instance, _ in placed:
+                instances[(node.name, instance.index)] = instance
+            if placed:
+                used = [instance.index for instance, spec in placed if spec.in_use]
+                state.set_node(node.name, [instance for instance, _ in placed], used)
+        return state, instances
+
+    def requests(self) -> list[PlacementRequest | MigRequest]:
+        return [self._mig_request(claim) if claim.is_mig else self._request(claim) for claim in self.claims]
+
+    def _mig_request(self, claim: ClaimSpec) -> MigRequest:
+        return MigRequest(
+            name=claim.name,
+            count=claim.count,
+            profile=claim.profile,
+            memory=claim.memory,
+            policy=parse_policy_chain(claim.policy if claim.policy is not None else self.defaults.policy),
+            node_policy=parse_node_policy(claim.node_policy or self.defaults.node_policy),
+            numa_bind=claim.numa_bind,
+            include_products=tuple(claim.product_names),
+            exclude_products=tuple(claim.exclude_product_names),
+            include_uuids=tuple(claim.uuids),
+            exclude_uuids=tuple(claim.exclude_uuids),
+        )
 
     def existing_charges(self, namespaces: Collection[str] | None = None) -> dict[str, list[Charge]]:
         """What the listed allocations already charge each namespace's quotas (only ``namespaces``'
@@ -353,6 +477,14 @@ class Scenario(_Strict):
                     cores = charged_cores(allocation.cores)
                     charge = Charge(allocation.device_class, device, allocation.memory, cores)
                     charges.setdefault(allocation.namespace, []).append(charge)
+                for instance, spec in gpu.mig_instances(node.name):
+                    if not spec.in_use or (namespaces is not None and spec.namespace not in namespaces):
+                        continue
+                    mig_device = DeviceId(DEFAULT_DRIVER_NAME, node.name, instance.name)
+                    mig_charge = Charge(
+                        spec.device_class, mig_device, instance.memory, mig_cores(instance.slices)
+                    )
+                    charges.setdefault(spec.namespace, []).append(mig_charge)
         return charges
 
     def _request(self, claim: ClaimSpec) -> PlacementRequest:

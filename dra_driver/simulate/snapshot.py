@@ -21,7 +21,7 @@ user to edit if the controller runs with others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,7 @@ from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES, DeviceId
 from dra_driver.controller.inventory import Device, build_inventory
 from dra_driver.controller.ledger import card_capacity
 from dra_driver.controller.offline import ClusterObjects
+from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
 from dra_driver.kube.api import (
     GPU_QUOTAS,
@@ -84,9 +85,15 @@ def take_snapshot(objects: ClusterObjects, driver: str, source: Source = Source(
     devices: dict[DeviceId, Device] = {
         key: device for node in inventory.values() for key, device in node.devices.items()
     }
+    mig_devices = {key for node in inventory.values() for key in node.mig}
+    #: MIG instances held by a claim: written on their card's ``migDevices``, not as allocations.
+    mig_holders: dict[DeviceId, dict[str, Any]] = {}
     tenants: dict[DeviceId, list[dict[str, Any]]] = {}
     for claim in sorted(objects.claims, key=_claim_ref):
         for use in claim_uses(claim, driver):
+            if use.device in mig_devices:
+                mig_holders[use.device] = {"namespace": use.namespace, "deviceClass": use.class_name}
+                continue
             device = devices.get(use.device)
             if device is None:
                 warnings.append(
@@ -111,6 +118,7 @@ def take_snapshot(objects: ClusterObjects, driver: str, source: Source = Source(
         gpus = [
             _gpu(device, tenants.get(device.id, ())) for _, device in sorted(inventory[name].by_index.items())
         ]
+        gpus += _mig_gpus(inventory[name].mig.values(), mig_holders, warnings)
         nodes.append({"name": name, "gpus": gpus})
     data: dict[str, Any] = {
         "snapshot": {
@@ -155,6 +163,53 @@ def _gpu(device: Device, allocations: Iterable[dict[str, Any]]) -> dict[str, Any
     if listed:
         gpu["allocations"] = listed
     return gpu
+
+
+def _mig_gpus(
+    devices: Iterable[Device], holders: Mapping[DeviceId, Mapping[str, Any]], warnings: list[str]
+) -> list[dict[str, Any]]:
+    """The node's cards in MIG mode as scenario GPUs with ``migDevices`` (each at its placement,
+    ``inUse`` with its holder's namespace and class). Their ``memory`` is their instances' total:
+    the card itself is not published. The simulator names instances after the card's index."""
+    by_card: dict[int, list[Device]] = {}
+    for device in devices:
+        if device.mig is not None:
+            by_card.setdefault(device.mig.parent, []).append(device)
+    gpus = []
+    for parent, members in sorted(by_card.items()):
+        first = members[0].mig
+        assert first is not None
+        model = mig_model(first.product_name)
+        known = {profile.name for profile in model.profiles} if model is not None else set()
+        if any(d.mig is not None and d.mig.profile not in known for d in members):
+            warnings.append(
+                f"{first.node}/{first.parent_name}: MIG instances of {first.product_name!r} "
+                "(or compute instances smaller than their GPU instance) cannot be simulated; left out"
+            )
+            continue
+        entries = []
+        for device in sorted(members, key=lambda d: d.card.index):
+            mig = device.mig
+            assert mig is not None
+            entry: dict[str, Any] = {"profile": mig.profile, "start": mig.placement_start}
+            holder = holders.get(device.id)
+            if holder is not None:
+                entry.update(inUse=True, namespace=holder["namespace"])
+                if holder["deviceClass"]:
+                    entry["deviceClass"] = holder["deviceClass"]
+            entries.append(entry)
+        gpus.append(
+            {
+                "index": parent,
+                "productName": first.product_name,
+                "memory": format_bytes(sum(d.card.memory for d in members)),
+                "numaNode": first.numa_node,
+                "uuid": first.parent_uuid,
+                "healthy": all(d.card.healthy for d in members),
+                "migDevices": entries,
+            }
+        )
+    return gpus
 
 
 def _quotas(objects: ClusterObjects, warnings: list[str]) -> list[dict[str, Any]]:

@@ -29,7 +29,14 @@ from dra_driver.contract import ALLOCATED_CONDITION as CONDITION_TYPE
 from dra_driver.contract import GATE_NAME
 from dra_driver.resource.capacity import result_consumption
 from dra_driver.resource.refs import AllocationResult, allocation_results
-from dra_driver.resource.slices import SliceDevice, current_devices
+from dra_driver.resource.slices import (
+    MIG_PROFILE_ATTRIBUTE,
+    MIG_TYPE,
+    TYPE_ATTRIBUTE,
+    SliceDevice,
+    attribute,
+    current_devices,
+)
 
 Obj = Mapping[str, Any]
 
@@ -65,6 +72,9 @@ class PublishedDevice:
     slots: int
     #: The ``healthMonitored`` attribute (False: nothing watches its health); None when not published.
     health_monitored: bool | None = None
+    #: A MIG instance (``type: mig``): its CUDA profile and its card's published name (``gpu-1``).
+    mig_profile: str | None = None
+    mig_parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +143,9 @@ class PodRecord:
 
 
 def _device(node: str, pool: str, device: SliceDevice) -> PublishedDevice:
+    attributes: Obj = device.entry.get("attributes") or {}
+    mig = attribute(attributes, TYPE_ATTRIBUTE) == MIG_TYPE
+    profile = attribute(attributes, MIG_PROFILE_ATTRIBUTE) if mig else None
     return PublishedDevice(
         node=node,
         pool=pool,
@@ -150,6 +163,8 @@ def _device(node: str, pool: str, device: SliceDevice) -> PublishedDevice:
         cores=device.cores or 0,
         slots=device.slots or 0,
         health_monitored=device.health_monitored,
+        mig_profile=str(profile) if mig and profile else None,
+        mig_parent=device.name.split("-mig-", 1)[0] if mig else None,
     )
 
 

@@ -16,7 +16,9 @@ in tenants)::
      "namespace": str | null,           # the namespace listed; null with -A (all namespaces)
      "usageNamespace": str | null,      # usage counts only this namespace's claims (the user may
                                         # not list all namespaces'); null: every namespace's
-     "nodes": [{"name": str, "gpus": int, "healthyGpus": int,
+     "nodes": [{"name": str, "gpus": int,  # physical GPUs (a card in MIG mode once)
+                "migInstances": int,    # only with MIG: published instances (each a device below)
+                "healthyGpus": int,     # healthy devices
                 "memory": {"used": int, "total": int}, "cores": {...}, "slots": {...},
                 "tenants": int,         # distinct claims allocated on the node
                 "starting": int,        # of those, claims whose pod has not started running yet
@@ -29,7 +31,9 @@ in tenants)::
                              "taints": [{"key": str, "value": str, "effect": str}],
                              "memory": {...}, "cores": {...}, "slots": {...},
                              "tenants": [TENANT],  # of the namespace listed
-                             "otherTenants": int}]}],  # tenants of other namespaces, counted
+                             "otherTenants": int,  # tenants of other namespaces, counted
+                             # a MIG instance only: its profile and its card's device name
+                             "migProfile": str, "migParent": str}]}],
      "pending": [{"reason": str, "count": int,
                   "pods": [{"namespace": str, "name": str, "gated": bool, "message": str}]}],
      "unpublished": [{"pool": str, "device": str, "tenant": TENANT}]}
@@ -42,6 +46,10 @@ A whole-card tenant reports the card's full capacities; an ``adminAccess`` tenan
 its result lists (nothing) and is not counted in ``used``. Pending reasons are the controller's
 (``Unschedulable``, ``GpuQuotaExceeded``, ``GpuLimitsConflict``, ``InvalidRequest``, ...), or
 ``AwaitingController`` for a gated pod it has not answered yet.
+
+A card in MIG mode publishes its instances, each a device of its own (product ``MIG 1g.10gb of
+gpu-1``, a tenant ``(MIG instance)``); the ``gpus`` view ends with one line per such card: its
+instances in use and who holds each.
 """
 
 from __future__ import annotations
@@ -85,11 +93,11 @@ def count_cell(usage: Usage, with_bar: bool = True) -> str:
     return f"{bar(usage)} {text}" if with_bar else text
 
 
-def tenant_cell(tenant: Tenant) -> str:
+def tenant_cell(tenant: Tenant, mig: bool = False) -> str:
     if tenant.admin_access:
         share = "admin access"
     elif tenant.whole_card:
-        share = "whole card"
+        share = "MIG instance" if mig else "whole card"
     else:
         share = f"{short_bytes(tenant.memory)} {tenant.cores}%"
     return f"{tenant.label} ({share})"
@@ -108,7 +116,7 @@ def gpu_rows(report: TopReport, wide: bool) -> list[list[str]]:
     header += ["MEMORY", "CORES", "SLOTS", "TENANTS"]
     rows = [header]
     for card in report.cards:
-        tenants = [tenant_cell(t) for t in card.tenants]
+        tenants = [tenant_cell(t, card.mig_profile is not None) for t in card.tenants]
         if card.other_tenants:
             tenants.append(f"+{card.other_tenants} of other namespaces")
         tenants = tenants or ["-"]
@@ -117,7 +125,7 @@ def gpu_rows(report: TopReport, wide: bool) -> list[list[str]]:
                 card.node or "-",
                 card.device,
                 *([card.uuid or "-"] if wide else []),
-                card.product_name or "-",
+                _product(card),
                 card.isolation,
                 health_cell(card),
                 memory_cell(card.memory),
@@ -130,13 +138,37 @@ def gpu_rows(report: TopReport, wide: bool) -> list[list[str]]:
     return rows
 
 
+def _product(card: Card) -> str:
+    """The product, or for a MIG instance its profile and card (``MIG 1g.10gb of gpu-1``)."""
+    if card.mig_profile is not None:
+        return f"MIG {card.mig_profile} of {card.mig_parent}"
+    return card.product_name or "-"
+
+
+def mig_lines(report: TopReport) -> list[str]:
+    """One line per card in MIG mode: its instances in use, then each instance and who holds it."""
+    lines = []
+    for mig in report.mig_cards():
+        held = []
+        for instance in mig.instances:
+            who = ", ".join(t.label for t in instance.tenants) or (
+                f"+{instance.other_tenants} of other namespaces" if instance.other_tenants else "free"
+            )
+            held.append(f"{instance.mig_profile} {who}")
+        lines.append(
+            f"{mig.node}/{mig.device} (MIG): {mig.in_use}/{len(mig.instances)} instances in use: "
+            + "; ".join(held)
+        )
+    return lines
+
+
 def node_rows(report: TopReport) -> list[list[str]]:
     rows = [["NODE", "GPUS", "HEALTHY", "MEMORY", "CORES", "SLOTS", "TENANTS", "STARTING"]]
     for node in report.nodes:
         rows.append(
             [
                 node.name or "-",
-                str(len(node.cards)),
+                str(node.gpus) + (f" ({node.mig_instances} MIG)" if node.mig_instances else ""),
                 f"{node.healthy_cards}/{len(node.cards)}",
                 memory_cell(node.memory),
                 count_cell(node.cores),
@@ -167,6 +199,9 @@ def render_table(report: TopReport, view: str = GPUS, wide: bool = False) -> str
         lines.append(f"No GPUs: no ResourceSlice of driver {report.driver} is published.")
     else:
         lines += columns(node_rows(report) if view == NODES else gpu_rows(report, wide))
+    mig = mig_lines(report)
+    if mig:
+        lines += ["", *mig]
     if report.pending:
         lines += ["", *columns(pending_rows(report.pending, wide))]
     notes = []
@@ -227,13 +262,15 @@ def card_json(card: Card) -> dict[str, Any]:
         "slots": _usage(card.slots),
         "tenants": [tenant_json(t) for t in card.tenants],
         "otherTenants": card.other_tenants,
+        **({"migProfile": card.mig_profile, "migParent": card.mig_parent} if card.mig_profile else {}),
     }
 
 
 def node_json(node: NodeSummary) -> dict[str, Any]:
     return {
         "name": node.name,
-        "gpus": len(node.cards),
+        "gpus": node.gpus,
+        **({"migInstances": node.mig_instances} if node.mig_instances else {}),
         "healthyGpus": node.healthy_cards,
         "memory": _usage(node.memory),
         "cores": _usage(node.cores),

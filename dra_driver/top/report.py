@@ -87,6 +87,14 @@ class Card:
     health_monitored: bool | None = None
     #: Tenants of namespaces out of scope: counted in usage, not listed.
     other_tenants: int = 0
+    #: A MIG instance: its profile and its card's device name (None for a card).
+    mig_profile: str | None = None
+    mig_parent: str | None = None
+
+    @property
+    def in_use(self) -> bool:
+        """Some tenant takes part of it (admin access takes nothing)."""
+        return self.memory.used > 0 or self.slots.used > 0 or self.cores.used > 0
 
     @property
     def health(self) -> str:
@@ -111,6 +119,16 @@ class NodeSummary:
     @property
     def slots(self) -> Usage:
         return sum((card.slots for card in self.cards), Usage(0, 0))
+
+    @property
+    def gpus(self) -> int:
+        """Physical GPUs: the cards published whole, and each card in MIG mode once."""
+        whole = sum(1 for card in self.cards if card.mig_parent is None)
+        return whole + len({card.mig_parent for card in self.cards if card.mig_parent is not None})
+
+    @property
+    def mig_instances(self) -> int:
+        return sum(1 for card in self.cards if card.mig_parent is not None)
 
     @property
     def healthy_cards(self) -> int:
@@ -166,6 +184,36 @@ class TopReport:
     def cards(self) -> tuple[Card, ...]:
         return tuple(card for node in self.nodes for card in node.cards)
 
+    def mig_cards(self) -> list[MigCard]:
+        """The cards in MIG mode with their instances, by node and card."""
+        groups: dict[tuple[str, str], list[Card]] = {}
+        for card in self.cards:
+            if card.mig_parent is not None:
+                groups.setdefault((card.node, card.mig_parent), []).append(card)
+        return [
+            MigCard(node, parent, tuple(sorted(cards, key=_instance_ids)))
+            for (node, parent), cards in sorted(groups.items())
+        ]
+
+
+def _instance_ids(card: Card) -> tuple[int, ...]:
+    """``gpu-1-mig-13-0`` -> (13, 0): instances in GPU instance order (NVML numbers them by span)."""
+    ids = card.device.rpartition("-mig-")[2].split("-")
+    return tuple(int(part) if part.isdigit() else 0 for part in ids)
+
+
+@dataclass(frozen=True, slots=True)
+class MigCard:
+    """A card in MIG mode: its instances, each a device of its own (``Card`` with ``mig_profile``)."""
+
+    node: str
+    device: str
+    instances: tuple[Card, ...]
+
+    @property
+    def in_use(self) -> int:
+        return sum(1 for instance in self.instances if instance.in_use)
+
 
 def _tenant(claim: AllocatedClaim, result: AllocatedResult, pods: Sequence[PodRecord]) -> Tenant:
     names = claim.reserved_for or claim.owner_pods
@@ -219,6 +267,8 @@ def _card(
         tenants=listed,
         health_monitored=device.health_monitored,
         other_tenants=len(placed) - len(listed),
+        mig_profile=device.mig_profile,
+        mig_parent=device.mig_parent,
     )
 
 

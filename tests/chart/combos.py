@@ -29,6 +29,7 @@ PLUGIN_ONLY: dict[str, Any] = {
     "controller": {"enabled": False},
     "webhook": {"enabled": False},
     "recipeClasses": {"enabled": False},
+    "migClass": {"enabled": False},
     "admissionPolicy": {"enabled": False},
 }
 CUSTOM_DRIVER: dict[str, Any] = {

@@ -218,9 +218,20 @@ def test_device_class_selectors_compile_and_select_our_devices(render: Render) -
     from dra_driver.contract import SCHEDULER_FENCE
 
     classes = [o for o in render() if o["kind"] == "DeviceClass"]
-    assert len(classes) == 7
-    device = {"name": "gpu-0", "attributes": {"index": {"int": 0}}, "capacity": {"memory": {"value": "15Gi"}}}
+    assert len(classes) == 8  # gpu.hami.io, six recipes, mig.gpu.hami.io
+    card = {"name": "gpu-0", "attributes": {"index": {"int": 0}}, "capacity": {"memory": {"value": "15Gi"}}}
+    mig = {
+        "name": "gpu-1-mig-7-0",
+        "attributes": {"type": {"string": "mig"}},
+        "capacity": {"memory": {"value": "9Gi"}},
+    }
     for device_class in classes:
+        # The MIG class selects MIG instances (tests/chart/test_mig_class.py), never a card.
+        device = mig if device_class["metadata"]["name"].startswith("mig.") else card
+        if device is mig:
+            assert not selectors_match(
+                "mig class", class_selectors(device_class), device_input("gpu.hami.io", card)
+            )
         every = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
         assert SCHEDULER_FENCE in every
         ours = class_selectors(device_class)

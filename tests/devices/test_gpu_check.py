@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mock_profiles import nvml_env
+from mock_profiles import mig_profiles_json, nvml_env
 
 from tests.nvidia_layouts import DeviceFiles, generate_spec, mock_driver_root, require_toolkit
 
@@ -70,6 +70,9 @@ def profile() -> dict[str, Any]:
         }
         for index, (uuid, minor, bus, mig) in enumerate(zip(UUIDS, MINORS, BUSES, MIG, strict=True))
     ]
+    for device in devices:
+        if device["migMode"]:  # no instances yet: its profiles, for step j to create one
+            device["migProfiles"] = mig_profiles_json(device["name"])
     return {"driverVersion": DRIVER, "cudaDriverVersion": 13000, "devices": devices}
 
 
@@ -297,11 +300,32 @@ def test_gpu_check_passes_against_the_mock(
         "SKIP  container: no container runtime (podman not found; GPU_CHECK_PODMAN names one)",
         "PASS  share claim unprepared, spec removed",
     ]
+    # j. the MIG card is not changed without the flag
+    expected.append(
+        f"SKIP  MIG instance create/destroy on gpu-2 ({UUIDS[2]}): pass --allow-mig-changes to let the check"
+    )
     missing = [line for line in expected if line not in out]
     assert not missing, "\n".join(["missing:", *missing, "output:", out])
-    for step in "abcdefghi":
+    for step in "abcdefghij":
         assert f"[{step}] done in " in out
     assert "SUMMARY: " in out and ", 0 failed, " in out
+
+
+def test_with_allow_mig_changes_one_instance_is_created_published_and_destroyed(
+    mock_nvml: dict[str, Path], tmp_path: Path
+) -> None:
+    code, out = run_check(
+        mock_nvml, tmp_path, smi_rows(UUIDS), toolkit_registry(tmp_path), args=("--allow-mig-changes",)
+    )
+    assert code == 0, out
+    expected = [
+        # The smallest H200 profile with room: 1g.18gb, at slice 0 (GPU instance 7).
+        "PASS  created 1g.18gb (GPU instance 7) and its compute instance on gpu-2",
+        "PASS  discovery publishes the new instance: gpu-2-mig-7-0 1g.18gb (expected gpu-2-mig-7-0 1g.18gb)",
+        "PASS  destroyed it: discovery is back to 0 MIG device(s) on gpu-2",
+    ]
+    missing = [line for line in expected if line not in out]
+    assert not missing, "\n".join(["missing:", *missing, "output:", out])
 
 
 @pytest.mark.parametrize(

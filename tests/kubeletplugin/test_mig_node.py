@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
+from dra_driver.devices.mig import mig_caps_minors
 from dra_driver.devices.simulated import DevicesFileSource
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from hami_dra_dev.sandbox.kubelet import KubeletProtocol
@@ -70,5 +71,21 @@ def test_a_mig_card_is_published_as_its_mig_devices_and_one_is_prepared_whole(
             error = kubelet.prepare([ref(card)]).claims[card["metadata"]["uid"]].error
             assert "gpu-1 does not exist on this node" in error
             assert kubelet.unprepare([ref(first)]).claims[uid].error == ""
+            # As our controller allocates the chart's MIG class: whole, with the class's GpuConfig.
+            placed = claim("placed", [result("gpu-1-mig-1-0", share=False)])
+            parameters = {"apiVersion": "gpu.hami.io/v1alpha1", "kind": "GpuConfig", "policy": "binpack"}
+            placed["status"]["allocation"]["devices"]["config"] = [
+                {
+                    "source": "FromClass",
+                    "requests": ["gpu"],
+                    "opaque": {"driver": DRIVER, "parameters": parameters},
+                }
+            ]
+            placed = create_claim(api_client, placed, "p4")
+            assert kubelet.prepare([ref(placed)]).claims[placed["metadata"]["uid"]].error == ""
+            spec = read_spec(dirs.cdi / f"k8s.{DRIVER}-gpu_{placed['metadata']['uid']}.json")
+            (device,) = spec["devices"]
+            caps = [f"/dev/nvidia-caps/nvidia-cap{minor}" for minor in mig_caps_minors(1, 1, 0)]
+            assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia1", *caps]
     finally:
         plugin.stop()

@@ -230,6 +230,9 @@ JSON list: the tenant admission policies (tenant-policies.yaml) guard claims of 
 {{- $names = append $names (printf "%s.%s" $recipe $.Values.driverName) }}
 {{- end }}
 {{- end }}
+{{- if .Values.migClass.enabled }}
+{{- $names = append $names (printf "mig.%s" $.Values.driverName) }}
+{{- end }}
 {{- range .Values.admissionPolicy.extraDeviceClasses }}
 {{- $names = append $names . }}
 {{- end }}
