@@ -6,6 +6,11 @@ same boundary the informers feed (``ClusterCache.apply_event`` after the informe
 ``dra_driver/controller/slim.py``; the slices through ``refresh_slices``), and its ``Allocator``
 deciding on it, node fit, quotas and per-container limits included. Nothing here parses an object
 or decides anything itself, so a command built on it cannot drift from the controller.
+
+``simulate --from-cluster`` places several what-if pods in order, each seeing the ones before:
+``apply_placed`` folds a placement back in as the informers would deliver it once the controller
+had written it (each claim allocated and reserved for its pod, the pod's gate lifted and the pod
+bound to the node, as kube-scheduler then binds it).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dra_driver.config import ControllerDefaults
-from dra_driver.controller.allocator import Allocator
+from dra_driver.contract import GATE_NAME
+from dra_driver.controller.allocator import Allocator, Placed
 from dra_driver.controller.cache import ClusterCache
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.slim import keep_pod, placement_node
@@ -30,6 +36,7 @@ from dra_driver.kube.api import (
     ObjView,
 )
 from dra_driver.kube.watch import drop_managed_fields
+from dra_driver.resource.edits import with_allocation
 
 
 @dataclass
@@ -68,6 +75,15 @@ _FEEDS: tuple[tuple[str, Callable[[ClusterObjects], list[ObjView]], Callable[[Ob
 )
 
 
+def bare_nodes(slices: list[ObjView]) -> list[ObjView]:
+    """A bare Node (no labels, taints or allocatable: every pod fits) for each node that publishes
+    slices: what a command decides on for a user who may not list Nodes (and says so)."""
+    names = sorted(
+        {str(node) for node in ((item.get("spec") or {}).get("nodeName") for item in slices) if node}
+    )
+    return [{"metadata": {"name": node}, "status": {"allocatable": {}}} for node in names]
+
+
 def cache_from(objects: ClusterObjects, driver: str) -> ClusterCache:
     """The controller's cache once its informers have listed ``objects``: each one an add event,
     then the slices read into the inventory as the worker reads them after a slice event."""
@@ -91,3 +107,29 @@ def allocator_for(
     controller would decide for the pod on those objects (its metrics go nowhere)."""
     cache = cache_from(objects, driver)
     return Allocator(cache, defaults or ControllerDefaults(), cache.quotas.metrics)
+
+
+def apply_placed(cache: ClusterCache, placed: Placed, node: str) -> None:
+    """``placed`` as the informers show it once written: each claim's allocation (reserved for
+    the pod, ``with_allocation`` as the binder writes it), then the pod with our gate lifted,
+    the placement's annotations and ``spec.nodeName`` (its CPU, memory and pod slot count on the
+    node from now on, as they will once kube-scheduler binds it)."""
+    pod = placed.pod
+    for write in placed.writes:
+        old = dict(write.claim.raw)
+        cache.apply_event(
+            RESOURCE_CLAIMS.kind,
+            old,
+            with_allocation(old, write.allocation, {"name": pod.name, "uid": pod.uid}),
+        )
+    old_pod = dict(pod.raw)
+    spec = dict(old_pod.get("spec") or {})
+    gates = [gate for gate in spec.get("schedulingGates") or () if gate.get("name") != GATE_NAME]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+    spec["nodeName"] = node
+    metadata = dict(old_pod.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **placed.annotations}
+    cache.apply_event(PODS.kind, old_pod, {**old_pod, "metadata": metadata, "spec": spec})
