@@ -1,20 +1,42 @@
-"""Test harness: a sandbox cluster with GPU slices, DeviceClasses, and our controller running."""
+"""Test harness: a cluster with GPU slices, DeviceClasses, and our controller running.
+
+Two clusters serve it: the sandbox (``running_harness``: the hand-written API server with its
+simulated scheduler and claim controller), and the real control plane with kube-controller-manager
+and kube-scheduler (``plane_harness``, tests/apiserver_fixtures.py ``controller_plane``: Node
+objects kept Ready as a kubelet keeps them, no kubelet). A test on the real plane owns it while it
+runs and leaves it empty (``reset_plane``): its names (``default``, ``node-1``, the classes) are the
+sandbox tests' own, so a suite moves by changing its fixture.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from dra_driver.config import ControllerDefaults
+from dra_driver.contract import SCHEDULER_FENCE
 from dra_driver.controller.controller import Controller
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kube.api import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from dra_driver.kube.api import (
+    DEVICE_CLASSES,
+    GPU_QUOTAS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    Kube,
+)
 from dra_driver.kube.api import EVENTS as EVENTS_RESOURCE
+from dra_driver.kube.errors import KubeError
 from dra_driver.resource.slice_builder import build_resource_slices
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from hami_dra_dev.cluster.fakenodes import FakeNodes, FakeNodeSpec
 from hami_dra_dev.sandbox import SandboxServer
 from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests import waiting
+from tests.apiserver_fixtures import NOT_READY_TAINT
 
 DRIVER = "gpu.hami.io"
 NS = "default"
@@ -113,12 +135,25 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-class Harness:
-    """Owns the cluster objects of one test; ``start_controller`` runs our controller against it."""
+class Server(Protocol):
+    """What the harness needs of a cluster's API server (a ``SandboxServer`` or a ``ControlPlane``)."""
 
-    def __init__(self, server: SandboxServer, cluster: SandboxCluster) -> None:
+    @property
+    def kubeconfig_path(self) -> Any: ...
+
+    def api_client(self) -> Any: ...
+
+
+class Harness:
+    """Owns the cluster objects of one test; ``start_controller`` runs our controller against it.
+
+    ``fence``: DeviceClasses get the chart's scheduler fence (``SCHEDULER_FENCE``), as they must
+    where a real kube-scheduler runs: it never allocates a claim of ours (first fit) itself."""
+
+    def __init__(self, server: Server, cluster: Any, *, fence: bool = False) -> None:
         self.server = server
         self.cluster = cluster
+        self.fence = fence
         self.api_client = server.api_client()
         self.kube = Kube(self.api_client)
         self.controllers: list[Controller] = []
@@ -130,6 +165,8 @@ class Harness:
             self.kube.create(RESOURCE_SLICES, None, obj)
 
     def create_class(self, obj: dict[str, Any]) -> None:
+        if self.fence:
+            obj = {**obj, "spec": {**obj["spec"], "selectors": [*obj["spec"]["selectors"], _FENCE]}}
         self.kube.create(DEVICE_CLASSES, None, obj)
 
     def create_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -148,6 +185,11 @@ class Harness:
         path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates"
         result: dict[str, Any] = self.kube.request("POST", path, template)
         return result
+
+    def delete_pod(self, name: str) -> None:
+        """Delete a pod as it goes once its kubelet confirmed its containers stopped: at once (a
+        bound pod on the real plane, where no kubelet runs, would otherwise stay Terminating)."""
+        self.kube.request("DELETE", PODS.path(NS, name), {"gracePeriodSeconds": 0})
 
     def get_claim(self, name: str) -> dict[str, Any]:
         return self.kube.get(RESOURCE_CLAIMS, NS, name)
@@ -206,3 +248,76 @@ def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -
     finally:
         harness.stop()
         cluster.stop()
+
+
+_FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
+
+
+@contextmanager
+def plane_harness(plane: ControlPlane, nodes: Sequence[str] = ("node-1",)) -> Iterator[Harness]:
+    """``nodes`` kept Ready on the real plane (``FakeNodes``: no slices, each test publishes its
+    own) and a harness on it; on exit the controllers stop and the plane is emptied."""
+    api_client = plane.api_client()
+    fake = FakeNodes(api_client, FakeNodeSpec(count=len(nodes)), names=nodes, publish=False)
+    harness: Harness | None = None
+    try:
+        fake.create()
+        kube = Kube(api_client)
+        for name in nodes:  # as the node lifecycle controller does once it sees them Ready
+            node = kube.get(NODES, None, name)
+            taints = [t for t in node["spec"].get("taints") or () if t["key"] != NOT_READY_TAINT]
+            kube.patch(NODES, None, name, [{"op": "replace", "path": "/spec/taints", "value": taints}])
+        harness = Harness(plane, fake, fence=True)
+        yield harness
+    finally:
+        if harness is not None:
+            harness.stop()
+        fake.delete()
+        reset_plane(Kube(api_client))
+        api_client.close()
+
+
+def reset_plane(kube: Kube) -> None:
+    """Remove what a test made (its pods, claims, templates, events, quotas, classes and slices) so
+    the next test starts on an empty plane. Pods go at once (no kubelet confirms their end) and
+    claims lose their finalizers first (the controller that would release them has stopped)."""
+    namespace = f"/api/v1/namespaces/{NS}"
+    kube.request("DELETE", f"{namespace}/pods", {"gracePeriodSeconds": 0})
+    for claim in kube.list(RESOURCE_CLAIMS).get("items") or ():
+        if claim["metadata"].get("finalizers"):
+            _drop_finalizers(kube, claim["metadata"]["name"])
+    kube.request("DELETE", RESOURCE_CLAIMS.path(NS))
+    kube.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates")
+    kube.request("DELETE", f"{namespace}/events")
+    kube.request("DELETE", RESOURCE_QUOTAS.path(NS))
+    try:
+        kube.request("DELETE", GPU_QUOTAS.path(NS))
+    except KubeError as err:
+        if not err.not_found:  # the CRD is not installed
+            raise
+    kube.request("DELETE", DEVICE_CLASSES.path(None))
+    kube.request("DELETE", RESOURCE_SLICES.path(None))
+    waiting.wait_for(
+        lambda: not kube.list(PODS).get("items") and not kube.list(RESOURCE_CLAIMS).get("items"),
+        timeout=30,
+        what="the plane emptied of the test's pods and claims",
+    )
+
+
+def _drop_finalizers(kube: Kube, name: str) -> None:
+    """Remove every finalizer of claim ``name``, re-read after a conflict (kube-controller-manager
+    may be updating its reservations). An Update, not a PATCH: kube-apiserver re-encodes a patched
+    claim's opaque config compactly, and a claim created with other whitespace (the Python
+    client's) then fails "spec: field is immutable"; an Update sends the config as it was created."""
+    for _ in range(10):
+        try:
+            claim = kube.get(RESOURCE_CLAIMS, NS, name)
+            claim["metadata"]["finalizers"] = []
+            kube.update(RESOURCE_CLAIMS, claim)
+            return
+        except KubeError as err:
+            if err.not_found:
+                return
+            if not err.conflict:
+                raise
+    raise AssertionError(f"claim {NS}/{name}: finalizers not removed after 10 conflicts")
