@@ -278,7 +278,7 @@ def plane_harness(plane: ControlPlane, nodes: Sequence[str] = ("node-1",)) -> It
 
 
 def reset_plane(kube: Kube) -> None:
-    """Remove what a test made (its pods, claims, templates, events, quotas, classes and slices) so
+    """Remove what a test made (its pods, claims, templates, events, leases, quotas, classes, slices) so
     the next test starts on an empty plane. Pods go at once (no kubelet confirms their end) and
     claims lose their finalizers first (the controller that would release them has stopped)."""
     namespace = f"/api/v1/namespaces/{NS}"
@@ -289,6 +289,7 @@ def reset_plane(kube: Kube) -> None:
     kube.request("DELETE", RESOURCE_CLAIMS.path(NS))
     kube.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates")
     kube.request("DELETE", f"{namespace}/events")
+    kube.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases")  # leader election
     kube.request("DELETE", RESOURCE_QUOTAS.path(NS))
     try:
         kube.request("DELETE", GPU_QUOTAS.path(NS))
