@@ -10,6 +10,8 @@ sandbox tests' own, so a suite moves by changing its fixture.
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -197,9 +199,10 @@ class Harness:
     def get_pod(self, name: str) -> dict[str, Any]:
         return self.kube.get(PODS, NS, name)
 
-    def start_controller(self, **kwargs: Any) -> Controller:
+    def start_controller(self, *, kube: Kube | None = None, **kwargs: Any) -> Controller:
+        """Our controller on its own client (``kube``: one given, e.g. with ``HeldRequests``)."""
         defaults = kwargs.pop("defaults", ControllerDefaults())
-        controller = Controller(Kube(self.server.api_client()), DRIVER, defaults, **kwargs)
+        controller = Controller(kube or Kube(self.server.api_client()), DRIVER, defaults, **kwargs)
         controller.start()
         self.controllers.append(controller)
         return controller
@@ -251,6 +254,39 @@ def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -
 
 
 _FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
+
+
+class HeldRequests:
+    """The first ``count`` requests of ``kube`` whose method is in ``methods`` and whose path matches
+    ``pattern`` wait until ``release`` is set, then go to the server as they were: a request that
+    hangs on its way and lands late, judged by the real server (the sandbox held it server-side).
+
+    ``hits``: requests held so far; ``released``: set once a held request has been answered."""
+
+    def __init__(self, kube: Kube, pattern: str, methods: set[str], *, count: int = 1) -> None:
+        self.pattern = re.compile(pattern)
+        self.methods = methods
+        self.count = count
+        self.hits = 0
+        self.release = threading.Event()
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        sent = kube._call
+
+        def call(method: str, path: str, **kwargs: Any) -> Any:
+            with self._lock:
+                hold = method in self.methods and self.pattern.search(path) is not None and self.hits < count
+                if hold:
+                    self.hits += 1
+            if not hold:
+                return sent(method, path, **kwargs)
+            self.release.wait()
+            try:
+                return sent(method, path, **kwargs)
+            finally:
+                self.released.set()
+
+        kube._call = call  # type: ignore[method-assign]
 
 
 @contextmanager
