@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_driver.config import ControllerDefaults
@@ -159,6 +161,7 @@ class Harness:
         self.api_client = server.api_client()
         self.kube = Kube(self.api_client)
         self.controllers: list[Controller] = []
+        self.client_faults = ClientFaults()
 
     def publish(self, node: str, profile: str = "t4", gpus: int = 4, **kwargs: Any) -> None:
         for obj in build_resource_slices(
@@ -199,10 +202,18 @@ class Harness:
     def get_pod(self, name: str) -> dict[str, Any]:
         return self.kube.get(PODS, NS, name)
 
+    @property
+    def faults(self) -> Any:
+        """Where a test injects API faults: the sandbox's, on its server; on the real plane, on
+        our controllers' own clients (``ClientFaults``)."""
+        server_faults = getattr(self.server, "faults", None)
+        return server_faults if server_faults is not None else self.client_faults
+
     def start_controller(self, *, kube: Kube | None = None, **kwargs: Any) -> Controller:
-        """Our controller on its own client (``kube``: one given, e.g. with ``HeldRequests``)."""
+        """Our controller on its own client (``kube``: one given), through ``client_faults``."""
         defaults = kwargs.pop("defaults", ControllerDefaults())
-        controller = Controller(kube or Kube(self.server.api_client()), DRIVER, defaults, **kwargs)
+        kube = self.client_faults.attach(kube or Kube(self.server.api_client()))
+        controller = Controller(kube, DRIVER, defaults, **kwargs)
         controller.start()
         self.controllers.append(controller)
         return controller
@@ -256,59 +267,132 @@ def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -
 _FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
 
 
-class HeldRequests:
-    """The first ``count`` requests of ``kube`` whose method is in ``methods`` and whose path matches
-    ``pattern`` wait until ``release`` is set, then go to the server as they were: a request that
-    hangs on its way and lands late, judged by the real server (the sandbox held it server-side).
+@dataclass
+class ClientFault:
+    """One injected fault: what it matches and does, and what became of it."""
 
-    ``hits``: requests held so far; ``released``: set once a held request has been answered."""
+    pattern: re.Pattern[str]
+    methods: frozenset[str] | None
+    status: int | None
+    delay: float
+    hold: threading.Event | None
+    remaining: int | None  # None: until cleared
+    #: Requests it matched so far.
+    hits: int = 0
+    #: Set once a held request has been sent and answered (or refused).
+    released: threading.Event = field(default_factory=threading.Event)
 
-    def __init__(self, kube: Kube, pattern: str, methods: set[str], *, count: int = 1) -> None:
-        self.pattern = re.compile(pattern)
-        self.methods = methods
-        self.count = count
-        self.hits = 0
-        self.release = threading.Event()
-        self.released = threading.Event()
+
+class ClientFaults:
+    """Faults injected on our controller's own clients, where a real server makes none on demand:
+    the next ``count`` matching requests fail with ``status`` (raised as the client raises an API
+    error), wait ``delay`` seconds, or are held until ``hold`` is set and then sent as they were (a
+    request that hung on its way and lands late, judged by the real server). The same ``inject``
+    and ``clear`` as the sandbox's server-side faults; requests of the test's own client are not
+    touched."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._faults: list[ClientFault] = []
+
+    def inject(
+        self,
+        path: str,
+        *,
+        status: int | None = None,
+        count: int | None = 1,
+        delay: float = 0.0,
+        methods: set[str] | None = None,
+        hold: threading.Event | None = None,
+    ) -> ClientFault:
+        if status is None and delay <= 0 and hold is None:
+            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
+        chosen = frozenset(m.upper() for m in methods) if methods else None
+        fault = ClientFault(re.compile(path), chosen, status, delay, hold, count)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _match(self, method: str, path: str) -> ClientFault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.methods is not None and method not in fault.methods:
+                    continue
+                if not fault.pattern.search(path):
+                    continue
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        self._faults.remove(fault)
+                return fault
+        return None
+
+    def attach(self, kube: Kube) -> Kube:
+        """``kube`` with every request of it passing through these faults."""
         sent = kube._call
 
         def call(method: str, path: str, **kwargs: Any) -> Any:
-            with self._lock:
-                hold = method in self.methods and self.pattern.search(path) is not None and self.hits < count
-                if hold:
-                    self.hits += 1
-            if not hold:
+            fault = self._match(method, path)
+            if fault is None:
                 return sent(method, path, **kwargs)
-            self.release.wait()
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.hold is not None:
+                fault.hold.wait()
             try:
+                if fault.status is not None:
+                    raise KubeError(fault.status, f"injected by the test: {method} {path}")
                 return sent(method, path, **kwargs)
             finally:
-                self.released.set()
+                fault.released.set()
 
         kube._call = call  # type: ignore[method-assign]
+        return kube
+
+
+class PlaneNodes:
+    """Node objects kept Ready on the real plane (``FakeNodes``, no slices: each test publishes its
+    own), as ``SandboxCluster`` keeps the sandbox's: ``add_node`` for one that joins later."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._api_client = api_client
+        self._kube = Kube(api_client)
+        self._fleets: list[FakeNodes] = []
+
+    def add_node(self, *names: str) -> None:
+        fleet = FakeNodes(self._api_client, FakeNodeSpec(count=len(names)), names=names, publish=False)
+        self._fleets.append(fleet)
+        fleet.create()
+        for name in names:  # as the node lifecycle controller does once it sees them Ready
+            node = self._kube.get(NODES, None, name)
+            taints = [t for t in node["spec"].get("taints") or () if t["key"] != NOT_READY_TAINT]
+            self._kube.patch(NODES, None, name, [{"op": "replace", "path": "/spec/taints", "value": taints}])
+
+    def stop(self) -> None:
+        for fleet in self._fleets:
+            fleet.delete()
 
 
 @contextmanager
 def plane_harness(plane: ControlPlane, nodes: Sequence[str] = ("node-1",)) -> Iterator[Harness]:
-    """``nodes`` kept Ready on the real plane (``FakeNodes``: no slices, each test publishes its
-    own) and a harness on it; on exit the controllers stop and the plane is emptied."""
+    """``nodes`` kept Ready on the real plane and a harness on it; on exit the controllers stop
+    and the plane is emptied."""
     api_client = plane.api_client()
-    fake = FakeNodes(api_client, FakeNodeSpec(count=len(nodes)), names=nodes, publish=False)
+    fleet = PlaneNodes(api_client)
     harness: Harness | None = None
     try:
-        fake.create()
-        kube = Kube(api_client)
-        for name in nodes:  # as the node lifecycle controller does once it sees them Ready
-            node = kube.get(NODES, None, name)
-            taints = [t for t in node["spec"].get("taints") or () if t["key"] != NOT_READY_TAINT]
-            kube.patch(NODES, None, name, [{"op": "replace", "path": "/spec/taints", "value": taints}])
-        harness = Harness(plane, fake, fence=True)
+        fleet.add_node(*nodes)
+        harness = Harness(plane, fleet, fence=True)
         yield harness
     finally:
         if harness is not None:
             harness.stop()
-        fake.delete()
+        fleet.stop()
         reset_plane(Kube(api_client))
         api_client.close()
 

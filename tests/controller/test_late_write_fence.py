@@ -8,26 +8,26 @@ holds more memory than it has and a mutex claim shares it. The successor fences 
 (a write that bumps the resourceVersion) before leaving them unallocated, so the old write fails.
 
 On the real control plane (kube-scheduler, kube-controller-manager: tests/controller/harness.py
-``plane_harness``); A's write is held on the killed controller's client (``HeldRequests``) and
+``plane_harness``); A's write is held on the killed controller's client (``ClientFaults``) and
 then sent as it was, so the real kube-apiserver decides whether it lands.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from dra_driver.controller.binder import FENCE_ANNOTATION
 from dra_driver.controller.controller import Controller
-from dra_driver.kube.api import RESOURCE_CLAIMS, Kube
+from dra_driver.kube.api import RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
 from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.controller.harness import (
     DRIVER,
     GATE,
     Harness,
-    HeldRequests,
     claim,
     device_class,
     plane_harness,
@@ -76,13 +76,12 @@ def place(harness: Harness, name: str, klass: str, memory: str) -> None:
 
 
 def test_late_write_of_a_killed_controller_cannot_land(harness: Harness) -> None:
-    kube = Kube(harness.server.api_client())
-    hung = HeldRequests(kube, r"/resourceclaims/a/status$", {"PUT"})
-    release = hung.release
-    first = harness.start_controller(kube=kube, write_workers=2)
+    first = harness.start_controller(write_workers=2)
     for i in range(3):  # three cards taken whole by mutex tenants
         place(harness, f"filler{i}", "gpu-mutex", "14000Mi")
     wait_for(lambda: all(harness.allocated(f"filler{i}") for i in range(3)), what="fillers placed")
+    release = threading.Event()
+    hung = harness.faults.inject(r"/resourceclaims/a/status$", hold=release, count=1, methods={"PUT"})
     place(harness, "a", "gpu-mutex", "4000Mi")
     wait_for(lambda: hung.hits == 1, what="A's allocation write in flight")
     place(harness, "b", "gpu-binpack", "8000Mi")
