@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from dra_driver.cli import DEV_ABSENT
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.certs import make_self_signed
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import CHILD_ENTRY
-from hami_dra_dev.sandbox.certs import make_self_signed
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
 from hami_dra_dev.sandbox.webhooks import register_webhooks
 
