@@ -22,7 +22,7 @@ from dra_driver.kube.api import NODES, Kube
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.kubeletplugin.publisher import SlicePublisher
 from tests.apiserver_fixtures import create_ready_node
-from tests.kubeletplugin.conftest import Dirs, plugin_options
+from tests.kubeletplugin.conftest import NODE, Dirs, plugin_options
 from tests.waiting import wait_for
 
 
@@ -44,12 +44,17 @@ def node(apiserver_client: Any, api_kube: Kube, api_namespace: str, api_driver: 
     return Node(apiserver_client, name, f"p{api_driver.split('.')[0][-4:]}.test.hami.io")
 
 
-def slices(node: Node) -> list[dict[str, Any]]:
-    response = k8s.ResourceV1Api(node.api_client).list_resource_slice(
-        field_selector=f"spec.nodeName={node.name}", _preload_content=False
+def slices(api_client: Any, node_name: str = NODE) -> list[dict[str, Any]]:
+    """The ResourceSlices of ``node_name`` (the kubelet plugin's other suites read theirs too)."""
+    response = k8s.ResourceV1Api(api_client).list_resource_slice(
+        field_selector=f"spec.nodeName={node_name}", _preload_content=False
     )
     items: list[dict[str, Any]] = json.loads(response.data)["items"]
     return items
+
+
+def node_slices(node: Node) -> list[dict[str, Any]]:
+    return slices(node.api_client, node.name)
 
 
 def options(dirs: Dirs, node: Node, **overrides: Any) -> Any:
@@ -73,7 +78,7 @@ def publishing(dirs: Dirs, node: Node) -> Iterator[KubeletPlugin]:
 def test_publishes_valid_pool_owned_by_node(publishing: KubeletPlugin, node: Node) -> None:
     import kubernetes_validate
 
-    (published,) = wait_for(lambda: slices(node))
+    (published,) = wait_for(lambda: node_slices(node))
     spec = published["spec"]
     assert (spec["driver"], spec["nodeName"], spec["pool"]["name"]) == (node.driver, node.name, node.name)
     assert spec["pool"]["resourceSliceCount"] == 1 and spec["pool"]["generation"] >= 1
@@ -92,21 +97,23 @@ def test_publishes_valid_pool_owned_by_node(publishing: KubeletPlugin, node: Nod
 
 
 def test_recreated_after_kubelet_deletes_it(publishing: KubeletPlugin, node: Node) -> None:
-    (first,) = wait_for(lambda: slices(node))
+    (first,) = wait_for(lambda: node_slices(node))
     k8s.ResourceV1Api(node.api_client).delete_collection_resource_slice(
         field_selector=f"spec.nodeName={node.name}", _preload_content=False
     )
-    (again,) = wait_for(lambda: [s for s in slices(node) if s["metadata"]["uid"] != first["metadata"]["uid"]])
+    (again,) = wait_for(
+        lambda: [s for s in node_slices(node) if s["metadata"]["uid"] != first["metadata"]["uid"]]
+    )
     assert again["spec"]["devices"] == first["spec"]["devices"]
 
 
 def test_health_change_bumps_generation_and_taints(publishing: KubeletPlugin, node: Node, dirs: Dirs) -> None:
-    (first,) = wait_for(lambda: slices(node))
+    (first,) = wait_for(lambda: node_slices(node))
     generation = first["spec"]["pool"]["generation"]
     dirs.health.write_text("gpu-5: {healthy: false, message: XID 79}\n")
 
     def tainted() -> dict[str, Any] | None:
-        for s in slices(node):
+        for s in node_slices(node):
             device = s["spec"]["devices"][5]
             if any(t["key"] == f"{node.driver}/unhealthy" for t in device.get("taints") or []):
                 return s
@@ -115,16 +122,18 @@ def test_health_change_bumps_generation_and_taints(publishing: KubeletPlugin, no
     updated = wait_for(tainted)
     assert updated["spec"]["pool"]["generation"] == generation + 1
     assert updated["spec"]["devices"][5]["attributes"]["healthy"] == {"bool": False}
-    assert len(slices(node)) == 1  # never two generations of the pool
+    assert len(node_slices(node)) == 1  # never two generations of the pool
     dirs.health.write_text("{}\n")
-    healed = wait_for(lambda: [s for s in slices(node) if s["spec"]["pool"]["generation"] == generation + 2])
+    healed = wait_for(
+        lambda: [s for s in node_slices(node) if s["spec"]["pool"]["generation"] == generation + 2]
+    )
     assert not any(
         t["key"] == f"{node.driver}/unhealthy" for t in healed[0]["spec"]["devices"][5].get("taints") or []
     )
 
 
 def test_health_monitoring_is_published_per_gpu(publishing: KubeletPlugin, node: Node) -> None:
-    (published,) = wait_for(lambda: slices(node))
+    (published,) = wait_for(lambda: node_slices(node))
     monitored = {d["attributes"]["healthMonitored"]["bool"] for d in published["spec"]["devices"]}
     assert monitored == {True}, "the health file speaks for every GPU"
 
@@ -138,7 +147,7 @@ def test_health_checks_off_publish_every_gpu_unmonitored_and_healthy(
     with caplog.at_level(logging.WARNING):
         plugin.start()
     try:
-        (published,) = wait_for(lambda: slices(node))
+        (published,) = wait_for(lambda: node_slices(node))
         attributes = [d["attributes"] for d in published["spec"]["devices"]]
         assert [(a["healthy"], a["healthMonitored"]) for a in attributes] == [
             ({"bool": True}, {"bool": False})
@@ -149,10 +158,10 @@ def test_health_checks_off_publish_every_gpu_unmonitored_and_healthy(
 
 
 def test_sync_without_change_writes_nothing(publishing: KubeletPlugin, node: Node) -> None:
-    (first,) = wait_for(lambda: slices(node))
+    (first,) = wait_for(lambda: node_slices(node))
     assert publishing.publisher is not None
     assert publishing.publisher.sync() is False
-    (same,) = slices(node)
+    (same,) = node_slices(node)
     assert same["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
 
@@ -192,5 +201,5 @@ def test_a_server_with_the_dra_feature_gates_keeps_what_is_published(
         assert publisher.sync() is True
     assert publisher.consumable_capacity_supported and publisher.taints_supported
     assert "dropped" not in caplog.text
-    (stored,) = slices(node)
+    (stored,) = node_slices(node)
     assert stored["spec"]["devices"][0]["allowMultipleAllocations"] is True
