@@ -259,7 +259,7 @@ def _snapshot(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     api_client, source = cluster.api_client, Source(cluster.context, cluster.server)
     warnings: list[str] = []
     try:
-        objects = fetch(Kube(api_client), warnings)
+        objects = fetch(Kube(api_client), warnings, placing=args.claims is not None)
     except KubeError as err:
         # Kube raises status 0 "from None": the connection error it replaced is its context.
         cause = err.__context__

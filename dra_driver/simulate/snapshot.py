@@ -66,16 +66,15 @@ class Snapshot:
     warnings: list[str] = field(default_factory=list)
 
 
-def fetch(kube: KubeApi, warnings: list[str] | None = None) -> ClusterObjects:
+def fetch(kube: KubeApi, warnings: list[str] | None = None, *, placing: bool = True) -> ClusterObjects:
     """List what the controller's informers list: the snapshot reads the slices, claims and quotas,
-    placing what-if claims (``simulate/cluster.py``) all of them. A cluster without the GpuQuota CRD
-    simply has no quotas. A user who may not list Pods or Nodes gets a placement without them,
-    said in ``warnings``: no bound pod's CPU and memory counted, or no node fit checked at all
-    (every node with devices of ours taken as one any pod may run on)."""
+    placing what-if claims (``simulate/cluster.py``, ``placing``) all of them. A cluster without
+    the GpuQuota CRD simply has no quotas. A user who may not list Pods or Nodes gets a placement
+    without them, said in ``warnings``: no bound pod's CPU and memory counted, or no node fit
+    checked at all (every node with devices of ours taken as one any pod may run on)."""
     objects = ClusterObjects(
         slices=list(kube.list(RESOURCE_SLICES).get("items") or ()),
         claims=list(kube.list(RESOURCE_CLAIMS).get("items") or ()),
-        classes=list(kube.list(DEVICE_CLASSES).get("items") or ()),
         resource_quotas=list(kube.list(RESOURCE_QUOTAS).get("items") or ()),
     )
     try:
@@ -83,6 +82,9 @@ def fetch(kube: KubeApi, warnings: list[str] | None = None) -> ClusterObjects:
     except KubeError as err:
         if not err.not_found:
             raise
+    if not placing:  # a snapshot to save holds no classes, pods or nodes
+        return objects
+    objects.classes = list(kube.list(DEVICE_CLASSES).get("items") or ())
     said = warnings if warnings is not None else []
     try:
         objects.pods = list(kube.list(PODS).get("items") or ())
