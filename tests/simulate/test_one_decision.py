@@ -13,6 +13,7 @@ from typing import Any
 from dra_driver.controller.decision_record import decision_annotation, decode, encode, request_record
 from dra_driver.explain.report import explain
 from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS
+from dra_driver.quantity import MIB
 from dra_driver.simulate.cluster import ClusterSimulation, simulate_on_cluster
 from dra_driver.simulate.scenario import ClaimSpec, Defaults
 from tests.controller.fake_cluster import FakeCluster
@@ -163,3 +164,39 @@ def test_a_placement_is_the_controllers_with_the_same_cards_and_scores() -> None
     )[1]
     assert simulated_record == record  # node, devices, every card's score and reason
     assert record.node == cluster.node_of("next") == "node-1"  # binpack: next to the tenant
+
+
+def test_a_what_if_claims_fields_reach_the_controllers_decision() -> None:
+    """Card filters become HAMi's pod annotations, memoryPercent the claim's config, count, memory
+    and cores the request's, and a refusal
+    before planning shows the claim's policy (else the defaults'); a pending claim lists at most
+    ``max_candidates`` cards."""
+    cluster = FakeCluster(nodes=("node-1", "node-2"), gpus=2)
+    specs = [
+        ClaimSpec.model_validate({"name": name, "namespace": NS, **fields})
+        for name, fields in (
+            ("other-model", {"memory": "1Gi", "productNames": ["A100"]}),
+            ("this-model", {"memory": "1Gi", "productNames": ["H100"], "excludeUuids": ["GPU-nope"]}),
+            ("half", {"memoryPercent": 50, "policy": "binpack"}),
+            ("nowhere", {"memory": "1Gi", "pod": {"nodeSelector": {"pool": "none"}}}),
+            ("pair", {"memory": "1Gi", "count": 2, "cores": 30}),
+        )
+    ]
+    result = simulate_on_cluster(listed(cluster), specs, DRIVER, Defaults(policy="binpack"), max_candidates=3)
+    other, this, half, nowhere, pair = result.result.decisions
+    assert other.placement is None and other.reason is not None and "CardTypeMismatch" in other.reason
+    assert len(other.candidates) == 3  # four cards scored, three listed
+    assert {card.reason.value for card in other.candidates if card.reason} == {"CardTypeMismatch"}
+    assert this.placement is not None
+    assert half.placement is not None
+    (share,) = half.placement.devices
+    card = next(c for c in half.candidates if c.index == share.index and c.node == half.placement.node)
+    assert share.memory == card.total_memory // 2 // MIB * MIB  # half of the card, floored to MiB
+    assert nowhere.placement is None and nowhere.reason == "no node can run the pod"
+    assert nowhere.policy.text == "binpack"  # the defaults': the claim names none
+    assert result.result.refused_on(3) == {"node-1": "NodeSelectorMismatch", "node-2": "NodeSelectorMismatch"}
+    assert result.result.refused_on(1) == {}  # placed: nothing to say
+    assert pair.placement is not None and [(d.memory, d.cores) for d in pair.placement.devices] == [
+        (1024 * MIB, 30),
+        (1024 * MIB, 30),
+    ]
