@@ -9,8 +9,8 @@ or decides anything itself, so a command built on it cannot drift from the contr
 
 ``simulate --from-cluster`` places several what-if pods in order, each seeing the ones before:
 ``apply_placed`` folds a placement back in as the informers would deliver it once the controller
-had written it (each claim allocated and reserved for its pod, the pod's gate lifted and the pod
-bound to the node, as kube-scheduler then binds it).
+had written it and kube-scheduler had bound the pod (each claim allocated and reserved for its pod,
+the pod on its node).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dra_driver.config import ControllerDefaults
-from dra_driver.contract import GATE_NAME
 from dra_driver.controller.allocator import Allocator, Placed
 from dra_driver.controller.cache import ClusterCache
 from dra_driver.controller.metrics import ControllerMetrics
@@ -110,10 +109,10 @@ def allocator_for(
 
 
 def apply_placed(cache: ClusterCache, placed: Placed, node: str) -> None:
-    """``placed`` as the informers show it once written: each claim's allocation (reserved for
-    the pod, ``with_allocation`` as the binder writes it), then the pod with our gate lifted,
-    the placement's annotations and ``spec.nodeName`` (its CPU, memory and pod slot count on the
-    node from now on, as they will once kube-scheduler binds it)."""
+    """``placed`` as the informers show it once settled: each claim's allocation (reserved for the
+    pod, ``with_allocation`` as the binder writes it) and the pod bound to ``node`` as
+    kube-scheduler then binds it, so its CPU, memory and pod slot count there for the next pods
+    (a bound pod is no candidate any more: its gate and annotations change nothing after)."""
     pod = placed.pod
     for write in placed.writes:
         old = dict(write.claim.raw)
@@ -123,13 +122,6 @@ def apply_placed(cache: ClusterCache, placed: Placed, node: str) -> None:
             with_allocation(old, write.allocation, {"name": pod.name, "uid": pod.uid}),
         )
     old_pod = dict(pod.raw)
-    spec = dict(old_pod.get("spec") or {})
-    gates = [gate for gate in spec.get("schedulingGates") or () if gate.get("name") != GATE_NAME]
-    if gates:
-        spec["schedulingGates"] = gates
-    else:
-        spec.pop("schedulingGates", None)
-    spec["nodeName"] = node
-    metadata = dict(old_pod.get("metadata") or {})
-    metadata["annotations"] = {**(metadata.get("annotations") or {}), **placed.annotations}
-    cache.apply_event(PODS.kind, old_pod, {**old_pod, "metadata": metadata, "spec": spec})
+    cache.apply_event(
+        PODS.kind, old_pod, {**old_pod, "spec": {**(old_pod.get("spec") or {}), "nodeName": node}}
+    )

@@ -200,3 +200,34 @@ def test_a_what_if_claims_fields_reach_the_controllers_decision() -> None:
         (1024 * MIB, 30),
         (1024 * MIB, 30),
     ]
+
+
+def test_a_placed_claims_pod_takes_its_cpu_on_the_node_for_the_next_claims() -> None:
+    """Each placement is folded back as it settles (claim allocated, pod bound): the next claim's
+    pod finds the node's CPU taken, as the controller does once kube-scheduler bound the first."""
+    cluster = FakeCluster(nodes=("node-1",), gpus=2)
+
+    def one_cpu(node: dict[str, Any]) -> None:
+        node["status"]["allocatable"] = {"cpu": "1", "memory": "4Gi"}
+
+    cluster.change(NODES, None, "node-1", one_cpu)
+    simulation = simulated(
+        cluster,
+        {"name": "first", "memory": "1Gi", "pod": {"cpu": "1"}},
+        {"name": "second", "memory": "1Gi", "pod": {"cpu": "1"}},
+    )
+    first, second = simulation.result.decisions
+    assert first.placement is not None and first.placement.node == "node-1"
+    assert second.placement is None and simulation.result.refused_on(1) == {"node-1": "InsufficientCPU"}
+
+    def one_cpu_pod(body: dict[str, Any]) -> None:
+        body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
+
+    cluster.gpu_pod("first", "1Gi")
+    cluster.change(PODS, NS, "first", one_cpu_pod)
+    cluster.run()
+    cluster.bind("first")
+    cluster.gpu_pod("second", "1Gi")
+    cluster.change(PODS, NS, "second", one_cpu_pod)
+    cluster.run()
+    assert controller_says(cluster, "second") == ("Unschedulable", second.reason)
