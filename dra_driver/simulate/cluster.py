@@ -22,7 +22,8 @@ A what-if claim of a claims file becomes the two objects a user would create for
   full) refuse it.
 
 The claims are placed in order, each seeing the ones before: a placement is folded back into the
-cache as the informers would show it once written (``offline.apply_placed``). The claims file's
+cache as it settles (``offline.apply_placed``: its claim allocated, its pod bound to the node, so
+the pod's CPU and memory count there for the next ones). The claims file's
 ``defaults`` stand for the controller's ``--default-policy``/``--default-node-policy`` (a class's
 or the claim's own config comes first, as in the controller).
 """
