@@ -8,8 +8,9 @@ controller would place there, and a refusal is the reason it would report.
 
 A what-if claim of a claims file becomes the two objects a user would create for it:
 
-* a **ResourceClaim** ``<namespace>/<name>`` with one request ``gpu`` of its ``deviceClass`` (the
-  DeviceClass named like the driver, the chart's default class, when it names none): ``count``,
+* a **ResourceClaim** ``<namespace>/<name>`` with one request ``gpu`` of its ``deviceClass`` (when
+  it names none, the DeviceClass named like the driver: the chart's default class, or where the
+  cluster has no such class, a plain one selecting the driver's devices, with no config): ``count``,
   ``memory`` and ``cores`` as capacity requests, and ``policy``, ``nodePolicy``, ``weights``,
   ``numaBind`` and ``memoryPercent`` as the claim's GpuConfig (so a DeviceClass's config yields to
   them, as it does for a real claim);
@@ -168,6 +169,7 @@ def simulate_on_cluster(
         objects,
         claims=[*objects.claims, *(claim_obj for _, claim_obj, _ in made)],
         pods=[*objects.pods, *(pod_obj for _, _, pod_obj in made)],
+        classes=[*objects.classes, *_default_class(objects, claims, driver)],
     )
     controller_defaults = (
         ControllerDefaults(defaults.policy, defaults.node_policy) if defaults is not None else None
@@ -192,6 +194,24 @@ def simulate_on_cluster(
     return ClusterSimulation(
         SimulationResult(tuple(decisions), tuple(blocks), tuple(refused)), tuple(reasons)
     )
+
+
+def _default_class(objects: ClusterObjects, claims: Sequence[ClaimSpec], driver: str) -> list[Obj]:
+    """The class a claim naming none asks for, where the cluster lacks it: a plain DeviceClass of
+    the driver's devices (no config, so the claim's and the defaults' policies apply, as in a
+    scenario). A cluster's own class of that name is used as it is."""
+    if all(claim.device_class for claim in claims):
+        return []
+    if any((obj.get("metadata") or {}).get("name") == driver for obj in objects.classes):
+        return []
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": driver},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        }
+    ]
 
 
 def _check_names(objects: ClusterObjects, claims: Sequence[ClaimSpec]) -> None:

@@ -231,3 +231,19 @@ def test_a_placed_claims_pod_takes_its_cpu_on_the_node_for_the_next_claims() -> 
     cluster.change(PODS, NS, "second", one_cpu_pod)
     cluster.run()
     assert controller_says(cluster, "second") == ("Unschedulable", second.reason)
+
+
+def test_a_claim_naming_no_class_gets_a_plain_one_where_the_cluster_has_none() -> None:
+    """The lab of ``hami-dra cluster`` has only its recipes' classes: a what-if claim naming no
+    class is placed with its own policy on a plain class of the driver's devices; one naming a
+    class that does not exist waits for it, as the controller makes a real claim wait."""
+    cluster = FakeCluster(gpus=2)
+    objects = listed(cluster)
+    objects.classes = [c for c in objects.classes if c["metadata"]["name"] != DRIVER]
+    specs = [
+        ClaimSpec.model_validate({"name": "plain", "namespace": NS, "memory": "1Gi", "policy": "binpack"}),
+        ClaimSpec.model_validate({"name": "named", "namespace": NS, "memory": "1Gi", "deviceClass": "gone"}),
+    ]
+    plain, named = simulate_on_cluster(objects, specs, DRIVER).result.decisions
+    assert plain.placement is not None and plain.policy.text == "binpack"
+    assert named.placement is None and named.reason == f"claim {NS}/named: DeviceClass gone not found"
