@@ -42,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient  # noqa: E402
+from hami_dra_dev.kubelet import KubeletProtocol, PluginClient  # noqa: E402
 
 NODE = "bench-node"
 CLI = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())"]

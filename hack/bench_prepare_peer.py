@@ -3,7 +3,7 @@
 
 Used by hack/bench_cluster.py while its real cluster runs (both plugins read their claims from the
 real API server), and on its own (``main``): against a running cluster's kubeconfig, or else a
-sandbox API server it starts. One client plays kubelet for every plugin (dev/hami_dra_dev/sandbox/kubelet.py:
+sandbox API server it starts. One client plays kubelet for every plugin (dev/hami_dra_dev/kubelet.py:
 registration over the plugin's socket, then the DRA service it offers), with the same claims: one
 simulated GPU each, 8 per batch (one per device: the example driver's GPUs take one claim each),
 unprepared after every batch; every prepare is a first prepare (API read, checkpoint, CDI spec).
@@ -258,7 +258,7 @@ def compare(
     Returns ``{"<plugin> callers=<n>": {"p50_ms", "p99_ms", "prepares"}}`` (the medians over the
     kept rounds, as hack/bench_cluster.py prints them) next to ``summary`` and every ``measures``.
     """
-    from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+    from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
 
     peer = peer_binary()
     if peer is None:

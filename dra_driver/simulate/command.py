@@ -7,13 +7,16 @@ How it is used::
     hami-dra simulate --from-cluster --save snap.yaml        # save the cluster, edit it, then
     hami-dra simulate snap.yaml [--claims what-if.yaml]      # run it offline, as often as needed
 
-``--from-cluster`` snapshots our driver's GPUs, every allocated claim's use of them and the GPU
-quotas, exactly as the controller sees them (``snapshot.py``), then places ``--claims``' claims in
-order as the controller would: one command answers "where would this pod go now, and why?".
-``--save`` writes the snapshot as a scenario file (with the ``--claims`` claims, if given) to
-edit by hand: remove a tenant, drain a node, add cards, change a quota, and run ``simulate FILE``
-on it as often as needed without touching the cluster. A ``.json`` name writes JSON, which loads
-about ten times faster than YAML for a cluster of thousands of nodes.
+``--from-cluster`` reads what the controller's informers list and places ``--claims``' claims in
+order with the controller's own allocator over the controller's own cache (``cluster.py``: node
+fit, quotas and per-container limits included, as ``explain`` decides): one command answers
+"where would this pod go now, and why?".
+``--save`` writes the snapshot (``snapshot.py``: our driver's GPUs, every allocated claim's use of
+them and the GPU quotas) as a scenario file (with the ``--claims`` claims, if given) to edit by
+hand: remove a tenant, drain a node, add cards, change a quota, and run ``simulate FILE`` on it as
+often as needed without touching the cluster (with the policy engine and the quotas: a scenario
+has no Node objects, so no node fit). A ``.json`` name writes JSON, which loads about ten times
+faster than YAML for a cluster of thousands of nodes.
 
 The claims file is a list of claims, or a mapping with ``claims`` and optionally ``defaults``
 (which then replace the scenario's); claims are as in a scenario file (docs/simulate.md, "Scenario files").
@@ -55,10 +58,11 @@ DESCRIPTION = """\
 Places claims in order (each placement updates usage) and prints, per claim, the chosen node and
 GPUs or the pending reason, with every candidate card's score.
 
-The cluster is a scenario file, or a snapshot of the live cluster (--from-cluster): our driver's
-ResourceSlices, the allocated claims' shares and the GPU quotas, exactly as the controller sees
-them. Place what-if claims on it at once (--claims), or save it (--save), edit it (remove
-tenants, add nodes, change quotas) and run 'simulate FILE' on it offline.
+The cluster is a scenario file, or the live cluster (--from-cluster), where what-if claims
+(--claims) are placed by the controller's own allocator: node fit, quotas and limits included.
+Or save the live cluster as a scenario (--save: our driver's GPUs, the allocated claims' shares,
+the GPU quotas), edit it (remove tenants, add nodes, change quotas) and run 'simulate FILE' on it
+offline.
 """
 
 EPILOG = """\
@@ -174,21 +178,27 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         if args.from_cluster:
-            data, source = _snapshot(args), "the cluster snapshot"
+            objects, data = _snapshot(args)
+            source = "the cluster snapshot"
         else:
-            data, source = read_document(args.scenario), str(args.scenario)
-        if args.claims is not None:
-            data = add_claims(data, read_claims(args.claims), source, str(args.claims))
+            objects, data, source = None, read_document(args.scenario), str(args.scenario)
+        claims = read_claims(args.claims) if args.claims is not None else None
+        if claims is not None:
+            data = add_claims(data, claims, source, str(args.claims))
         if args.save is not None:
             _save(data, args.save)
-            if args.claims is None:
+            if claims is None:
                 return 0
-        scenario = parse_scenario(data, source)
+        if objects is not None and claims is not None:
+            result = _on_cluster(objects, claims, args)
+        else:
+            scenario = parse_scenario(data, source)
+            _ignored_pods(scenario.claims)
+            from dra_driver.simulate.run import run_scenario
+
+            result = run_scenario(scenario, max_candidates=args.max_candidates)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    from dra_driver.simulate.run import run_scenario
-
-    result = run_scenario(scenario, max_candidates=args.max_candidates)
     _print(result, args.output)
     pending = sum(decision.placement is None for decision in result.decisions)
     if pending and args.fail_on_pending:
@@ -198,6 +208,30 @@ def _run(args: argparse.Namespace) -> int:
         )
         return EXIT_PENDING
     return 0
+
+
+def _on_cluster(objects: Any, claims: dict[str, Any], args: argparse.Namespace) -> Any:
+    """The claims file's claims placed by the controller's allocator on the cluster's objects
+    (``simulate/cluster.py``)."""
+    from dra_driver.simulate.cluster import simulate_on_cluster
+    from dra_driver.simulate.scenario import ClaimsFile
+
+    parsed = ClaimsFile.model_validate(claims)
+    simulation = simulate_on_cluster(
+        objects, parsed.claims, args.driver_name, parsed.defaults, max_candidates=args.max_candidates
+    )
+    return simulation.result
+
+
+def _ignored_pods(claims: Any) -> None:
+    """A claim's ``pod`` is node fit, which needs the cluster's Node objects: say it is not used."""
+    for position, claim in enumerate(claims):
+        if claim.pod is not None:
+            print(
+                f"{program_name()} simulate: warning: claims[{position}]({claim.name}).pod is not used: "
+                "a scenario has no Node objects to fit it to (--from-cluster --claims checks it)",
+                file=sys.stderr,
+            )
 
 
 def _print(result: Any, output: str) -> None:
@@ -215,15 +249,17 @@ def _print(result: Any, output: str) -> None:
         sys.stdout.write(plain_tables(result, wide=output == WIDE))
 
 
-def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
+def _snapshot(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The cluster's objects as read (for placing ``--claims``) and as a scenario (for ``--save``)."""
     from dra_driver.kube.api import Kube
     from dra_driver.kube.errors import KubeError
     from dra_driver.simulate.snapshot import Source, fetch, take_snapshot
 
     cluster = load_kubectl_client(args.kubeconfig, args.context)
     api_client, source = cluster.api_client, Source(cluster.context, cluster.server)
+    warnings: list[str] = []
     try:
-        objects = fetch(Kube(api_client))
+        objects = fetch(Kube(api_client), warnings, placing=args.claims is not None)
     except KubeError as err:
         # Kube raises status 0 "from None": the connection error it replaced is its context.
         cause = err.__context__
@@ -233,14 +269,14 @@ def _snapshot(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         api_client.close()
     snapshot = take_snapshot(objects, args.driver_name, source)
-    for warning in snapshot.warnings:
+    for warning in [*warnings, *snapshot.warnings]:
         print(f"{program_name()} simulate: warning: {warning}", file=sys.stderr)
     if not snapshot.data["nodes"]:
         raise UsageError(
             f"no node publishes a complete ResourceSlice pool of driver {args.driver_name} "
             f"in {source.context or source.server}: nothing to simulate on"
         )
-    return snapshot.data
+    return objects, snapshot.data
 
 
 SAVED_COMMENT = """\

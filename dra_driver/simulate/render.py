@@ -10,6 +10,8 @@ JSON format (documented in the README; keys are stable, new keys may be added)::
     {"results": [{"claim": str, "allocated": bool, "node": str|null, "policy": str,
                   "unknownPolicies": [str], "devices": [{"node", "index", "name", "memory", "cores"}],
                   "reason": str|null, "quota": str|null (the namespace/name that held it pending),
+                  "nodesRefused": [{"node", "reason"}] (--from-cluster: nodes the claim's pod
+                                  cannot run on, for a pending claim),
                   "candidates": [{"node", "index", "name", "productName", "tenants", "usedMemory",
                                   "score", "eligible", "chosen", "reason", "note"}]}]}
 
@@ -21,6 +23,7 @@ use, ``note`` where it sits and what taking it leaves free.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -45,7 +48,9 @@ def _card_name(card: CandidateCard) -> str:
     return card.device or f"gpu-{card.index}"
 
 
-def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, Any]:
+def decision_to_json(
+    decision: Decision, quota: str | None = None, nodes_refused: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     placement = decision.placement
     return {
         "claim": decision.request,
@@ -67,6 +72,7 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
         ],
         "reason": decision.reason,
         "quota": quota,
+        "nodesRefused": [{"node": node, "reason": why} for node, why in (nodes_refused or {}).items()],
         "candidates": [
             {
                 "node": card.node,
@@ -87,7 +93,12 @@ def decision_to_json(decision: Decision, quota: str | None = None) -> dict[str, 
 
 
 def result_document(result: SimulationResult) -> dict[str, Any]:
-    return {"results": [decision_to_json(d, result.blocked_by(i)) for i, d in enumerate(result.decisions)]}
+    return {
+        "results": [
+            decision_to_json(d, result.blocked_by(i), result.refused_on(i))
+            for i, d in enumerate(result.decisions)
+        ]
+    }
 
 
 def result_to_json(result: SimulationResult) -> str:
@@ -151,13 +162,23 @@ def _warning(decision: Decision) -> str | None:
     return f"ignored unknown policies: {', '.join(decision.policy.unknown)}"
 
 
+def _refused(nodes_refused: Mapping[str, str]) -> str | None:
+    """``nodes the pod cannot run on: node-1 TaintToleration, node-2 InsufficientCPU``."""
+    if not nodes_refused:
+        return None
+    return "nodes the pod cannot run on: " + ", ".join(f"{node} {why}" for node, why in nodes_refused.items())
+
+
 def print_tables(result: SimulationResult, console: Console, wide: bool = False) -> None:
     """Rich tables, for a terminal."""
-    for decision in result.decisions:
+    for position, decision in enumerate(result.decisions):
         warning = _warning(decision)
         if warning:
             console.print(f"[yellow]warning:[/] {warning}")
         console.print(decision_table(decision, wide))
+        refused = _refused(result.refused_on(position))
+        if refused:
+            console.print(refused, markup=False)
         console.print()
 
 
@@ -167,12 +188,15 @@ def plain_tables(result: SimulationResult, wide: bool = False) -> str:
     header = ["NODE", "INDEX", "MODEL", "NUMA", "TENANTS", "MEMORY", *(["CORES"] if wide else [])]
     header += ["SCORE", "ELIGIBLE", "REASON", *(["NOTE"] if wide else [])]
     blocks = []
-    for decision in result.decisions:
+    for position, decision in enumerate(result.decisions):
         lines = []
         warning = _warning(decision)
         if warning:
             lines.append(f"warning: {warning}")
         lines.append(f"{decision.request} ({decision.policy.text}): {_outcome(decision)}")
+        refused = _refused(result.refused_on(position))
+        if refused:
+            lines.append(refused)
         rows = [header]
         for card in decision.candidates:
             rows.append(

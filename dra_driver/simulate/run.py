@@ -24,9 +24,15 @@ class SimulationResult:
     decisions: tuple[Decision, ...]
     #: Per decision: the quota (``namespace/name``) that held the claim pending, else None.
     quota_blocks: tuple[str | None, ...] = ()
+    #: Per decision (``--from-cluster`` only, where Node objects are known): node -> why the
+    #: claim's pod cannot run there (node fit), for a pending claim; empty otherwise.
+    nodes_refused: tuple[Mapping[str, str], ...] = ()
 
     def blocked_by(self, position: int) -> str | None:
         return self.quota_blocks[position] if position < len(self.quota_blocks) else None
+
+    def refused_on(self, position: int) -> Mapping[str, str]:
+        return self.nodes_refused[position] if position < len(self.nodes_refused) else {}
 
 
 @dataclass(slots=True)
@@ -135,7 +141,7 @@ def run_scenario(scenario: Scenario, *, max_candidates: int = DEFAULT_MAX_CANDID
                 ledger.add(claim.namespace, new)
             else:
                 blocked = f"{breach.quota.namespace}/{breach.quota.name}"
-                decision = _held(decision, breach.message)
+                decision = held(decision, breach.message)
         decisions.append(decision)
         blocks.append(blocked)
     return SimulationResult(tuple(decisions), tuple(blocks))
@@ -149,7 +155,7 @@ def _device(node: str, index: int, mig_instances: Mapping[tuple[str, int], MigIn
     return DeviceId(simulated_device(node, 0).driver, node, instance.name)
 
 
-def _held(decision: Decision, reason: str) -> Decision:
+def held(decision: Decision, reason: str) -> Decision:
     """The decision as a pending one: the cards are as scored, none chosen."""
     candidates = tuple(dataclasses.replace(card, chosen=False) for card in decision.candidates)
     return dataclasses.replace(decision, placement=None, reason=reason, candidates=candidates)

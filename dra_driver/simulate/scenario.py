@@ -52,7 +52,7 @@ from dra_driver.engine import (
     parse_scoring_weights,
 )
 from dra_driver.engine.mig import MigInstance, MigRequest, MigState, mig_cores
-from dra_driver.quantity import MIB, QuantityError, parse_bytes
+from dra_driver.quantity import MIB, QuantityError, parse_bytes, parse_quantity
 from dra_driver.quota import Charge, Limits, Quota
 from dra_driver.quota.usage import charged_cores
 from dra_driver.simulate.documents import load_document
@@ -325,6 +325,54 @@ class QuotaSpec(_Strict):
         return Quota(self.namespace, self.name, limits, frozenset(self.device_class_names))
 
 
+def _quantity(value: Any) -> str:
+    """A Kubernetes quantity (``500m``, ``4Gi``), kept as written for the pod's requests."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{value!r} is not a quantity")
+    try:
+        amount = parse_quantity(value)
+    except QuantityError as err:
+        raise ValueError(str(err)) from None
+    if amount < 0:
+        raise ValueError(f"{value!r} is negative")
+    return str(value)
+
+
+Quantity = Annotated[str, BeforeValidator(_quantity)]
+
+
+class TolerationSpec(_Strict):
+    """A pod toleration, as in a Pod's ``spec.tolerations``."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+    def to_object(self) -> dict[str, str]:
+        toleration: dict[str, str] = {"operator": self.operator}
+        for name, value in (("key", self.key), ("value", self.value), ("effect", self.effect)):
+            if value:
+                toleration[name] = value
+        return toleration
+
+
+class PodFitSpec(_Strict):
+    """What a claim's pod asks of its node (``simulate --from-cluster`` only: node fit needs the
+    cluster's Node objects; a scenario file has none, so ``simulate FILE`` ignores it)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: list[TolerationSpec] = Field(default_factory=list)
+    #: The pod's container requests.
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+    def requests(self) -> dict[str, str]:
+        return {
+            name: value for name, value in (("cpu", self.cpu), ("memory", self.memory)) if value is not None
+        }
+
+
 class ClaimSpec(_Strict):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, frozen=True, arbitrary_types_allowed=True
@@ -350,6 +398,8 @@ class ClaimSpec(_Strict):
     #: (``1g.18gb``), or any with ``memory`` at least (the smallest such first).
     mig: bool = False
     profile: str | None = None
+    #: What its pod asks of the node (node fit), for ``--from-cluster``.
+    pod: PodFitSpec | None = None
 
     @model_validator(mode="after")
     def _one_memory(self) -> ClaimSpec:

@@ -7,7 +7,9 @@ ResourceClaim's results through the controller's ledger (``controller/ledger.py`
 ``consumedCapacity`` for a share, the whole card for a result without a ``shareID``, nothing for
 ``adminAccess``), whoever allocated them. Quotas are the ``GpuQuota`` objects and the
 ResourceQuotas with HAMi's names that the controller enforces. So a claim placed against the
-snapshot lands where the controller would put it now, with the same scores and reasons.
+snapshot gets the cards, scores and quota answers the controller would give now; node fit is not
+in a scenario (no Node objects): ``simulate --from-cluster --claims`` places with the controller's
+allocator itself (``cluster.py``).
 
 What a scenario cannot hold is left out, and said so on stderr: a result naming a device that is
 not published (or whose pool is incomplete), a quota the controller would ignore too. A
@@ -29,18 +31,21 @@ from typing import Any
 from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES, DeviceId
 from dra_driver.controller.inventory import Device, build_inventory
 from dra_driver.controller.ledger import card_capacity
-from dra_driver.controller.offline import ClusterObjects
+from dra_driver.controller.offline import ClusterObjects, bare_nodes
 from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
 from dra_driver.kube.api import (
+    DEVICE_CLASSES,
     GPU_QUOTAS,
+    NODES,
+    PODS,
     RESOURCE_CLAIMS,
     RESOURCE_QUOTAS,
     RESOURCE_SLICES,
     KubeApi,
     ObjView,
 )
-from dra_driver.kube.errors import KubeError
+from dra_driver.kube.errors import Forbidden, KubeError
 from dra_driver.quantity import format_bytes
 from dra_driver.quota import Quota, QuotaError, quota_from_gpu_quota, quota_from_resource_quota
 from dra_driver.resource.uses import claim_uses
@@ -62,9 +67,12 @@ class Snapshot:
     warnings: list[str] = field(default_factory=list)
 
 
-def fetch(kube: KubeApi) -> ClusterObjects:
-    """List the objects a snapshot needs (of what the controller's informers list: a scenario holds
-    no pods, nodes or classes); a cluster without the GpuQuota CRD simply has no quotas."""
+def fetch(kube: KubeApi, warnings: list[str] | None = None, *, placing: bool = True) -> ClusterObjects:
+    """List what the controller's informers list: the snapshot reads the slices, claims and quotas,
+    placing what-if claims (``simulate/cluster.py``, ``placing``) all of them. A cluster without
+    the GpuQuota CRD simply has no quotas. A user who may not list Pods or Nodes gets a placement
+    without them, said in ``warnings``: no bound pod's CPU and memory counted, or no node fit
+    checked at all (every node with devices of ours taken as one any pod may run on)."""
     objects = ClusterObjects(
         slices=list(kube.list(RESOURCE_SLICES).get("items") or ()),
         claims=list(kube.list(RESOURCE_CLAIMS).get("items") or ()),
@@ -75,6 +83,19 @@ def fetch(kube: KubeApi) -> ClusterObjects:
     except KubeError as err:
         if not err.not_found:
             raise
+    if not placing:  # a snapshot to save holds no classes, pods or nodes
+        return objects
+    objects.classes = list(kube.list(DEVICE_CLASSES).get("items") or ())
+    said = warnings if warnings is not None else []
+    try:
+        objects.pods = list(kube.list(PODS).get("items") or ())
+    except Forbidden as err:
+        said.append(f"cannot list Pods ({err}): the CPU and memory of the pods on each node are not counted")
+    try:
+        objects.nodes = list(kube.list(NODES).get("items") or ())
+    except Forbidden as err:
+        objects.nodes = bare_nodes(objects.slices)
+        said.append(f"cannot list Nodes ({err}): node fit (selectors, taints, CPU/memory) is not checked")
     return objects
 
 

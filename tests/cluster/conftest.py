@@ -112,7 +112,7 @@ def driver(
     elif request.param == "faults":
         # The host-process driver with the controller's API traffic through a fault proxy.
         from hami_dra_dev.cluster.layout import NODE_IP, Layout
-        from tests.cluster.faults import ApiFaultProxy, proxied_kubeconfig
+        from tests.api_proxy import ApiFaultProxy, proxied_kubeconfig
 
         proxy = ApiFaultProxy((NODE_IP, Layout(real_cluster.state_dir).ports.apiserver))
         kubeconfig = proxied_kubeconfig(

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dra_driver import __version__
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.cluster.layout import Layout
-from hami_dra_dev.sandbox.certs import make_self_signed
 from tests.chart.helpers import REPO, find_or_install_helm
 from tests.cluster.drivers import ChartDriver
 from tests.waiting import wait_for

@@ -1,20 +1,46 @@
-"""Test harness: a sandbox cluster with GPU slices, DeviceClasses, and our controller running."""
+"""Test harness: a cluster with GPU slices, DeviceClasses, and our controller running.
+
+Two clusters serve it: the sandbox (``running_harness``: the hand-written API server with its
+simulated scheduler and claim controller), and the real control plane with kube-controller-manager
+and kube-scheduler (``plane_harness``, tests/apiserver_fixtures.py ``controller_plane``: Node
+objects kept Ready as a kubelet keeps them, no kubelet). A test on the real plane owns it while it
+runs and leaves it empty (``reset_plane``): its names (``default``, ``node-1``, the classes) are the
+sandbox tests' own, so a suite moves by changing its fixture.
+"""
 
 from __future__ import annotations
 
+import re
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from dra_driver.config import ControllerDefaults
+from dra_driver.contract import SCHEDULER_FENCE
 from dra_driver.controller.controller import Controller
 from dra_driver.devices.simulated import profile_gpus
-from dra_driver.kube.api import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from dra_driver.kube.api import (
+    DEVICE_CLASSES,
+    GPU_QUOTAS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    Kube,
+)
 from dra_driver.kube.api import EVENTS as EVENTS_RESOURCE
+from dra_driver.kube.errors import KubeError
 from dra_driver.resource.slice_builder import build_resource_slices
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from hami_dra_dev.cluster.fakenodes import FakeNodes, FakeNodeSpec
 from hami_dra_dev.sandbox import SandboxServer
 from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests import waiting
+from tests.apiserver_fixtures import NOT_READY_TAINT
 
 DRIVER = "gpu.hami.io"
 NS = "default"
@@ -113,15 +139,29 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-class Harness:
-    """Owns the cluster objects of one test; ``start_controller`` runs our controller against it."""
+class Server(Protocol):
+    """What the harness needs of a cluster's API server (a ``SandboxServer`` or a ``ControlPlane``)."""
 
-    def __init__(self, server: SandboxServer, cluster: SandboxCluster) -> None:
+    @property
+    def kubeconfig_path(self) -> Any: ...
+
+    def api_client(self) -> Any: ...
+
+
+class Harness:
+    """Owns the cluster objects of one test; ``start_controller`` runs our controller against it.
+
+    ``fence``: DeviceClasses get the chart's scheduler fence (``SCHEDULER_FENCE``), as they must
+    where a real kube-scheduler runs: it never allocates a claim of ours (first fit) itself."""
+
+    def __init__(self, server: Server, cluster: Any, *, fence: bool = False) -> None:
         self.server = server
         self.cluster = cluster
+        self.fence = fence
         self.api_client = server.api_client()
         self.kube = Kube(self.api_client)
         self.controllers: list[Controller] = []
+        self.client_faults = ClientFaults()
 
     def publish(self, node: str, profile: str = "t4", gpus: int = 4, **kwargs: Any) -> None:
         for obj in build_resource_slices(
@@ -130,6 +170,8 @@ class Harness:
             self.kube.create(RESOURCE_SLICES, None, obj)
 
     def create_class(self, obj: dict[str, Any]) -> None:
+        if self.fence:
+            obj = {**obj, "spec": {**obj["spec"], "selectors": [*obj["spec"]["selectors"], _FENCE]}}
         self.kube.create(DEVICE_CLASSES, None, obj)
 
     def create_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -149,15 +191,29 @@ class Harness:
         result: dict[str, Any] = self.kube.request("POST", path, template)
         return result
 
+    def delete_pod(self, name: str) -> None:
+        """Delete a pod as it goes once its kubelet confirmed its containers stopped: at once (a
+        bound pod on the real plane, where no kubelet runs, would otherwise stay Terminating)."""
+        self.kube.request("DELETE", PODS.path(NS, name), {"gracePeriodSeconds": 0})
+
     def get_claim(self, name: str) -> dict[str, Any]:
         return self.kube.get(RESOURCE_CLAIMS, NS, name)
 
     def get_pod(self, name: str) -> dict[str, Any]:
         return self.kube.get(PODS, NS, name)
 
-    def start_controller(self, **kwargs: Any) -> Controller:
+    @property
+    def faults(self) -> Any:
+        """Where a test injects API faults: the sandbox's, on its server; on the real plane, on
+        our controllers' own clients (``ClientFaults``)."""
+        server_faults = getattr(self.server, "faults", None)
+        return server_faults if server_faults is not None else self.client_faults
+
+    def start_controller(self, *, kube: Kube | None = None, **kwargs: Any) -> Controller:
+        """Our controller on its own client (``kube``: one given), through ``client_faults``."""
         defaults = kwargs.pop("defaults", ControllerDefaults())
-        controller = Controller(Kube(self.server.api_client()), DRIVER, defaults, **kwargs)
+        kube = self.client_faults.attach(kube or Kube(self.server.api_client()))
+        controller = Controller(kube, DRIVER, defaults, **kwargs)
         controller.start()
         self.controllers.append(controller)
         return controller
@@ -206,3 +262,183 @@ def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -
     finally:
         harness.stop()
         cluster.stop()
+
+
+_FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
+
+
+@dataclass
+class ClientFault:
+    """One injected fault: what it matches and does, and what became of it."""
+
+    pattern: re.Pattern[str]
+    methods: frozenset[str] | None
+    status: int | None
+    delay: float
+    hold: threading.Event | None
+    remaining: int | None  # None: until cleared
+    #: Requests it matched so far.
+    hits: int = 0
+    #: Set once a held request has been sent and answered (or refused).
+    released: threading.Event = field(default_factory=threading.Event)
+
+
+class ClientFaults:
+    """Faults injected on our controller's own clients, where a real server makes none on demand:
+    the next ``count`` matching requests fail with ``status`` (raised as the client raises an API
+    error), wait ``delay`` seconds, or are held until ``hold`` is set and then sent as they were (a
+    request that hung on its way and lands late, judged by the real server). The same ``inject``
+    and ``clear`` as the sandbox's server-side faults; requests of the test's own client are not
+    touched."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[ClientFault] = []
+
+    def inject(
+        self,
+        path: str,
+        *,
+        status: int | None = None,
+        count: int | None = 1,
+        delay: float = 0.0,
+        methods: set[str] | None = None,
+        hold: threading.Event | None = None,
+    ) -> ClientFault:
+        if status is None and delay <= 0 and hold is None:
+            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
+        chosen = frozenset(m.upper() for m in methods) if methods else None
+        fault = ClientFault(re.compile(path), chosen, status, delay, hold, count)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _match(self, method: str, path: str) -> ClientFault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.methods is not None and method not in fault.methods:
+                    continue
+                if not fault.pattern.search(path):
+                    continue
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        self._faults.remove(fault)
+                return fault
+        return None
+
+    def attach(self, kube: Kube) -> Kube:
+        """``kube`` with every request of it passing through these faults."""
+        sent = kube._call
+
+        def call(method: str, path: str, **kwargs: Any) -> Any:
+            fault = self._match(method, path)
+            if fault is None:
+                return sent(method, path, **kwargs)
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.hold is not None:
+                fault.hold.wait()
+            try:
+                if fault.status is not None:
+                    raise KubeError(fault.status, f"injected by the test: {method} {path}")
+                return sent(method, path, **kwargs)
+            finally:
+                fault.released.set()
+
+        kube._call = call  # type: ignore[method-assign]
+        return kube
+
+
+class PlaneNodes:
+    """Node objects kept Ready on the real plane (``FakeNodes``, no slices: each test publishes its
+    own), as ``SandboxCluster`` keeps the sandbox's: ``add_node`` for one that joins later."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._api_client = api_client
+        self._kube = Kube(api_client)
+        self._fleets: list[FakeNodes] = []
+
+    def add_node(self, *names: str) -> None:
+        fleet = FakeNodes(self._api_client, FakeNodeSpec(count=len(names)), names=names, publish=False)
+        self._fleets.append(fleet)
+        fleet.create()
+        for name in names:  # as the node lifecycle controller does once it sees them Ready
+            node = self._kube.get(NODES, None, name)
+            taints = [t for t in node["spec"].get("taints") or () if t["key"] != NOT_READY_TAINT]
+            self._kube.patch(NODES, None, name, [{"op": "replace", "path": "/spec/taints", "value": taints}])
+
+    def stop(self) -> None:
+        for fleet in self._fleets:
+            fleet.delete()
+
+
+@contextmanager
+def plane_harness(plane: ControlPlane, nodes: Sequence[str] = ("node-1",)) -> Iterator[Harness]:
+    """``nodes`` kept Ready on the real plane and a harness on it; on exit the controllers stop
+    and the plane is emptied."""
+    api_client = plane.api_client()
+    fleet = PlaneNodes(api_client)
+    harness: Harness | None = None
+    try:
+        fleet.add_node(*nodes)
+        harness = Harness(plane, fleet, fence=True)
+        yield harness
+    finally:
+        if harness is not None:
+            harness.stop()
+        fleet.stop()
+        reset_plane(Kube(api_client))
+        api_client.close()
+
+
+def reset_plane(kube: Kube) -> None:
+    """Remove what a test made (its pods, claims, templates, events, leases, quotas, classes, slices) so
+    the next test starts on an empty plane. Pods go at once (no kubelet confirms their end) and
+    claims lose their finalizers first (the controller that would release them has stopped)."""
+    namespace = f"/api/v1/namespaces/{NS}"
+    kube.request("DELETE", f"{namespace}/pods", {"gracePeriodSeconds": 0})
+    for claim in kube.list(RESOURCE_CLAIMS).get("items") or ():
+        if claim["metadata"].get("finalizers"):
+            _drop_finalizers(kube, claim["metadata"]["name"])
+    kube.request("DELETE", RESOURCE_CLAIMS.path(NS))
+    kube.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates")
+    kube.request("DELETE", f"{namespace}/events")
+    kube.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases")  # leader election
+    kube.request("DELETE", RESOURCE_QUOTAS.path(NS))
+    try:
+        kube.request("DELETE", GPU_QUOTAS.path(NS))
+    except KubeError as err:
+        if not err.not_found:  # the CRD is not installed
+            raise
+    kube.request("DELETE", DEVICE_CLASSES.path(None))
+    kube.request("DELETE", RESOURCE_SLICES.path(None))
+    waiting.wait_for(
+        lambda: not kube.list(PODS).get("items") and not kube.list(RESOURCE_CLAIMS).get("items"),
+        timeout=30,
+        what="the plane emptied of the test's pods and claims",
+    )
+
+
+def _drop_finalizers(kube: Kube, name: str) -> None:
+    """Remove every finalizer of claim ``name``, re-read after a conflict (kube-controller-manager
+    may be updating its reservations). An Update, not a PATCH: kube-apiserver re-encodes a patched
+    claim's opaque config compactly, and a claim created with other whitespace (the Python
+    client's) then fails "spec: field is immutable"; an Update sends the config as it was created."""
+    for _ in range(10):
+        try:
+            claim = kube.get(RESOURCE_CLAIMS, NS, name)
+            claim["metadata"]["finalizers"] = []
+            kube.update(RESOURCE_CLAIMS, claim)
+            return
+        except KubeError as err:
+            if err.not_found:
+                return
+            if not err.conflict:
+                raise
+    raise AssertionError(f"claim {NS}/{name}: finalizers not removed after 10 conflicts")

@@ -1,4 +1,6 @@
-"""``hami-dra controller`` as a process against the sandbox: it allocates, and exits cleanly on SIGTERM."""
+"""``hami-dra controller`` as a process against the real control plane (with kube-scheduler and
+kube-controller-manager, tests/controller/harness.py ``plane_harness``): it allocates, and exits
+cleanly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,15 +16,15 @@ import pytest
 from dra_driver import cli, flags
 from dra_driver.cli import main as cli_main
 from dra_driver.flags import BindAddress
-from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.controller.harness import (
     DRIVER,
     Harness,
     claim,
     device_class,
+    plane_harness,
     pod,
     request,
-    running_harness,
     wait_for,
 )
 
@@ -39,8 +41,8 @@ current-context: x
 
 
 @pytest.fixture
-def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    with running_harness(sandbox) as h:
+def harness(controller_plane: ControlPlane) -> Iterator[Harness]:
+    with plane_harness(controller_plane) as h:
         yield h
 
 

@@ -12,8 +12,8 @@ import pytest
 from dra_driver.kube.api import PODS
 from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.certs import make_self_signed
 from hami_dra_dev.sandbox.cluster import SandboxCluster
 from hami_dra_dev.sandbox.driver import DriverOptions, kubelet_factory, start_kubelet_plugins
 from hami_dra_dev.sandbox.webhooks import register_webhooks

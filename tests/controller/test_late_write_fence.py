@@ -6,6 +6,10 @@ our finalizer and no allocation, leaves A pending and places pod D on that card;
 write lands. Without a fence it succeeds (the claim's resourceVersion never changed): the card
 holds more memory than it has and a mutex claim shares it. The successor fences such claims
 (a write that bumps the resourceVersion) before leaving them unallocated, so the old write fails.
+
+On the real control plane (kube-scheduler, kube-controller-manager: tests/controller/harness.py
+``plane_harness``); A's write is held on the killed controller's client (``ClientFaults``) and
+then sent as it was, so the real kube-apiserver decides whether it lands.
 """
 
 from __future__ import annotations
@@ -19,16 +23,16 @@ from dra_driver.controller.binder import FENCE_ANNOTATION
 from dra_driver.controller.controller import Controller
 from dra_driver.kube.api import RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
-from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.controller.harness import (
     DRIVER,
     GATE,
     Harness,
     claim,
     device_class,
+    plane_harness,
     pod,
     request,
-    running_harness,
     wait_for,
 )
 
@@ -37,8 +41,8 @@ T4_MEMORY = (15360 - 393) * 2**20
 
 
 @pytest.fixture
-def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    with running_harness(sandbox) as h:
+def harness(controller_plane: ControlPlane) -> Iterator[Harness]:
+    with plane_harness(controller_plane) as h:
         h.publish("node-1", "t4", 4)
         h.create_class(device_class("gpu-mutex", {"policy": "mutex"}))
         h.create_class(device_class("gpu-binpack", {"policy": "binpack"}))
@@ -77,7 +81,7 @@ def test_late_write_of_a_killed_controller_cannot_land(harness: Harness) -> None
         place(harness, f"filler{i}", "gpu-mutex", "14000Mi")
     wait_for(lambda: all(harness.allocated(f"filler{i}") for i in range(3)), what="fillers placed")
     release = threading.Event()
-    hung = harness.server.faults.inject(r"/resourceclaims/a/status$", hold=release, count=1, methods={"PUT"})
+    hung = harness.faults.inject(r"/resourceclaims/a/status$", hold=release, count=1, methods={"PUT"})
     place(harness, "a", "gpu-mutex", "4000Mi")
     wait_for(lambda: hung.hits == 1, what="A's allocation write in flight")
     place(harness, "b", "gpu-binpack", "8000Mi")

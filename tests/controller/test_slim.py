@@ -37,10 +37,10 @@ from dra_driver.resource.objects import PodView, bound_requests_by_node
 from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.webhook.admission import translate_hami_pod
 from dra_driver.webhook.hami_resources import TRANSLATED_ANNOTATION, apply_patch
-from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.api_objects import allocated_claim
 from tests.controller.fake_kube import FakeKube
-from tests.controller.harness import DRIVER, device_class, running_harness, wait_for
+from tests.controller.harness import DRIVER, device_class, plane_harness, wait_for
 from tests.controller.harness import NS as HARNESS_NS
 from tests.controller.harness import claim as harness_claim
 from tests.controller.harness import pod as harness_pod
@@ -409,15 +409,17 @@ def test_the_controller_command_sizes_its_pool_from_write_workers(monkeypatch: p
     assert sizes == [api_connections(8)]
 
 
-# --- against the sandbox API server (HTTP, field selectors, pages) ---------------------------------
+# --- against the real control plane (HTTP, field selectors, pages, kube-scheduler) ----------------
 
 
-def test_on_the_sandbox_neighbours_count_and_only_our_slices_are_listed(sandbox: SandboxServer) -> None:
+def test_on_a_real_plane_neighbours_count_and_only_our_slices_are_listed(
+    controller_plane: ControlPlane,
+) -> None:
     """Everything exists before the controller starts (as before an install): another driver's
-    slice, pods of other workloads (bound by the sandbox's scheduler) and our gated pod with its
-    claim. Listed in pages of two over HTTP, the controller places our pod, keeps it whole, counts
-    the others' CPU on their node, and never sees the other driver's slice."""
-    with running_harness(sandbox) as h:
+    slice, pods of other workloads (bound by kube-scheduler) and our gated pod with its claim.
+    Listed in pages of two over HTTP, the controller places our pod, keeps it whole, counts the
+    others' CPU on their node, and never sees the other driver's slice."""
+    with plane_harness(controller_plane) as h:
         h.publish("node-1")
         nic = {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-1-nic"},

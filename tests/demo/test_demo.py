@@ -25,7 +25,7 @@ from hami_dra_dev.sandbox import SandboxServer
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[")
-#: tests/cluster/faults.py's PROXY_THREADS.
+#: tests/api_proxy.py's PROXY_THREADS.
 PROXY_THREADS = "api-fault-proxy"
 
 

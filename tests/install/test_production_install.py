@@ -3,9 +3,9 @@
 The distribution is installed into a fresh virtualenv (no ``--system-site-packages``), so a
 component that imports a development-only module (the sandbox's validation, say) fails here as it
 would in the image, and so does one that needs the development package (``dev/``, never in the
-wheel: the sandbox, the cluster harness, the demo). Each component then starts for real against a
-sandbox API server run by the test process (which has the development extra) and must report that
-it runs."""
+wheel: the sandbox, the cluster harness, the demo). Each component then starts for real against the
+run's real kube-apiserver (tests/apiserver_fixtures.py, started by the test process, which has the
+development extra) and must report that it runs."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ import os
 import socket
 import subprocess
 import venv
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver.cli import DEV_ABSENT
-from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.certs import make_self_signed
+from hami_dra_dev.certs import make_self_signed
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,13 +39,6 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "bin" / "hami-dra"
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxServer]:
-    server = SandboxServer.start()
-    yield server
-    server.stop()
 
 
 def test_no_development_package_is_installed(production: Path) -> None:
@@ -106,9 +98,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def test_components_start_against_an_api_server(
-    production: Path, sandbox: SandboxServer, tmp_path: Path
+    production: Path, apiserver: ControlPlane, api_namespace: str, tmp_path: Path
 ) -> None:
-    kubeconfig = str(sandbox.kubeconfig_path)
+    kubeconfig = str(apiserver.kubeconfig_path)
+    node = f"{api_namespace}-prod"  # the shared server's nodes are every test's own
     tls = make_self_signed(tmp_path / "tls", "hami-dra-webhook")
     plugin_dir, registry = tmp_path / "plugin", tmp_path / "registry"
     port = _free_port()
@@ -121,7 +114,7 @@ def test_components_start_against_an_api_server(
             [
                 "kubelet-plugin",
                 "--node-name",
-                "prod-node",
+                node,
                 "--source",
                 "simulated",
                 "--profile",
@@ -171,8 +164,8 @@ def test_components_start_against_an_api_server(
         wait_for(lambda: (plugin_dir / "dra.sock").exists(), 30, "the kubelet plugin's DRA socket")
         from kubernetes import client
 
-        resource: Any = client.ResourceV1Api(sandbox.api_client())
-        slices = lambda: resource.list_resource_slice(field_selector="spec.nodeName=prod-node").items  # noqa: E731
+        resource: Any = client.ResourceV1Api(apiserver.api_client())
+        slices = lambda: resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items  # noqa: E731
         wait_for(slices, 30, "the kubelet plugin's ResourceSlice")
         wait_for(lambda: _listening(port), 30, "the webhook's HTTPS port")
         for name, process in processes.items():

@@ -18,7 +18,7 @@ import pytest
 
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
 from hami_dra_dev.sandbox.server import SandboxServer
 from tests.kubeletplugin.helpers import DRIVER
 from tests.kubeletplugin.upstream import REPO_ROOT, UPSTREAM_KUBELET

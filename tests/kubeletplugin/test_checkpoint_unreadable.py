@@ -11,7 +11,7 @@ import pytest
 
 from dra_driver.cli import main
 from dra_driver.kubeletplugin.checkpoint import Checkpoint, CheckpointUnreadable
-from hami_dra_dev.sandbox.server import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:
@@ -36,7 +36,7 @@ def _a_newer_format(path: Path) -> None:
 )
 def test_the_plugin_refuses_to_start_in_one_line(
     tmp_path: Path,
-    sandbox: SandboxServer,
+    apiserver: ControlPlane,
     capsys: pytest.CaptureFixture[str],
     make: Callable[[Path], None],
     first_words: str,
@@ -47,7 +47,7 @@ def test_the_plugin_refuses_to_start_in_one_line(
     (tmp_path / "boot_id").write_text("b\n")
     code = main([
         "kubelet-plugin", "--node-name", "n1", "--source", "simulated", "--profile", "t4", "--gpus", "1",
-        "--kubeconfig", str(sandbox.kubeconfig_path), "--plugin-dir", str(plugin_dir),
+        "--kubeconfig", str(apiserver.kubeconfig_path), "--plugin-dir", str(plugin_dir),
         "--registry-dir", str(tmp_path / "registry"), "--cdi-dir", str(tmp_path / "cdi"),
         "--boot-id-file", str(tmp_path / "boot_id"), "--publish=false",
     ])  # fmt: skip

@@ -25,7 +25,7 @@ from dra_driver.devices.model import Gpu
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.devices.source import DeviceSourceError, DriverNotReady
 from dra_driver.kubeletplugin.driver_wait import DriverWait
-from hami_dra_dev.sandbox.server import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.kubeletplugin.conftest import NODE, Dirs
 from tests.kubeletplugin.test_recovery import HAMI_DRA
 from tests.kubeletplugin.upstream import REPO_ROOT
@@ -105,7 +105,7 @@ def _get(port: int, path: str) -> tuple[int, str]:
 
 
 def test_the_plugin_waits_for_an_empty_driver_root_and_starts_when_the_driver_appears(
-    dirs: Dirs, sandbox: SandboxServer, tmp_path: Path
+    dirs: Dirs, apiserver: ControlPlane, tmp_path: Path
 ) -> None:
     root = tmp_path / "run-nvidia-driver"
     root.mkdir()  # what DirectoryOrCreate leaves before the driver container mounts its root there
@@ -116,7 +116,7 @@ def test_the_plugin_waits_for_an_empty_driver_root_and_starts_when_the_driver_ap
     cmd = [
         *HAMI_DRA, "kubelet-plugin",
         "--node-name", NODE, "--source", "nvml", "--nvidia-driver-root", str(root), "--nvidia-cdi-kind", "",
-        "--kubeconfig", str(sandbox.kubeconfig_path), "--publish=false",
+        "--kubeconfig", str(apiserver.kubeconfig_path), "--publish=false",
         "--plugin-dir", str(dirs.plugin), "--registry-dir", str(dirs.registry), "--cdi-dir", str(dirs.cdi),
         "--boot-id-file", str(dirs.boot_id), "--metrics-bind-address", f"127.0.0.1:{port}",
         "--driver-retry-seconds", "0.2",

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
 from hami_dra_dev.sandbox.server import SandboxServer
 from tests.kubeletplugin.conftest import Dirs, create_claim, ref, registered_kubelet, running_plugin
 from tests.kubeletplugin.helpers import DRIVER, claim, read_spec, result, validate_cdi

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, KubeletSimulator
+from hami_dra_dev.kubelet import KubeletProtocol, KubeletSimulator
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options
 from tests.kubeletplugin.helpers import DRIVER, claim, result
 from tests.waiting import wait_for

@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from dra_driver.devices.mig import mig_caps_minors
 from dra_driver.devices.simulated import DevicesFileSource
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol
+from hami_dra_dev.kubelet import KubeletProtocol
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref, registered_kubelet
 from tests.kubeletplugin.helpers import DRIVER, claim, read_spec, result, validate_cdi
 from tests.waiting import wait_for

@@ -19,7 +19,7 @@ from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.claims import ClaimRef
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
 from tests.kubeletplugin.conftest import (
     NODE,
     Dirs,

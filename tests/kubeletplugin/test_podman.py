@@ -15,7 +15,7 @@ import pytest
 
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
 from tests.kubeletplugin.helpers import claim, result, stand_in_library
 from tests.podman import CDI_DIR, Podman, busybox_podman

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
-from hami_dra_dev.sandbox.kubelet import OWN_PROTOS, UPSTREAM_PROTOS, compile_descriptor_set
+from hami_dra_dev.kubelet import OWN_PROTOS, UPSTREAM_PROTOS, compile_descriptor_set
 from tests.kubeletplugin.upstream import REPO_ROOT, require_upstream
 
 FieldKey = tuple[str, int, int, str, bool]

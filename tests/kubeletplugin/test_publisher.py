@@ -1,35 +1,72 @@
-"""ResourceSlice publishing against the sandbox API server (real HTTP, real kubernetes client)."""
+"""ResourceSlice publishing against a real kube-apiserver (the shared tier, tests/apiserver_fixtures.py).
+
+The node and the driver are the test's own (``api_namespace``-named node, ``api_driver``): the
+slices of other tests' plugins are neither listed nor touched. The tier runs the DRA feature gates
+the cluster runs, so what the server keeps of a slice (consumable capacity, device taints) is
+what a real cluster keeps.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.api import NODES, Kube
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.kubeletplugin.publisher import SlicePublisher
+from tests.apiserver_fixtures import create_ready_node
 from tests.kubeletplugin.conftest import NODE, Dirs, plugin_options
-from tests.kubeletplugin.helpers import DRIVER
 from tests.waiting import wait_for
 
 
-def slices(api_client: Any) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Node:
+    """The test's node on the shared server and the driver its plugin publishes for."""
+
+    api_client: Any
+    name: str
+    driver: str
+
+
+@pytest.fixture
+def node(apiserver_client: Any, api_kube: Kube, api_namespace: str, api_driver: str) -> Node:
+    name = f"{api_namespace}-node"
+    create_ready_node(api_kube, {"apiVersion": NODES.api_version, "kind": "Node", "metadata": {"name": name}})
+    # A short driver name of the test's own: the plugin's sockets are named after it, and a Unix
+    # socket path has at most 107 bytes (``api_driver`` ends in the random part).
+    return Node(apiserver_client, name, f"p{api_driver.split('.')[0][-4:]}.test.hami.io")
+
+
+def slices(api_client: Any, node_name: str = NODE) -> list[dict[str, Any]]:
+    """The ResourceSlices of ``node_name`` (the kubelet plugin's other suites read theirs too)."""
     response = k8s.ResourceV1Api(api_client).list_resource_slice(
-        field_selector=f"spec.nodeName={NODE}", _preload_content=False
+        field_selector=f"spec.nodeName={node_name}", _preload_content=False
     )
     items: list[dict[str, Any]] = json.loads(response.data)["items"]
     return items
 
 
+def node_slices(node: Node) -> list[dict[str, Any]]:
+    return slices(node.api_client, node.name)
+
+
+def options(dirs: Dirs, node: Node, **overrides: Any) -> Any:
+    return plugin_options(dirs, node_name=node.name, driver_name=node.driver, **overrides)
+
+
 @pytest.fixture
-def publishing(dirs: Dirs, api_client: Any) -> Iterator[KubeletPlugin]:
+def publishing(dirs: Dirs, node: Node) -> Iterator[KubeletPlugin]:
     plugin = KubeletPlugin(
-        plugin_options(dirs, publish=True), profile_gpus("h100-80gb", node_name=NODE, gpus=8), api_client
+        options(dirs, node, publish=True),
+        profile_gpus("h100-80gb", node_name=node.name, gpus=8),
+        node.api_client,
     )
     plugin.start()
     try:
@@ -38,75 +75,79 @@ def publishing(dirs: Dirs, api_client: Any) -> Iterator[KubeletPlugin]:
         plugin.stop()
 
 
-def test_publishes_valid_pool_owned_by_node(publishing: KubeletPlugin, api_client: Any) -> None:
+def test_publishes_valid_pool_owned_by_node(publishing: KubeletPlugin, node: Node) -> None:
     import kubernetes_validate
 
-    (published,) = wait_for(lambda: slices(api_client))
+    (published,) = wait_for(lambda: node_slices(node))
     spec = published["spec"]
-    assert (spec["driver"], spec["nodeName"], spec["pool"]["name"]) == (DRIVER, NODE, NODE)
+    assert (spec["driver"], spec["nodeName"], spec["pool"]["name"]) == (node.driver, node.name, node.name)
     assert spec["pool"]["resourceSliceCount"] == 1 and spec["pool"]["generation"] >= 1
     assert [d["name"] for d in spec["devices"]] == [f"gpu-{i}" for i in range(8)]
     assert all(d.get("allowMultipleAllocations") for d in spec["devices"])
-    assert published["metadata"]["ownerReferences"][0]["kind"] == "Node"
-    body = {k: v for k, v in published.items() if k in ("apiVersion", "kind", "spec")}
+    owner = published["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("Node", node.name)
+    # The server kept every field the plugin sent (the tier runs the cluster's DRA feature gates).
+    assert all(
+        "consumesCounters" not in d and d["capacity"]["memory"].get("requestPolicy") for d in spec["devices"]
+    )
+    # Items of a list carry no apiVersion and kind on a real server (the sandbox added them).
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": spec}
     body["metadata"] = {"name": published["metadata"]["name"]}
     kubernetes_validate.validate(body, "1.34.0", strict=True)
 
 
-def test_recreated_after_kubelet_deletes_it(publishing: KubeletPlugin, api_client: Any) -> None:
-    (first,) = wait_for(lambda: slices(api_client))
-    k8s.ResourceV1Api(api_client).delete_collection_resource_slice(
-        field_selector=f"spec.nodeName={NODE}", _preload_content=False
+def test_recreated_after_kubelet_deletes_it(publishing: KubeletPlugin, node: Node) -> None:
+    (first,) = wait_for(lambda: node_slices(node))
+    k8s.ResourceV1Api(node.api_client).delete_collection_resource_slice(
+        field_selector=f"spec.nodeName={node.name}", _preload_content=False
     )
     (again,) = wait_for(
-        lambda: [s for s in slices(api_client) if s["metadata"]["uid"] != first["metadata"]["uid"]]
+        lambda: [s for s in node_slices(node) if s["metadata"]["uid"] != first["metadata"]["uid"]]
     )
     assert again["spec"]["devices"] == first["spec"]["devices"]
 
 
-def test_health_change_bumps_generation_and_taints(
-    publishing: KubeletPlugin, api_client: Any, dirs: Dirs
-) -> None:
-    (first,) = wait_for(lambda: slices(api_client))
+def test_health_change_bumps_generation_and_taints(publishing: KubeletPlugin, node: Node, dirs: Dirs) -> None:
+    (first,) = wait_for(lambda: node_slices(node))
     generation = first["spec"]["pool"]["generation"]
     dirs.health.write_text("gpu-5: {healthy: false, message: XID 79}\n")
 
     def tainted() -> dict[str, Any] | None:
-        for s in slices(api_client):
+        for s in node_slices(node):
             device = s["spec"]["devices"][5]
-            if any(t["key"] == f"{DRIVER}/unhealthy" for t in device.get("taints") or []):
+            if any(t["key"] == f"{node.driver}/unhealthy" for t in device.get("taints") or []):
                 return s
         return None
 
     updated = wait_for(tainted)
     assert updated["spec"]["pool"]["generation"] == generation + 1
     assert updated["spec"]["devices"][5]["attributes"]["healthy"] == {"bool": False}
-    assert len(slices(api_client)) == 1  # never two generations of the pool
+    assert len(node_slices(node)) == 1  # never two generations of the pool
     dirs.health.write_text("{}\n")
     healed = wait_for(
-        lambda: [s for s in slices(api_client) if s["spec"]["pool"]["generation"] == generation + 2]
+        lambda: [s for s in node_slices(node) if s["spec"]["pool"]["generation"] == generation + 2]
     )
     assert not any(
-        t["key"] == f"{DRIVER}/unhealthy" for t in healed[0]["spec"]["devices"][5].get("taints") or []
+        t["key"] == f"{node.driver}/unhealthy" for t in healed[0]["spec"]["devices"][5].get("taints") or []
     )
 
 
-def test_health_monitoring_is_published_per_gpu(publishing: KubeletPlugin, api_client: Any) -> None:
-    (published,) = wait_for(lambda: slices(api_client))
+def test_health_monitoring_is_published_per_gpu(publishing: KubeletPlugin, node: Node) -> None:
+    (published,) = wait_for(lambda: node_slices(node))
     monitored = {d["attributes"]["healthMonitored"]["bool"] for d in published["spec"]["devices"]}
     assert monitored == {True}, "the health file speaks for every GPU"
 
 
 def test_health_checks_off_publish_every_gpu_unmonitored_and_healthy(
-    dirs: Dirs, api_client: Any, caplog: pytest.LogCaptureFixture
+    dirs: Dirs, node: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
     dirs.health.write_text("gpu-1: unhealthy\n")  # not read: checks are off
-    gpus = profile_gpus("h100-80gb", node_name=NODE, gpus=2)
-    plugin = KubeletPlugin(plugin_options(dirs, publish=True, health_checks=False), gpus, api_client)
+    gpus = profile_gpus("h100-80gb", node_name=node.name, gpus=2)
+    plugin = KubeletPlugin(options(dirs, node, publish=True, health_checks=False), gpus, node.api_client)
     with caplog.at_level(logging.WARNING):
         plugin.start()
     try:
-        (published,) = wait_for(lambda: slices(api_client))
+        (published,) = wait_for(lambda: node_slices(node))
         attributes = [d["attributes"] for d in published["spec"]["devices"]]
         assert [(a["healthy"], a["healthMonitored"]) for a in attributes] == [
             ({"bool": True}, {"bool": False})
@@ -116,20 +157,20 @@ def test_health_checks_off_publish_every_gpu_unmonitored_and_healthy(
         plugin.stop()
 
 
-def test_sync_without_change_writes_nothing(publishing: KubeletPlugin, api_client: Any) -> None:
-    (first,) = wait_for(lambda: slices(api_client))
+def test_sync_without_change_writes_nothing(publishing: KubeletPlugin, node: Node) -> None:
+    (first,) = wait_for(lambda: node_slices(node))
     assert publishing.publisher is not None
     assert publishing.publisher.sync() is False
-    (same,) = slices(api_client)
+    (same,) = node_slices(node)
     assert same["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
 
-def test_feature_gate_warnings(api_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_feature_gate_warnings(node: Node, caplog: pytest.LogCaptureFixture) -> None:
     publisher = SlicePublisher(
-        api_client,
-        driver_name=DRIVER,
-        node_name=NODE,
-        gpus=lambda: profile_gpus("t4", node_name=NODE, gpus=1),
+        node.api_client,
+        driver_name=node.driver,
+        node_name=node.name,
+        gpus=lambda: profile_gpus("t4", node_name=node.name, gpus=1),
     )
     sent = publisher.desired(1)
     device = sent[0]["spec"]["devices"][0]
@@ -143,3 +184,22 @@ def test_feature_gate_warnings(api_client: Any, caplog: pytest.LogCaptureFixture
     assert "--feature-gates=DRAConsumableCapacity=true" in caplog.text
     assert not publisher.consumable_capacity_supported and not publisher.taints_supported
     assert "taints" not in json.dumps(publisher.desired(2))
+
+
+def test_a_server_with_the_dra_feature_gates_keeps_what_is_published(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The other side of the warnings: the tier's kube-apiserver runs DRAConsumableCapacity and
+    DRADeviceTaints, so a sync stores every field and the publisher warns of nothing."""
+    publisher = SlicePublisher(
+        node.api_client,
+        driver_name=node.driver,
+        node_name=node.name,
+        gpus=lambda: profile_gpus("t4", node_name=node.name, gpus=1),
+    )
+    with caplog.at_level(logging.WARNING):
+        assert publisher.sync() is True
+    assert publisher.consumable_capacity_supported and publisher.taints_supported
+    assert "dropped" not in caplog.text
+    (stored,) = node_slices(node)
+    assert stored["spec"]["devices"][0]["allowMultipleAllocations"] is True

@@ -18,7 +18,7 @@ from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.checkpoint import CURRENT_VERSION, PREPARE_COMPLETED, Checkpoint
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.kubeletplugin.prepare import FAILPOINT_ENV, FAILPOINTS
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, PluginClient
+from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
 from hami_dra_dev.sandbox.server import SandboxServer
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
 from tests.kubeletplugin.helpers import DRIVER, claim, result

@@ -1,4 +1,5 @@
-"""GpuQuota enforcement by the controller, against the sandbox API server (which serves our CRD)."""
+"""GpuQuota enforcement by the controller, on the real control plane with kube-scheduler and
+kube-controller-manager (tests/controller/harness.py ``plane_harness``; the CRD installed once)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.kube.api import GPU_QUOTAS, PODS, RESOURCE_CLAIMS, RESOURCE_QUOTAS
+from dra_driver.kube.api import GPU_QUOTAS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, Kube
 from dra_driver.quantity import MIB, parse_quantity
-from hami_dra_dev.sandbox import SandboxServer
+from dra_driver.quota import crd
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from tests.apiserver_fixtures import install_crd
 from tests.controller.harness import (
     DRIVER,
     NS,
     Harness,
     claim,
     device_class,
+    plane_harness,
     pod,
     request,
-    running_harness,
     wait_for,
 )
 from tests.kube_validate import assert_valid
@@ -42,9 +45,20 @@ def gpu_quota(
     }
 
 
+@pytest.fixture(scope="module")
+def plane(controller_plane: ControlPlane) -> ControlPlane:
+    """The controller tier with our GpuQuota CRD served."""
+    api_client = controller_plane.api_client()
+    try:
+        install_crd(Kube(api_client), crd.manifest())
+    finally:
+        api_client.close()
+    return controller_plane
+
+
 @pytest.fixture
-def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    with running_harness(sandbox) as h:
+def harness(plane: ControlPlane) -> Iterator[Harness]:
+    with plane_harness(plane) as h:
         h.publish("node-1", "t4", 4)  # 4 x 15360Mi
         h.create_class(device_class(DRIVER))
         h.create_class(device_class("gpu-binpack", {"policy": "binpack"}))
@@ -83,7 +97,7 @@ def test_memory_quota_holds_a_pod_pending_until_usage_drops(harness: Harness) ->
     # A share without a cores request runs without an SM limit: it is charged a whole card's 100.
     wait_for(lambda: quota_status(harness, "team-a") == {"memory": "6Gi", "cores": 100, "devices": 1})
     # Another pod of the namespace goes: its claim is released and b fits.
-    harness.kube.delete(PODS, NS, "a-pod")
+    harness.delete_pod("a-pod")
     harness.kube.delete(RESOURCE_CLAIMS, NS, "a")
     wait_for(lambda: harness.bound_node("b-pod"), what="b placed after a left")
     wait_for(lambda: quota_status(harness, "team-a") == {"memory": "4Gi", "cores": 100, "devices": 1})
@@ -170,9 +184,9 @@ def test_hami_resource_quota_names_are_honoured(harness: Harness) -> None:
     wait_for(lambda: harness.bound_node("c-pod"))
 
 
-def test_controller_without_the_crd_runs_without_quotas(sandbox: SandboxServer) -> None:
+def test_controller_without_the_crd_runs_without_quotas(plane: ControlPlane) -> None:
     """A controller started where GpuQuotas are not served still places pods (and says why)."""
-    with running_harness(sandbox) as h:
+    with plane_harness(plane) as h:
         h.publish("node-1", "t4", 1)
         h.create_class(device_class(DRIVER))
         original = h.kube.list
@@ -231,10 +245,10 @@ def test_restart_mid_burst_keeps_status_used_exact(harness: Harness) -> None:
 
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(sizes=st.lists(st.sampled_from([1, 2, 3, 5]), min_size=6, max_size=10), seed=st.integers(0, 2**16))
-def test_concurrent_pods_never_overshoot(sizes: list[int], seed: int) -> None:
+def test_concurrent_pods_never_overshoot(plane: ControlPlane, sizes: list[int], seed: int) -> None:
     """Pods of random sizes created concurrently, in random order: allocated memory <= hard."""
     hard_gib = 9
-    with SandboxServer.start() as server, running_harness(server) as h:
+    with plane_harness(plane) as h:
         h.publish("node-1", "t4", 4)
         h.create_class(device_class(DRIVER))
         h.kube.create(GPU_QUOTAS, NS, gpu_quota("cap", memory=f"{hard_gib}Gi"))

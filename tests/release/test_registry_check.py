@@ -16,7 +16,7 @@ import pytest
 
 from hack.release import main, registry
 from hack.release.errors import ReleaseError
-from hami_dra_dev.sandbox.certs import CertPair, make_self_signed
+from hami_dra_dev.certs import CertPair, make_self_signed
 
 
 class _V2(http.server.BaseHTTPRequestHandler):

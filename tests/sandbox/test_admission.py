@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.certs import make_self_signed
 from tests.sandbox.helpers import claim_obj, pod_obj
 
 NS = "default"

@@ -1,6 +1,12 @@
-"""``hami-dra top`` end to end through the real ``kubernetes`` client against the sandbox API server:
+"""``hami-dra top`` end to end through the real ``kubernetes`` client against a real kube-apiserver:
 the lab of ``builders.py`` is created as API objects, then the CLI reads it back as a user would
-(kubeconfig, current context's namespace, ``-A``, ``-o json``), also as ``kubectl hami-dra``."""
+(kubeconfig, current context's namespace, ``-A``, ``-o json``), also as ``kubectl hami-dra``.
+
+``top -A`` reads every namespace, so this suite has an etcd + kube-apiserver of its own
+(``own_control_plane``, not the run's shared one) holding the lab alone; every test only reads it.
+A tenant who may not list the cluster's claims is one RBAC knows (a client certificate of the
+plane's CA, a Role in team-b), not an injected 403.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +27,21 @@ from kubernetes import client
 
 from dra_driver.cli import main
 from dra_driver.quantity import GIB, MIB
-from hami_dra_dev.sandbox import SandboxServer
-from tests.sandbox_fixtures import kubectl_binary
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from tests.apiserver_fixtures import kubectl_binary, own_control_plane
 from tests.top.builders import lab_claims, lab_pods, lab_slices
+
+pytestmark = pytest.mark.apiserver
+
+TENANT = "team-b-tenant"
 
 
 def _create_lab(api_client: Any) -> None:
     core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
     for namespace in ("team-a", "team-b"):
         core.create_namespace({"metadata": {"name": namespace}})
+        # What kube-controller-manager (not run here) would add: pods need their ServiceAccount.
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
     for item in lab_slices():
         resource.create_resource_slice(item)
     uids: dict[tuple[str, str], str] = {}
@@ -50,19 +64,57 @@ def _create_lab(api_client: Any) -> None:
         resource.replace_namespaced_resource_claim_status(meta["name"], namespace, created)
 
 
-@pytest.fixture
-def lab(sandbox: SandboxServer, sandbox_client: Any) -> SandboxServer:
-    _create_lab(sandbox_client)
-    return sandbox
+def _create_tenant(api_client: Any) -> None:
+    """A user who may list our slices everywhere and pods and claims of team-b only."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]
+    slices = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]}]
+    rbac.create_cluster_role({"metadata": {"name": TENANT}, "rules": slices})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": TENANT}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TENANT},
+    })  # fmt: skip
+    own = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list"]},
+    ]
+    rbac.create_namespaced_role("team-b", {"metadata": {"name": TENANT}, "rules": own})
+    rbac.create_namespaced_role_binding("team-b", {
+        "metadata": {"name": TENANT}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT},
+    })  # fmt: skip
 
 
-def top(capsys: pytest.CaptureFixture[str], server: SandboxServer, *args: str) -> tuple[int, str, str]:
+@dataclass(frozen=True)
+class Lab:
+    plane: ControlPlane
+    tenant_kubeconfig: Path
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.plane.kubeconfig_path
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    """The lab on a plane of this module's own (the tests only read it)."""
+    with own_control_plane("hami-dra-top-") as plane:
+        api_client = plane.api_client()
+        try:
+            _create_lab(api_client)
+            _create_tenant(api_client)
+        finally:
+            api_client.close()
+        yield Lab(plane, plane.user_kubeconfig(TENANT))
+
+
+def top(capsys: pytest.CaptureFixture[str], server: Any, *args: str) -> tuple[int, str, str]:
     status = main(["top", "--kubeconfig", str(server.kubeconfig_path), *args])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
 
-def test_top_reads_the_live_cluster(lab: SandboxServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_top_reads_the_live_cluster(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
     status, table, _ = top(capsys, lab, "-A")
     assert status == 0
     lines = table.splitlines()
@@ -92,9 +144,9 @@ def test_top_reads_the_live_cluster(lab: SandboxServer, capsys: pytest.CaptureFi
 
 
 def test_namespace_defaults_to_the_context_and_n_picks_one(
-    lab: SandboxServer, capsys: pytest.CaptureFixture[str]
+    lab: Lab, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The sandbox's context names namespace "default": no tenants, no pending pods there.
+    # The plane's context names no namespace, so "default": no tenants, no pending pods there.
     status, text, _ = top(capsys, lab, "-o", "json")
     document = json.loads(text)
     assert status == 0 and document["namespace"] == "default" and document["pending"] == []
@@ -109,11 +161,10 @@ def test_namespace_defaults_to_the_context_and_n_picks_one(
 
 
 def test_a_user_who_may_not_list_every_namespaces_claims_gets_the_namespaces_share(
-    lab: SandboxServer, capsys: pytest.CaptureFixture[str]
+    lab: Lab, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # As a tenant's Role answers: claims of all namespaces forbidden, the namespace's allowed.
-    lab.faults.inject(r"/resource\.k8s\.io/v1/resourceclaims", status=403, count=1)
-    status, text, err = top(capsys, lab, "-n", "team-b", "-o", "yaml")
+    # The tenant's Role: claims of all namespaces forbidden, the namespace's allowed.
+    status, text, err = top(capsys, Tenant(lab.tenant_kubeconfig), "-n", "team-b", "-o", "yaml")
     document = yaml.safe_load(text)
     assert status == 0 and err == ""
     assert document["usageNamespace"] == "team-b" and document["namespace"] == "team-b"
@@ -122,13 +173,12 @@ def test_a_user_who_may_not_list_every_namespaces_claims_gets_the_namespaces_sha
 
 
 def test_errors_are_one_line_with_exit_status_2(
-    sandbox: SandboxServer,
+    lab: Lab,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    sandbox.faults.inject(r"/resourceclaims", status=403, count=1)
-    status, out, err = top(capsys, sandbox, "-A")
+    status, out, err = top(capsys, Tenant(lab.tenant_kubeconfig), "-A")
     assert status == 2 and out == ""
     assert err.startswith("hami-dra top: error: forbidden: cannot list resourceclaims in all namespaces (")
     assert err.endswith("; -n NAMESPACE reads one namespace\n")
@@ -138,7 +188,8 @@ def test_errors_are_one_line_with_exit_status_2(
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     unreachable = tmp_path / "kubeconfig"
-    unreachable.write_text(sandbox.kubeconfig_path.read_text().replace(f":{sandbox.port}", f":{port}"))
+    apiserver_port = lab.plane.layout.ports.apiserver
+    unreachable.write_text(lab.kubeconfig_path.read_text().replace(f":{apiserver_port}", f":{port}"))
     assert main(["top", "--kubeconfig", str(unreachable)]) == 2
     err = capsys.readouterr().err
     assert err == (
@@ -147,13 +198,13 @@ def test_errors_are_one_line_with_exit_status_2(
     )
     assert not caplog.records  # no retry warnings before the line
 
-    assert main(["top", "--kubeconfig", str(sandbox.kubeconfig_path), "--context", "nope"]) == 2
+    assert main(["top", "--kubeconfig", str(lab.kubeconfig_path), "--context", "nope"]) == 2
     assert "context 'nope' not in" in capsys.readouterr().err
     assert main(["top", "--kubeconfig", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.endswith("missing does not exist (pass --kubeconfig or set KUBECONFIG)\n")
 
 
-def test_runs_as_a_kubectl_plugin(lab: SandboxServer, tmp_path: Path) -> None:
+def test_runs_as_a_kubectl_plugin(lab: Lab, tmp_path: Path) -> None:
     binary = kubectl_binary()
     entry = Path(sys.executable).parent / "hami-dra"
     if binary is None or not entry.exists():
@@ -177,3 +228,10 @@ def test_runs_as_a_kubectl_plugin(lab: SandboxServer, tmp_path: Path) -> None:
     assert "kubectl hami-dra top: error: unrecognized arguments: --outptu=json (did you mean --output?)" in (
         done.stderr
     )
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """``top``'s ``--kubeconfig`` as the tenant of team-b."""
+
+    kubeconfig_path: Path

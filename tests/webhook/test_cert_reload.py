@@ -19,7 +19,7 @@ import pytest
 
 from dra_driver.webhook.server import WebhookServer
 from dra_driver.webhook.tls import ReloadingCertificate
-from hami_dra_dev.sandbox.certs import CertPair, make_self_signed
+from hami_dra_dev.certs import CertPair, make_self_signed
 from tests.waiting import wait_for
 from tests.webhook.test_webhook import FakeLookup
 

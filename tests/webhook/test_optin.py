@@ -31,8 +31,6 @@ from dra_driver.webhook.optin import (
     selector_problems,
 )
 from dra_driver.webhook.server import WebhookServer, tls_context
-from hami_dra_dev.sandbox import SandboxServer
-from tests.sandbox_fixtures import sandbox  # noqa: F401
 from tests.webhook.test_hami_resources import seed_pod
 
 DRIVER = "gpu.hami.io"
@@ -211,14 +209,10 @@ def test_invalid_selectors_are_named() -> None:
     )
 
 
-def test_namespace_labels_are_read_from_the_api(sandbox: SandboxServer) -> None:  # noqa: F811
-    client = sandbox.api_client()
-    try:
-        kube = Kube(client)
-        kube.patch(NAMESPACES, None, "default", {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}})
-        namespaces = KubeNamespaces(kube)
-        labels = namespaces.namespace_labels("default")
-        assert labels is not None and labels[NAMESPACE_LABEL] == "enabled"
-        assert namespaces.namespace_labels("no-such-namespace") is None
-    finally:
-        client.close()
+def test_namespace_labels_are_read_from_the_api(api_kube: Kube, api_namespace: str) -> None:
+    """On the real kube-apiserver (the shared tier: this test's own namespace)."""
+    api_kube.patch(NAMESPACES, None, api_namespace, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}})
+    namespaces = KubeNamespaces(api_kube)
+    labels = namespaces.namespace_labels(api_namespace)
+    assert labels is not None and labels[NAMESPACE_LABEL] == "enabled"
+    assert namespaces.namespace_labels(f"{api_namespace}-missing") is None

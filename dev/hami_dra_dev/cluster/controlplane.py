@@ -8,8 +8,12 @@ The same binaries, certificates, flags, feature gates and runtime-config as the 
 (:mod:`hami_dra_dev.cluster.localcluster`, through :mod:`configs`), so what the tests see is what the
 real cluster serves; what differs is only what needs root or fixed ports: kube-apiserver listens on
 the loopback, and every port is one the kernel handed out at start (another cluster, e.g. a CI run's,
-may hold the usual ones). No kubelet, containerd, controller-manager or scheduler: nothing binds
-pods, creates claims from templates or deletes namespaces.
+may hold the usual ones). No kubelet or containerd: nothing runs a pod.
+
+By default neither kube-controller-manager nor kube-scheduler runs either: nothing binds pods,
+creates claims from templates or deletes namespaces. ``controllers=True`` starts both, with the
+identities and flags of the full cluster, for tests of our controller against the real scheduler
+and claim controller (nodes are then Node objects kept Ready by ``fakenodes.FakeNodes``).
 """
 
 from __future__ import annotations
@@ -40,16 +44,20 @@ from hami_dra_dev.cluster.processes import ComponentFailed, HostProcess, Probe
 
 #: The programs this control plane runs (a subset of binaries.REQUIRED).
 PROGRAMS = ("etcd", "kube-apiserver")
+#: What ``controllers=True`` adds.
+CONTROLLER_PROGRAMS = ("kube-controller-manager", "kube-scheduler")
 LOOPBACK = "127.0.0.1"
 #: Attempts at a start whose ports another process took between our choice and the bind.
 _PORT_ATTEMPTS = 3
 
 
-def control_plane_toolchain(kubernetes_version: str | None = None) -> Toolchain:
+def control_plane_toolchain(kubernetes_version: str | None = None, *, controllers: bool = False) -> Toolchain:
     """The built toolchain, or :class:`MissingBinaries` naming the build command; unlike
-    ``require_toolchain`` only etcd and kube-apiserver must exist (no node components)."""
+    ``require_toolchain`` only etcd and kube-apiserver must exist (no node components), and
+    kube-controller-manager and kube-scheduler with ``controllers``."""
     tools = expected_toolchain(kubernetes_version)
-    missing = [str(tools.path(p)) for p in PROGRAMS if not os.access(tools.path(p), os.X_OK)]
+    programs = PROGRAMS + (CONTROLLER_PROGRAMS if controllers else ())
+    missing = [str(tools.path(p)) for p in programs if not os.access(tools.path(p), os.X_OK)]
     if missing:
         raise MissingBinaries(f"not built: {', '.join(missing)}; run: {build_command(kubernetes_version)}")
     return tools
@@ -87,9 +95,18 @@ class ControlPlane:
     """etcd and kube-apiserver under ``root`` (data, logs, kubeconfig; certificates in ``pki_dir``),
     stopped by :meth:`stop` or on leaving the ``with`` block; the children also die with this process."""
 
-    def __init__(self, root: Path, tools: Toolchain, pki_dir: Path | None = None) -> None:
-        etcd_client, etcd_peer, apiserver = free_ports(3)
-        ports = Ports(etcd_client=etcd_client, etcd_peer=etcd_peer, apiserver=apiserver)
+    def __init__(
+        self, root: Path, tools: Toolchain, pki_dir: Path | None = None, *, controllers: bool = False
+    ) -> None:
+        etcd_client, etcd_peer, apiserver, controller_manager, scheduler = free_ports(5)
+        ports = Ports(
+            etcd_client=etcd_client,
+            etcd_peer=etcd_peer,
+            apiserver=apiserver,
+            controller_manager=controller_manager,
+            scheduler=scheduler,
+        )
+        self.controllers = controllers
         self.root = root
         self.layout = Layout(root, ports, apiserver_address=LOOPBACK)
         self.pki_dir = pki_dir or self.layout.pki
@@ -105,12 +122,14 @@ class ControlPlane:
         *,
         pki_dir: Path | None = None,
         timeout: float = 120.0,
+        controllers: bool = False,
     ) -> ControlPlane:
         """A running control plane; a start that lost a port race is tried again on new ports.
-        ``pki_dir``: certificates to reuse (default: new ones under ``root``)."""
-        tools = tools or control_plane_toolchain()
+        ``pki_dir``: certificates to reuse (default: new ones under ``root``); ``controllers``:
+        kube-controller-manager and kube-scheduler too."""
+        tools = tools or control_plane_toolchain(controllers=controllers)
         for attempt in range(1, _PORT_ATTEMPTS + 1):
-            plane = cls(root / f"attempt-{attempt}", tools, pki_dir)
+            plane = cls(root / f"attempt-{attempt}", tools, pki_dir, controllers=controllers)
             try:
                 plane._start(timeout)
                 return plane
@@ -131,6 +150,22 @@ class ControlPlane:
             admin = pki.issue("admin", "kubernetes-admin", organization="system:masters")
             configs.kubeconfig(layout.admin_kubeconfig, layout, pki, admin, "admin")
             apiserver_args = configs.apiserver_args(tools, layout, pki)
+            if self.controllers:
+                # The identities the default RBAC policy binds, as kubeadm issues them.
+                kcm = pki.issue("controller-manager", "system:kube-controller-manager")
+                kcm_config = configs.kubeconfig(
+                    layout.kubeconfig("controller-manager"),
+                    layout,
+                    pki,
+                    kcm,
+                    "system:kube-controller-manager",
+                )
+                scheduler = pki.issue("scheduler", "system:kube-scheduler")
+                scheduler_config = configs.kubeconfig(
+                    layout.kubeconfig("scheduler"), layout, pki, scheduler, "system:kube-scheduler"
+                )
+                kcm_args = configs.controller_manager_args(tools, layout, pki, kcm_config)
+                scheduler_args = configs.scheduler_args(tools, layout, scheduler_config)
         self._run(
             "etcd",
             configs.etcd_args(tools, layout),
@@ -143,7 +178,43 @@ class ControlPlane:
             Probe(f"{layout.server_url}/readyz", str(admin.cert), str(admin.key)),
             timeout,
         )
+        if self.controllers:
+            ports = layout.ports
+            self._run(
+                "kube-controller-manager",
+                kcm_args,
+                Probe(f"https://{LOOPBACK}:{ports.controller_manager}/healthz"),
+                timeout,
+            )
+            self._run(
+                "kube-scheduler",
+                scheduler_args,
+                Probe(f"https://{LOOPBACK}:{ports.scheduler}/healthz"),
+                timeout,
+            )
+            self._wait_default_service_account(timeout)
         self.started_in = time.monotonic() - started
+
+    def _wait_default_service_account(self, timeout: float) -> None:
+        """kube-controller-manager creates ``default/default`` shortly after start; pods need it
+        (the ServiceAccount admission plugin refuses a pod whose account does not exist)."""
+        from kubernetes import client
+
+        api_client = self.api_client()
+        try:
+            core: Any = client.CoreV1Api(api_client)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    core.read_namespaced_service_account("default", "default")
+                    return
+                except client.exceptions.ApiException:
+                    time.sleep(0.2)
+        finally:
+            api_client.close()
+        raise ComponentFailed(
+            f"no default/default ServiceAccount within {timeout:.0f}s; see {self.layout.logs}"
+        )
 
     def _run(self, name: str, args: list[str], probe: Probe, timeout: float) -> None:
         process = HostProcess(name, args, self.layout.logs, probe=probe)
@@ -182,7 +253,7 @@ class ControlPlane:
         return new_client(str(self.kubeconfig_path))
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd; idempotent."""
+        """Stop the components in the reverse order of their start (etcd last); idempotent."""
         for process in reversed(self.components):
             process.stop()
         self.components.clear()

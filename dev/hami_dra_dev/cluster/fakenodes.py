@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -90,11 +90,22 @@ def node_body(name: str, spec: FakeNodeSpec) -> dict[str, Any]:
 class FakeNodes:
     """Create, keep Ready and delete ``spec.count`` simulated nodes with their GPU slices."""
 
-    def __init__(self, api_client: Any, spec: FakeNodeSpec, *, parallel: int = 8) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        spec: FakeNodeSpec,
+        *,
+        parallel: int = 8,
+        names: Sequence[str] | None = None,
+        publish: bool = True,
+    ) -> None:
+        """``names``: the nodes' names (default ``spec.names()``); ``publish``: create each node's
+        GPU slices too (a test that publishes its own leaves them out)."""
         from kubernetes import client
 
         self.spec = spec
-        self.names = spec.names()
+        self.names = list(names) if names is not None else spec.names()
+        self._publish = publish
         self._core: Any = client.CoreV1Api(api_client)
         self._resource: Any = client.ResourceV1Api(api_client)
         self._coordination: Any = client.CoordinationV1Api(api_client)
@@ -124,6 +135,8 @@ class FakeNodes:
                 "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": _now()},
             },
         )
+        if not self._publish:
+            return
         gpus = profile_gpus(self.spec.profile, node_name=name, gpus=self.spec.gpus)
         for slice_ in build_resource_slices(
             gpus, driver_name=self.spec.driver_name, node_name=name, node_uid=created.metadata.uid,

@@ -17,8 +17,8 @@ from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin import protos
 from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
+from hami_dra_dev.kubelet import KubeletProtocol, KubeletSimulator
 from hami_dra_dev.sandbox.cluster import NodeContext
-from hami_dra_dev.sandbox.kubelet import KubeletProtocol, KubeletSimulator
 
 
 def kubelet_protocol() -> KubeletProtocol:

@@ -14,8 +14,8 @@ from typing import Any
 
 from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.demo import manifests
-from hami_dra_dev.sandbox.certs import make_self_signed
 from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
 
 

@@ -5,7 +5,7 @@
 
 What runs: one Node object per node (Ready, schedulable), the resourceclaim controller
 (:mod:`claimcontroller`) and the scheduler/binder (:mod:`scheduler`). Per node, an optional
-``kubelet_factory(NodeContext)`` starts a kubelet simulator (``hami_dra_dev.sandbox.kubelet``,
+``kubelet_factory(NodeContext)`` starts a kubelet simulator (``hami_dra_dev.kubelet``,
 which registers plugins over their real sockets and prepares claims); ``NodeContext`` gives it
 the node's name, the server and private plugin/registry/CDI directories. Like a real
 kube-scheduler, the scheduler allocates unallocated claims of ungated pods itself (plain first fit,

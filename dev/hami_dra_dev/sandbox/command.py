@@ -63,7 +63,7 @@ def _running_pid(state_dir: Path) -> int | None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from hami_dra_dev.sandbox.certs import CertError
+    from hami_dra_dev.certs import CertError
     from hami_dra_dev.sandbox.cluster import SandboxCluster
     from hami_dra_dev.sandbox.driver import DriverOptions, kubelet_factory, start_driver
     from hami_dra_dev.sandbox.server import SandboxServer

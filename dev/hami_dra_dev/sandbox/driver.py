@@ -5,7 +5,7 @@ small function so it can be changed (or switched off with ``--no-driver``) indep
 
 - :func:`start_kubelet_plugins`: per node, ``hami-dra kubelet-plugin --source simulated`` as a
   child process with the node's private plugin/registry/CDI dirs (:class:`NodeContext`);
-- :func:`kubelet_factory`: per node, the kubelet simulator (``hami_dra_dev.sandbox.kubelet``) that
+- :func:`kubelet_factory`: per node, the kubelet simulator (``hami_dra_dev.kubelet``) that
   registers those plugins over their sockets and prepares claims;
 - :func:`start_controller`: ``hami-dra controller`` as a child process;
 - :func:`start_webhook`: ``hami-dra webhook`` with a self-signed certificate, registered as a
@@ -29,7 +29,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import CHILD_ENTRY
-from hami_dra_dev.sandbox.certs import make_self_signed
+from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.sandbox.cluster import NodeContext, SandboxCluster, Stoppable
 from hami_dra_dev.sandbox.webhooks import register_webhooks
 
@@ -113,7 +113,7 @@ def start_kubelet_plugins(cluster: SandboxCluster, options: DriverOptions) -> No
 def kubelet_factory(repo_root: Path | None = None) -> Any:
     """A ``NodeContext -> kubelet simulator`` factory (None when the simulator cannot load)."""
     try:
-        from hami_dra_dev.sandbox import kubelet
+        from hami_dra_dev import kubelet
     except ImportError as err:  # pragma: no cover - only while kubelet.py is being written
         log.warning("kubelet simulator unavailable: %s", err)
         return None

@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
+from hami_dra_dev.certs import server_cert
 from hami_dra_dev.sandbox.api import Api
-from hami_dra_dev.sandbox.certs import server_cert
 from hami_dra_dev.sandbox.faults import Faults
 from hami_dra_dev.sandbox.http import SandboxHTTPServer
 

@@ -1,4 +1,5 @@
-"""A per-node kubelet simulator for the sandbox: plugin registration, prepare/unprepare, slice wipe.
+"""A per-node kubelet simulator: plugin registration, prepare/unprepare, slice wipe (the sandbox's
+nodes, the demo, and the kubelet plugin's tests use it; it is a kubelet, not an API server).
 
 It speaks to the driver only as kubelet does, over the plugin's real unix sockets, with message
 classes built from a *separately compiled* copy of kubelet's protos (``KubeletProtocol``): where

@@ -1,4 +1,7 @@
-"""Random create/delete sequences through the API: no card is ever overcommitted (checked from the API)."""
+"""Random create/delete sequences through the API: no card is ever overcommitted (checked from the API).
+
+On the real control plane: kube-scheduler binds the pods, kube-controller-manager drops a deleted
+pod's reservation (tests/controller/harness.py ``plane_harness``)."""
 
 from __future__ import annotations
 
@@ -8,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
+from dra_driver.kube.api import RESOURCE_CLAIMS
 from dra_driver.quantity import parse_bytes
-from hami_dra_dev.sandbox import SandboxServer
-from tests.controller.harness import NS, Harness, claim, device_class, pod, request, running_harness, wait_for
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from tests.controller.harness import Harness, claim, device_class, plane_harness, pod, request, wait_for
 
 #: A simulated T4's published memory: nvidia-smi's 15360 MiB total minus 393 MiB reserved.
 T4_MEMORY = (15360 - 393) * 2**20
 
 
 @pytest.fixture
-def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    with running_harness(sandbox, ["node-1", "node-2"]) as h:
+def harness(controller_plane: ControlPlane) -> Iterator[Harness]:
+    with plane_harness(controller_plane, ["node-1", "node-2"]) as h:
         yield h
 
 
@@ -49,7 +52,7 @@ def test_random_pods_never_overcommit_a_card(harness: Harness, seed: int) -> Non
     for number in range(30):
         if live and rng.random() < 0.3:
             victim = live.pop(rng.randrange(len(live)))
-            harness.kube.delete(PODS, NS, victim)
+            harness.delete_pod(victim)
             continue
         name = f"r{number}"
         klass = rng.choice(["binpack", "spread", "mutex-binpack"])

@@ -1,4 +1,5 @@
-"""Self-signed TLS material for the sandbox (API server, and webhooks started beside it).
+"""Self-signed TLS material for development servers: the sandbox API server, webhooks started
+beside it or the demo, a test's registry.
 
 Current kubectl/client-go refuse to send a bearer token over plain HTTP, so the sandbox serves
 HTTPS like a real cluster. Certificates come from the ``openssl`` command line (present on every

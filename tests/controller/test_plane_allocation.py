@@ -1,4 +1,6 @@
-"""The controller against the strict sandbox API server, scheduler/binder and claim controller."""
+"""The controller against the real control plane: kube-apiserver, kube-scheduler (which binds the
+pods our controller ungates) and kube-controller-manager (claims from templates, reservations),
+with Node objects kept Ready and no kubelet (tests/controller/harness.py ``plane_harness``)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,17 @@ import pytest
 
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocation import node_selector
-from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS
-from hami_dra_dev.sandbox import SandboxServer
+from dra_driver.kube.api import NODES, RESOURCE_CLAIMS
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from tests.apiserver_fixtures import kubectl_runner
 from tests.controller.harness import (
     DRIVER,
-    NS,
     Harness,
     claim,
     device_class,
+    plane_harness,
     pod,
     request,
-    running_harness,
     wait_for,
 )
 
@@ -28,9 +30,14 @@ INDEX = 'device.attributes["gpu.hami.io"].index == {}'
 
 
 @pytest.fixture
-def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    with running_harness(sandbox) as h:
+def harness(controller_plane: ControlPlane) -> Iterator[Harness]:
+    with plane_harness(controller_plane) as h:
         yield h
+
+
+@pytest.fixture
+def kubectl(controller_plane: ControlPlane, tmp_path: Any) -> Any:
+    return kubectl_runner(controller_plane.kubeconfig_path, tmp_path)
 
 
 def tenants(h: Harness, placements: dict[str, int]) -> None:
@@ -101,7 +108,7 @@ def test_pending_with_mutex_reason_then_scheduled_when_a_card_frees(harness: Har
     described = kubectl("describe", "pod", "excl-pod").stdout
     assert "ExclusiveDeviceAllocateConflict" in described
     # Free gpu-2: delete its pod; the claim is released (allocation cleared, finalizer removed).
-    harness.kube.delete(PODS, NS, "pod-c")
+    harness.delete_pod("pod-c")
     # Released in two writes (allocation cleared, then finalizer removed): wait for both.
     wait_for(
         lambda: (
@@ -203,8 +210,8 @@ def test_claim_allocated_by_someone_else_is_counted(harness: Harness) -> None:
     assert harness.devices_of("excl") == ["node-1/gpu-3"]
 
 
-def test_postfilter_deallocation_is_reallocated_elsewhere(sandbox: SandboxServer) -> None:
-    with running_harness(sandbox, ["node-1", "node-2"]) as h:
+def test_postfilter_deallocation_is_reallocated_elsewhere(controller_plane: ControlPlane) -> None:
+    with plane_harness(controller_plane, ["node-1", "node-2"]) as h:
         h.publish("node-1", "t4", 2)
         h.publish("node-2", "t4", 2)
         h.create_class(device_class(DRIVER))
@@ -247,8 +254,8 @@ def test_pod_waits_gated_until_its_device_class_exists(harness: Harness) -> None
     wait_for(lambda: harness.bound_node("early-pod"), what="bound once the class exists")
 
 
-def test_node_policy_spread_versus_binpack(sandbox: SandboxServer) -> None:
-    with running_harness(sandbox, ["node-1", "node-2"]) as h:
+def test_node_policy_spread_versus_binpack(controller_plane: ControlPlane) -> None:
+    with plane_harness(controller_plane, ["node-1", "node-2"]) as h:
         for name in ("node-1", "node-2"):
             h.publish(name, "t4", 2)
         h.create_class(device_class("packed", {"nodePolicy": "binpack"}))

@@ -1,5 +1,10 @@
-"""Failure cases against the sandbox: conflicts, injected API faults, watch loss, failover, crashes,
-and writes held in flight while the worker's threads plan the next pods."""
+"""Failure cases on the real control plane (kube-scheduler, kube-controller-manager:
+tests/controller/harness.py ``plane_harness``): conflicts, injected API faults, watch loss,
+failover, crashes, and writes held in flight while the worker's threads plan the next pods.
+
+The faults a real server makes on demand are real (a watch cut by the loopback proxy, a lease
+left to expire); the rest are injected on our controller's own client (``Harness.faults``:
+``ClientFaults``), so the server still judges every request that is sent."""
 
 from __future__ import annotations
 
@@ -7,31 +12,34 @@ import copy
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import config
 
 from dra_driver.controller import FINALIZER, GATE_NAME
-from dra_driver.kube.api import EVENTS, PODS, RESOURCE_CLAIMS, Kube
+from dra_driver.kube.api import EVENTS, RESOURCE_CLAIMS, Kube
 from dra_driver.kube.leader import LeaderElector
-from hami_dra_dev.sandbox import SandboxServer
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from tests.api_proxy import ApiFaultProxy, proxied_kubeconfig
 from tests.controller.harness import (
     DRIVER,
     NS,
     Harness,
     claim,
     device_class,
+    plane_harness,
     pod,
     request,
-    running_harness,
     wait_for,
 )
 from tests.kube_validate import assert_valid
 
 
 @pytest.fixture
-def harness(sandbox: SandboxServer) -> Iterator[Harness]:
-    with running_harness(sandbox) as h:
+def harness(controller_plane: ControlPlane) -> Iterator[Harness]:
+    with plane_harness(controller_plane) as h:
         h.publish("node-1", "t4", 4)
         h.create_class(device_class(DRIVER))
         h.create_class(device_class("gpu-mutex", {"policy": "mutex,binpack"}))
@@ -56,15 +64,16 @@ def test_written_objects_pass_kubernetes_validate(harness: Harness) -> None:
     events = harness.kube.list(EVENTS).get("items") or []
     assert "4/4 CardInsufficientMemory" in events[0]["message"]
     for event in events:
-        assert_valid(event)
+        # Items of a list carry no apiVersion and kind on a real server (the sandbox added them).
+        assert_valid({"apiVersion": "v1", "kind": "Event", **event})
     assert_valid(harness.get_pod("big-pod"))
 
 
 @pytest.mark.slow
 def test_conflicts_and_server_errors_are_retried(harness: Harness) -> None:
-    harness.server.faults.inject(r"/resourceclaims/c1/status$", status=409, count=2, methods={"PUT"})
-    harness.server.faults.inject(r"/pods/p1$", status=409, count=1, methods={"PATCH"})
-    harness.server.faults.inject(r"/resourceclaims/c2$", status=500, count=2, methods={"PUT"})
+    harness.faults.inject(r"/resourceclaims/c1/status$", status=409, count=2, methods={"PUT"})
+    harness.faults.inject(r"/pods/p1$", status=409, count=1, methods={"PATCH"})
+    harness.faults.inject(r"/resourceclaims/c2$", status=500, count=2, methods={"PUT"})
     controller = harness.start_controller()
     harness.create_claim(claim("c1", request(memory="1Gi")))
     harness.create_claim(claim("c2", request(memory="1Gi")))
@@ -101,14 +110,31 @@ def test_concurrent_allocation_by_someone_else_wins_without_double_counting(harn
     assert usage.tenants == 10  # an exclusive result fills every slot of the card, counted once
 
 
-def test_watch_loss_and_410_relist_keep_working(harness: Harness) -> None:
-    controller = harness.start_controller()
+def test_watch_loss_and_410_relist_keep_working(
+    harness: Harness, controller_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The controller's connections go through the loopback proxy, which cuts every one of them
+    (watches included) at once; its ResourceClaim watch is then answered 410, as kube-apiserver
+    answers one whose resourceVersion was compacted away (the watch cache keeps too long a window
+    to make that happen on demand)."""
+    host, _, port = controller_plane.server_url.removeprefix("https://").rpartition(":")
+    proxy = ApiFaultProxy((host, int(port)))
+    kubeconfig = proxied_kubeconfig(controller_plane.kubeconfig_path, proxy.port, tmp_path / "proxied")
+    try:
+        controller = harness.start_controller(kube=Kube(config.new_client_from_config(str(kubeconfig))))
+        _watch_loss(harness, controller, proxy)
+    finally:
+        proxy.stop()
+
+
+def _watch_loss(harness: Harness, controller: Any, proxy: ApiFaultProxy) -> None:
     harness.create_claim(claim("w1", request(memory="1Gi")))
     harness.create_pod(pod("w1-pod", {"gpu": "claim:w1"}))
     wait_for(lambda: harness.bound_node("w1-pod"))
     relists = controller.informers["ResourceClaim"].relists
-    harness.server.compact()
-    harness.server.faults.close_watches(None)
+    gone = harness.faults.inject(r"/resourceclaims$", status=410, count=1, methods={"GET"})
+    assert proxy.cut() > 0  # every open connection, the watches' among them
+    wait_for(lambda: gone.hits == 1, what="the ResourceClaim watch re-opened and answered 410")
     harness.create_claim(claim("w2", request(memory="1Gi")))
     harness.create_pod(pod("w2-pod", {"gpu": "claim:w2"}))
     wait_for(lambda: harness.bound_node("w2-pod"), what="w2-pod bound after watch loss")
@@ -158,13 +184,13 @@ def test_restart_after_crash_between_finalizer_and_allocation(harness: Harness) 
 
 def test_restart_after_crash_between_allocation_and_gate_removal(harness: Harness) -> None:
     first = harness.start_controller()
-    harness.server.faults.inject(r"/pods/gated$", status=500, methods={"PATCH"})  # gate removal keeps failing
+    harness.faults.inject(r"/pods/gated$", status=500, methods={"PATCH"})  # gate removal keeps failing
     harness.create_claim(claim("kept", request(memory="1Gi")))
     harness.create_pod(pod("gated", {"gpu": "claim:kept"}))
     wait_for(lambda: harness.allocated("kept"), what="allocation written")
     share = copy.deepcopy(harness.get_claim("kept")["status"]["allocation"])
     first.stop()  # the crash
-    harness.server.faults.clear()
+    harness.faults.clear()
     harness.start_controller()
     wait_for(lambda: harness.bound_node("gated"), what="gate removed after restart")
     assert harness.get_claim("kept")["status"]["allocation"] == share  # not allocated twice
@@ -177,7 +203,7 @@ def test_deleted_pod_releases_template_claim_and_finalizer(harness: Harness) -> 
     harness.create_pod(pod("tpl-pod", {"gpu": "template:one"}))
     wait_for(lambda: harness.bound_node("tpl-pod"))
     name = harness.pod_claim("tpl-pod")["metadata"]["name"]
-    harness.kube.delete(PODS, NS, "tpl-pod")
+    harness.delete_pod("tpl-pod")
 
     def claim_gone() -> bool:
         try:
@@ -189,8 +215,8 @@ def test_deleted_pod_releases_template_claim_and_finalizer(harness: Harness) -> 
     wait_for(claim_gone, what="template claim deleted (our finalizer removed)")
 
 
-def test_unschedulable_then_node_added(sandbox: SandboxServer) -> None:
-    with running_harness(sandbox) as h:
+def test_unschedulable_then_node_added(controller_plane: ControlPlane) -> None:
+    with plane_harness(controller_plane) as h:
         h.publish("node-1", "t4", 1)
         h.create_class(device_class(DRIVER))
         h.start_controller()
@@ -247,7 +273,7 @@ def test_a_claim_shared_by_two_gated_pods_is_planned_once_while_it_is_written(ha
         harness.create_pod(pod(f"d{i}-pod", {"gpu": f"claim:d{i}"}))
     # Keep the shared claim's first write in flight until every pod is planned in one pass.
     release = threading.Event()
-    harness.server.faults.inject(r"/resourceclaims/shared$", hold=release, count=1, methods={"PUT"})
+    harness.faults.inject(r"/resourceclaims/shared$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(write_workers=1)
     wait_for(lambda: len(controller.binding.keys()) == 4, what="a-pod and d0..d2 planned (b-pod waits)")
     release.set()
@@ -266,7 +292,7 @@ def test_a_claim_referenced_twice_by_one_pod_is_counted_once_while_it_is_written
         harness.create_claim(claim(f"e{i}", request(klass="gpu-mutex", memory="1Gi")))
         harness.create_pod(pod(f"e{i}-pod", {"gpu": f"claim:e{i}"}))
     release = threading.Event()
-    harness.server.faults.inject(r"/resourceclaims/dup$", hold=release, count=1, methods={"PUT"})
+    harness.faults.inject(r"/resourceclaims/dup$", hold=release, count=1, methods={"PUT"})
     controller = harness.start_controller(write_workers=1)
     wait_for(lambda: len(controller.binding.keys()) == 4, what="every pod planned while dup's write is held")
     release.set()
@@ -282,18 +308,18 @@ def test_a_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Ha
     """A conflict whose re-read fails must not wedge the claim: once its pod goes it is out of
     flight and unallocated, and deleting it removes our finalizer (an unallocated claim keeps it
     until then: admission puts it on new claims of our classes, releaser.py)."""
-    status_conflict = harness.server.faults.inject(
+    status_conflict = harness.faults.inject(
         r"/resourceclaims/wedged/status$", status=409, count=None, methods={"PUT"}
     )
-    reread = harness.server.faults.inject(r"/resourceclaims/wedged$", status=500, count=None, methods={"GET"})
+    reread = harness.faults.inject(r"/resourceclaims/wedged$", status=500, count=None, methods={"GET"})
     controller = harness.start_controller()
     harness.create_claim(claim("wedged", request(memory="1Gi")))
     harness.create_pod(pod("wedged-pod", {"gpu": "claim:wedged"}))
     wait_for(lambda: status_conflict.hits >= 1 and reread.hits >= 1, what="conflict and failed re-read")
-    harness.kube.delete(PODS, NS, "wedged-pod")
+    harness.delete_pod("wedged-pod")
     wait_for(lambda: "default/wedged-pod" not in controller.cache.pods, what="pod gone from the cache")
     controller.wait_idle()
-    harness.server.faults.clear()
+    harness.faults.clear()
 
     def settled() -> bool:
         listed = _listed_claim(harness, "wedged")
@@ -313,12 +339,12 @@ def test_a_writer_failure_does_not_leave_the_claim_in_flight_forever(harness: Ha
 def test_a_failed_write_keeps_the_allocation_someone_else_made_in_the_ledger(harness: Harness) -> None:
     """Another allocator takes the claim while our write fails and cannot be re-read: count theirs."""
     release = threading.Event()
-    slow = harness.server.faults.inject(
+    slow = harness.faults.inject(
         r"/resourceclaims/taken$", status=500, hold=release, count=1, methods={"PUT"}
     )
-    harness.server.faults.inject(r"/resourceclaims/taken$", status=500, count=1, methods={"GET"})
+    harness.faults.inject(r"/resourceclaims/taken$", status=500, count=1, methods={"GET"})
     # The gate stays (its removal keeps failing): no later write of the claim corrects the ledger.
-    ungate = harness.server.faults.inject(r"/pods/taken-pod$", status=500, count=None, methods={"PATCH"})
+    ungate = harness.faults.inject(r"/pods/taken-pod$", status=500, count=None, methods={"PATCH"})
     controller = harness.start_controller()
     harness.create_claim(claim("taken", request(memory="1Gi")))
     harness.create_pod(pod("taken-pod", {"gpu": "claim:taken"}))

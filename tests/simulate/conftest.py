@@ -1,1 +1,0 @@
-from tests.sandbox_fixtures import sandbox, sandbox_client  # noqa: F401
