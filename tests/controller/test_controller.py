@@ -7,7 +7,7 @@ result leaves the cache as the API holds it; events of deleted objects make the 
 fences forget them. Over ``FakeKube``.
 
 The worker with its informers and writer threads, against the sandbox API server with writes held
-in flight (what only real concurrency shows), is in test_sandbox_failures.py.
+in flight (what only real concurrency shows), is in test_plane_failures.py.
 """
 
 from __future__ import annotations
