@@ -2,7 +2,7 @@
 passes evict the cheapest lower-priority share through the Eviction API (a PodDisruptionBudget's
 refusal respected), mark the victim, hold the freed capacity for the preemptor (after a restart
 too), and place the preemptor once the victim is gone. The choice of victims itself is
-test_preemption.py's."""
+test_gpu_preemption.py's."""
 
 from __future__ import annotations
 
