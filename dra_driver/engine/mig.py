@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from dra_driver.engine.model import CandidateCard, Decision, DeviceShare, NodeOutcome, Placement
+from dra_driver.engine.place import unplaced
 from dra_driver.engine.policy import DEFAULT_NODE_POLICY, NodePolicy, Policy, PolicyChain, parse_policy_chain
 from dra_driver.engine.reasons import Reason, format_reasons
 
@@ -488,21 +489,7 @@ def place_mig(state: MigState, request: MigRequest, *, max_candidates: int = 32)
         total += len(evaluation.evals)
         if len(candidates) < max_candidates:
             candidates.extend(evaluation.candidates()[: max_candidates - len(candidates)])
-    if not ranked:
-        reason = "no node with MIG instances of this driver is available to this request"
-    elif len(ranked) == 1:
-        reason = outcomes[0].reason or "request does not fit"
-    else:
-        reason = format_reasons(reasons, total) or "request does not fit"
-    return Decision(
-        request=request.name,
-        policy=request.policy,
-        node_policy=request.node_policy,
-        placement=None,
-        reason=reason,
-        candidates=tuple(candidates),
-        nodes=tuple(outcomes),
-    )
+    return unplaced(request, "MIG instances", outcomes, reasons, total, candidates)
 
 
 def _evaluated(state: MigState, node: str, request: MigRequest) -> tuple[_NodeEvaluation, str | None]:

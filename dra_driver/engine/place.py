@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from dra_driver.engine.fit import check_card
 from dra_driver.engine.model import (
@@ -27,7 +28,7 @@ from dra_driver.engine.model import (
     Placement,
     PlacementRequest,
 )
-from dra_driver.engine.policy import Policy
+from dra_driver.engine.policy import NodePolicy, Policy, PolicyChain
 from dra_driver.engine.reasons import Reason, format_reasons
 from dra_driver.engine.score import card_score
 from dra_driver.engine.state import ClusterState, NodeState
@@ -218,12 +219,36 @@ def _pending(ranked: list[NodeState], request: PlacementRequest, max_candidates:
         total_cards += len(evaluation.cards)
         if len(candidates) < max_candidates:
             candidates.extend(_candidates(evaluation)[: max_candidates - len(candidates)])
-    if not ranked:
-        reason = "no node with GPUs of this driver is available to this request"
-    elif len(ranked) == 1:
+    return unplaced(request, "GPUs", outcomes, reasons, total_cards, candidates)
+
+
+class _Asked(Protocol):
+    """What a pending decision repeats of its request (a card or a MIG request)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def policy(self) -> PolicyChain: ...
+    @property
+    def node_policy(self) -> NodePolicy: ...
+
+
+def unplaced(
+    request: _Asked,
+    devices: str,
+    outcomes: Sequence[NodeOutcome],
+    reasons: Sequence[Reason | None],
+    evaluated: int,
+    candidates: Sequence[CandidateCard],
+) -> Decision:
+    """The decision when no node fits (cards or MIG instances, ``devices`` naming them): no node
+    at all, the one node's reason, or every device's reasons counted over the ``evaluated`` ones."""
+    if not outcomes:
+        reason = f"no node with {devices} of this driver is available to this request"
+    elif len(outcomes) == 1:
         reason = outcomes[0].reason or "request does not fit"
     else:
-        reason = format_reasons(reasons, total_cards) or "request does not fit"
+        reason = format_reasons(reasons, evaluated) or "request does not fit"
     return Decision(
         request=request.name,
         policy=request.policy,
