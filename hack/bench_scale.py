@@ -64,6 +64,7 @@ from bench_controller import TimedPlanner  # noqa: E402
 
 from dra_driver.kube.api import Obj, Resource, patch_content_type  # noqa: E402
 from dra_driver.kube.errors import KubeError  # noqa: E402
+from dra_driver.metrics_page import PROMETHEUS_ACCEPT  # noqa: E402
 from hami_dra_dev.sandbox.errors import ApiError  # noqa: E402
 from hami_dra_dev.sandbox.patch import apply_patch  # noqa: E402
 
@@ -75,11 +76,6 @@ VALIDATION_REPORT = ROOT / "docs" / "bench" / "scale-validation.json"
 #: Resources with a status subresource.
 WITH_STATUS = {"pods", "resourceclaims", "nodes"}
 FULL = {"nodes": 5000, "gpus": 8, "pods": 50000}
-#: What Prometheus sends (``scrape_protocols`` default order), so the page is the one it gets.
-PROMETHEUS_ACCEPT = (
-    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
-    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
-)
 
 
 def log(message: str) -> None:
@@ -751,8 +747,15 @@ def main(argv: list[str]) -> int:
     rss_after, peak = rss_mib(), rss_mib("VmHWM")
     log(f"RSS {rss_after:.0f} MiB (controller {rss_after - rss_before:.0f} MiB), peak {peak:.0f} MiB")
 
-    # 3. /metrics: the page the metrics server serves Prometheus (it asks for OpenMetrics); the
-    # first renders every piece, the next reuse what did not change (here: nothing)
+    # 3. /metrics: the page the metrics server serves Prometheus (it asks for OpenMetrics). A
+    # served controller renders it in the background after a term's first publish (the warm-up,
+    # off any scrape); the scrapes then reuse what did not change (here: nothing)
+    t = time.perf_counter()
+    warming = controller.metrics.registry.warm(PROMETHEUS_ACCEPT)
+    if warming is not None:
+        warming.join()
+    warm_up = time.perf_counter() - t
+    log(f"/metrics warm-up (in the background after the first publish): {1000 * warm_up:.0f} ms")
     scrapes, size = [], 0
     for _ in range(6):
         t = time.perf_counter()
@@ -835,6 +838,7 @@ def main(argv: list[str]) -> int:
         "rss_after_sync_mib": round(rss_after),
         "controller_rss_mib": round(rss_after - rss_before),
         "peak_rss_mib": round(peak),
+        "scrape_warm_up_ms": round(1000 * warm_up, 1),
         "scrape_ms_first": round(1000 * first_scrape, 1),
         "scrape_ms_median": round(1000 * sorted(scrapes)[len(scrapes) // 2], 1),
         "collect_all_ms": round(1000 * collect_all, 1),

@@ -156,3 +156,33 @@ def test_an_unregistered_collector_leaves_the_page() -> None:
     page_registry.unregister(snapshot)
     body, _ = page_registry.page("")
     assert body == b""
+
+
+def test_warm_renders_every_piece_ahead_so_the_next_scrape_renders_none() -> None:
+    page_registry, plain = registries([node_piece("n1", 1.0), node_piece("n2", 2.0)])
+    snapshot = next(c for c in page_registry._prerendered if isinstance(c, Snapshot))
+    rendered: list[str] = []
+    original = snapshot.text._piece_families
+
+    def counting(piece: Piece) -> Iterator[GaugeMetricFamily]:
+        rendered.append(next(iter(piece.values()))[0][0][0])
+        return original(piece)
+
+    snapshot.text._piece_families = counting  # type: ignore[method-assign]
+    thread = page_registry.warm(OPENMETRICS)
+    assert thread is not None
+    thread.join(timeout=10)
+    assert sorted(rendered) == ["n1", "n2"]
+    body, _ = page_registry.page(OPENMETRICS)
+    assert sorted(rendered) == ["n1", "n2"]  # the scrape joined the kept text, rendered nothing
+    assert body == choose_encoder(OPENMETRICS)[0](plain)
+    # the text format was not warmed: its first scrape renders both pieces
+    page_registry.page("text/plain")
+    assert len(rendered) == 4
+
+
+def test_the_default_warm_up_is_for_what_prometheus_asks() -> None:
+    from dra_driver.metrics_page import PROMETHEUS_ACCEPT
+
+    _, content_type = choose_encoder(PROMETHEUS_ACCEPT)
+    assert content_type.startswith("application/openmetrics-text")

@@ -149,6 +149,10 @@ _PENDING_FAMILIES: dict[str, tuple[str, Sequence[str]]] = {
 class ControllerMetrics:
     def __init__(self) -> None:
         self.registry = PageRegistry()
+        #: Whether a metrics server serves the registry (``serve``): only then is the page worth
+        #: rendering ahead of a scrape.
+        self.serving = False
+        self._warm_pending = True  # the next publish is a term's first: render the page ahead
         #: The controller's readiness (``/readyz``); the Controller installs its own check.
         self.ready: ReadyCheck = lambda: "the controller has not started"
         self.allocations = Counter(
@@ -261,8 +265,15 @@ class ControllerMetrics:
             self.publish_gpus()
 
     def publish_gpus(self) -> None:
-        """What scrapes read from now on: the series as they are (copies of the piece maps)."""
+        """What scrapes read from now on: the series as they are (copies of the piece maps).
+
+        A term's first publish hands every card's series over at once: where a server serves them,
+        the page is rendered then in the background, so the first scrape does not (later publishes
+        bring few new pieces, which a scrape renders cheaply)."""
         self.gpus.set_pieces(dict(self.gpu_series.nodes), dict(self.gpu_series.holders))
+        if self._warm_pending and self.serving:
+            self._warm_pending = False
+            self.registry.warm()
 
     def update_pending(self, groups: Mapping[str, PendingGroup], now: float | None = None) -> None:
         """Pending pods by reason, and how long the oldest of each has existed."""
@@ -283,9 +294,11 @@ class ControllerMetrics:
         series are still kept up to date, unpublished, for its next term)."""
         self.gpus.set({})
         self.pending.set({})
+        self._warm_pending = True
 
     def serve(self, port: int, address: str = "0.0.0.0") -> MetricsServer:
         """``/metrics``, ``/healthz`` and ``/readyz`` (``self.ready``) on ``address:port``."""
+        self.serving = True
         return serve(self.registry, port, address, ready=lambda: self.ready())
 
 

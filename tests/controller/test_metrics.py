@@ -123,3 +123,20 @@ def test_the_served_page_has_every_series_the_registry_collects() -> None:
     served = _families(body.decode())
     assert served == _families(generate_latest(world.metrics.registry).decode())
     assert served["hami_dra_claim_allocated_memory_bytes"] and served["hami_dra_pending_pods"]
+
+
+def test_a_served_registry_is_warmed_once_per_term_after_the_first_publish() -> None:
+    world = World(gpus=1)
+    tenant(world, "a")
+    world.place("a-pod")
+    warms: list[str] = []
+    world.metrics.registry.warm = lambda accept="": warms.append(accept) or None  # type: ignore[method-assign]
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
+    assert warms == []  # nothing serves the page: nothing to render ahead
+    world.metrics.serving = True
+    world.metrics.publish_gpus()
+    world.metrics.publish_gpus()
+    assert len(warms) == 1  # the term's first publish only: later ones bring few new pieces
+    world.metrics.clear_leader_series()
+    world.metrics.publish_gpus()
+    assert len(warms) == 2  # a new term publishes every card again
