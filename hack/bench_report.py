@@ -227,7 +227,11 @@ def provenance() -> dict[str, Any]:
     return {
         "commit": _git("rev-parse", "HEAD"),
         "commit_subject": _git("log", "-1", "--format=%s"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # The reports themselves are left out: a report of an earlier run not yet committed is no
+        # change to the code measured.
+        "dirty": bool(
+            _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs/bench")
+        ),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "cpus": os.cpu_count(), "memory_gib": round(memory_kib / 2**20, 1),

@@ -8,6 +8,8 @@ Each generated section of the document sits between ``<!-- generated: NAME -->``
 
 - ``cluster``: docs/bench/cluster.json (hack/bench_cluster.py at full size), or while there is
   none, docs/bench/cluster-validation.json under a banner that says it is a harness validation;
+- ``cluster-large``: docs/bench/cluster-large.json (hack/bench_cluster.py at a larger node count,
+  e.g. ``--nodes 500``), with the controller's CPU per pod beside the ``cluster`` report's;
 - ``scale``: docs/bench/scale.json (hack/bench_scale.py at full size), or docs/bench/scale-validation.json.
 
 Every table says which commit, machine and command its figures came from. ``--check`` rewrites
@@ -491,6 +493,60 @@ def scale_section(report: dict[str, Any], path: Path) -> list[str]:
     return lines
 
 
+def _controller_cpu_per_pod(report: dict[str, Any]) -> dict[int, dict[str, float]]:
+    """nodes -> path -> the median over measured rounds of our controller's CPU ms per pod."""
+    runs = (report.get("rounds") or {}).get("runs", [])
+    figures: dict[int, dict[str, list[float]]] = {}
+    for run in runs:
+        cpu = (run.get("burst") or {}).get("cpu_ms_per_pod", {})
+        if run.get("warmup") or "ours controller" not in cpu:
+            continue
+        figures.setdefault(run["nodes"], {}).setdefault(run["path"], []).append(cpu["ours controller"])
+    return {
+        nodes: {path: sorted(values)[len(values) // 2] for path, values in paths.items()}
+        for nodes, paths in figures.items()
+    }
+
+
+def controller_growth_rows(small: dict[str, Any], large: dict[str, Any]) -> list[list[str]]:
+    """Per path: our controller's CPU ms per pod at each smaller size of ``small`` and each larger
+    size of ``large``, and their ratio."""
+    rows = []
+    small_cpu = _controller_cpu_per_pod(small)
+    for nodes, paths in sorted(_controller_cpu_per_pod(large).items()):
+        for name, value in sorted(paths.items()):
+            for small_nodes, small_paths in sorted(small_cpu.items()):
+                if name in small_paths and small_nodes < nodes:
+                    base = small_paths[name]
+                    rows.append(
+                        [name, f"{small_nodes} → {nodes}", f"{base:.2f} → {value:.2f}", f"{value / base:.2f}"]
+                    )
+    return rows
+
+
+def cluster_large_section(report: dict[str, Any], path: Path) -> list[str]:
+    """The rounds at a larger size, then our controller's CPU per pod against the ``cluster``
+    report's smaller size (the issue's bar: no more than 1.2 times): two runs, so the line says
+    which commits and loads it compares."""
+    lines = cluster_section(report, path)
+    small_path = pick("cluster.json")
+    if small_path is None:
+        return lines
+    small = json.loads(small_path.read_text())
+    rows = controller_growth_rows(small, report)
+    if rows:
+        lines += [
+            "",
+            f"**Our controller's CPU per pod as the cluster grows** (medians over the measured rounds; the "
+            f"smaller size from `{small_path.relative_to(ROOT)}`, commit "
+            f"`{(small.get('commit') or '?')[:10]}`, the larger from this report: two runs, each on its "
+            "own load):",
+            "",
+        ]
+        lines += table(["path", "nodes", "controller CPU ms per pod", "ratio"], rows, "llrr")
+    return lines
+
+
 # --- the document ----------------------------------------------------------------------------------
 def pick(*names: str) -> Path | None:
     """The first report that exists."""
@@ -502,6 +558,7 @@ def pick(*names: str) -> Path | None:
 
 SECTIONS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any], Path], list[str]]]] = {
     "cluster": (("cluster.json", "cluster-validation.json"), cluster_section),
+    "cluster-large": (("cluster-large.json",), cluster_large_section),
     "scale": (("scale.json", "scale-validation.json"), scale_section),
 }
 

@@ -178,3 +178,19 @@ def test_docs_performance_is_what_the_committed_reports_give(tables: ModuleType)
     """docs/performance.md's generated sections are up to date with docs/bench/*.json: a figure
     edited by hand, or a report committed without `hack/perf_tables.py`, fails here."""
     assert tables.main(["--check"]) == 0
+
+
+def test_the_controllers_growth_compares_medians_of_measured_rounds_across_sizes(
+    tables: ModuleType, fixture_report: dict[str, Any]
+) -> None:
+    # The fixture's controller: 20 (warm-up), 21, 22, 23 ms per pod at 50 nodes.
+    large = json.loads(json.dumps(fixture_report))
+    for run in large["rounds"]["runs"]:
+        run["nodes"] = 250
+        cpu = run["burst"]["cpu_ms_per_pod"]
+        if "ours controller" in cpu:
+            cpu["ours controller"] = 1.5 * cpu["ours controller"]  # 30 (warm-up), 31.5, 33, 34.5
+    assert tables.controller_growth_rows(fixture_report, large) == [
+        ["ours binpack", "50 → 250", "22.00 → 33.00", "1.50"]
+    ]
+    assert tables.controller_growth_rows(large, fixture_report) == []  # only a smaller size is a base
