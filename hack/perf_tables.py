@@ -118,7 +118,9 @@ def _components(names: Iterable[str]) -> list[str]:
     return [c for c in COMPONENT_ORDER if c in names] + sorted(names - set(COMPONENT_ORDER))
 
 
-def cluster_section(report: dict[str, Any], path: Path) -> list[str]:
+def cluster_section(report: dict[str, Any], path: Path, quality_fallback: bool = True) -> list[str]:
+    """``quality_fallback``: where the report did not measure placement quality, show another
+    report's (the main section does; a second section would only repeat it)."""
     lines = provenance(report, path)
     rounds = report.get("rounds")
     if rounds:
@@ -255,7 +257,7 @@ def cluster_section(report: dict[str, Any], path: Path) -> list[str]:
     quality = report.get("quality") or []
     if quality:
         lines += quality_table(quality)
-    else:
+    elif quality_fallback:
         lines += quality_elsewhere(path)
     lines += prepare_table(report.get("prepare") or {})
     return lines
@@ -528,7 +530,7 @@ def cluster_large_section(report: dict[str, Any], path: Path) -> list[str]:
     """The rounds at a larger size, then our controller's CPU per pod against the ``cluster``
     report's smaller size (the issue's bar: no more than 1.2 times): two runs, so the line says
     which commits and loads it compares."""
-    lines = cluster_section(report, path)
+    lines = cluster_section(report, path, quality_fallback=False)
     small_path = pick("cluster.json")
     if small_path is None:
         return lines
