@@ -1,9 +1,9 @@
 """The pod gate at admission (``webhook.podGate``; charts/hami-dra/templates/pod-gate.yaml and the
 webhook's ``pods`` entry): the webhook by default; a MutatingAdmissionPolicy, the one
 dra_driver/webhook/pod_gate.py builds, where asked for (``policy``) or served (``auto``), the
-webhook then keeping only pods that ask for HAMi's resources and bound ones. The match conditions are evaluated
-with cel-expr-python: every new pod with claims that can be gated is the policy's or the webhook's,
-never both, never neither."""
+webhook then keeping only pods that ask for HAMi's resources and bound ones. The match conditions
+are evaluated with cel-expr-python: every new pod with claims that can be gated is the policy's
+or the webhook's, never both, never neither."""
 
 from __future__ import annotations
 
@@ -24,13 +24,16 @@ AUTO = {"webhook": {"podGate": "auto"}}
 def gate_policies(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         o
-        for o in all_of(objects, "MutatingAdmissionPolicy") + all_of(objects, "MutatingAdmissionPolicyBinding")
+        for o in all_of(objects, "MutatingAdmissionPolicy")
+        + all_of(objects, "MutatingAdmissionPolicyBinding")
         if o["metadata"]["name"].endswith("-pod-gate")
     ]
 
 
 def pods_entry(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    (hook,) = [h for h in find(objects, "MutatingWebhookConfiguration")["webhooks"] if h["name"].startswith("pods.")]
+    (hook,) = [
+        h for h in find(objects, "MutatingWebhookConfiguration")["webhooks"] if h["name"].startswith("pods.")
+    ]
     return hook
 
 
@@ -78,7 +81,9 @@ def test_an_unknown_mode_is_refused(render: Render) -> None:
     ],
     ids=["defaults", "selector-and-ignore"],
 )
-def test_the_policy_is_pod_gate_py_s_in_the_webhooks_namespaces(render: Render, values: dict[str, Any]) -> None:
+def test_the_policy_is_pod_gate_py_s_in_the_webhooks_namespaces(
+    render: Render, values: dict[str, Any]
+) -> None:
     webhook = {"podGate": "policy", **values}
     objects = render({"webhook": webhook})
     rendered = gate_policies(objects)
