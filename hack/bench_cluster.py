@@ -5,7 +5,8 @@
         [--paths kube-scheduler,binpack,mutex-binpack] [--steady-pods 600] [--steady-rate 10]
         [--scheduler-qps 5000] [--large-nodes N] [--foreign-pods N] [--stream 2000]
         [--only rounds,quality,prepare]
-        [--profile-controller DIR] [--profile-apiserver DIR] [--ours-before DIR] [--report PATH]
+        [--profile-controller DIR] [--profile-apiserver DIR] [--ours-before DIR]
+        [--ours-pod-gate webhook|policy] [--report PATH]
 
 One run, one cluster (``hami-dra cluster up --no-driver``, the upstream binaries of
 hack/cluster/versions.env), ``--nodes`` simulated nodes (dev/hami_dra_dev/cluster/fakenodes.py) with
@@ -16,10 +17,13 @@ hack/cluster/versions.env), ``--nodes`` simulated nodes (dev/hami_dra_dev/cluste
 controller makes each claim on both paths, as in most real workloads. The paths: kube-scheduler
 alone (a DeviceClass of our driver whose claims tolerate the policy taint; our webhook and
 controller stopped, their webhook configurations removed) and ours (``binpack``, optionally
-``mutex,binpack`` and an earlier checkout's, ``--ours-before``). ``--warmup`` rounds first (reported,
-marked, left out of every figure), then ``--rounds`` measured rounds; in each, every path runs
-back to back, in order in even rounds and reversed in odd ones, so a drift of the machine weighs
-on all alike and ours / kube-scheduler is taken per round (then its median and spread). Each run:
+``mutex,binpack`` and an earlier checkout's, ``--ours-before``). Our pods get the scheduling gate
+from our webhook's ``/mutate`` (a TLS round trip per pod create), or with ``--ours-pod-gate policy``
+from a MutatingAdmissionPolicy in kube-apiserver (1.36+; the chart's ``webhook.podGate``).
+``--warmup`` rounds first (reported, marked, left out of every figure), then ``--rounds``
+measured rounds; in each, every path runs back to back, in order in even rounds and reversed in
+odd ones, so a drift of the machine weighs on all alike and ours / kube-scheduler is taken per
+round (then its median and spread). Each run:
 
 - a burst: ``--pods`` pods created at once by 16 threads, until every one is bound (a watch sees
   ``spec.nodeName``; no kubelet runs them). Pods/s, p50/p99 create -> bound and its steps (create ->
@@ -92,6 +96,8 @@ import bench_report  # noqa: E402
 
 from dra_driver import DEFAULT_DRIVER_NAME  # noqa: E402
 from dra_driver.contract import policy_taint_key  # noqa: E402
+from dra_driver.webhook.pod_gate import POD_GATE_MODES  # noqa: E402
+from hami_dra_dev.cluster.driver import POD_GATE_NAME  # noqa: E402
 
 DRIVER = DEFAULT_DRIVER_NAME
 NAMESPACE = "bench"
@@ -976,6 +982,8 @@ class Ours:
         self.processes: list[Any] = []
         #: More ``hami-dra controller`` flags (--controller-args).
         self.controller_args: list[str] = []
+        #: What gates our pods (--ours-pod-gate): the webhook's /mutate or the API server's policy.
+        self.pod_gate = "webhook"
 
     def start(self) -> None:
         from hami_dra_dev.cluster.driver import DriverOptions, start_driver
@@ -987,6 +995,7 @@ class Ours:
             controller_kubeconfig=identity(self.layout, bench_report.CONTROLLER_USER),
             webhook_kubeconfig=identity(self.layout, bench_report.WEBHOOK_USER),
             controller_args=tuple(self.controller_args),
+            pod_gate=self.pod_gate,
         )
         saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
         if self.source is not None:  # the children import dra_driver from there ("-c" puts cwd first)
@@ -1022,11 +1031,15 @@ class Ours:
         # The claim finalizer's MutatingAdmissionPolicy (1.36+): kube-scheduler's claims of
         # first-fit.bench (a class of our driver) must not get a finalizer nobody removes.
         kinds += ["mutatingadmissionpolicybindings", "mutatingadmissionpolicies"]
-        for kind in kinds:
+        # The pod gate's (--ours-pod-gate policy): kube-scheduler's pods must not wait on our gate.
+        names = [(kind, "hami-dra") for kind in kinds]
+        if self.pod_gate == "policy":
+            names += [(kind, POD_GATE_NAME) for kind in kinds[2:]]
+        for kind, name in names:
             try:
-                self.api.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/hami-dra")
+                self.api.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{name}")
             except Exception as err:  # already gone (or no such API: before 1.36)
-                log(f"deleting {kind}/hami-dra: {err}")
+                log(f"deleting {kind}/{name}: {err}")
         # The API server applies admission configuration from informers: for a moment after the
         # deletions it may still gate a pod or finalize a claim, which nobody would then ungate or
         # release (a run of kube-scheduler's right after ours hung on such claims at deletion).
@@ -1207,6 +1220,7 @@ def run(args: argparse.Namespace, api_client: Any, state_dir: Path, toolchain: A
     for runner in runners.values():
         if runner is not None:
             runner.controller_args = args.controller_args
+            runner.pod_gate = args.ours_pod_gate
     scheduler = None
     try:
         if "quality" in sections:
@@ -1433,6 +1447,11 @@ def main(argv: list[str]) -> int:
         "--controller-args", type=lambda text: text.split(), default=[],
         help="more flags for our controller, e.g. '--write-workers 16 --normal-event-rate -1'",
     )  # fmt: skip
+    parser.add_argument(
+        "--ours-pod-gate", choices=POD_GATE_MODES, default="webhook",
+        help="what gates our pods: our webhook's /mutate (default) or a MutatingAdmissionPolicy in "
+             "kube-apiserver (policy: needs 1.36+, the chart's webhook.podGate)",
+    )  # fmt: skip
     parser.add_argument("--kubernetes-version", default=None)
     parser.add_argument(
         "--report", type=Path, default=None,
@@ -1518,7 +1537,7 @@ def main(argv: list[str]) -> int:
             "steady_pods": args.steady_pods, "steady_rate": args.steady_rate,
             "steady_lifetime_s": args.steady_lifetime, "stream": args.stream, "seed": args.seed,
             "controller_manager_qps": args.controller_manager_qps or "default (20, burst 30)",
-            "foreign_pods": args.foreign_pods,
+            "foreign_pods": args.foreign_pods, "ours_pod_gate": args.ours_pod_gate,
         },
         **report,
         "wall_s": round(time.monotonic() - started, 1),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dra_driver.controller import FINALIZER
-from hami_dra_dev.cluster.driver import remove_claim_finalizer_policy
+from hami_dra_dev.cluster.driver import POD_GATE_NAME, remove_admission_policy, remove_claim_finalizer_policy
 from hami_dra_dev.cluster.images import driver_image_archive
 from hami_dra_dev.cluster.layout import NODE_NAME, Layout
 from hami_dra_dev.demo import manifests
@@ -72,10 +72,16 @@ class HostDriver:
 
         self.cluster = cluster
         layout = Layout(cluster.state_dir)
+        self.pki = ClusterPki(layout.pki)
         options = DriverOptions(controller_kubeconfig=controller_kubeconfig)
-        self.processes: list[HostProcess] = start_driver(
-            layout, ClusterPki(layout.pki), cluster.api_client, options
-        )
+        self.processes: list[HostProcess] = start_driver(layout, self.pki, cluster.api_client, options)
+
+    def set_pod_gate(self, mode: str) -> None:
+        """Register our admission again with the pod gate ``mode`` (webhook or policy), as
+        ``cluster up`` would with ``DriverOptions.pod_gate``."""
+        from hami_dra_dev.cluster.driver import WEBHOOK_URL, register_webhooks
+
+        register_webhooks(self.cluster.api_client, WEBHOOK_URL, self.pki.ca.cert.read_bytes(), DRIVER, mode)
 
     def kill(self, component: str) -> None:
         """SIGKILL one of the driver's processes and start it again, as its supervisor would."""
@@ -96,6 +102,7 @@ class HostDriver:
         cluster.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "hami-dra",
                         "--ignore-not-found", "--wait=true")  # fmt: skip
         remove_claim_finalizer_policy(cluster.api_client)
+        remove_admission_policy(cluster.api_client, POD_GATE_NAME)
         cluster.kubectl(
             "delete", "resourceslices", "--field-selector", f"spec.driver={DRIVER}", "--wait=true"
         )
@@ -148,6 +155,10 @@ class ChartDriver:
         waiting = ["--wait", "--timeout", "240s"] if wait else []
         self.run_helm("upgrade", RELEASE, *self.chart_source(), "-n", CHART_NAMESPACE, *self.values_args(),
                       *sets, *waiting)  # fmt: skip
+
+    def set_pod_gate(self, mode: str) -> None:
+        """``helm upgrade`` with ``webhook.podGate`` (webhook, auto or policy)."""
+        self.upgrade(f"webhook.podGate={mode}")
 
     def uninstall(self) -> None:
         if self.installed:

@@ -285,6 +285,26 @@ admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), else
 {{- else if and .Values.webhook.enabled (or (eq $mode "webhook") (eq $mode "auto")) }}webhook
 {{- end }}
 {{- end }}
+{{- /* CEL: a container of the pod asks for one of HAMi's nvidia.com/gpu* resources (the
+hami-resources webhook's match condition; dra_driver/webhook/pod_gate.py ASKS_FOR_HAMI_RESOURCES). */}}
+{{- define "hami-dra.asksForHamiResources" -}}
+(object.spec.containers + object.spec.?initContainers.orValue([])).exists(c, c.?resources.?limits.orValue({}).exists(k, k.startsWith('nvidia.com/gpu')) || c.?resources.?requests.orValue({}).exists(k, k.startsWith('nvidia.com/gpu')))
+{{- end }}
+
+{{- /* What adds the scheduling gate to new pods with claims (webhook.podGate): "policy" (a
+MutatingAdmissionPolicy, in the API server: templates/pod-gate.yaml), "webhook" (its /mutate) or ""
+(no webhook: nothing). auto: the policy where the API server serves admissionregistration.k8s.io/v1
+MutatingAdmissionPolicy (Kubernetes 1.36+), else the webhook (NOTES.txt says so). */}}
+{{- define "hami-dra.podGate" -}}
+{{- $mode := .Values.webhook.podGate }}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}
+{{- if not .Values.webhook.enabled }}
+{{- else if or (eq $mode "policy") (and (eq $mode "auto") $served) }}policy
+{{- else if or (eq $mode "webhook") (eq $mode "auto") }}webhook
+{{- else }}
+{{- fail (printf "webhook.podGate must be webhook, auto or policy, not %q" $mode) }}
+{{- end }}
+{{- end }}
 {{- /*
 Names the controller writes whatever the driver's name (dra_driver/contract.py: GATE_NAME, FINALIZER,
 ALLOCATED_CONDITION; controller/binder.py FENCE_ANNOTATION): the admission policies must guard these,

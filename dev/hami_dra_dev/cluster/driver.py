@@ -22,6 +22,7 @@ from hami_dra_dev.cluster.pki import ClusterPki
 from hami_dra_dev.cluster.processes import HostProcess
 
 WEBHOOK_PORT = 9443
+WEBHOOK_URL = f"https://127.0.0.1:{WEBHOOK_PORT}"
 #: What ``hami-dra controller`` logs once its informers are synced (dra_driver/controller/command.py).
 CONTROLLER_RUNNING = "running for driver"
 
@@ -41,6 +42,9 @@ class DriverOptions:
     plugin: bool = True
     #: More ``hami-dra controller`` flags (the benchmark's --controller-args).
     controller_args: tuple[str, ...] = ()
+    #: What gates new pods with claims: ``webhook`` (its ``/mutate``) or ``policy`` (a
+    #: MutatingAdmissionPolicy, 1.36+: the chart's ``webhook.podGate``, webhook/pod_gate.py).
+    pod_gate: str = "webhook"
 
 
 def _hami(name: str, layout: Layout, *args: str, ready: Any = None) -> HostProcess:
@@ -69,29 +73,34 @@ def serves_mutating_policies(api_client: Any) -> bool:
     return any(resource.get("name") == POLICY_RESOURCE for resource in listing.get("resources") or ())
 
 
-def install_claim_finalizer_policy(api_client: Any, driver_name: str) -> None:
-    """Create or replace the claim finalizer's MutatingAdmissionPolicy and binding (webhook/policy.py)."""
+#: The pod gate's MutatingAdmissionPolicy and binding (``DriverOptions.pod_gate`` policy).
+POD_GATE_NAME = f"{ADMISSION_NAME}-pod-gate"
+
+
+def apply_admission_policy(api_client: Any, bodies: list[dict[str, Any]]) -> None:
+    """Create or replace MutatingAdmissionPolicy objects (a policy and its binding)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from dra_driver.webhook.policy import PLURALS, claim_finalizer_policy
+    from dra_driver.webhook.policy import PLURALS
 
     api: Any = client.CustomObjectsApi(api_client)
     group, _, version = "admissionregistration.k8s.io/v1".partition("/")
-    for body in claim_finalizer_policy(driver_name, ADMISSION_NAME):
-        plural = PLURALS[body["kind"]]
+    for body in bodies:
+        plural, name = PLURALS[body["kind"]], body["metadata"]["name"]
         try:
             api.create_cluster_custom_object(group, version, plural, body)
         except ApiException as err:
             if err.status != 409:
                 raise
-            current = api.get_cluster_custom_object(group, version, plural, ADMISSION_NAME)
+            current = api.get_cluster_custom_object(group, version, plural, name)
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            api.replace_cluster_custom_object(group, version, plural, ADMISSION_NAME, body)
+            api.replace_cluster_custom_object(group, version, plural, name, body)
 
 
-def remove_claim_finalizer_policy(api_client: Any) -> None:
-    """Delete what ``install_claim_finalizer_policy`` created (gone already: nothing to do)."""
+def remove_admission_policy(api_client: Any, name: str) -> None:
+    """Delete the MutatingAdmissionPolicy ``name`` and its binding (gone already, or an API server
+    without the policy API: nothing to do)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -100,27 +109,64 @@ def remove_claim_finalizer_policy(api_client: Any) -> None:
     api: Any = client.CustomObjectsApi(api_client)
     for plural in (PLURALS[BINDING_KIND], PLURALS[POLICY_KIND]):
         try:
-            api.delete_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, ADMISSION_NAME)
+            api.delete_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, name)
         except ApiException as err:
             if err.status != 404:
                 raise
 
 
-def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name: str) -> None:
+def install_claim_finalizer_policy(api_client: Any, driver_name: str) -> None:
+    """Create or replace the claim finalizer's MutatingAdmissionPolicy and binding (webhook/policy.py)."""
+    from dra_driver.webhook.policy import claim_finalizer_policy
+
+    apply_admission_policy(api_client, claim_finalizer_policy(driver_name, ADMISSION_NAME))
+
+
+def remove_claim_finalizer_policy(api_client: Any) -> None:
+    """Delete what ``install_claim_finalizer_policy`` created (gone already: nothing to do)."""
+    remove_admission_policy(api_client, ADMISSION_NAME)
+
+
+def check_pod_gate(mode: str, served: bool) -> None:
+    """``ValueError`` for a mode that is none of ``POD_GATE_MODES``, or ``policy`` on an API server
+    that does not serve the policy API (the chart's ``auto`` would fall back; here the caller asked
+    for the policy by name, and a benchmark must not measure the webhook under its name)."""
+    from dra_driver.webhook.pod_gate import POD_GATE_MODES
+
+    if mode not in POD_GATE_MODES:
+        raise ValueError(f"pod gate must be one of {', '.join(POD_GATE_MODES)}, not {mode!r}")
+    if mode == "policy" and not served:
+        raise ValueError(
+            "pod gate policy needs kube-apiserver serving admissionregistration.k8s.io/v1 "
+            "MutatingAdmissionPolicy (Kubernetes 1.36+); use the webhook on this cluster"
+        )
+
+
+def register_webhooks(
+    api_client: Any, base_url: str, ca_pem: bytes, driver_name: str, pod_gate: str = "webhook"
+) -> None:
     """Create or replace our Mutating/ValidatingWebhookConfiguration (same objects as the sandbox's)
     and, as the chart does, the claim finalizer: a MutatingAdmissionPolicy where the API server
-    serves one, else the ``claims`` webhook."""
+    serves one, else the ``claims`` webhook. ``pod_gate`` policy: the pod gate's policy too, the
+    webhook's ``pods`` entry keeping what it leaves (webhook/pod_gate.py); webhook: that policy
+    removed if an earlier call made it."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from dra_driver.webhook.pod_gate import pod_gate_policy
     from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
 
     api: Any = client.AdmissionregistrationV1Api(api_client)
     ca = base64.b64encode(ca_pem).decode()
     policy = serves_mutating_policies(api_client)
+    check_pod_gate(pod_gate, policy)
     if policy:
         install_claim_finalizer_policy(api_client, driver_name)
-    configurations = webhook_configurations(base_url, ca, driver_name, claim_finalizer=not policy)
+    if pod_gate == "policy":
+        apply_admission_policy(api_client, pod_gate_policy(POD_GATE_NAME))
+    configurations = webhook_configurations(
+        base_url, ca, driver_name, claim_finalizer=not policy, pod_gate=pod_gate
+    )
     for kind, body in configurations:
         name = body["metadata"]["name"]
         create, read, replace = (
@@ -137,6 +183,8 @@ def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name
                 raise
             body["metadata"]["resourceVersion"] = read(name).metadata.resource_version
             replace(name, body)
+    if pod_gate != "policy" and policy:  # after the webhook's pods entry takes every pod again
+        remove_admission_policy(api_client, POD_GATE_NAME)
 
 
 def install_crds(api_client: Any, timeout: float = 60.0) -> None:
@@ -201,7 +249,7 @@ def start_driver(
     )  # fmt: skip
     started.append(webhook)
     webhook.wait_ready(30)
-    register_webhooks(api_client, f"https://127.0.0.1:{WEBHOOK_PORT}", pki.ca.cert.read_bytes(), driver)
+    register_webhooks(api_client, WEBHOOK_URL, pki.ca.cert.read_bytes(), driver, options.pod_gate)
     install_crds(api_client)
     controller_log = layout.logs / "controller.log"
     controller_log.unlink(missing_ok=True)

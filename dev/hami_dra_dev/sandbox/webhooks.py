@@ -16,6 +16,7 @@ from typing import Any
 
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL as HAMI_NAMESPACE_LABEL
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL_VALUE as HAMI_NAMESPACE_LABEL_VALUE
+from dra_driver.webhook.pod_gate import HAS_CLAIMS, WEBHOOK_KEEPS
 
 MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
@@ -56,8 +57,19 @@ def webhook_configurations(
     name: str = "hami-dra",
     timeout_seconds: int = 10,
     claim_finalizer: bool = False,
+    pod_gate: str = "webhook",
 ) -> list[tuple[str, dict[str, Any]]]:
-    """``(kind, object)`` for the mutating and validating configuration; ``ca_bundle`` is base64 PEM."""
+    """``(kind, object)`` for the mutating and validating configuration; ``ca_bundle`` is base64 PEM.
+
+    ``pod_gate`` policy: the pod gate's MutatingAdmissionPolicy gates pods (webhook/pod_gate.py,
+    created by the caller), so ``pods`` matches only what it leaves: bound pods and pods asking for
+    HAMi's resources."""
+    pods_extra: dict[str, Any] = {}
+    if pod_gate == "policy":
+        pods_extra["matchConditions"] = [
+            {"name": "uses-resource-claims", "expression": HAS_CLAIMS},
+            dict(WEBHOOK_KEEPS),
+        ]
     claims = (
         [
             webhook_entry(
@@ -103,7 +115,7 @@ def webhook_configurations(
                         _POD_RULES,
                         namespaceSelector={"matchLabels": {HAMI_NAMESPACE_LABEL: HAMI_NAMESPACE_LABEL_VALUE}},
                     ),
-                    webhook("pods", "/mutate", _POD_RULES),
+                    webhook("pods", "/mutate", _POD_RULES, **pods_extra),
                     *claims,
                 ],
             ),
