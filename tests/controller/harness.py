@@ -10,12 +10,8 @@ sandbox tests' own, so a suite moves by changing its fixture.
 
 from __future__ import annotations
 
-import re
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_driver.config import ControllerDefaults
@@ -41,6 +37,7 @@ from hami_dra_dev.sandbox import SandboxServer
 from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests import waiting
 from tests.apiserver_fixtures import NOT_READY_TAINT
+from tests.client_faults import ClientFaults
 
 DRIVER = "gpu.hami.io"
 NS = "default"
@@ -265,94 +262,6 @@ def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -
 
 
 _FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
-
-
-@dataclass
-class ClientFault:
-    """One injected fault: what it matches and does, and what became of it."""
-
-    pattern: re.Pattern[str]
-    methods: frozenset[str] | None
-    status: int | None
-    delay: float
-    hold: threading.Event | None
-    remaining: int | None  # None: until cleared
-    #: Requests it matched so far.
-    hits: int = 0
-    #: Set once a held request has been sent and answered (or refused).
-    released: threading.Event = field(default_factory=threading.Event)
-
-
-class ClientFaults:
-    """Faults injected on our controller's own clients, where a real server makes none on demand:
-    the next ``count`` matching requests fail with ``status`` (raised as the client raises an API
-    error), wait ``delay`` seconds, or are held until ``hold`` is set and then sent as they were (a
-    request that hung on its way and lands late, judged by the real server). The same ``inject``
-    and ``clear`` as the sandbox's server-side faults; requests of the test's own client are not
-    touched."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._faults: list[ClientFault] = []
-
-    def inject(
-        self,
-        path: str,
-        *,
-        status: int | None = None,
-        count: int | None = 1,
-        delay: float = 0.0,
-        methods: set[str] | None = None,
-        hold: threading.Event | None = None,
-    ) -> ClientFault:
-        if status is None and delay <= 0 and hold is None:
-            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
-        chosen = frozenset(m.upper() for m in methods) if methods else None
-        fault = ClientFault(re.compile(path), chosen, status, delay, hold, count)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def _match(self, method: str, path: str) -> ClientFault | None:
-        with self._lock:
-            for fault in self._faults:
-                if fault.methods is not None and method not in fault.methods:
-                    continue
-                if not fault.pattern.search(path):
-                    continue
-                fault.hits += 1
-                if fault.remaining is not None:
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        self._faults.remove(fault)
-                return fault
-        return None
-
-    def attach(self, kube: Kube) -> Kube:
-        """``kube`` with every request of it passing through these faults."""
-        sent = kube._call
-
-        def call(method: str, path: str, **kwargs: Any) -> Any:
-            fault = self._match(method, path)
-            if fault is None:
-                return sent(method, path, **kwargs)
-            if fault.delay:
-                time.sleep(fault.delay)
-            if fault.hold is not None:
-                fault.hold.wait()
-            try:
-                if fault.status is not None:
-                    raise KubeError(fault.status, f"injected by the test: {method} {path}")
-                return sent(method, path, **kwargs)
-            finally:
-                fault.released.set()
-
-        kube._call = call  # type: ignore[method-assign]
-        return kube
 
 
 class PlaneNodes:
