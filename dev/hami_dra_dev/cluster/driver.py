@@ -4,7 +4,7 @@ The kubelet plugin puts its registration socket into the real kubelet's plugin r
 (``<kubelet root>/plugins_registry``) and its DRA socket under ``<kubelet root>/plugins/<driver>``,
 exactly where the chart's DaemonSet mounts them on a real node; its CDI specs go to
 ``/var/run/cdi``, which containerd reads. The webhook serves on loopback TLS with a certificate
-of the cluster CA and is registered by URL with the same configurations the sandbox uses.
+of the cluster CA and is registered by URL with the configurations of hami_dra_dev/webhooks.py.
 """
 
 from __future__ import annotations
@@ -107,13 +107,13 @@ def remove_claim_finalizer_policy(api_client: Any) -> None:
 
 
 def register_webhooks(api_client: Any, base_url: str, ca_pem: bytes, driver_name: str) -> None:
-    """Create or replace our Mutating/ValidatingWebhookConfiguration (same objects as the sandbox's)
+    """Create or replace our Mutating/ValidatingWebhookConfiguration (hami_dra_dev/webhooks.py)
     and, as the chart does, the claim finalizer: a MutatingAdmissionPolicy where the API server
     serves one, else the ``claims`` webhook."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
+    from hami_dra_dev.webhooks import MUTATING, webhook_configurations
 
     api: Any = client.AdmissionregistrationV1Api(api_client)
     ca = base64.b64encode(ca_pem).decode()
