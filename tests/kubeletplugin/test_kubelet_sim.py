@@ -197,3 +197,26 @@ def test_an_unprepare_the_plugin_missed_is_retried_once_it_is_back(
         assert claim_uid not in back.preparer.prepared()
     finally:
         back.stop()
+
+
+def test_a_pod_deleted_gracefully_is_unprepared_then_removed_as_kubelet_confirms_its_end(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, dirs: Dirs
+) -> None:
+    """kube-apiserver keeps a deleted pod of a node, Terminating, until its kubelet deletes it
+    with grace period 0 once the containers stopped: the claim is unprepared first."""
+    kubelet, plugin = node
+    core = k8s.CoreV1Api(api_client)
+    pod_uid, claim_uid = _running_pod_with_claim(api_client, "p6", "c6", "gpu-1")
+    wait_for(lambda: kubelet.cdi_ids(pod_uid), 10, "prepared")
+    core.delete_namespaced_pod("p6", "default", _preload_content=False)  # the pod's default grace
+
+    def gone() -> bool:
+        listed = core.list_namespaced_pod(
+            "default", field_selector="metadata.name=p6", _preload_content=False
+        )
+        return not json.loads(listed.data)["items"]
+
+    wait_for(gone, 15, "the terminating pod removed by its kubelet")
+    assert claim_uid not in plugin.preparer.prepared()
+    assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists()
+    assert not kubelet.errors, kubelet.errors
