@@ -1,11 +1,10 @@
 """Test harness: a cluster with GPU slices, DeviceClasses, and our controller running.
 
-Two clusters serve it: the sandbox (``running_harness``: the hand-written API server with its
-simulated scheduler and claim controller), and the real control plane with kube-controller-manager
-and kube-scheduler (``plane_harness``, tests/apiserver_fixtures.py ``controller_plane``: Node
-objects kept Ready as a kubelet keeps them, no kubelet). A test on the real plane owns it while it
-runs and leaves it empty (``reset_plane``): its names (``default``, ``node-1``, the classes) are the
-sandbox tests' own, so a suite moves by changing its fixture.
+The cluster is the real control plane with kube-controller-manager and kube-scheduler
+(``plane_harness``, tests/apiserver_fixtures.py ``controller_plane``: Node objects kept Ready as a
+kubelet keeps them; tests/controller/plane_driver.py adds a kubelet, our plugin and our webhook
+where a test needs them). A test owns the plane while it runs and leaves it empty
+(``reset_plane``), so each uses the plain names (``default``, ``node-1``, the classes).
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ from dra_driver.kube.errors import KubeError
 from dra_driver.resource.slice_builder import build_resource_slices
 from hami_dra_dev.cluster.controlplane import ControlPlane
 from hami_dra_dev.cluster.fakenodes import FakeNodes, FakeNodeSpec
-from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests import waiting
 from tests.apiserver_fixtures import NOT_READY_TAINT
 from tests.client_faults import ClientFaults
@@ -137,7 +134,7 @@ def pod(
 
 
 class Server(Protocol):
-    """What the harness needs of a cluster's API server (a ``SandboxServer`` or a ``ControlPlane``)."""
+    """What the harness needs of a cluster's API server (a ``ControlPlane``)."""
 
     @property
     def kubeconfig_path(self) -> Any: ...
@@ -200,11 +197,10 @@ class Harness:
         return self.kube.get(PODS, NS, name)
 
     @property
-    def faults(self) -> Any:
-        """Where a test injects API faults: the sandbox's, on its server; on the real plane, on
-        our controllers' own clients (``ClientFaults``)."""
-        server_faults = getattr(self.server, "faults", None)
-        return server_faults if server_faults is not None else self.client_faults
+    def faults(self) -> ClientFaults:
+        """Where a test injects API faults: on our controllers' own clients (a real server makes
+        none on demand)."""
+        return self.client_faults
 
     def start_controller(self, *, kube: Kube | None = None, **kwargs: Any) -> Controller:
         """Our controller on its own client (``kube``: one given), through ``client_faults``."""
@@ -249,24 +245,12 @@ class Harness:
         return [item.get("message", "") for item in items]
 
 
-@contextmanager
-def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -> Iterator[Harness]:
-    """A simulated cluster of ``nodes`` with a harness on it, both stopped on exit (the fixtures' body)."""
-    cluster = SandboxCluster(server, nodes=list(nodes), resync=0.05).start()
-    harness = Harness(server, cluster)
-    try:
-        yield harness
-    finally:
-        harness.stop()
-        cluster.stop()
-
-
 _FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
 
 
 class PlaneNodes:
     """Node objects kept Ready on the real plane (``FakeNodes``, no slices: each test publishes its
-    own), as ``SandboxCluster`` keeps the sandbox's: ``add_node`` for one that joins later."""
+    own): ``add_node`` for one that joins later."""
 
     def __init__(self, api_client: Any) -> None:
         self._api_client = api_client
@@ -336,18 +320,29 @@ def reset_plane(kube: Kube) -> None:
 
 def _drop_finalizers(kube: Kube, name: str) -> None:
     """Remove every finalizer of claim ``name``, re-read after a conflict (kube-controller-manager
-    may be updating its reservations). An Update, not a PATCH: kube-apiserver re-encodes a patched
-    claim's opaque config compactly, and a claim created with other whitespace (the Python
-    client's) then fails "spec: field is immutable"; an Update sends the config as it was created."""
+    may be updating its reservations). An Update sends the opaque config back re-encoded by the
+    Python client, a PATCH has kube-apiserver re-encode it compactly: a config written with other
+    whitespace than the one used fails "spec: field is immutable". So an Update (right for a claim
+    the Python client created), and where it is refused so (422) a JSON patch (right for one
+    kube-controller-manager made from a template)."""
     for _ in range(10):
         try:
             claim = kube.get(RESOURCE_CLAIMS, NS, name)
             claim["metadata"]["finalizers"] = []
-            kube.update(RESOURCE_CLAIMS, claim)
+            try:
+                kube.update(RESOURCE_CLAIMS, claim)
+            except KubeError as err:
+                if err.status != 422:
+                    raise
+                version = claim["metadata"]["resourceVersion"]
+                kube.patch(RESOURCE_CLAIMS, NS, name, [
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                    {"op": "replace", "path": "/metadata/finalizers", "value": []},
+                ])  # fmt: skip
             return
         except KubeError as err:
             if err.not_found:
                 return
-            if not err.conflict:
+            if not err.conflict and err.status != 422:
                 raise
-    raise AssertionError(f"claim {NS}/{name}: finalizers not removed after 10 conflicts")
+    raise AssertionError(f"claim {NS}/{name}: finalizers not removed in 10 tries")
