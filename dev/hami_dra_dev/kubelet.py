@@ -15,7 +15,10 @@ What it does (kubelet's registration and prepare/unprepare):
 - for pods bound to its node (``spec.nodeName``) calls NodePrepareResources once per driver with
   the pod's claims that are reserved for the pod and allocated, records the CDI IDs, and calls
   NodeUnprepareResources when the pod ends (phase Succeeded/Failed, or deleted) and no other pod
-  on the node uses the claim. Never used in production.
+  on the node uses the claim;
+- finishes the graceful deletion of its pods: a pod with a ``deletionTimestamp`` whose claims
+  are unprepared is deleted with grace period 0, as kubelet does once its containers stopped (a
+  real kube-apiserver keeps the pod, Terminating, until then). Never used in production.
 """
 
 from __future__ import annotations
@@ -344,6 +347,10 @@ class KubeletSimulator:
         for uid, state in list(self.unprepare_pending.items()):
             if self._unprepare_pod(state):
                 del self.unprepare_pending[uid]
+        for uid, pod in pods.items():
+            terminating = bool(pod["metadata"].get("deletionTimestamp"))
+            if terminating and uid not in self.pods and uid not in self.unprepare_pending:
+                self._finish_deletion(pod)
 
     def _prepare_pod(self, pod: dict[str, Any]) -> PreparedPod:
         meta = pod["metadata"]
@@ -429,6 +436,20 @@ class KubeletSimulator:
             self.errors.append(f"cannot report pod {meta['name']} Running: {err.status} {err.reason}")
             return False
         return True
+
+    def _finish_deletion(self, pod: dict[str, Any]) -> None:
+        """Delete a terminating pod at once (its uid a precondition: a namesake is left alone)."""
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod["metadata"]
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        try:
+            self._core.delete_namespaced_pod(
+                meta["name"], meta["namespace"], body=body, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status not in (404, 409):  # gone already, or another pod of the name
+                self.errors.append(f"cannot delete pod {meta['name']}: {err.status} {err.reason}")
 
     def _unprepare_pod(self, state: PreparedPod) -> bool:
         """Unprepare the pod's claims no other pod uses; False if any must be tried again."""

@@ -253,9 +253,10 @@ def test_the_pod_gate_never_covers_system_namespaces_and_keeps_the_admins_select
     assert "--hami-device-class=gpu.hami.io" in args, "the first DeviceClass by default"
 
 
-def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> None:
-    """The sandbox's webhook configuration must not be stricter than the chart's (or looser)."""
-    from hami_dra_dev.sandbox.webhooks import webhook_configurations
+def test_the_development_clusters_register_the_operations_the_chart_does(render: Render) -> None:
+    """The webhook configuration the development clusters register (the sandbox, the local cluster,
+    the tests on the real control plane) must not be stricter than the chart's (or looser)."""
+    from hami_dra_dev.webhooks import webhook_configurations
 
     def operations(hooks: list[dict]) -> dict[tuple[str, str], set[str]]:
         covered: dict[tuple[str, str], set[str]] = {}
@@ -270,7 +271,7 @@ def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> 
 
     def mutating_order(hooks: list[dict]) -> list[tuple[str, Any]]:
         """Mutating hooks in call order, with the namespaces each serves (the chart's exclusion of
-        kube-system and its own namespace aside: the sandbox has neither)."""
+        kube-system and its own namespace aside: the development clusters run the webhook off-cluster)."""
         return [
             (
                 hook["name"],
@@ -280,15 +281,15 @@ def test_the_sandbox_registers_the_operations_the_chart_does(render: Render) -> 
             if hook["name"].startswith(("pods.", "hami-resources."))
         ]
 
-    sandbox_hooks = [
+    dev_hooks = [
         hook
         for _, body in webhook_configurations("https://x", "", "gpu.hami.io")
         for hook in body["webhooks"]
     ]
     chart_hooks = _webhooks(render())
-    assert operations(sandbox_hooks) == operations(chart_hooks)
-    assert mutating_order(sandbox_hooks) == mutating_order(chart_hooks)
-    assert mutating_order(sandbox_hooks)[0] == (
+    assert operations(dev_hooks) == operations(chart_hooks)
+    assert mutating_order(dev_hooks) == mutating_order(chart_hooks)
+    assert mutating_order(dev_hooks)[0] == (
         "hami-resources.gpu.hami.io",
         {"matchLabels": {"gpu.hami.io/hami-resources": "enabled"}},
     ), "HAMi translation runs first, only in opted-in namespaces"

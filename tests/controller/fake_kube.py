@@ -1,10 +1,10 @@
 """``FakeKube``: the controller's ``KubeApi`` in memory, with the API server's write rules that the
-reconciler relies on, so the reconciler is unit-tested without the HTTPS sandbox.
+reconciler relies on, so the reconciler is unit-tested without an API server.
 
 Rules kept: a write must carry the stored resourceVersion (409 otherwise) and bumps it; writing
 ``status`` (``status=True``) changes only status, any other write keeps the stored status; a
-missing object is a 404; a patch (JSON patch, merge or strategic merge, applied by the sandbox's
-dra_driver/sandbox/patch.py) needs no resourceVersion, a failed JSON-patch ``test`` is 422 and a
+missing object is a 404; a patch (JSON patch, merge or strategic merge, applied as the server does by
+tests/controller/fake_patch.py) needs no resourceVersion, a failed JSON-patch ``test`` is 422 and a
 ``metadata.uid`` in it that is not the object's 422 (immutable; a resourceVersion in it is a
 precondition, 409), and
 a pod's scheduling gates can only be removed (422), as kube-apiserver answers
@@ -33,8 +33,7 @@ from typing import Any
 from dra_driver.kube.api import Obj, Resource, patch_content_type
 from dra_driver.kube.errors import KubeError
 from dra_driver.kube.events import core_from_v1, v1_from_core
-from hami_dra_dev.sandbox.errors import ApiError
-from hami_dra_dev.sandbox.patch import apply_patch
+from tests.controller.fake_patch import apply_patch
 
 #: Resources with a status subresource (the others store status like any field).
 WITH_STATUS = {"pods", "resourceclaims", "gpuquotas", "nodes", "resourcequotas"}
@@ -232,12 +231,7 @@ class FakeKube:
         if current is None:
             raise KubeError(404, f'{resource.plural} "{name}" not found')
         shown = _shown(resource, copy.deepcopy(current))
-        try:
-            patched = apply_patch(
-                patch_content_type(patch, strategic=strategic), shown, json.dumps(patch).encode()
-            )
-        except ApiError as err:
-            raise KubeError(err.code, err.message) from None
+        patched = apply_patch(patch_content_type(patch, strategic=strategic), shown, patch)
         meta = patched.get("metadata") or {}
         if meta.get("uid") != current["metadata"]["uid"]:
             raise KubeError(422, f"metadata.uid: Invalid value: {meta.get('uid')!r}: field is immutable")

@@ -1,21 +1,16 @@
 """Test harness: a cluster with GPU slices, DeviceClasses, and our controller running.
 
-Two clusters serve it: the sandbox (``running_harness``: the hand-written API server with its
-simulated scheduler and claim controller), and the real control plane with kube-controller-manager
-and kube-scheduler (``plane_harness``, tests/apiserver_fixtures.py ``controller_plane``: Node
-objects kept Ready as a kubelet keeps them, no kubelet). A test on the real plane owns it while it
-runs and leaves it empty (``reset_plane``): its names (``default``, ``node-1``, the classes) are the
-sandbox tests' own, so a suite moves by changing its fixture.
+The cluster is the real control plane with kube-controller-manager and kube-scheduler
+(``plane_harness``, tests/apiserver_fixtures.py ``controller_plane``: Node objects kept Ready as a
+kubelet keeps them; tests/controller/plane_driver.py adds a kubelet, our plugin and our webhook
+where a test needs them). A test owns the plane while it runs and leaves it empty
+(``reset_plane``), so each uses the plain names (``default``, ``node-1``, the classes).
 """
 
 from __future__ import annotations
 
-import re
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_driver.config import ControllerDefaults
@@ -37,10 +32,9 @@ from dra_driver.kube.errors import KubeError
 from dra_driver.resource.slice_builder import build_resource_slices
 from hami_dra_dev.cluster.controlplane import ControlPlane
 from hami_dra_dev.cluster.fakenodes import FakeNodes, FakeNodeSpec
-from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests import waiting
 from tests.apiserver_fixtures import NOT_READY_TAINT
+from tests.client_faults import ClientFaults
 
 DRIVER = "gpu.hami.io"
 NS = "default"
@@ -140,7 +134,7 @@ def pod(
 
 
 class Server(Protocol):
-    """What the harness needs of a cluster's API server (a ``SandboxServer`` or a ``ControlPlane``)."""
+    """What the harness needs of a cluster's API server (a ``ControlPlane``)."""
 
     @property
     def kubeconfig_path(self) -> Any: ...
@@ -203,11 +197,10 @@ class Harness:
         return self.kube.get(PODS, NS, name)
 
     @property
-    def faults(self) -> Any:
-        """Where a test injects API faults: the sandbox's, on its server; on the real plane, on
-        our controllers' own clients (``ClientFaults``)."""
-        server_faults = getattr(self.server, "faults", None)
-        return server_faults if server_faults is not None else self.client_faults
+    def faults(self) -> ClientFaults:
+        """Where a test injects API faults: on our controllers' own clients (a real server makes
+        none on demand)."""
+        return self.client_faults
 
     def start_controller(self, *, kube: Kube | None = None, **kwargs: Any) -> Controller:
         """Our controller on its own client (``kube``: one given), through ``client_faults``."""
@@ -252,112 +245,12 @@ class Harness:
         return [item.get("message", "") for item in items]
 
 
-@contextmanager
-def running_harness(server: SandboxServer, nodes: Sequence[str] = ("node-1",)) -> Iterator[Harness]:
-    """A simulated cluster of ``nodes`` with a harness on it, both stopped on exit (the fixtures' body)."""
-    cluster = SandboxCluster(server, nodes=list(nodes), resync=0.05).start()
-    harness = Harness(server, cluster)
-    try:
-        yield harness
-    finally:
-        harness.stop()
-        cluster.stop()
-
-
 _FENCE = {"cel": {"expression": SCHEDULER_FENCE}}
-
-
-@dataclass
-class ClientFault:
-    """One injected fault: what it matches and does, and what became of it."""
-
-    pattern: re.Pattern[str]
-    methods: frozenset[str] | None
-    status: int | None
-    delay: float
-    hold: threading.Event | None
-    remaining: int | None  # None: until cleared
-    #: Requests it matched so far.
-    hits: int = 0
-    #: Set once a held request has been sent and answered (or refused).
-    released: threading.Event = field(default_factory=threading.Event)
-
-
-class ClientFaults:
-    """Faults injected on our controller's own clients, where a real server makes none on demand:
-    the next ``count`` matching requests fail with ``status`` (raised as the client raises an API
-    error), wait ``delay`` seconds, or are held until ``hold`` is set and then sent as they were (a
-    request that hung on its way and lands late, judged by the real server). The same ``inject``
-    and ``clear`` as the sandbox's server-side faults; requests of the test's own client are not
-    touched."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._faults: list[ClientFault] = []
-
-    def inject(
-        self,
-        path: str,
-        *,
-        status: int | None = None,
-        count: int | None = 1,
-        delay: float = 0.0,
-        methods: set[str] | None = None,
-        hold: threading.Event | None = None,
-    ) -> ClientFault:
-        if status is None and delay <= 0 and hold is None:
-            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
-        chosen = frozenset(m.upper() for m in methods) if methods else None
-        fault = ClientFault(re.compile(path), chosen, status, delay, hold, count)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def _match(self, method: str, path: str) -> ClientFault | None:
-        with self._lock:
-            for fault in self._faults:
-                if fault.methods is not None and method not in fault.methods:
-                    continue
-                if not fault.pattern.search(path):
-                    continue
-                fault.hits += 1
-                if fault.remaining is not None:
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        self._faults.remove(fault)
-                return fault
-        return None
-
-    def attach(self, kube: Kube) -> Kube:
-        """``kube`` with every request of it passing through these faults."""
-        sent = kube._call
-
-        def call(method: str, path: str, **kwargs: Any) -> Any:
-            fault = self._match(method, path)
-            if fault is None:
-                return sent(method, path, **kwargs)
-            if fault.delay:
-                time.sleep(fault.delay)
-            if fault.hold is not None:
-                fault.hold.wait()
-            try:
-                if fault.status is not None:
-                    raise KubeError(fault.status, f"injected by the test: {method} {path}")
-                return sent(method, path, **kwargs)
-            finally:
-                fault.released.set()
-
-        kube._call = call  # type: ignore[method-assign]
-        return kube
 
 
 class PlaneNodes:
     """Node objects kept Ready on the real plane (``FakeNodes``, no slices: each test publishes its
-    own), as ``SandboxCluster`` keeps the sandbox's: ``add_node`` for one that joins later."""
+    own): ``add_node`` for one that joins later."""
 
     def __init__(self, api_client: Any) -> None:
         self._api_client = api_client
@@ -427,18 +320,29 @@ def reset_plane(kube: Kube) -> None:
 
 def _drop_finalizers(kube: Kube, name: str) -> None:
     """Remove every finalizer of claim ``name``, re-read after a conflict (kube-controller-manager
-    may be updating its reservations). An Update, not a PATCH: kube-apiserver re-encodes a patched
-    claim's opaque config compactly, and a claim created with other whitespace (the Python
-    client's) then fails "spec: field is immutable"; an Update sends the config as it was created."""
+    may be updating its reservations). An Update sends the opaque config back re-encoded by the
+    Python client, a PATCH has kube-apiserver re-encode it compactly: a config written with other
+    whitespace than the one used fails "spec: field is immutable". So an Update (right for a claim
+    the Python client created), and where it is refused so (422) a JSON patch (right for one
+    kube-controller-manager made from a template)."""
     for _ in range(10):
         try:
             claim = kube.get(RESOURCE_CLAIMS, NS, name)
             claim["metadata"]["finalizers"] = []
-            kube.update(RESOURCE_CLAIMS, claim)
+            try:
+                kube.update(RESOURCE_CLAIMS, claim)
+            except KubeError as err:
+                if err.status != 422:
+                    raise
+                version = claim["metadata"]["resourceVersion"]
+                kube.patch(RESOURCE_CLAIMS, NS, name, [
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                    {"op": "replace", "path": "/metadata/finalizers", "value": []},
+                ])  # fmt: skip
             return
         except KubeError as err:
             if err.not_found:
                 return
-            if not err.conflict:
+            if not err.conflict and err.status != 422:
                 raise
-    raise AssertionError(f"claim {NS}/{name}: finalizers not removed after 10 conflicts")
+    raise AssertionError(f"claim {NS}/{name}: finalizers not removed in 10 tries")

@@ -391,14 +391,15 @@ def test_the_condition_is_one_status_patch_that_keeps_other_conditions_and_a_fai
     calls = len(world.kube.calls)
     written = world.binder.set_condition(created, "False", "R", "m")
     assert written is not None and world.kube.calls[calls:] == [("patch/status", "pods", "p")]
+    # In kube-apiserver's order: a condition new to the pod first, one it has in its place.
     assert [(c["type"], c["reason"]) for c in written["status"]["conditions"]] == [
-        ("PodScheduled", "SchedulingGated"),
         (ALLOCATED_CONDITION, "R"),
+        ("PodScheduled", "SchedulingGated"),
     ]
     written = world.binder.set_condition(created, "True", "Allocated", "ok")
     assert written is not None and [c["type"] for c in written["status"]["conditions"]] == [
-        "PodScheduled",
         ALLOCATED_CONDITION,
+        "PodScheduled",
     ]
     world.kube.fail("patch/status", "pods", 500)
     assert world.binder.set_condition(world.pod("p"), "False", "R2", "m") is None
@@ -625,9 +626,11 @@ def test_a_pod_kept_slim_round_trips_through_a_decision_and_its_patches() -> Non
         HAMI_ALLOCATED,
         decision_annotation(DRIVER),
     }
+    # kube-apiserver's order: our condition was new to the pod, so it comes first.
     assert [(c["type"], c["status"]) for c in after["status"]["conditions"]] == [
-        ("PodScheduled", "False"), (ALLOCATED_CONDITION, "True")
-    ]  # fmt: skip
+        (ALLOCATED_CONDITION, "True"),
+        ("PodScheduled", "False"),
+    ]
     for part in ("spec", "metadata", "status"):
         unchanged = {
             k: v

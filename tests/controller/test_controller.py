@@ -6,7 +6,7 @@ pass (``World.decide`` does both; the handler alone is in test_failure.py); fold
 result leaves the cache as the API holds it; events of deleted objects make the reports and the
 fences forget them. Over ``FakeKube``.
 
-The worker with its informers and writer threads, against the sandbox API server with writes held
+The worker with its informers and writer threads, against the real control plane with writes held
 in flight (what only real concurrency shows), is in test_plane_failures.py.
 """
 

@@ -1,23 +1,27 @@
-"""Each recipe of the seed's table end to end: webhook gate -> controller allocation -> scheduler
-binding -> real kubelet plugin (child process) prepares the claim through the kubelet simulator."""
+"""Each recipe of the seed's table end to end on the real control plane: webhook gate -> controller
+allocation -> kube-scheduler binding -> real kubelet plugin (child process) prepares the claim
+through the kubelet simulator (tests/controller/plane_driver.py)."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from dra_driver.kube.api import PODS
-from dra_driver.webhook.lookup import KubeLookup
-from dra_driver.webhook.server import WebhookServer, tls_context
-from hami_dra_dev.certs import make_self_signed
-from hami_dra_dev.sandbox import SandboxServer
-from hami_dra_dev.sandbox.cluster import SandboxCluster
-from hami_dra_dev.sandbox.driver import DriverOptions, kubelet_factory, start_kubelet_plugins
-from hami_dra_dev.sandbox.webhooks import register_webhooks
-from tests.controller.harness import DRIVER, NS, Harness, claim, device_class, pod, request, wait_for
+from hami_dra_dev.cluster.controlplane import ControlPlane
+from tests.controller.harness import (
+    DRIVER,
+    NS,
+    Harness,
+    claim,
+    device_class,
+    plane_harness,
+    pod,
+    request,
+    wait_for,
+)
+from tests.controller.plane_driver import PlaneNode, plane_node, plane_webhook, short_directory
 
 INDEX = 'device.attributes["gpu.hami.io"].index == {}'
 # The seed's worked-example state: gpu-0 two 1000Mi tenants (3.30), gpu-1 one (1.65), gpu-2/3 idle.
@@ -31,40 +35,21 @@ RECIPES = [
 ]
 
 
-def register_webhook(server: SandboxServer, webhook: WebhookServer, ca_pem: bytes) -> None:
-    ca = base64.b64encode(ca_pem).decode()
-    register_webhooks(server.api, f"https://127.0.0.1:{webhook.port}", ca, DRIVER)
-
-
 @pytest.fixture
-def e2e(sandbox: SandboxServer) -> Iterator[tuple[Harness, SandboxCluster]]:
-    factory = kubelet_factory()
-    if factory is None:
-        pytest.skip("kubelet simulator unavailable")
-    cluster = SandboxCluster(sandbox, nodes=["node-1"], kubelet_factory=factory, resync=0.05).start()
-    h = Harness(sandbox, cluster)
-    pair = make_self_signed(sandbox.state_dir / "webhook-tls", "hami-dra-webhook")
-    webhook = WebhookServer(
-        KubeLookup(sandbox.api_client(), DRIVER, class_ttl=0.0),
-        DRIVER,
-        host="127.0.0.1",
-        port=0,
-        ssl_context=tls_context(str(pair.cert_file), str(pair.key_file)),
-    )
-    webhook.start()
-    try:
-        register_webhook(sandbox, webhook, pair.ca_pem)
-        start_kubelet_plugins(cluster, DriverOptions(profile="t4", gpus=4))
-        yield h, cluster
-    finally:
-        h.stop()
-        cluster.stop()
-        webhook.stop()
+def e2e(controller_plane: ControlPlane) -> Iterator[tuple[Harness, PlaneNode]]:
+    """node-1 kept Ready on the real control plane, its kubelet and our plugin, our webhook."""
+    with (
+        short_directory() as root,  # the plugin's socket paths must stay under 108 bytes
+        plane_harness(controller_plane) as h,
+        plane_webhook(controller_plane, root) as _,
+        plane_node(controller_plane, "node-1", root / "node-1") as node,
+    ):
+        yield h, node
 
 
 @pytest.mark.slow
-def test_recipes_end_to_end(e2e: tuple[Harness, SandboxCluster]) -> None:
-    h, cluster = e2e
+def test_recipes_end_to_end(e2e: tuple[Harness, PlaneNode]) -> None:
+    h, node = e2e
     h.create_class(device_class(DRIVER))
     controller = h.start_controller()
     wait_for(
@@ -84,7 +69,7 @@ def test_recipes_end_to_end(e2e: tuple[Harness, SandboxCluster]) -> None:
         ]  # the webhook gated it
     for name in ("t1", "t2", "t3"):
         wait_for(lambda name=name: h.bound_node(f"{name}-pod"), what=f"{name} bound")
-    kubelet: Any = cluster.kubelets["node-1"]
+    kubelet = node.kubelet
     for number, (recipe, expected) in enumerate(RECIPES):
         name = f"r{number}"
         h.create_claim(claim(name, request(memory="1000Mi")))
@@ -103,7 +88,7 @@ def test_recipes_end_to_end(e2e: tuple[Harness, SandboxCluster]) -> None:
 
 
 @pytest.mark.slow
-def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, SandboxCluster]) -> None:
+def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, PlaneNode]) -> None:
     h, _ = e2e
     from dra_driver.kube.errors import KubeError
 
@@ -114,7 +99,7 @@ def test_webhook_rejects_invalid_gpuconfig_through_the_api(e2e: tuple[Harness, S
 
 
 @pytest.mark.slow
-def test_webhook_rejects_two_limited_claims_in_one_container(e2e: tuple[Harness, SandboxCluster]) -> None:
+def test_webhook_rejects_two_limited_claims_in_one_container(e2e: tuple[Harness, PlaneNode]) -> None:
     h, _ = e2e
     from dra_driver.kube.errors import KubeError
 

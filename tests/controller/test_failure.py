@@ -230,3 +230,19 @@ def test_a_decision_leaves_its_warnings_and_a_failure_unless_quiet_or_placed() -
     handler.handle()
     found = world.condition("x-pod")
     assert found is not None and found["reason"] == Reason.NODE_CONFLICT
+
+
+def test_a_quiet_wait_fences_the_claims_and_reports_nothing() -> None:
+    """A gang member within its timeout (gangs.py): no metric, event or condition, no error; its
+    claims are fenced all the same and the cached pod stays as it was."""
+    world = World()
+    created = waiting_pod(world)
+    handler = world.controller.failures
+    handler.quiet(created)
+    assert handler and world.kube.writes() == []
+    handler.handle()
+    assert world.claim("x")["metadata"]["annotations"][FENCE_ANNOTATION].startswith("test ")
+    assert world.event_objects() == [] and world.condition("x-pod") is None
+    assert world.metrics.unexpected_errors.labels("Pod")._value.get() == 0
+    assert world.cache.pods[f"{NS}/x-pod"] == created
+    assert world.controller.queue.reason(created) is None

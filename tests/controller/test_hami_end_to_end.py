@@ -1,4 +1,4 @@
-"""HAMi workloads unchanged on the sandbox: the webhook translates, our controller makes the pod's
+"""HAMi workloads unchanged on the real control plane: the webhook translates, our controller makes the pod's
 templates, kcm's claim controller stamps claims owned by the pod, our controller places them by
 HAMi's annotations, the real kubelet plugin
 writes HAMi-core's limits into the CDI spec, and the pod is told its card HAMi's way.
@@ -19,8 +19,8 @@ from dra_driver.kube.errors import KubeError
 from dra_driver.kubeletplugin.cdi import CdiNames
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL, TRANSLATED_ANNOTATION
 from dra_driver.webhook.optin import namespace_gate
-from hami_dra_dev.sandbox.cluster import SandboxCluster
 from tests.controller.harness import DRIVER, NS, Harness, device_class, wait_for
+from tests.controller.plane_driver import PlaneNode
 from tests.controller.test_end_to_end import e2e as e2e
 from tests.webhook.test_hami_resources import seed_pod
 
@@ -28,15 +28,18 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 
 
 @pytest.fixture
-def hami(e2e: tuple[Harness, SandboxCluster]) -> Iterator[tuple[Harness, SandboxCluster]]:
-    h, cluster = e2e
+def hami(e2e: tuple[Harness, PlaneNode]) -> Iterator[tuple[Harness, PlaneNode]]:
+    h, node = e2e
     h.kube.patch(NAMESPACES, None, NS, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}})
     h.create_class(device_class(DRIVER, {"policy": "spread", "nodePolicy": "binpack"}))
     kube = Kube(h.server.api_client())
     gate = namespace_gate("namespaces", {}, KubeNamespaces(kube))
     controller = h.start_controller(hami_templates=HamiTemplates(kube, DRIVER, DRIVER, gate))
     wait_for(lambda: "node-1" in controller.cache.ledger.inventory, timeout=30, what="slices published")
-    yield h, cluster
+    try:
+        yield h, node
+    finally:  # the plane's next test finds the namespace as it was
+        h.kube.patch(NAMESPACES, None, NS, {"metadata": {"labels": {NAMESPACE_LABEL: None}}})
 
 
 def hami_pod(name: str, limits: dict[str, Any], **annotations: str) -> dict[str, Any]:
@@ -68,9 +71,9 @@ def device(claim: dict[str, Any]) -> str:
 
 @pytest.mark.slow
 def test_the_seed_pod_verbatim_runs_with_hamis_limits_and_annotation(
-    hami: tuple[Harness, SandboxCluster],
+    hami: tuple[Harness, PlaneNode],
 ) -> None:
-    h, cluster = hami
+    h, node = hami
     limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}
     policy = {"hami.io/gpu-scheduler-policy": "mutex,binpack,numa"}
     created = h.create_pod(hami_pod("inference-latency-tier", limits, **policy))
@@ -83,9 +86,7 @@ def test_the_seed_pod_verbatim_runs_with_hamis_limits_and_annotation(
     result = claim["status"]["allocation"]["devices"]["results"][0]
     assert result["consumedCapacity"]["memory"] == "8000Mi"
     assert device(claim) == "gpu-0", "idle node: mutex keeps all four, binpack ties, index wins"
-    spec_path = cluster.node_context("node-1").cdi_dir / CdiNames(DRIVER).spec_file_name(
-        claim["metadata"]["uid"]
-    )
+    spec_path = node.cdi_dir / CdiNames(DRIVER).spec_file_name(claim["metadata"]["uid"])
     text = wait_for(
         lambda: spec_path.read_text() if spec_path.is_file() else None, timeout=20, what="CDI spec"
     )
@@ -96,7 +97,7 @@ def test_the_seed_pod_verbatim_runs_with_hamis_limits_and_annotation(
 
 
 @pytest.mark.slow
-def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(hami: tuple[Harness, SandboxCluster]) -> None:
+def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(hami: tuple[Harness, PlaneNode]) -> None:
     h, _ = hami
     tenants = [
         ("tenant-a", "binpack", "gpu-0"),
@@ -127,7 +128,7 @@ def test_the_seed_lab_written_with_hami_resources_gives_gpu_2(hami: tuple[Harnes
 
 
 @pytest.mark.slow
-def test_card_type_and_uuid_annotations_filter_as_in_hami(hami: tuple[Harness, SandboxCluster]) -> None:
+def test_card_type_and_uuid_annotations_filter_as_in_hami(hami: tuple[Harness, PlaneNode]) -> None:
     h, _ = hami
     h.create_pod(hami_pod("no-t4", {"nvidia.com/gpumem": 1000}, **{"nvidia.com/nouse-gputype": "t4"}))
     wait_for(lambda: any("CardTypeMismatch" in e for e in h.events("no-t4")), what="CardTypeMismatch")
@@ -138,7 +139,7 @@ def test_card_type_and_uuid_annotations_filter_as_in_hami(hami: tuple[Harness, S
 
 
 @pytest.mark.slow
-def test_percentages_are_per_card(hami: tuple[Harness, SandboxCluster]) -> None:
+def test_percentages_are_per_card(hami: tuple[Harness, PlaneNode]) -> None:
     h, _ = hami
     h.create_pod(hami_pod("quarter", {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25}))
     wait_for(lambda: h.bound_node("quarter"), what="bound")
@@ -148,7 +149,7 @@ def test_percentages_are_per_card(hami: tuple[Harness, SandboxCluster]) -> None:
 
 @pytest.mark.slow
 def test_deleted_pods_take_their_claims_and_bad_requests_are_refused(
-    hami: tuple[Harness, SandboxCluster],
+    hami: tuple[Harness, PlaneNode],
 ) -> None:
     h, _ = hami
     h.create_pod(hami_pod("short", {"nvidia.com/gpumem": 1000}))

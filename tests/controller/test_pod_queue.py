@@ -570,3 +570,10 @@ def test_the_pending_pods_by_priority_start_with_the_one_preemption_would_help()
     assert [p.key for p in q.queue.pending_by_priority()] == [
         keys[n] for n in ("high-old", "high-young", "low")
     ]
+
+
+def test_a_new_queue_leaves_nothing_over_and_a_pod_no_longer_known_has_priority_0() -> None:
+    q = Queue()
+    assert q.queue.left_over() is False and q.queue.cut_short is False
+    assert q.queue.priority("default/gone") == 0  # dropped when reached, wherever it sorts
+    assert q.queue.priority(q.add("a", priority=5)) == 5

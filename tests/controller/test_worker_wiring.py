@@ -1,6 +1,6 @@
 """How ``Controller`` wires its parts, and what each pass publishes (dra_driver/controller/controller.py).
 
-The informers' own behaviour is in tests/kube; the sandbox and the cluster run them for real. Here:
+The informers' own behaviour is in tests/kube; the API server tiers run them for real. Here:
 each informer is built with the controller's client and change handler and with the right cut-down
 (transform, field selector, optional CRD); the options reach the binder, the queue and the writer
 pool; the leader gauge and the pass count follow the lease; the pending-pods series are refreshed

@@ -1,7 +1,8 @@
 """``load_kubectl_client``: the kubeconfig and context kubectl would pick, else the service account.
 
 No API server is needed: a client is built, never used. The CLI tests (tests/top/test_command.py,
-tests/simulate/test_from_cluster.py, tests/docs) run the same function against the sandbox.
+tests/simulate/test_from_cluster.py on the real API server tier, tests/docs on the demo's) run the
+same function against a server.
 """
 
 from __future__ import annotations

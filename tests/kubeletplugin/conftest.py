@@ -1,4 +1,12 @@
-"""Fixtures: a sandbox API server, the plugin in-process with simulated GPUs, and kubelet's client.
+"""Fixtures: the node's room on the real API server, the plugin in-process with simulated GPUs, and
+kubelet's client.
+
+The plugin's tests run on the shared kube-apiserver (tests/apiserver_fixtures.py) as node
+``node-1`` of driver ``gpu.hami.io`` with their claims and pods in ``default``: the names the
+plugin's own builders and messages use. That room is theirs while one of them runs: emptied before
+and after each (``clear_node_room``), so each test finds the fresh, empty node a new server gave.
+API faults (``faults``) are injected on the test's client (tests/client_faults.py), which the
+plugin and the kubelet simulator under test use.
 
 kubelet's client is compiled from the upstream protos when ``../shared`` is beside the repository
 (an independent copy of the wire contract), else from the project's own ``api/kubelet`` protos, so
@@ -17,15 +25,19 @@ from typing import Any
 import pytest
 
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.kube.api import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from dra_driver.kube.errors import KubeError
 from dra_driver.kubeletplugin.plugin import KubeletPlugin, PluginOptions
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
-from hami_dra_dev.sandbox.server import SandboxServer
+from tests.client_faults import ClientFaults
 from tests.kubeletplugin.helpers import DRIVER
 from tests.kubeletplugin.upstream import REPO_ROOT, UPSTREAM_KUBELET
 
 UPSTREAM_KUBELET_PROTO = UPSTREAM_KUBELET / "pkg" / "apis" / "dra" / "v1" / "api.proto"
 
 NODE = "node-1"
+NAMESPACE = "default"
 
 
 @pytest.fixture(scope="session")
@@ -36,22 +48,62 @@ def protocol() -> KubeletProtocol:
     return KubeletProtocol.own(REPO_ROOT)
 
 
-@pytest.fixture
-def sandbox() -> Iterator[SandboxServer]:
-    server = SandboxServer.start()
+def clear_node_room(kube: Kube) -> None:
+    """Remove what a test of the node left on the shared server: the pods bound to ``node-1``, the
+    claims of ``default``, the events about the node, its ResourceSlices (every driver's), the
+    Node. Pods go at once: no kubelet confirms their end."""
+    namespace = f"/api/v1/namespaces/{NAMESPACE}"
+    on_node = {"fieldSelector": f"spec.nodeName={NODE}"}
+    kube.request("DELETE", PODS.path(NAMESPACE), {"gracePeriodSeconds": 0}, query=on_node)
+    kube.request("DELETE", RESOURCE_CLAIMS.path(NAMESPACE))
+    about_node = {"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={NODE}"}
+    kube.request("DELETE", f"{namespace}/events", query=about_node)
+    kube.request("DELETE", RESOURCE_SLICES.path(None), query=on_node)
     try:
-        yield server
-    finally:
-        server.stop()
+        kube.delete(NODES, None, NODE)
+    except KubeError as err:
+        if not err.not_found:
+            raise
 
 
 @pytest.fixture
-def api_client(sandbox: SandboxServer) -> Any:
-    client = sandbox.api_client()
-    from kubernetes import client as k8s
+def node_room(apiserver: ControlPlane) -> Iterator[ControlPlane]:
+    """The node's room on the shared server, empty but for the Node object (its bare form, as
+    a kubelet creates it) and ``default``'s ServiceAccount (pods need it; no
+    kube-controller-manager runs to make it)."""
+    client = apiserver.api_client()
+    kube = Kube(client)
+    try:
+        clear_node_room(kube)
+        try:
+            account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+            kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", account)
+        except KubeError as err:
+            if not err.conflict:
+                raise
+        kube.create(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        yield apiserver
+        clear_node_room(kube)
+    finally:
+        client.close()
 
-    k8s.CoreV1Api(client).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    return client
+
+@pytest.fixture
+def api_client(node_room: ControlPlane) -> Iterator[Any]:
+    """The client the test, its plugin and its kubelet use (``faults`` attach to it)."""
+    client = node_room.api_client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def faults(api_client: Any) -> ClientFaults:
+    """API faults on ``api_client``'s requests: the test's, its plugin's and its kubelet's."""
+    faults = ClientFaults()
+    faults.attach_client(api_client)
+    return faults
 
 
 @dataclass

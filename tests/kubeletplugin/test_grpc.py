@@ -11,8 +11,9 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
-from hami_dra_dev.sandbox.server import SandboxServer
+from tests.client_faults import ClientFaults
 from tests.kubeletplugin.conftest import Dirs, create_claim, ref, registered_kubelet, running_plugin
 from tests.kubeletplugin.helpers import DRIVER, claim, read_spec, result, validate_cdi
 
@@ -134,10 +135,10 @@ def test_claim_of_another_node_or_driver_or_deleted(
 
 
 def test_api_errors_are_per_claim_and_retriable(
-    kubelet: PluginClient, api_client: Any, sandbox: SandboxServer
+    kubelet: PluginClient, api_client: Any, faults: ClientFaults
 ) -> None:
     c = create_claim(api_client, claim("c1", [result("gpu-0")]))
-    sandbox.faults.inject("/resourceclaims/c1", status=500, count=1, methods={"GET"})
+    faults.inject("/resourceclaims/c1", status=500, count=1, methods={"GET"})
     failed = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]]
     assert "HTTP 500" in failed.error and not failed.devices
     assert kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]].error == ""
@@ -339,7 +340,7 @@ def test_nvml_mode_without_a_toolkit_spec_publishes_nothing_until_one_appears(
 
 
 def test_claim_reads_keep_connections_with_a_small_default_pool(
-    sandbox: SandboxServer, caplog: pytest.LogCaptureFixture
+    node_room: ControlPlane, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A 1-CPU node's client default (5 connections) must not drop connections under 8 concurrent reads."""
     from kubernetes import config
@@ -347,7 +348,7 @@ def test_claim_reads_keep_connections_with_a_small_default_pool(
     from dra_driver.kubeletplugin.claims import MIN_POOL_SIZE, ApiClaimSource, ClaimRef
 
     small = k8s.Configuration()
-    config.load_kube_config(config_file=str(sandbox.kubeconfig_path), client_configuration=small)
+    config.load_kube_config(config_file=str(node_room.kubeconfig_path), client_configuration=small)
     small.connection_pool_maxsize = 2
     api_client = k8s.ApiClient(small)
     source = ApiClaimSource(api_client)

@@ -1,4 +1,4 @@
-"""The sandbox's kubelet simulator driving the real plugin: slice wipe, registration, pod lifecycle."""
+"""The kubelet simulator driving the real plugin: slice wipe, registration, pod lifecycle."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from kubernetes import client as k8s
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from hami_dra_dev.kubelet import KubeletProtocol, KubeletSimulator
+from tests.client_faults import ClientFaults
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options
 from tests.kubeletplugin.helpers import DRIVER, claim, result
 from tests.waiting import wait_for
@@ -70,7 +71,9 @@ def test_kubelet_simulator_end_to_end(
     core = k8s.CoreV1Api(api_client)
 
     def slice_names() -> list[str]:
-        items = json.loads(api.list_resource_slice(_preload_content=False).data)["items"]
+        on_node = f"spec.nodeName={NODE}"  # the shared server also holds other tests' nodes
+        listed = api.list_resource_slice(field_selector=on_node, _preload_content=False)
+        items = json.loads(listed.data)["items"]
         return [s["metadata"]["name"] for s in items]
 
     # kubelet wiped the foreign slice at start-up; our plugin registered and (re-)published its pool
@@ -156,10 +159,10 @@ def _running_pod_with_claim(api_client: Any, name: str, claim_name: str, device:
 
 
 def test_a_failed_status_report_is_retried(
-    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, sandbox: Any
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, faults: ClientFaults
 ) -> None:
     kubelet, _ = node
-    fault = sandbox.faults.inject(r"/pods/p4/status$", status=500, count=2, methods={"PATCH"})
+    fault = faults.inject(r"/pods/p4/status$", status=500, count=2, methods={"PATCH"})
     _running_pod_with_claim(api_client, "p4", "c4", "gpu-0")
     core = k8s.CoreV1Api(api_client)
 
@@ -194,3 +197,26 @@ def test_an_unprepare_the_plugin_missed_is_retried_once_it_is_back(
         assert claim_uid not in back.preparer.prepared()
     finally:
         back.stop()
+
+
+def test_a_pod_deleted_gracefully_is_unprepared_then_removed_as_kubelet_confirms_its_end(
+    node: tuple[KubeletSimulator, KubeletPlugin], api_client: Any, dirs: Dirs
+) -> None:
+    """kube-apiserver keeps a deleted pod of a node, Terminating, until its kubelet deletes it
+    with grace period 0 once the containers stopped: the claim is unprepared first."""
+    kubelet, plugin = node
+    core = k8s.CoreV1Api(api_client)
+    pod_uid, claim_uid = _running_pod_with_claim(api_client, "p6", "c6", "gpu-1")
+    wait_for(lambda: kubelet.cdi_ids(pod_uid), 10, "prepared")
+    core.delete_namespaced_pod("p6", "default", _preload_content=False)  # the pod's default grace
+
+    def gone() -> bool:
+        listed = core.list_namespaced_pod(
+            "default", field_selector="metadata.name=p6", _preload_content=False
+        )
+        return not json.loads(listed.data)["items"]
+
+    wait_for(gone, 15, "the terminating pod removed by its kubelet")
+    assert claim_uid not in plugin.preparer.prepared()
+    assert not (dirs.cdi / f"k8s.gpu.hami.io-gpu_{claim_uid}.json").exists()
+    assert not kubelet.errors, kubelet.errors

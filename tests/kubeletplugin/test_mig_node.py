@@ -1,5 +1,5 @@
 """A node with a card in MIG mode, end to end in-process: the plugin publishes the card's MIG devices
-(never the card) to the sandbox API server, and kubelet's gRPC prepares one MIG device whole, with
+(never the card) to the API server, and kubelet's gRPC prepares one MIG device whole, with
 its card's node and its two capabilities; a second claim on the same MIG device is refused."""
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def mig_gpus(directory: Path) -> list:
 
 
 def published_devices(api_client: Any) -> list[dict[str, Any]]:
-    items = json.loads(k8s.ResourceV1Api(api_client).list_resource_slice(_preload_content=False).data)[
-        "items"
-    ]
+    listed = k8s.ResourceV1Api(api_client).list_resource_slice(
+        field_selector=f"spec.nodeName={NODE}", _preload_content=False
+    )
+    items = json.loads(listed.data)["items"]
     return [d for s in items if s["spec"]["driver"] == DRIVER for d in s["spec"].get("devices") or []]
 
 

@@ -20,6 +20,7 @@ from dra_driver.kubeletplugin.claims import ClaimRef
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
+from tests.client_faults import ClientFaults
 from tests.kubeletplugin.conftest import (
     NODE,
     Dirs,
@@ -169,10 +170,10 @@ def test_entries_of_claims_deleted_while_down_are_kept_and_reported_at_start_up(
 
 
 def test_a_repeated_prepare_is_answered_from_the_checkpoint_without_reading_the_api(
-    kubelet: PluginClient, api_client: Any, sandbox: Any
+    kubelet: PluginClient, api_client: Any, faults: ClientFaults
 ) -> None:
     c = create_claim(api_client, claim("again", [result("gpu-2", memory="1000Mi", cores=10)]))
-    reads = sandbox.faults.inject(r"/resourceclaims/again$", delay=0.001, count=None, methods={"GET"})
+    reads = faults.inject(r"/resourceclaims/again$", delay=0.001, count=None, methods={"GET"})
     first = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]]
     for _ in range(3):
         again = kubelet.prepare([ref(c)]).claims[c["metadata"]["uid"]]

@@ -60,7 +60,7 @@ def test_an_unreadable_node_or_a_refused_event_stops_nothing() -> None:
     assert len(kube.list(EVENTS_V1)["items"]) == 1
 
 
-def test_the_sandbox_api_accepts_it_and_describe_node_finds_it(api_client: Any) -> None:
+def test_the_api_server_accepts_it_and_describe_node_finds_it(api_client: Any) -> None:
     kube = Kube(api_client)
     uid = kube.get(NODES, None, NODE)["metadata"]["uid"]
     NodeEvents(kube, NODE, DRIVER).warn("DevicePluginPresent", "4 GPU(s) not published", None)

@@ -18,8 +18,9 @@ from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kubeletplugin.checkpoint import CURRENT_VERSION, PREPARE_COMPLETED, Checkpoint
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from dra_driver.kubeletplugin.prepare import FAILPOINT_ENV, FAILPOINTS
+from hami_dra_dev.cluster.controlplane import ControlPlane
 from hami_dra_dev.kubelet import KubeletProtocol, PluginClient
-from hami_dra_dev.sandbox.server import SandboxServer
+from tests.client_faults import ClientFaults
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref
 from tests.kubeletplugin.helpers import DRIVER, claim, result
 from tests.kubeletplugin.upstream import REPO_ROOT
@@ -32,11 +33,11 @@ HAMI_DRA = [sys.executable, "-c", "import sys; from dra_driver.cli import main; 
 class PluginProcess:
     """``hami-dra kubelet-plugin`` as a child process, the way the DaemonSet runs it."""
 
-    def __init__(self, dirs: Dirs, sandbox: SandboxServer, env: dict[str, str] | None = None) -> None:
+    def __init__(self, dirs: Dirs, kubeconfig: Path, env: dict[str, str] | None = None) -> None:
         cmd = [
             *HAMI_DRA, "kubelet-plugin",
             "--node-name", NODE, "--source", "simulated", "--profile", "t4", "--gpus", "4",
-            "--kubeconfig", str(sandbox.kubeconfig_path), "--publish=false",
+            "--kubeconfig", str(kubeconfig), "--publish=false",
             "--plugin-dir", str(dirs.plugin), "--registry-dir", str(dirs.registry),
             "--cdi-dir", str(dirs.cdi),
             "--boot-id-file", str(dirs.boot_id),
@@ -94,7 +95,7 @@ AFTER_KILL_AT = {
 @pytest.mark.parametrize("point", FAILPOINTS)
 def test_a_kill_at_each_point_of_a_call_is_completed_by_kubelets_retry(
     dirs: Dirs,
-    sandbox: SandboxServer,
+    node_room: ControlPlane,
     api_client: Any,
     protocol: KubeletProtocol,
     processes: list[PluginProcess],
@@ -105,7 +106,7 @@ def test_a_kill_at_each_point_of_a_call_is_completed_by_kubelets_retry(
         create_claim(api_client, claim("c2", [result("gpu-2", memory="4Gi")])),
     ]
     uids = [c["metadata"]["uid"] for c in objs]
-    crashing = PluginProcess(dirs, sandbox, {FAILPOINT_ENV: point})
+    crashing = PluginProcess(dirs, node_room.kubeconfig_path, {FAILPOINT_ENV: point})
     processes.append(crashing)
     kubelet = connect(protocol, crashing.registration_socket)
     with pytest.raises(grpc.RpcError):
@@ -118,7 +119,7 @@ def test_a_kill_at_each_point_of_a_call_is_completed_by_kubelets_retry(
     found = [(entries[uid].state if uid in entries else None, spec_of[uid].exists()) for uid in uids]
     assert found == [AFTER_KILL_AT[point]] * 2
 
-    restarted = PluginProcess(dirs, sandbox)
+    restarted = PluginProcess(dirs, node_room.kubeconfig_path)
     processes.append(restarted)
     kubelet = connect(protocol, restarted.registration_socket)
     response = kubelet.prepare([ref(c) for c in objs])  # kubelet's retry, the same call
@@ -140,7 +141,7 @@ def test_a_kill_at_each_point_of_a_call_is_completed_by_kubelets_retry(
 
 def test_a_call_killed_before_its_checkpoint_write_is_cleared_by_kubelets_unprepare(
     dirs: Dirs,
-    sandbox: SandboxServer,
+    node_room: ControlPlane,
     api_client: Any,
     protocol: KubeletProtocol,
     processes: list[PluginProcess],
@@ -148,7 +149,7 @@ def test_a_call_killed_before_its_checkpoint_write_is_cleared_by_kubelets_unprep
     """The pod is deleted while the plugin is down: kubelet never retries, it unprepares."""
     c = create_claim(api_client, claim("c1", [result("gpu-0", share=False)]))
     uid = c["metadata"]["uid"]
-    crashing = PluginProcess(dirs, sandbox, {FAILPOINT_ENV: "after-side-effects"})
+    crashing = PluginProcess(dirs, node_room.kubeconfig_path, {FAILPOINT_ENV: "after-side-effects"})
     processes.append(crashing)
     kubelet = connect(protocol, crashing.registration_socket)
     with pytest.raises(grpc.RpcError):
@@ -157,7 +158,7 @@ def test_a_call_killed_before_its_checkpoint_write_is_cleared_by_kubelets_unprep
     kubelet.close()
     assert (dirs.cdi / f"k8s.gpu.hami.io-gpu_{uid}.json").exists()
 
-    restarted = PluginProcess(dirs, sandbox)
+    restarted = PluginProcess(dirs, node_room.kubeconfig_path)
     processes.append(restarted)
     kubelet = connect(protocol, restarted.registration_socket)
     # the share was never counted: another claim on the card is prepared at once
@@ -180,16 +181,14 @@ def start_plugin(dirs: Dirs, api_client: Any) -> KubeletPlugin:
 
 def test_corrupt_checkpoint_is_rebuilt_from_the_node_reading_claims_with_get_only(
     dirs: Dirs,
-    sandbox: SandboxServer,
+    faults: ClientFaults,
     api_client: Any,
     protocol: KubeletProtocol,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from kubernetes import client as k8s
 
-    listing = sandbox.faults.inject(
-        r"/resourceclaims$", status=403, count=None, methods={"GET"}
-    )  # no list right
+    listing = faults.inject(r"/resourceclaims$", status=403, count=None, methods={"GET"})  # no list right
     reserved = create_claim(api_client, claim("in-use", [result("gpu-0", share=False)]), reserved_for="pod-a")
     gone = create_claim(api_client, claim("gone", [result("gpu-1", memory="12000Mi")]), reserved_for="pod-b")
     plugin = start_plugin(dirs, api_client)

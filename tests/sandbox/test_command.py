@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_fixtures import kubectl_binary
+from tests.apiserver_fixtures import kubectl_binary
 
 CLI = [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from dra_driver.webhook.pod_gate import HAS_CLAIMS, WEBHOOK_KEEPS
 from hami_dra_dev.cluster.driver import check_pod_gate
-from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
+from hami_dra_dev.webhooks import MUTATING, webhook_configurations
 
 
 def test_the_policy_is_refused_where_it_is_not_served_and_unknown_modes_everywhere() -> None:

@@ -4,7 +4,7 @@ The kubelet plugin puts its registration socket into the real kubelet's plugin r
 (``<kubelet root>/plugins_registry``) and its DRA socket under ``<kubelet root>/plugins/<driver>``,
 exactly where the chart's DaemonSet mounts them on a real node; its CDI specs go to
 ``/var/run/cdi``, which containerd reads. The webhook serves on loopback TLS with a certificate
-of the cluster CA and is registered by URL with the same configurations the sandbox uses.
+of the cluster CA and is registered by URL with the configurations of hami_dra_dev/webhooks.py.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def check_pod_gate(mode: str, served: bool) -> None:
 def register_webhooks(
     api_client: Any, base_url: str, ca_pem: bytes, driver_name: str, pod_gate: str = "webhook"
 ) -> None:
-    """Create or replace our Mutating/ValidatingWebhookConfiguration (same objects as the sandbox's)
+    """Create or replace our Mutating/ValidatingWebhookConfiguration (hami_dra_dev/webhooks.py)
     and, as the chart does, the claim finalizer: a MutatingAdmissionPolicy where the API server
     serves one, else the ``claims`` webhook. ``pod_gate`` policy: the pod gate's policy too, the
     webhook's ``pods`` entry keeping what it leaves (webhook/pod_gate.py); webhook: that policy
@@ -154,7 +154,7 @@ def register_webhooks(
     from kubernetes.client.exceptions import ApiException
 
     from dra_driver.webhook.pod_gate import pod_gate_policy
-    from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
+    from hami_dra_dev.webhooks import MUTATING, webhook_configurations
 
     api: Any = client.AdmissionregistrationV1Api(api_client)
     ca = base64.b64encode(ca_pem).decode()

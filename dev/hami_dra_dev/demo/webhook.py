@@ -16,7 +16,7 @@ from dra_driver.webhook.lookup import KubeLookup
 from dra_driver.webhook.server import WebhookServer, tls_context
 from hami_dra_dev.certs import make_self_signed
 from hami_dra_dev.demo import manifests
-from hami_dra_dev.sandbox.webhooks import MUTATING, webhook_configurations
+from hami_dra_dev.webhooks import MUTATING, webhook_configurations
 
 
 class DemoWebhook:

@@ -1,0 +1,176 @@
+"""Faults injected on a client's own requests, where a real kube-apiserver makes none on demand.
+
+The next ``count`` requests that match a path (``re.search``) and, optionally, a method fail with
+``status``, wait ``delay`` seconds, or are held until ``hold`` is set and then sent as they were (a
+request that hung on its way and lands late, judged by the real server); ``hits`` counts the
+matches, so a test can also check how often a path was asked for. Two places to attach:
+
+- ``attach(kube)``: a ``Kube`` (our controller's client); a failed request raises the
+  ``KubeError`` the client raises for an API error.
+- ``attach_client(api_client)``: a ``kubernetes.client.ApiClient`` (the kubelet plugin's, the
+  kubelet simulator's); a failed request is answered with an HTTP response of that status and a
+  ``Status`` body, as kube-apiserver answers, so every caller (``Kube``, the generated APIs) reads
+  it as it reads the server's own errors.
+
+Only the clients attached are touched: a test's own client stays clean unless it attaches it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from dra_driver.kube.api import Kube
+from dra_driver.kube.errors import KubeError
+
+#: The ``reason`` kube-apiserver puts in a ``Status`` of each code (clients branch on some).
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass
+class ClientFault:
+    """One injected fault: what it matches and does, and what became of it."""
+
+    pattern: re.Pattern[str]
+    methods: frozenset[str] | None
+    status: int | None
+    delay: float
+    hold: threading.Event | None
+    remaining: int | None  # None: until cleared
+    #: Requests it matched so far.
+    hits: int = 0
+    #: Set once a held request has been sent and answered (or refused).
+    released: threading.Event = field(default_factory=threading.Event)
+
+
+class ClientFaults:
+    """The active faults of the clients attached (thread-safe; consulted once per request)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[ClientFault] = []
+
+    def inject(
+        self,
+        path: str,
+        *,
+        status: int | None = None,
+        count: int | None = 1,
+        delay: float = 0.0,
+        methods: set[str] | None = None,
+        hold: threading.Event | None = None,
+    ) -> ClientFault:
+        if status is None and delay <= 0 and hold is None:
+            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
+        chosen = frozenset(m.upper() for m in methods) if methods else None
+        fault = ClientFault(re.compile(path), chosen, status, delay, hold, count)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _match(self, method: str, path: str) -> ClientFault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.methods is not None and method not in fault.methods:
+                    continue
+                if not fault.pattern.search(path):
+                    continue
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        self._faults.remove(fault)
+                return fault
+        return None
+
+    @staticmethod
+    def _wait(fault: ClientFault) -> None:
+        if fault.delay:
+            time.sleep(fault.delay)
+        if fault.hold is not None:
+            fault.hold.wait()
+
+    def attach(self, kube: Kube) -> Kube:
+        """``kube`` with every request of it passing through these faults."""
+        sent = kube._call
+
+        def call(method: str, path: str, **kwargs: Any) -> Any:
+            fault = self._match(method, path)
+            if fault is None:
+                return sent(method, path, **kwargs)
+            self._wait(fault)
+            try:
+                if fault.status is not None:
+                    raise KubeError(fault.status, f"injected by the test: {method} {path}")
+                return sent(method, path, **kwargs)
+            finally:
+                fault.released.set()
+
+        kube._call = call  # type: ignore[method-assign]
+        return kube
+
+    def attach_client(self, api_client: Any) -> Any:
+        """``api_client`` (a ``kubernetes.client.ApiClient``) with every request of it passing
+        through these faults; matched on the URL's path, as a server sees it."""
+        rest = api_client.rest_client
+        sent = rest.request
+
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            fault = self._match(method, urlsplit(url).path)
+            if fault is None:
+                return sent(method, url, *args, **kwargs)
+            self._wait(fault)
+            try:
+                if fault.status is not None:
+                    return status_response(fault.status, f"injected by the test: {method} {url}")
+                return sent(method, url, *args, **kwargs)
+            finally:
+                fault.released.set()
+
+        rest.request = request
+        return api_client
+
+
+def status_response(code: int, message: str) -> Any:
+    """The response kube-apiserver gives for an error: ``code`` and a ``Status`` object (with
+    ``Retry-After`` on a 429, as the server's rate limiting sends it)."""
+    from kubernetes.client.rest import RESTResponse
+    from urllib3.response import HTTPResponse
+
+    reason = REASONS.get(code, "InternalError")
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    headers = {"Content-Type": "application/json"}
+    if code == 429:
+        status["details"] = {"retryAfterSeconds": 1}
+        headers["Retry-After"] = "1"
+    body = json.dumps(status).encode()
+    return RESTResponse(HTTPResponse(body=body, status=code, headers=headers, reason=reason))

@@ -1,1 +1,0 @@
-from tests.sandbox_fixtures import kubectl, sandbox, sandbox_client  # noqa: F401
