@@ -99,10 +99,13 @@ def fake_sysfs(root: Path, gpus: Sequence[Gpu], numa: dict[int, str] | None = No
     return root
 
 
-def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None) -> dict[str, str]:
+def nvml_env(
+    lib_dir: Path, profile_path: Path, events_path: Path | None = None, mig_state: Path | None = None
+) -> dict[str, str]:
     """Environment for a subprocess that loads the mock from ``lib_dir`` with ``profile_path``.
 
-    ``events_path`` is the file the mock's ``nvmlEventSetWait`` reads injected events from.
+    ``events_path`` is the file the mock's ``nvmlEventSetWait`` reads injected events from;
+    ``mig_state`` the file its MIG instances outlive the process in (``MOCK_NVML_MIG_STATE``).
     """
     env = dict(os.environ)
     paths = [str(lib_dir), *filter(None, [env.get("LD_LIBRARY_PATH")])]
@@ -110,8 +113,11 @@ def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None)
     env["MOCK_NVML_PROFILE"] = str(profile_path)
     env["PYTHONPATH"] = str(REPO)
     env.pop("MOCK_NVML_EVENTS", None)
+    env.pop("MOCK_NVML_MIG_STATE", None)
     if events_path is not None:
         env["MOCK_NVML_EVENTS"] = str(events_path)
+    if mig_state is not None:
+        env["MOCK_NVML_MIG_STATE"] = str(mig_state)
     return env
 
 
