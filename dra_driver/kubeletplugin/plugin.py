@@ -78,6 +78,8 @@ class PluginOptions:
     health_checks: bool = True
     #: XIDs skipped on top of NVIDIA's application XIDs (``--additional-xids-to-ignore``).
     additional_xids_to_ignore: frozenset[int] = frozenset()
+    #: ``--mig-on-demand``: the cards marked (``all``, indexes, UUIDs); applied at discovery.
+    mig_on_demand: frozenset[str] = frozenset()
     #: A marked GPU is probed this long after its last XID and healthy again if it recovered; 0: never.
     health_recovery_seconds: float = 300.0
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE

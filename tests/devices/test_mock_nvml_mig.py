@@ -276,13 +276,13 @@ gi = n.nvmlDeviceCreateGpuInstanceWithPlacement(dev, {g1}, byref(p))
 ci = n.nvmlGpuInstanceCreateComputeInstance(gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE)
 out["uuid"] = n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(dev, 1))
 """
-    listing = """
+    listing = f"""
 out["gis"] = sorted(n.nvmlGpuInstanceGetInfo(n.nvmlDeviceGetGpuInstanceById(dev, i)).placement.start
                     for i in range(15) if code(n.nvmlDeviceGetGpuInstanceById, dev, i) == 0)
 out["uuids"] = [n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(dev, k))
                 for k in range(7) if code(n.nvmlDeviceGetMigDeviceHandleByIndex, dev, k) == 0]
-out["again"] = code(n.nvmlDeviceCreateGpuInstanceWithPlacement, dev, %d, byref(p))
-""" % g1
+out["again"] = code(n.nvmlDeviceCreateGpuInstanceWithPlacement, dev, {g1}, byref(p))
+"""
     placement = "\nfrom ctypes import byref\np = n.c_nvmlGpuInstancePlacement_t(); p.start, p.size = 3, 1\n"
     destroy = """
 gi = n.nvmlDeviceGetGpuInstanceById(dev, 10)
