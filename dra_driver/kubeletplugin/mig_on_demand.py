@@ -33,8 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from dra_driver.devices.mig import mig_caps_minors
+from dra_driver.devices.mig import MigDevice, mig_caps_minors
 from dra_driver.devices.mig_on_demand import MigOnDemandError, parse_placement_device_name, placement_by_name
+from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.devices.model import Gpu
 from dra_driver.devices.nvml_mig_create import LiveInstance, MigCreateError, MigDriver
 from dra_driver.kubeletplugin.claims import ClaimError
@@ -131,6 +132,8 @@ class MigOnDemand:
         self.mig_minors = dict(mig_minors or {})
         self._lock = threading.Lock()
         self._records = journal.load()
+        #: Per card, the instances NVML has that the journal does not know (found by reconcile).
+        self.foreign: dict[str, tuple[MigDevice, ...]] = {}
 
     def owns(self, device: str) -> bool:
         """Is ``device`` a placement of one of this node's on-demand cards?"""
@@ -261,7 +264,40 @@ class MigOnDemand:
                         device, record.claim, self._records[device].uuid,
                     )  # fmt: skip
             self.journal.save(self._records)
+            self.foreign = {name: self._foreign(gpu) for name, gpu in self.cards.items()}
         return ReconcileReport(tuple(destroyed), tuple(recreated), tuple(lost))
+
+    def _foreign(self, gpu: Gpu) -> tuple[MigDevice, ...]:
+        """Instances of ``gpu`` this driver did not create: their slices are not offered."""
+        model = mig_model(gpu.product_name)
+        known = {(r.start, r.size, r.profile_id) for r in self._records.values() if r.parent_uuid == gpu.uuid}
+        found = []
+        for live in self.driver.instances(gpu.uuid):
+            if (live.start, live.size, live.profile_id) in known:
+                continue
+            profile = model.by_id(live.profile_id) if model else None
+            ci, uuid = live.compute_instances[0] if live.compute_instances else (0, "")
+            found.append(
+                MigDevice(
+                    uuid=uuid or f"{gpu.uuid}/gi{live.gpu_instance}",
+                    profile=profile.name if profile else f"profile-{live.profile_id}",
+                    gpu_instance=live.gpu_instance,
+                    compute_instance=ci,
+                    memory_bytes=(profile.memory_mib if profile else 1) << 20,
+                    slices=profile.slices if profile else 1,
+                    gpu_instance_slices=profile.slices if profile else 1,
+                    placement_start=live.start,
+                    placement_size=live.size,
+                )
+            )
+        if found:
+            LOG.warning(
+                "GPU %s (MIG on demand) has %d instance(s) this driver did not create (%s): their memory "
+                "slices are not offered; destroy them (nvidia-smi mig -dci / -dgi) and restart the plugin "
+                "to offer the whole card",
+                gpu.name, len(found), ", ".join(f"{m.profile}@{m.placement_start}" for m in found),
+            )  # fmt: skip
+        return tuple(sorted(found, key=lambda m: (m.gpu_instance, m.compute_instance)))
 
     # -- helpers ------------------------------------------------------------------------------
 
