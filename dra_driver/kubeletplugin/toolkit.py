@@ -44,7 +44,15 @@ from dra_driver.kubeletplugin.container_edits import (
     merge_edits,
     read_edits,
 )
-from dra_driver.kubeletplugin.control_nodes import CONTROL_NODES, ControlNodes, HostView, complete
+from dra_driver.kubeletplugin.control_nodes import (
+    CONTROL_NODES,
+    ControlNodes,
+    HostView,
+    complete,
+    describe_host_node,
+    dev_root,
+    nvidia_caps_major,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -138,8 +146,32 @@ class ToolkitEdits:
         parent = self.by_minor.get(minor)
         if parent is None:
             return None
-        nodes = [self.cap_nodes.get(cap, {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}) for cap in caps]
+        nodes = [self.cap_nodes.get(cap) or self._unlisted_cap(parent, cap) for cap in caps]
         return merge_edits(parent, {"deviceNodes": nodes})
+
+    def _unlisted_cap(self, parent: Edits, cap: int) -> dict[str, Any]:
+        """A capability node the spec does not describe (an instance created after the spec was
+        generated, as MIG on demand's are, whose node the host may not have either): as the host's
+        node where it exists; else with its type, major (``nvidia-caps`` in the host's
+        /proc/devices) and minor, which the runtime creates it from in the container; else by path."""
+        path = f"/dev/nvidia-caps/nvidia-cap{cap}"
+        nodes = [n for n in parent.get("deviceNodes", []) if isinstance(n, dict)]
+        host_path = dev_root(nodes) + path
+        seen = self.host.seen_at(host_path)
+        described = describe_host_node(path, host_path, seen) if seen is not None else None
+        if described is not None:
+            return described
+        major = nvidia_caps_major(self.host)
+        if major is None:
+            return {"path": path}
+        return {
+            "path": path,
+            "type": "c",
+            "major": major,
+            "minor": cap,
+            "fileMode": 0o444,
+            "permissions": "rw",
+        }
 
     def mig_problem(self, minor: int, caps: tuple[int, int]) -> str | None:
         """Why the MIG device with capability minors ``caps`` on card ``minor`` cannot be injected,
