@@ -63,6 +63,9 @@ def profile_from_gpus(
             device["migMode"] = int(gpu.mig_enabled)
         if gpu.mig_devices:
             device.update(mig_device_json(gpu))
+        elif gpu.mig_enabled and mig_model(gpu.product_name) is not None:
+            # MIG mode without instances (a card for MIG on demand): the profiles, nothing created.
+            device["migProfiles"] = mig_profiles_json(gpu.product_name)
         if gpu.nvlink_peers:
             if nvswitch:
                 links = gpu.nvlink_peers[0][1]

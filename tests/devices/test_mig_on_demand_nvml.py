@@ -160,3 +160,27 @@ out["state"] = mig.records()["gpu-0-mig-2g20gb-at-2"].state
     )
     assert after["report"] == {"destroyed": [], "recreated": ["gpu-0-mig-2g20gb-at-2"], "lost": []}
     assert after["live"] == [[2, 2, 14]] and after["state"] == "created"
+
+
+def test_nvml_discovery_of_an_empty_mig_card_marked_on_demand_publishes_its_placements(
+    run_nvml, tmp_path: Path
+) -> None:
+    """What the plugin does at start on a real node: NVML finds the card in MIG mode with no
+    instance, ``--mig-on-demand`` marks it, and the slice offers its 18 placements."""
+    from dataclasses import replace
+
+    from dra_driver.devices.mig_on_demand import mark_on_demand, parse_selection
+    from dra_driver.resource.mig_on_demand_slices import LAYOUT_OWN_SLICE
+    from dra_driver.resource.slice_builder import build_resource_slices
+
+    simulated = profile_gpus("h100-80gb", node_name=NODE, gpus=2)
+    simulated[1] = replace(simulated[1], mig_enabled=True)
+    nvml_profile = profile_from_gpus(simulated, driver_version="550.54.15", cuda_driver_version=12040)
+    run = run_nvml(nvml_profile, sysfs=simulated)
+    assert run.error is None, run.stderr
+    marked = mark_on_demand(run.gpus, parse_selection(simulated[1].uuid))
+    assert [g.mig_on_demand for g in marked] == [False, True]
+    slices = build_resource_slices(marked, node_name=NODE, mig_on_demand_layout=LAYOUT_OWN_SLICE)
+    names = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
+    assert names[0] == marked[0].name and len(names) == 1 + 18
+    assert f"{marked[1].name}-mig-1g10gb-at-6" in names
