@@ -136,18 +136,30 @@ class ToolkitEdits:
     def for_mig(self, minor: int, caps: tuple[int, int]) -> Edits | None:
         """A MIG device's edits: the toolkit's own MIG device when the spec has it, else the parent
         card's node (``for_minor``, which for a card in MIG mode is cut from its MIG devices or from
-        ``all``) with the two capability nodes (as the spec describes them, else by path). None when
-        the spec does not define the parent card."""
+        ``all``; the host's node where the spec has neither) with the two capability nodes (as the
+        spec describes them, else as the host has them, else by number or path). None when neither
+        the spec nor the host has the parent card."""
         if minor in self.stale:
             return None
         found = self.by_mig.get((minor, *caps))
         if found is not None:
             return found
-        parent = self.by_minor.get(minor)
+        parent = self.by_minor.get(minor) or self._unlisted_card(minor)
         if parent is None:
             return None
         nodes = [self.cap_nodes.get(cap) or self._unlisted_cap(parent, cap) for cap in caps]
         return merge_edits(parent, {"deviceNodes": nodes})
+
+    def _unlisted_card(self, minor: int) -> Edits | None:
+        """The card's node for a MIG device when the spec has no device of the card: nvidia-ctk
+        writes none for a card in MIG mode without instances (one in MIG on demand, before its
+        first instance), so it is described from the host's node, found where the spec's control
+        nodes come from. None when the host has no such node either."""
+        path = f"/dev/nvidia{minor}"
+        host_path = dev_root(n for n in self.common.get("deviceNodes", []) if isinstance(n, dict)) + path
+        seen = self.host.seen_at(host_path)
+        described = describe_host_node(path, host_path, seen) if seen is not None else None
+        return None if described is None else {"deviceNodes": [described]}
 
     def _unlisted_cap(self, parent: Edits, cap: int) -> dict[str, Any]:
         """A capability node the spec does not describe (an instance created after the spec was
