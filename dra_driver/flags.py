@@ -121,6 +121,16 @@ def parse_xid_list(value: str) -> frozenset[int]:
         raise argparse.ArgumentTypeError(f"{err}{_source(value)}") from None
 
 
+def parse_mig_on_demand(value: str) -> frozenset[str]:
+    """``all`` or ``0,GPU-...`` -> the cards marked for MIG on demand; anything else names the value."""
+    from dra_driver.devices.mig_on_demand import MigOnDemandError, parse_selection
+
+    try:
+        return parse_selection(value)
+    except MigOnDemandError as err:
+        raise argparse.ArgumentTypeError(f"{err}{_source(value)}") from None
+
+
 def parse_port(value: str) -> int:
     port = parse_int(value)
     if not 0 <= port < 65536:

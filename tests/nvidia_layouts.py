@@ -347,7 +347,8 @@ def _mig_caps(driver: DriverRoot, data: Mapping[str, Any]) -> None:
     """What the NVIDIA driver gives MIG: ``proc/driver/nvidia-caps/mig-minors`` (every capability's
     minor, for GPU minors 0..31 as the real file lists them) and, for each GPU and compute instance
     the profile starts with, ``dev/nvidia-caps/nvidia-cap<minor>`` (0444 root, as nvidia-modprobe
-    makes them), which is where nvidia-ctk and our plugin find a MIG device's capability nodes."""
+    makes them), which is where nvidia-ctk and our plugin find a MIG device's capability nodes; a
+    card in MIG mode without instances (MIG on demand) gets those of every GPU instance id."""
     lines = ["config 1", "monitor 2"]
     for gpu in range(32):
         for gi in range(15):
@@ -362,10 +363,14 @@ def _mig_caps(driver: DriverRoot, data: Mapping[str, Any]) -> None:
     for device, gpu in zip(data.get("devices", []), driver.gpus, strict=True):
         model = mig_model(str(device.get("name", "")))
         instances = device.get("gpuInstances") or []
-        if not instances or model is None or device.get("migMode") != 1:
+        if model is None or device.get("migMode") != 1:
             continue
         caps.mkdir(exist_ok=True)
-        for gi, ci in mig_instance_ids(model, instances):
+        # A card in MIG mode without instances is one for MIG on demand: the nodes of every GPU
+        # instance it may get (each with its whole compute instance, id 0), as nvidia-modprobe
+        # makes them on a node where instances come and go.
+        ids = mig_instance_ids(model, instances) if instances else [(gi, 0) for gi in range(15)]
+        for gi, ci in ids:
             for minor in mig_caps_minors(gpu.minor, gi, ci):
                 _char_device(caps / f"nvidia-cap{minor}", NVIDIA_CAPS_MAJOR, minor, 0o444, 0)
 

@@ -32,6 +32,7 @@ from dra_driver.resource.slices import (
     MIG_COMPUTE_INSTANCE_ATTRIBUTE,
     MIG_GPU_INSTANCE_ATTRIBUTE,
     MIG_MEMORY_SLICES_ATTRIBUTE,
+    MIG_ON_DEMAND_ATTRIBUTE,
     MIG_PARENT_INDEX_ATTRIBUTE,
     MIG_PARENT_UUID_ATTRIBUTE,
     MIG_PLACEMENT_START_ATTRIBUTE,
@@ -252,6 +253,7 @@ def mig_device(driver: str, node: str, pool: str, published: SliceDevice) -> Dev
         parent_uuid=parent_uuid if isinstance(parent_uuid, str) else "",
         numa_node=published.numa_node,
         healthy=published.healthy is not False,
+        on_demand=attribute(attributes, MIG_ON_DEMAND_ATTRIBUTE) is True,
     )
     card = GpuCard(
         node=node,

@@ -18,8 +18,10 @@ default: one document per slice, ready for ``kubectl apply``; JSON: the slice, o
 when the pool needs several; ``table``: one line per GPU; ``wide`` adds UUID, NUMA node, PCI bus
 and compute mode), ``--policy-taint`` /
 ``--taint-unhealthy`` (``[=true|false]``) to preview the device taints the kubelet plugin adds on
-clusters that keep them (1.36+). Exit status 2 with one line on stderr for bad input or when NVML
-cannot be loaded.
+clusters that keep them (1.36+); ``--mig-on-demand all|INDEX,UUID,...`` to preview the placements
+and counter sets of cards in MIG on demand (in MIG mode: ``migEnabled: true`` in a devices file),
+laid out for ``--kube-version 1.34|1.35|...`` (default 1.37). Exit status 2 with one line on
+stderr for bad input or when NVML cannot be loaded.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import UsageError
+from dra_driver.devices.mig_on_demand import mark_on_demand
 from dra_driver.devices.model import DeviceModelError
 from dra_driver.devices.simulated import PROFILES
 from dra_driver.devices.source import SOURCE_KINDS, DeviceSourceError, open_source
-from dra_driver.flags import add_bool, env_default
+from dra_driver.flags import add_bool, env_default, parse_mig_on_demand
 from dra_driver.output import JSON, TABLE, WIDE, YAML, add_output_flag, columns
 from dra_driver.resource.slice_builder import SliceError, build_resource_slices
 
@@ -74,7 +77,29 @@ def register(subparsers: Any) -> None:
         parser, "--policy-taint", default=False, env=False, help="add the policy-managed NoSchedule taint"
     )
     add_bool(parser, "--taint-unhealthy", default=False, env=False, help="taint unhealthy GPUs NoSchedule")
+    parser.add_argument(
+        "--mig-on-demand",
+        type=parse_mig_on_demand,
+        default=frozenset(),
+        metavar="all|INDEX,UUID,...",
+        help="cards in MIG mode to show as MIG on demand: their placements and counter sets",
+    )
+    parser.add_argument(
+        "--kube-version",
+        default="1.37",
+        metavar="1.MINOR",
+        help="the API server version whose counter layout MIG on demand uses (default 1.37)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _layout(version: str) -> str:
+    from dra_driver.resource.mig_on_demand_slices import layout_for
+
+    major, _, minor = version.partition(".")
+    if major != "1" or not minor.isdigit():
+        raise UsageError(f"--kube-version: {version!r} is not 1.<minor> (e.g. 1.34)")
+    return layout_for(int(minor))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,13 +116,14 @@ def run(args: argparse.Namespace) -> int:
             devices_file=args.devices_file,
             driver_root=args.nvidia_driver_root,
         )
-        gpus = source.discover()
+        gpus = mark_on_demand(source.discover(), args.mig_on_demand)
         slices = build_resource_slices(
             gpus,
             driver_name=args.driver_name,
             node_name=node_name,
             policy_taint=args.policy_taint,
             taint_unhealthy=args.taint_unhealthy,
+            mig_on_demand_layout=_layout(args.kube_version) if args.mig_on_demand else None,
         )
     except (DeviceSourceError, DeviceModelError, SliceError) as err:
         raise UsageError(str(err)) from err

@@ -169,7 +169,7 @@ def checked_mig_cards(gpus: Sequence[Gpu]) -> list[Gpu]:
             log.warning(
                 "GPU %s (index %d, %s) is in MIG mode but has no MIG devices: nothing of it is "
                 "published (create GPU and compute instances, e.g. nvidia-smi mig -cgi 1g.10gb -C, "
-                "then restart the plugin)",
+                "then restart the plugin; or mark it for MIG on demand, --mig-on-demand)",
                 gpu.uuid, gpu.index, gpu.product_name,
             )  # fmt: skip
         else:

@@ -85,6 +85,11 @@ class Gpu:
     #: The MIG devices of a card in MIG mode (``mig_enabled``), published instead of the card
     #: (:mod:`dra_driver.devices.mig`); in GPU instance, then compute instance id order.
     mig_devices: tuple[MigDevice, ...] = ()
+    #: The admin marked this card (in MIG mode) for MIG on demand (``--mig-on-demand``,
+    #: :mod:`dra_driver.devices.mig_on_demand`): it publishes its possible placements, and the
+    #: instances are created at prepare. ``mig_devices`` then lists only instances this driver did
+    #: not create (their memory slices are not offered).
+    mig_on_demand: bool = False
 
     def __post_init__(self) -> None:
         where = f"gpu-{self.index}"
@@ -124,6 +129,8 @@ class Gpu:
             )
         if self.mig_devices and not self.mig_enabled:
             raise DeviceModelError(f"{where}: has MIG devices but MIG mode is not enabled")
+        if self.mig_on_demand and not self.mig_enabled:
+            raise DeviceModelError(f"{where}: MIG on demand needs MIG mode enabled")
         ids = [(mig.gpu_instance, mig.compute_instance) for mig in self.mig_devices]
         if ids != sorted(set(ids)):
             raise DeviceModelError(

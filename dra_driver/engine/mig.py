@@ -17,6 +17,12 @@ here, by the same chain as whole cards, read for instances:
   instances take slices 0, 1 and 2, leaving slices 4-7 whole: with static instances every other
   instance stays usable whatever is taken, so this is what keeps a card easy to re-partition (the
   admin destroys four free 1g instances for a 3g), and what on-demand MIG will need.
+* **MIG on demand** (``on_demand`` instances: possible placements of a card, created at prepare):
+  placements of one card overlap, so one is taken (``MigPlacementTaken``) while an instance in
+  use covers any of its memory slices or its card has too few compute slices left; the rest is
+  the same, so binpack puts three 1g slices on slices 0-2 of one card and keeps 4-7 whole for a
+  3g, and a 7g goes to an untouched card. Static instances never overlap, so the rule is theirs
+  too and changes nothing there.
 * A request names a profile (``profile``; the controller uses CEL selectors on the ``profile``
   attribute instead) or a memory size: then the smallest instance with that much memory is taken
   before any policy key, so a 10 GiB request does not take a 3g slice while a 1g one is free.
@@ -89,11 +95,17 @@ class MigInstance:
     parent_uuid: str = ""
     numa_node: int | None = None
     healthy: bool = True
+    #: A possible placement of a card in MIG on demand (no instance until prepare): it may overlap
+    #: other placements of its card, and its index tells profiles of one placement apart.
+    on_demand: bool = False
     #: The engine's index (:func:`mig_index`), computed once.
     index: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "index", mig_index(self.parent, self.gpu_instance, self.compute_instance))
+        # Two on-demand profiles may share a placement (1g.20gb and 2g.20gb at slice 2: GPU instance
+        # 4 either way) but never their compute slices, which stand in for the compute instance id.
+        third = self.slices if self.on_demand else self.compute_instance
+        object.__setattr__(self, "index", mig_index(self.parent, self.gpu_instance, third))
 
     @property
     def span(self) -> range:
@@ -109,6 +121,20 @@ class MigInstance:
         if not span:
             return "placement unknown"
         return f"slice {span[0]}" if len(span) == 1 else f"slices {span[0]}-{span[-1]}"
+
+
+def conflicts(a: MigInstance, b: MigInstance) -> bool:
+    """Can ``a`` and ``b`` not both be in use? Two placements of one card whose memory slices
+    overlap (never the case for two existing instances)."""
+    return a.index != b.index and a.parent == b.parent and bool(set(a.span) & set(b.span))
+
+
+def placement_taken(instance: MigInstance, used: Iterable[MigInstance]) -> bool:
+    """Is ``instance`` blocked by the instances ``used`` of its node (overlap, or compute slices)?"""
+    card = [other for other in used if other.parent == instance.parent and other.index != instance.index]
+    if any(conflicts(instance, other) for other in card):
+        return True
+    return instance.on_demand and sum(other.slices for other in card) + instance.slices > COMPUTE_SLICES
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +220,13 @@ class MigState:
                 raise ValueError(f"node {placement.node} has no MIG instance with index {share.index}")
             if strict and share.index in entry.used:
                 raise ValueError(f"{placement.node}/{entry.instances[share.index].name} is in use already")
+        if strict:
+            taken = [entry.instances[i] for i in entry.used]
+            for share in placement.devices:
+                wanted = entry.instances[share.index]
+                if placement_taken(wanted, taken):
+                    raise ValueError(f"{placement.node}/{wanted.name} overlaps a MIG instance in use")
+                taken.append(wanted)
         entry.used.update(share.index for share in placement.devices)
 
     def release(self, placement: Placement) -> None:
@@ -288,8 +321,11 @@ def _uuids(instance: MigInstance, request: MigRequest) -> bool:
     return not ids & exclude
 
 
-def check_instance(instance: MigInstance, in_use: bool, card_used: int, request: MigRequest) -> Reason | None:
-    """Why ``instance`` cannot take one device of ``request`` now (the first check it fails), or None."""
+def check_instance(
+    instance: MigInstance, in_use: bool, card_used: int, request: MigRequest, *, taken: bool = False
+) -> Reason | None:
+    """Why ``instance`` cannot take one device of ``request`` now (the first check it fails), or None.
+    ``taken``: an instance in use blocks its placement (:func:`placement_taken`)."""
     if not instance.healthy:
         return Reason.CARD_NOT_HEALTH
     if request.allowed_devices is not None and (instance.node, instance.index) not in request.allowed_devices:
@@ -302,6 +338,8 @@ def check_instance(instance: MigInstance, in_use: bool, card_used: int, request:
         return Reason.MIG_PROFILE_MISMATCH
     if in_use:
         return Reason.MIG_INSTANCE_IN_USE
+    if taken:
+        return Reason.MIG_PLACEMENT_TAKEN
     if request.policy.mutex and card_used > 0:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if request.memory is not None and instance.memory < request.memory:
@@ -354,7 +392,14 @@ class _NodeEvaluation:
     def _eval(self, instance: MigInstance) -> _Eval:
         used, used_memory, memory = self._card_use(instance.parent)
         evaluation = _Eval(instance, card_used=used, card_used_memory=used_memory, card_memory=memory)
-        evaluation.reason = check_instance(instance, instance.index in self.initial_used, used, self.request)
+        in_use = [i for i in self._card_instances(instance.parent) if i.index in self.initial_used]
+        evaluation.reason = check_instance(
+            instance,
+            instance.index in self.initial_used,
+            used,
+            self.request,
+            taken=placement_taken(instance, in_use),
+        )
         return evaluation
 
     def _card_use(self, parent: int) -> tuple[int, int, int]:
@@ -394,6 +439,15 @@ class _NodeEvaluation:
             return self._reason()
         pool = list(eligible)
         while len(self.chosen) < self.request.count:
+            in_use = [i for i in self.instances if i.index in self.used]
+            for evaluation in [e for e in pool if placement_taken(e.instance, in_use)]:
+                evaluation.reason = Reason.MIG_PLACEMENT_TAKEN  # overlaps this request's earlier choice
+                pool.remove(evaluation)
+            if not pool:
+                for evaluation in self.evals.values():
+                    evaluation.chosen = False
+                self.chosen.clear()
+                return self._reason()
             for evaluation in pool:  # what each leaves depends on what was chosen before it
                 evaluation.had, evaluation.leaves = self._blocks(evaluation.instance)
                 parent = evaluation.instance.parent

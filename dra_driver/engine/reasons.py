@@ -27,6 +27,9 @@ class Reason(StrEnum):
     MIG_PROFILE_MISMATCH = "MigProfileMismatch"
     #: Not HAMi's (MIG): the instance is given out whole to another claim already.
     MIG_INSTANCE_IN_USE = "MigInstanceInUse"
+    #: Not HAMi's (MIG on demand): the placement overlaps an instance in use on its card (memory
+    #: slices), or its card has not enough compute slices left.
+    MIG_PLACEMENT_TAKEN = "MigPlacementTaken"
     CARD_TYPE_MISMATCH = "CardTypeMismatch"
     CARD_UUID_MISMATCH = "CardUuidMismatch"
     CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"

@@ -34,6 +34,7 @@ from dra_driver.flags import (
     env_default,
     metrics_address,
     parse_int,
+    parse_mig_on_demand,
     parse_seconds,
     parse_xid_list,
 )
@@ -199,6 +200,16 @@ def register(subparsers: Any) -> None:
         "(as NVIDIA's DRA driver's flag; env ADDITIONAL_XIDS_TO_IGNORE)",
     )
     parser.add_argument(
+        "--mig-on-demand",
+        type=parse_mig_on_demand,
+        default=env_default(parser, "--mig-on-demand", "", typed=True),
+        metavar="all|INDEX,UUID,...",
+        help="cards (already in MIG mode) whose MIG instances are created on demand: they publish their "
+        "possible placements, and prepare creates the instance a claim was given (needs partitionable "
+        "devices: Kubernetes 1.36+, or DRAPartitionableDevices on; else static MIG). Switching a card "
+        "is an admin procedure (docs/isolation.md). Default none (env MIG_ON_DEMAND)",
+    )
+    parser.add_argument(
         "--health-recovery-seconds",
         type=parse_seconds,
         default=env_default(parser, "--health-recovery-seconds", "300", typed=True),
@@ -249,6 +260,7 @@ def plugin_options(args: argparse.Namespace) -> PluginOptions:
         health_checks=args.health_checks,
         additional_xids_to_ignore=args.additional_xids_to_ignore,
         health_recovery_seconds=args.health_recovery_seconds,
+        mig_on_demand=args.mig_on_demand,
         boot_id_file=args.boot_id_file,
         publish=args.publish,
         cleanup_seconds=args.cleanup_seconds,
@@ -276,7 +288,9 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
 
     def discover() -> list[Gpu]:
-        return open_source(
+        from dra_driver.devices.mig_on_demand import mark_on_demand
+
+        found = open_source(
             args.source,
             node_name=args.node_name,
             profile=args.profile,
@@ -284,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
             devices_file=args.devices_file,
             driver_root=args.nvidia_driver_root,
         ).discover()
+        return mark_on_demand(found, args.mig_on_demand)
 
     wait = DriverWait(discover, stop, retry_seconds=args.driver_retry_seconds)
     try:

@@ -113,6 +113,20 @@ def describe_host_node(path: str, host_path: str, seen: Path) -> dict[str, Any] 
     return node
 
 
+def nvidia_caps_major(host: HostView) -> int | None:
+    """The ``nvidia-caps`` character major the host's kernel gave (``/proc/devices``), or None."""
+    seen = host.seen_at("/proc/devices")
+    try:
+        text = seen.read_text() if seen is not None else ""
+    except OSError:
+        return None
+    for line in text.splitlines():
+        number, _, name = line.strip().partition(" ")
+        if name.strip() == "nvidia-caps" and number.isdigit():
+            return int(number)
+    return None
+
+
 def _listed(paths: list[str], root: str) -> str:
     return ", ".join(f"{root}{path}" for path in paths)
 

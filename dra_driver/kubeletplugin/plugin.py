@@ -15,6 +15,9 @@ from typing import Any
 from dra_driver.contract import ISOLATION_NONE
 from dra_driver.devices.mig import mig_device_name
 from dra_driver.devices.model import Gpu
+from dra_driver.devices.nvml_mig_create import MigDriver, NvmlMigDriver
+from dra_driver.devices.nvml_session import NvmlSession
+from dra_driver.devices.simulated_mig import SimulatedMigDriver
 from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.checkpoint import DEFAULT_BOOT_ID_FILE, Checkpoint, read_boot_id
 from dra_driver.kubeletplugin.claims import ApiClaimSource, ClaimSource
@@ -25,6 +28,7 @@ from dra_driver.kubeletplugin.hamicore_library import HamiCoreStatus, inspect_li
 from dra_driver.kubeletplugin.health import HealthFileWatcher, HealthService, HealthState, NvmlHealthWatcher
 from dra_driver.kubeletplugin.inventory import Inventory, node_devices, read_mig_minors
 from dra_driver.kubeletplugin.metrics import PluginMetrics
+from dra_driver.kubeletplugin.mig_on_demand import JOURNAL_NAME, Journal, MigOnDemand
 from dra_driver.kubeletplugin.node import NodeReader
 from dra_driver.kubeletplugin.node_events import NodeEvents
 from dra_driver.kubeletplugin.prepare import Preparer, PreparerConfig
@@ -78,6 +82,8 @@ class PluginOptions:
     health_checks: bool = True
     #: XIDs skipped on top of NVIDIA's application XIDs (``--additional-xids-to-ignore``).
     additional_xids_to_ignore: frozenset[int] = frozenset()
+    #: ``--mig-on-demand``: the cards marked (``all``, indexes, UUIDs); applied at discovery.
+    mig_on_demand: frozenset[str] = frozenset()
     #: A marked GPU is probed this long after its last XID and healthy again if it recovered; 0: never.
     health_recovery_seconds: float = 300.0
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE
@@ -115,6 +121,9 @@ class KubeletPlugin:
         self.events = (
             NodeEvents(Kube(api_client), options.node_name, options.driver_name) if api_client else None
         )
+        #: Cards in MIG on demand: their instances, created at prepare (``mig_on_demand.py``).
+        self._mig_session: NvmlSession | None = None
+        self.mig = self._mig_on_demand(options, gpus)
         self.preparer = Preparer(
             PreparerConfig(
                 driver=options.driver_name,
@@ -133,6 +142,7 @@ class KubeletPlugin:
             Checkpoint(options.plugin_dir / "checkpoint.json"),
             self.metrics,
             toolkit=self.toolkit,
+            mig=self.mig,
         )
         self.registration = RegistrationService(options.driver_name, str(options.plugin_dir / "dra.sock"))
         self.servers = PluginServers(
@@ -238,16 +248,36 @@ class KubeletPlugin:
         host = HostView(options.host_root, options.host_driver_root, options.nvidia_driver_root)
         return ToolkitRegistry(options.cdi_registry_dirs, kinds, host, ignore_prefix=ours)
 
+    def _mig_on_demand(self, options: PluginOptions, gpus: list[Gpu]) -> MigOnDemand | None:
+        """The instances of the cards in MIG on demand (None when there is none): kept by NVML, or
+        for simulated cards in a file in the plugin directory; the journal next to the checkpoint."""
+        cards = [gpu for gpu in gpus if gpu.mig_on_demand]
+        if not cards:
+            return None
+        driver: MigDriver
+        if options.simulated:
+            driver = SimulatedMigDriver(options.plugin_dir / "simulated-mig.json", cards)
+        else:
+            self._mig_session = NvmlSession()
+            driver = NvmlMigDriver(self._mig_session.open())
+        LOG.info("MIG on demand on %s", ", ".join(gpu.name for gpu in cards))
+        return MigOnDemand(gpus, driver, Journal(options.plugin_dir / JOURNAL_NAME), read_mig_minors())
+
     def _current_gpus(self) -> list[Gpu]:
         unhealthy = self.health.unhealthy()
         unmonitored = set(self.health.unmonitored())
         withheld = self.withheld
+        foreign = self.mig.foreign if self.mig is not None else {}
         return [
             replace(
                 g,
                 healthy=g.name not in unhealthy,
                 health_monitored=g.name not in unmonitored,
-                mig_devices=tuple(m for m in g.mig_devices if mig_device_name(g.name, m) not in withheld),
+                mig_devices=(
+                    foreign.get(g.name, ())  # on demand: only what the driver did not create
+                    if g.mig_on_demand
+                    else tuple(m for m in g.mig_devices if mig_device_name(g.name, m) not in withheld)
+                ),
             )
             for g in self.gpus
             if g.name not in withheld
@@ -325,6 +355,9 @@ class KubeletPlugin:
         for gpu in self.gpus:
             self.metrics.gpu(self.metrics.healthy, gpu.name).set(1)
             self.metrics.gpu(self.metrics.health_monitored, gpu.name).set(0)
+        if self.mig is not None:
+            report = self.mig.reconcile()  # before any prepare: orphans gone, lost ones back
+            LOG.info("MIG on demand reconciled with the driver: %s", report)
         self.preparer.start()
         if self.options.publish and self.api_client is not None:
             from dra_driver.kubeletplugin.publisher import SlicePublisher
@@ -403,3 +436,5 @@ class KubeletPlugin:
         self.servers.stop()
         if self._metrics_server is not None:
             self._metrics_server.stop()
+        if self._mig_session is not None:
+            self._mig_session.close()

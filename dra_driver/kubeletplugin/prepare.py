@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dra_driver.devices.nvml_mig_create import MigCreateError
 from dra_driver.kubeletplugin import cdi
 from dra_driver.kubeletplugin.checkpoint import (
     PREPARE_COMPLETED,
@@ -73,6 +74,7 @@ from dra_driver.kubeletplugin.defence import CapacityError, GpuUsage, check_fits
 from dra_driver.kubeletplugin.hamicore import HamiCoreConfig, claim_edits
 from dra_driver.kubeletplugin.inventory import Inventory, NodeGpu
 from dra_driver.kubeletplugin.metrics import PluginMetrics
+from dra_driver.kubeletplugin.mig_on_demand import MigOnDemand
 from dra_driver.kubeletplugin.toolkit import GENERATE_HINT, ToolkitRegistry
 
 LOG = logging.getLogger(__name__)
@@ -164,8 +166,12 @@ class Preparer:
         metrics: PluginMetrics | None = None,
         records: ClaimRecords | None = None,
         toolkit: ToolkitRegistry | None = None,
+        mig: MigOnDemand | None = None,
     ) -> None:
         self.config = config
+        #: Cards in MIG on demand: their placements' instances are created at prepare
+        #: (``mig_on_demand.py``), destroyed at unprepare; None when the node has none.
+        self.mig = mig
         #: Where real GPUs' edits come from (``toolkit.py``); None: device nodes only, no libraries.
         self.toolkit = toolkit
         self.inventory = inventory
@@ -359,19 +365,36 @@ class Preparer:
         """Read and check the claim, then take its room: a ``PrepareStarted`` entry, in memory only."""
         claim = self.claims.get(ref)
         devices = devices_for_node(claim, ref, self.config.driver, self.config.pool)
-        resolved = self._resolve(ref, devices)
-        spec, cdi_ids = self._build_spec(ref.uid, resolved)
-        gpus = {g.name: g for g in self.inventory.all()}
-        entry = ClaimEntry(ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids)
-        with self._lock:
-            self._check_room(ref, resolved, gpus)
-            previous = self._entries.get(ref.uid)
-            self._entries[ref.uid] = entry
-            self._changed()
+        try:
+            resolved = self._resolve(ref, devices)
+            spec, cdi_ids = self._build_spec(ref.uid, resolved)
+            gpus = {g.name: g for g in self.inventory.all()}
+            gpus.update({gpu.name: gpu for _, gpu in resolved})  # MIG on demand: not in the inventory
+            entry = ClaimEntry(
+                ref.namespace, ref.name, PREPARE_STARTED, self.config.boot_id, devices, cdi_ids
+            )
+            with self._lock:
+                self._check_room(ref, resolved, gpus)
+                previous = self._entries.get(ref.uid)
+                self._entries[ref.uid] = entry
+                self._changed()
+        except Exception:
+            self._release_mig(ref)  # a refused prepare leaves no instance behind
+            raise
         return _Admitted(ref, entry, spec, previous)
+
+    def _release_mig(self, ref: ClaimRef) -> None:
+        """Destroy the MIG on demand instances of a claim whose prepare failed (logged, not raised)."""
+        if self.mig is None:
+            return
+        try:
+            self.mig.release(ref.uid)
+        except Exception as err:
+            LOG.error("prepare %s (%s): its MIG instances could not be destroyed: %s", ref, ref.uid, err)
 
     def _withdraw(self, claim: _Admitted) -> None:
         """Undo an admission whose files could not be written: its entry is what it was before."""
+        self._release_mig(claim.ref)
         with self._lock:
             if claim.previous is None:
                 self._entries.pop(claim.ref.uid, None)
@@ -415,6 +438,8 @@ class Preparer:
         resolved = []
         for device in devices:
             gpu = self.inventory.get(device.device)
+            if gpu is None and self.mig is not None and self.mig.owns(device.device):
+                gpu = self.mig.ensure(ref.uid, device.device)  # creates the instance (intent first)
             if gpu is None:
                 raise ClaimError(f"ResourceClaim {ref}: device {device.device} does not exist on this node")
             resolved.append((device, gpu))
@@ -544,11 +569,13 @@ class Preparer:
             cleared: list[ClaimRef] = []
             for ref in refs:
                 try:
+                    if self.mig is not None:
+                        self.mig.release(ref.uid)  # raises while the instance cannot go: retried
                     cdi.remove_spec(self.config.cdi_dir / self.names.spec_file_name(ref.uid))
                     shutil.rmtree(self.config.hami.claim_dir(ref.uid), ignore_errors=True)
                     self.records.remove(ref.uid)
                     cleared.append(ref)
-                except OSError as err:
+                except (OSError, MigCreateError) as err:
                     LOG.error("unprepare %s (%s) failed: %s", ref, ref.uid, err)
                     results[ref.uid] = f"removing state of claim {ref}: {err}"
             removed: dict[str, tuple[ClaimEntry, bool]] = {}

@@ -8,7 +8,11 @@
   because the API server normalises quantities and a field-by-field compare would flap.
 - Feature gates: if the API server dropped ``allowMultipleAllocations``/``requestPolicy`` from what
   we wrote, consumable capacity is off (``DRAConsumableCapacity``): log one warning saying how to
-  turn it on. If it dropped device taints, fall back to the plain ``healthy`` attribute.
+  turn it on. If it dropped device taints, fall back to the plain ``healthy`` attribute. If it
+  dropped ``sharedCounters``/``consumesCounters`` (``DRAPartitionableDevices`` off, as by default on
+  1.34/1.35), cards marked for MIG on demand fall back to static MIG (their existing instances)
+  and one warning says so; where counter sets may sit follows the server's version
+  (:func:`~dra_driver.resource.mig_on_demand_slices.layout_for`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from dra_driver.devices.model import Gpu
 from dra_driver.kube.api import Kube
 from dra_driver.kubeletplugin.node import NodeReader
+from dra_driver.resource.mig_on_demand_slices import layout_for
 from dra_driver.resource.slice_builder import build_resource_slices
 from dra_driver.resource.slices import slice_devices, slice_place
 
@@ -59,6 +64,7 @@ class SlicePublisher:
         from kubernetes import client
 
         self._api: Any = client.ResourceV1Api(api_client)
+        self._version_api: Any = client.VersionApi(api_client)
         #: The Node's UID for the slices' owner reference (the plugin shares its NodeReader).
         self._node_uid = node_uid or NodeReader(Kube(api_client), node_name).uid
         self._exception = client.exceptions.ApiException
@@ -68,6 +74,9 @@ class SlicePublisher:
         self.policy_taint = policy_taint
         self.taints_supported = True
         self.consumable_capacity_supported = True
+        #: False once the API server dropped counters: on-demand MIG cards publish as static MIG.
+        self.partitionable_supported = True
+        self._layout: str | None = None
         self.resync_seconds = resync_seconds
         self._generation = 0
         self._lock = threading.Lock()
@@ -86,15 +95,28 @@ class SlicePublisher:
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return [s for s in items if getattr(slice_place(s), "driver", None) == self.driver_name]
 
+    def mig_on_demand_layout(self, gpus: list[Gpu]) -> str | None:
+        """Where counter sets go for this API server, or None (no on-demand card, or not served)."""
+        if not self.partitionable_supported or not any(gpu.mig_on_demand for gpu in gpus):
+            return None
+        if self._layout is None:
+            info = self._version_api.get_code()
+            minor = int("".join(ch for ch in str(info.minor) if ch.isdigit()) or "0")
+            self._layout = layout_for(minor)
+            LOG.info("API server 1.%d: MIG on demand publishes counters in layout %s", minor, self._layout)
+        return self._layout
+
     def desired(self, generation: int) -> list[dict[str, Any]]:
+        gpus = self._gpus()
         slices = build_resource_slices(
-            self._gpus(),
+            gpus,
             driver_name=self.driver_name,
             node_name=self.node_name,
             generation=generation,
             node_uid=self._node_uid(),
             policy_taint=self.policy_taint and self.taints_supported,
             taint_unhealthy=self.taints_supported,
+            mig_on_demand_layout=self.mig_on_demand_layout(gpus),
         )
         for slice_ in slices:
             slice_["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = _content_hash(slice_)
@@ -181,6 +203,20 @@ class SlicePublisher:
             LOG.warning(
                 "the API server dropped device taints (DRADeviceTaints gate off): unhealthy GPUs are "
                 "marked only by the attribute healthy=false"
+            )
+            self._wake.set()
+        wanted_counters = any((s.get("spec") or {}).get("sharedCounters") for s in sent)
+        got_counters = any((s.get("spec") or {}).get("sharedCounters") for s in stored) and any(
+            d.get("consumesCounters") for d in stored_devices
+        )
+        if wanted_counters and not got_counters and self.partitionable_supported:
+            self.partitionable_supported = False
+            LOG.warning(
+                "the API server dropped sharedCounters/consumesCounters from our ResourceSlices: the "
+                "DRAPartitionableDevices feature gate is off, so cards marked for MIG on demand are "
+                "published as static MIG (their existing instances only; none is created on demand). "
+                "Enable it with --feature-gates=DRAPartitionableDevices=true on kube-apiserver, "
+                "kube-scheduler, kube-controller-manager and kubelet (alpha in 1.34/1.35, on from 1.36)."
             )
             self._wake.set()
 

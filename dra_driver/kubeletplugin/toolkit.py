@@ -44,7 +44,15 @@ from dra_driver.kubeletplugin.container_edits import (
     merge_edits,
     read_edits,
 )
-from dra_driver.kubeletplugin.control_nodes import CONTROL_NODES, ControlNodes, HostView, complete
+from dra_driver.kubeletplugin.control_nodes import (
+    CONTROL_NODES,
+    ControlNodes,
+    HostView,
+    complete,
+    describe_host_node,
+    dev_root,
+    nvidia_caps_major,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -128,18 +136,54 @@ class ToolkitEdits:
     def for_mig(self, minor: int, caps: tuple[int, int]) -> Edits | None:
         """A MIG device's edits: the toolkit's own MIG device when the spec has it, else the parent
         card's node (``for_minor``, which for a card in MIG mode is cut from its MIG devices or from
-        ``all``) with the two capability nodes (as the spec describes them, else by path). None when
-        the spec does not define the parent card."""
+        ``all``; the host's node where the spec has neither) with the two capability nodes (as the
+        spec describes them, else as the host has them, else by number or path). None when neither
+        the spec nor the host has the parent card."""
         if minor in self.stale:
             return None
         found = self.by_mig.get((minor, *caps))
         if found is not None:
             return found
-        parent = self.by_minor.get(minor)
+        parent = self.by_minor.get(minor) or self._unlisted_card(minor)
         if parent is None:
             return None
-        nodes = [self.cap_nodes.get(cap, {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}) for cap in caps]
+        nodes = [self.cap_nodes.get(cap) or self._unlisted_cap(parent, cap) for cap in caps]
         return merge_edits(parent, {"deviceNodes": nodes})
+
+    def _unlisted_card(self, minor: int) -> Edits | None:
+        """The card's node for a MIG device when the spec has no device of the card: nvidia-ctk
+        writes none for a card in MIG mode without instances (one in MIG on demand, before its
+        first instance), so it is described from the host's node, found where the spec's control
+        nodes come from. None when the host has no such node either."""
+        path = f"/dev/nvidia{minor}"
+        host_path = dev_root(n for n in self.common.get("deviceNodes", []) if isinstance(n, dict)) + path
+        seen = self.host.seen_at(host_path)
+        described = describe_host_node(path, host_path, seen) if seen is not None else None
+        return None if described is None else {"deviceNodes": [described]}
+
+    def _unlisted_cap(self, parent: Edits, cap: int) -> dict[str, Any]:
+        """A capability node the spec does not describe (an instance created after the spec was
+        generated, as MIG on demand's are, whose node the host may not have either): as the host's
+        node where it exists; else with its type, major (``nvidia-caps`` in the host's
+        /proc/devices) and minor, which the runtime creates it from in the container; else by path."""
+        path = f"/dev/nvidia-caps/nvidia-cap{cap}"
+        nodes = [n for n in parent.get("deviceNodes", []) if isinstance(n, dict)]
+        host_path = dev_root(nodes) + path
+        seen = self.host.seen_at(host_path)
+        described = describe_host_node(path, host_path, seen) if seen is not None else None
+        if described is not None:
+            return described
+        major = nvidia_caps_major(self.host)
+        if major is None:
+            return {"path": path}
+        return {
+            "path": path,
+            "type": "c",
+            "major": major,
+            "minor": cap,
+            "fileMode": 0o444,
+            "permissions": "rw",
+        }
 
     def mig_problem(self, minor: int, caps: tuple[int, int]) -> str | None:
         """Why the MIG device with capability minors ``caps`` on card ``minor`` cannot be injected,

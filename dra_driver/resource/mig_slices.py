@@ -63,18 +63,41 @@ def mig_device_entries(gpu: Gpu, *, driver_name: str, taint_unhealthy: bool = Fa
 def _entry(gpu: Gpu, mig: MigDevice, driver_name: str, taint_unhealthy: bool) -> dict[str, Any]:
     name = mig_device_name(gpu.name, mig)
     healthy = gpu.healthy and mig.healthy
+    attributes = parent_attributes(gpu, healthy=healthy)
+    attributes.update(
+        {
+            UUID_ATTRIBUTE: {"string": mig.uuid},
+            MIG_PROFILE_ATTRIBUTE: {"string": mig.profile},
+            MIG_GPU_INSTANCE_ATTRIBUTE: {"int": mig.gpu_instance},
+            MIG_COMPUTE_INSTANCE_ATTRIBUTE: {"int": mig.compute_instance},
+            MIG_SLICES_ATTRIBUTE: {"int": mig.slices},
+        }
+    )
+    if mig.multiprocessors is not None:
+        attributes[MIG_MULTIPROCESSORS_ATTRIBUTE] = {"int": mig.multiprocessors}
+    if mig.placement_start is not None and mig.placement_size is not None:
+        attributes[MIG_PLACEMENT_START_ATTRIBUTE] = {"int": mig.placement_start}
+        attributes[MIG_MEMORY_SLICES_ATTRIBUTE] = {"int": mig.placement_size}
+    device: dict[str, Any] = {
+        "name": name,
+        "attributes": attributes,
+        "capacity": {MEMORY: {"value": format_bytes((mig.memory_bytes // MIB) * MIB)}},
+    }
+    if taint_unhealthy and not healthy:
+        device["taints"] = [{"key": unhealthy_taint_key(driver_name), "effect": "NoSchedule"}]
+    return device
+
+
+def parent_attributes(gpu: Gpu, *, healthy: bool) -> dict[str, dict[str, Any]]:
+    """What every MIG device of ``gpu`` says of its card (static instances and on-demand placements
+    alike): type, product, the parent's UUID/index/minor/PCI address/NUMA node, versions, health."""
     attributes: dict[str, dict[str, Any]] = {
         TYPE_ATTRIBUTE: {"string": MIG_TYPE},
-        UUID_ATTRIBUTE: {"string": mig.uuid},
-        MIG_PROFILE_ATTRIBUTE: {"string": mig.profile},
         PRODUCT_NAME_ATTRIBUTE: {
             "string": gpu.product_name.encode()[:MAX_ATTRIBUTE_STRING].decode("utf-8", "ignore")
         },
         MIG_PARENT_UUID_ATTRIBUTE: {"string": gpu.uuid},
         MIG_PARENT_INDEX_ATTRIBUTE: {"int": gpu.index},
-        MIG_GPU_INSTANCE_ATTRIBUTE: {"int": mig.gpu_instance},
-        MIG_COMPUTE_INSTANCE_ATTRIBUTE: {"int": mig.compute_instance},
-        MIG_SLICES_ATTRIBUTE: {"int": mig.slices},
         HEALTHY_ATTRIBUTE: {"bool": healthy},
     }
     if gpu.health_monitored is not None:
@@ -83,11 +106,6 @@ def _entry(gpu: Gpu, mig: MigDevice, driver_name: str, taint_unhealthy: bool) ->
         attributes[MIG_PARENT_MINOR_ATTRIBUTE] = {"int": gpu.minor}
     if gpu.pci_bus_id:
         attributes[MIG_PARENT_PCI_BUS_ID_ATTRIBUTE] = {"string": gpu.pci_bus_id}
-    if mig.multiprocessors is not None:
-        attributes[MIG_MULTIPROCESSORS_ATTRIBUTE] = {"int": mig.multiprocessors}
-    if mig.placement_start is not None and mig.placement_size is not None:
-        attributes[MIG_PLACEMENT_START_ATTRIBUTE] = {"int": mig.placement_start}
-        attributes[MIG_MEMORY_SLICES_ATTRIBUTE] = {"int": mig.placement_size}
     for key, text in ((BRAND_ATTRIBUTE, gpu.brand), (ARCHITECTURE_ATTRIBUTE, gpu.architecture)):
         if text:
             attributes[key] = {"string": text}
@@ -103,11 +121,4 @@ def _entry(gpu: Gpu, mig: MigDevice, driver_name: str, taint_unhealthy: bool) ->
         attributes[NUMA_NODE_ATTRIBUTE] = {"int": gpu.numa_node}
     if gpu.pcie_root:
         attributes[PCIE_ROOT_ATTRIBUTE] = {"string": gpu.pcie_root}
-    device: dict[str, Any] = {
-        "name": name,
-        "attributes": attributes,
-        "capacity": {MEMORY: {"value": format_bytes((mig.memory_bytes // MIB) * MIB)}},
-    }
-    if taint_unhealthy and not healthy:
-        device["taints"] = [{"key": unhealthy_taint_key(driver_name), "effect": "NoSchedule"}]
-    return device
+    return attributes

@@ -27,7 +27,9 @@ Attributes (unqualified names live in the driver's domain, e.g. ``device.attribu
 ``resource.kubernetes.io/pcieRoot``. Anything the source did not determine is omitted.
 
 A card in MIG mode publishes its MIG devices instead of itself (``type: mig``, whole devices,
-:mod:`dra_driver.resource.mig_slices`).
+:mod:`dra_driver.resource.mig_slices`); a card in MIG on demand its possible placements, which
+consume its shared counters (:mod:`dra_driver.resource.mig_on_demand_slices`), in slices after the
+others.
 
 A card whose compute mode is not ``Default`` publishes ``slots: 1`` (one tenant at a time, also for
 kube-scheduler's own allocator) and the controller gives it out whole only.
@@ -63,6 +65,7 @@ from dra_driver.contract import (
 )
 from dra_driver.devices.model import Gpu, semver
 from dra_driver.devices.nvlink import nvlink_peers_attribute
+from dra_driver.resource.mig_on_demand_slices import on_demand_slice_specs
 from dra_driver.resource.mig_slices import mig_device_entries
 from dra_driver.resource.slices import (
     ARCHITECTURE_ATTRIBUTE,
@@ -113,8 +116,13 @@ def build_resource_slices(
     pool_name: str | None = None,
     policy_taint: bool = False,
     taint_unhealthy: bool = False,
+    mig_on_demand_layout: str | None = None,
 ) -> list[dict[str, Any]]:
     """Return the ResourceSlices (plain dicts, ready for the API) of one node's pool.
+
+    Cards in MIG on demand publish their placements and counter sets in ``mig_on_demand_layout``
+    (:mod:`dra_driver.resource.mig_on_demand_slices`); without a layout (the API server does not
+    serve partitionable devices) they publish their existing instances, as static MIG.
 
     Always at least one slice: an empty pool ("this node has no GPUs") differs from no pool.
     Slice names are deterministic (``<node>-<driver>-<n>``, hashed when too long) so that a
@@ -132,7 +140,10 @@ def build_resource_slices(
     ordered = sorted(gpus, key=lambda gpu: gpu.index)
     _check_unique(ordered)
     devices: list[dict[str, Any]] = []
+    on_demand = [gpu for gpu in ordered if gpu.mig_on_demand and mig_on_demand_layout is not None]
     for gpu in ordered:
+        if gpu in on_demand:
+            continue
         if gpu.mig_enabled:  # never whole nor as shares: its MIG devices instead (resource/mig_slices.py)
             devices += mig_device_entries(gpu, driver_name=driver_name, taint_unhealthy=taint_unhealthy)
         else:
@@ -143,9 +154,15 @@ def build_resource_slices(
             )
     tainted = any("taints" in device for device in devices)
     per_slice = MAX_TAINTED_DEVICES_PER_SLICE if tainted else MAX_DEVICES_PER_SLICE
-    chunks = [devices[start : start + per_slice] for start in range(0, len(devices), per_slice)] or [[]]
+    chunks = [devices[start : start + per_slice] for start in range(0, len(devices), per_slice)]
+    specs: list[dict[str, Any]] = [{"devices": chunk} for chunk in chunks]
+    if on_demand and mig_on_demand_layout is not None:
+        specs += on_demand_slice_specs(
+            on_demand, layout=mig_on_demand_layout, driver_name=driver_name, taint_unhealthy=taint_unhealthy
+        )
+    specs = specs or [{"devices": []}]
     slices = []
-    for number, chunk in enumerate(chunks):
+    for number, parts in enumerate(specs):
         metadata: dict[str, Any] = {"name": slice_name(node_name, driver_name, number)}
         if node_uid:
             metadata["ownerReferences"] = [
@@ -159,8 +176,8 @@ def build_resource_slices(
                 "spec": {
                     "driver": driver_name,
                     "nodeName": node_name,
-                    "pool": {"name": pool, "generation": generation, "resourceSliceCount": len(chunks)},
-                    "devices": chunk,
+                    "pool": {"name": pool, "generation": generation, "resourceSliceCount": len(specs)},
+                    **parts,
                 },
             }
         )

@@ -90,6 +90,8 @@ MIG_SLICES_ATTRIBUTE = "slices"
 MIG_MULTIPROCESSORS_ATTRIBUTE = "multiprocessors"
 MIG_PLACEMENT_START_ATTRIBUTE = "placementStart"
 MIG_MEMORY_SLICES_ATTRIBUTE = "memorySlices"
+#: true on a possible placement of a card in MIG on demand (no instance yet; created at prepare).
+MIG_ON_DEMAND_ATTRIBUTE = "onDemand"
 #: The value kinds of a ``DeviceAttribute`` (exactly one is set).
 ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 

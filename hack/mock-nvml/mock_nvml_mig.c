@@ -22,6 +22,13 @@
  * destroyed. The state lasts for the process (like the driver's, it survives nvmlShutdown/nvmlInit);
  * the JSON's instances are read at the first nvmlInit.
  *
+ * With MOCK_NVML_MIG_STATE naming a file, the state outlives the process too, as the kernel
+ * driver's does (what a plugin restarted between creating an instance and recording it must find):
+ * every create and destroy rewrites the file (write to <file>.tmp, then rename), and the first
+ * nvmlInit of a process reads the file instead of the JSON's "gpuInstances" when it exists. One
+ * line per instance: "gi <gpu> <gi id> <profile id> <start>" and
+ * "ci <gpu> <gi id> <ci id> <ci profile> <start> <size> <uuid>".
+ *
  * GPU instance ids follow the driver's numbering by placement: a placement of 8 memory slices is
  * id 0, of 4 slices 1 + start/4, of 2 slices 3 + start/2, of 1 slice 7 + start, so an id names the
  * memory it covers, as on A100/H100 (ids 0..13; /proc/driver/nvidia-caps/mig-minors lists gi0..14).
@@ -250,10 +257,72 @@ static mock_ci *ci_create(int g, int i, const jval *dev, unsigned int ci_profile
     return NULL;
 }
 
+/* MOCK_NVML_MIG_STATE: the instances written after each change, so another process finds them. */
+static void save_mig_state(void) {
+    const char *path = getenv("MOCK_NVML_MIG_STATE");
+    if (!path || !*path) return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "mock-nvml: cannot write MIG state %s\n", tmp);
+        return;
+    }
+    for (int g = 0; g < MIG_GPUS; g++)
+        for (int i = 0; i < MIG_GIS; i++) {
+            const mock_gi *gi = &gis[g][i];
+            if (!gi->used) continue;
+            fprintf(f, "gi %d %d %u %u\n", g, i, gi->profile_id, gi->start);
+            for (int k = 0; k < MIG_CIS; k++) {
+                const mock_ci *ci = &gi->cis[k];
+                if (ci->used)
+                    fprintf(f, "ci %d %d %d %u %u %u %s\n", g, i, k, ci->profile_id, ci->start, ci->size, ci->uuid);
+            }
+        }
+    fclose(f);
+    if (rename(tmp, path) != 0) fprintf(stderr, "mock-nvml: cannot rename %s to %s\n", tmp, path);
+}
+
+/* 1 when MOCK_NVML_MIG_STATE names a file that was read (the JSON's instances are then not). */
+static int load_mig_state(void) {
+    const char *path = getenv("MOCK_NVML_MIG_STATE");
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[512], kind[4], uuid[MIG_NAME];
+    int g, i, k;
+    unsigned int profile_id, start, size;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%3s", kind) != 1) continue;
+        if (!strcmp(kind, "gi") && sscanf(line, "gi %d %d %u %u", &g, &i, &profile_id, &start) == 4 &&
+            g >= 0 && g < MIG_GPUS && i >= 0 && i < MIG_GIS) {
+            mock_gi *gi = &gis[g][i];
+            memset(gi, 0, sizeof(*gi));
+            gi->used = 1;
+            gi->profile_id = profile_id;
+            gi->start = start;
+        } else if (!strcmp(kind, "ci") &&
+                   sscanf(line, "ci %d %d %d %u %u %u %95s", &g, &i, &k, &profile_id, &start, &size, uuid) == 7 &&
+                   g >= 0 && g < MIG_GPUS && i >= 0 && i < MIG_GIS && k >= 0 && k < MIG_CIS && gis[g][i].used) {
+            mock_ci *ci = &gis[g][i].cis[k];
+            ci->used = 1;
+            ci->profile_id = profile_id;
+            ci->start = start;
+            ci->size = size;
+            snprintf(ci->uuid, sizeof ci->uuid, "%s", uuid);
+        } else {
+            fprintf(stderr, "mock-nvml: %s: bad line ignored: %s", path, line);
+        }
+    }
+    fclose(f);
+    return 1;
+}
+
 /* The profile's instances, once per process: a later nvmlInit finds the state the calls left. */
 static void load_mig_instances(void) {
     if (mig_loaded) return;
     mig_loaded = 1;
+    if (load_mig_state()) return;
     for (int g = 0; devices && g < devices->n && g < MIG_GPUS; g++) {
         const jval *dev = devices->items[g];
         jval *list = jget(dev, "gpuInstances");
@@ -286,6 +355,7 @@ static void load_mig_instances(void) {
             }
         }
     }
+    save_mig_state();
 }
 
 /* Handle -> indexes: 1 and g/i(/k) when the handle is a live instance of that kind. */
@@ -492,7 +562,10 @@ nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(void *handle, unsigned int
     if (!profile || placement->size != num(profile, "placementSize")) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t ret;
     mock_gi *gi = gi_create(g, dev, profile, placement->start, &ret);
-    if (gi) *gpuInstance = gi;
+    if (gi) {
+        *gpuInstance = gi;
+        save_mig_state();
+    }
     return ret;
 }
 
@@ -508,6 +581,7 @@ nvmlReturn_t nvmlDeviceCreateGpuInstance(void *handle, unsigned int profileId, v
         mock_gi *gi = gi_create(g, dev, profile, (unsigned int)list->items[p]->num, &ret);
         if (gi) {
             *gpuInstance = gi;
+            save_mig_state();
             return NVML_SUCCESS;
         }
     }
@@ -521,6 +595,7 @@ nvmlReturn_t nvmlGpuInstanceDestroy(void *gpuInstance) {
     for (int k = 0; k < MIG_CIS; k++)
         if (gis[g][i].cis[k].used) return NVML_ERROR_IN_USE;
     gis[g][i].used = 0;
+    save_mig_state();
     return NVML_SUCCESS;
 }
 
@@ -619,7 +694,10 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void *gpuInstance, unsigned in
     if (profileId >= 9) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t ret;
     mock_ci *ci = ci_create(g, i, devices->items[g], profileId, NULL, &ret);
-    if (ci) *computeInstance = ci;
+    if (ci) {
+        *computeInstance = ci;
+        save_mig_state();
+    }
     return ret;
 }
 
@@ -663,6 +741,7 @@ nvmlReturn_t nvmlComputeInstanceDestroy(void *computeInstance) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (!ci_of(computeInstance, &g, &i, &k)) return NVML_ERROR_INVALID_ARGUMENT;
     gis[g][i].cis[k].used = 0;
+    save_mig_state();
     return NVML_SUCCESS;
 }
 

@@ -194,6 +194,18 @@ def test_health_knobs_reach_the_plugin_as_it_parses_them(render: Render) -> None
     assert parsed.health_recovery_seconds == 1.5
 
 
+def test_mig_on_demand_reaches_the_plugin_as_it_parses_them(render: Render) -> None:
+    from dra_driver import cli
+
+    assert not any(a.startswith("--mig-on-demand") for a in container(_plugin(render()))["args"])
+    args = container(_plugin(render(values={"kubeletPlugin": {"migOnDemand": "0,GPU-1234"}})))["args"]
+    assert "--mig-on-demand=0,GPU-1234" in args
+    parsed = cli.build_parser().parse_args([a.replace("$(NODE_NAME)", "node-a") for a in args])
+    assert parsed.mig_on_demand == frozenset({"0", "GPU-1234"})
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["kubelet-plugin", "--mig-on-demand=gpu0"])
+
+
 @pytest.mark.parametrize(
     "bad",
     [

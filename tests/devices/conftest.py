@@ -114,13 +114,20 @@ def run_nvml(mock_nvml: dict[str, Path], tmp_path: Path) -> Callable[..., NvmlRu
 def run_nvml_script(
     mock_nvml: dict[str, Path], tmp_path: Path
 ) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """``run_nvml_script(code, profile, *args, events=None, legacy=False)``: ``python -c code args``
-    against the mock answering ``profile``; ``events`` (lines, see hack/mock-nvml/mock_nvml.c) are
-    written to the file the mock's ``nvmlEventSetWait`` reads. Fails the test if the script fails.
+    """``run_nvml_script(code, profile, *args, events=None, legacy=False, mig_state=None)``:
+    ``python -c code args`` against the mock answering ``profile``; ``events`` (lines, see
+    hack/mock-nvml/mock_nvml.c) are written to the file the mock's ``nvmlEventSetWait`` reads;
+    ``mig_state`` is the file MIG instances outlive the process in. Fails the test if the script
+    fails.
     """
 
     def run(
-        code: str, profile: dict[str, Any], *args: str, events: str | None = None, legacy: bool = False
+        code: str,
+        profile: dict[str, Any],
+        *args: str,
+        events: str | None = None,
+        legacy: bool = False,
+        mig_state: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         profile_path = tmp_path / "script-profile.json"
         profile_path.write_text(json.dumps(profile))
@@ -130,7 +137,7 @@ def run_nvml_script(
             events_path.write_text(events)
         proc = subprocess.run(
             [sys.executable, "-c", code, *args],
-            env=nvml_env(mock_nvml["legacy" if legacy else "current"], profile_path, events_path),
+            env=nvml_env(mock_nvml["legacy" if legacy else "current"], profile_path, events_path, mig_state),
             capture_output=True,
             text=True,
             timeout=60,

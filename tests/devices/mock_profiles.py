@@ -63,6 +63,9 @@ def profile_from_gpus(
             device["migMode"] = int(gpu.mig_enabled)
         if gpu.mig_devices:
             device.update(mig_device_json(gpu))
+        elif gpu.mig_enabled and mig_model(gpu.product_name) is not None:
+            # MIG mode without instances (a card for MIG on demand): the profiles, nothing created.
+            device["migProfiles"] = mig_profiles_json(gpu.product_name)
         if gpu.nvlink_peers:
             if nvswitch:
                 links = gpu.nvlink_peers[0][1]
@@ -99,10 +102,13 @@ def fake_sysfs(root: Path, gpus: Sequence[Gpu], numa: dict[int, str] | None = No
     return root
 
 
-def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None) -> dict[str, str]:
+def nvml_env(
+    lib_dir: Path, profile_path: Path, events_path: Path | None = None, mig_state: Path | None = None
+) -> dict[str, str]:
     """Environment for a subprocess that loads the mock from ``lib_dir`` with ``profile_path``.
 
-    ``events_path`` is the file the mock's ``nvmlEventSetWait`` reads injected events from.
+    ``events_path`` is the file the mock's ``nvmlEventSetWait`` reads injected events from;
+    ``mig_state`` the file its MIG instances outlive the process in (``MOCK_NVML_MIG_STATE``).
     """
     env = dict(os.environ)
     paths = [str(lib_dir), *filter(None, [env.get("LD_LIBRARY_PATH")])]
@@ -110,8 +116,11 @@ def nvml_env(lib_dir: Path, profile_path: Path, events_path: Path | None = None)
     env["MOCK_NVML_PROFILE"] = str(profile_path)
     env["PYTHONPATH"] = str(REPO)
     env.pop("MOCK_NVML_EVENTS", None)
+    env.pop("MOCK_NVML_MIG_STATE", None)
     if events_path is not None:
         env["MOCK_NVML_EVENTS"] = str(events_path)
+    if mig_state is not None:
+        env["MOCK_NVML_MIG_STATE"] = str(mig_state)
     return env
 
 

@@ -216,3 +216,31 @@ def test_a_host_name_that_is_no_node_name_asks_for_the_flag(
         "hami-dra discover: error: the host name 'my_host' is not a valid node name: "
         "pass --node-name (or set NODE_NAME)\n"
     )
+
+
+def test_mig_on_demand_preview_per_server_version(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(
+        yaml.safe_dump({"gpus": [{"profile": "h200", "migEnabled": True}, {"profile": "h200"}]})
+    )
+    base = ["--devices-file", str(devices), "--node-name", "node-1", "--mig-on-demand", "all", "-o", "json"]
+    code, out, _ = discover(capsys, *base)
+    assert code == 0
+    items = json.loads(out)["items"]  # 1.37: the card, the counter set, the placements
+    assert [sorted(s["spec"].keys() & {"devices", "sharedCounters"}) for s in items] == [
+        ["devices"],
+        ["sharedCounters"],
+        ["devices"],
+    ]
+    assert [d["name"] for d in items[0]["spec"]["devices"]] == ["gpu-1"]  # not in MIG mode: whole
+    assert len(items[2]["spec"]["devices"]) == 18
+    code, out, _ = discover(capsys, *base, "--kube-version", "1.34")
+    items = json.loads(out)["items"]
+    assert (
+        items[1]["spec"]["sharedCounters"][0]["name"] == "gpu-0-mig"
+        and len(items[1]["spec"]["devices"]) == 18
+    )
+    for slice_ in items:
+        assert_valid(slice_, versions=("1.34",))
+    code, _, err = discover(capsys, *base, "--kube-version", "2.0")
+    assert code == 2 and "--kube-version: '2.0' is not 1.<minor>" in err

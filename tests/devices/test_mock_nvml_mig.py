@@ -40,8 +40,8 @@ out = {}
 """
 
 
-def run(run_nvml_script, body: str, profile: dict) -> dict:
-    proc = run_nvml_script(_PRELUDE + body + "\nprint(json.dumps(out))\n", profile)
+def run(run_nvml_script, body: str, profile: dict, **options) -> dict:
+    proc = run_nvml_script(_PRELUDE + body + "\nprint(json.dumps(out))\n", profile, **options)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -224,3 +224,79 @@ def test_mig_uuids_are_the_same_in_every_process(run_nvml_script) -> None:
     profile = h100_profile([("1g.10gb", 0), ("1g.10gb", 1)])
     first, second = run(run_nvml_script, body, profile), run(run_nvml_script, body, profile)
     assert first == second and len(set(first["uuids"])) == 2
+
+
+H200 = MIG_MODELS["NVIDIA H200"]
+
+
+def h200_profile() -> dict:
+    gpus = profile_gpus("h200", node_name="node-1", gpus=1)
+    profile = profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040)
+    profile["devices"][0] = with_mig(profile["devices"][0])
+    return profile
+
+
+def test_h200_profiles_and_placements(run_nvml_script) -> None:
+    out = run(
+        run_nvml_script,
+        """
+from ctypes import byref, c_uint
+rows = {}
+for index in (0, 9, 1, 2, 3, 4):
+    info = n.nvmlDeviceGetGpuInstanceProfileInfo(dev, index)
+    count = c_uint(8)
+    array = (n.c_nvmlGpuInstancePlacement_t * 8)()
+    n.nvmlDeviceGetGpuInstancePossiblePlacements(dev, info.id, array, byref(count))
+    rows[str(info.name)] = [info.sliceCount, info.instanceCount, info.memorySizeMB,
+                            [[array[k].start, array[k].size] for k in range(count.value)]]
+out["rows"] = rows
+""",
+        h200_profile(),
+    )
+    rows = out["rows"]
+    assert rows["MIG 1g.18gb"][:2] == [1, 7]
+    assert rows["MIG 1g.18gb"][3] == [[s, 1] for s in range(7)]
+    assert rows["MIG 1g.35gb"][3] == [[0, 2], [2, 2], [4, 2], [6, 2]]
+    assert rows["MIG 2g.35gb"][3] == [[0, 2], [2, 2], [4, 2]]
+    assert rows["MIG 3g.71gb"][3] == [[0, 4], [4, 4]]
+    assert rows["MIG 4g.71gb"][3] == [[0, 4]]
+    assert rows["MIG 7g.141gb"][:2] == [7, 1] and rows["MIG 7g.141gb"][3] == [[0, 8]]
+    assert rows["MIG 7g.141gb"][2] == H200.by_name("7g.141gb").memory_mib
+
+
+def test_instances_outlive_the_process_with_a_state_file(run_nvml_script, tmp_path) -> None:
+    """MOCK_NVML_MIG_STATE: as the kernel driver's, the instances one process creates are there for
+    the next (the plugin restarted between create and checkpoint must find them), destroys too."""
+    state = tmp_path / "mig-state"
+    g1 = H100.by_name("1g.10gb").profile_id
+    create = f"""
+p = n.c_nvmlGpuInstancePlacement_t(); p.start, p.size = 3, 1
+from ctypes import byref
+gi = n.nvmlDeviceCreateGpuInstanceWithPlacement(dev, {g1}, byref(p))
+ci = n.nvmlGpuInstanceCreateComputeInstance(gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE)
+out["uuid"] = n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(dev, 1))
+"""
+    listing = f"""
+out["gis"] = sorted(n.nvmlGpuInstanceGetInfo(n.nvmlDeviceGetGpuInstanceById(dev, i)).placement.start
+                    for i in range(15) if code(n.nvmlDeviceGetGpuInstanceById, dev, i) == 0)
+out["uuids"] = [n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(dev, k))
+                for k in range(7) if code(n.nvmlDeviceGetMigDeviceHandleByIndex, dev, k) == 0]
+out["again"] = code(n.nvmlDeviceCreateGpuInstanceWithPlacement, dev, {g1}, byref(p))
+"""
+    placement = "\nfrom ctypes import byref\np = n.c_nvmlGpuInstancePlacement_t(); p.start, p.size = 3, 1\n"
+    destroy = """
+gi = n.nvmlDeviceGetGpuInstanceById(dev, 10)
+n.nvmlComputeInstanceDestroy(n.nvmlGpuInstanceGetComputeInstanceById(gi, 0))
+n.nvmlGpuInstanceDestroy(gi)
+"""
+    profile = h100_profile([("1g.10gb", 0)])
+    created = run(run_nvml_script, create, profile, mig_state=state)
+    after = run(run_nvml_script, placement + listing, profile, mig_state=state)
+    assert after["gis"] == [0, 3]
+    assert created["uuid"] in after["uuids"] and len(after["uuids"]) == 2
+    assert after["again"] == 23  # the slot is still taken in the new process
+    run(run_nvml_script, destroy, profile, mig_state=state)
+    gone = run(run_nvml_script, placement + listing, profile, mig_state=state)
+    assert gone["gis"] == [0] and len(gone["uuids"]) == 1
+    without = run(run_nvml_script, placement + listing, profile)
+    assert without["gis"] == [0]  # no state file: each process starts from the profile

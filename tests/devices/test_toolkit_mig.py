@@ -209,3 +209,53 @@ def test_podman_runs_a_container_with_exactly_its_mig_device(
         f"nvidia-cap{ci_cap}",
     ]
     assert "nvidia1" in nodes and "nvidia0" not in nodes, run.stdout
+
+
+# ---------------------------------------------------------------- MIG on demand (issue 37 item 2)
+@pytest.mark.parametrize("layout", ["host", "operator"])
+def test_an_on_demand_instance_gets_its_card_node_and_the_hosts_capability_nodes(
+    layout: Layout, tmp_path: Path
+) -> None:
+    """A card in MIG mode without instances, marked for MIG on demand: the toolkit's spec (real
+    nvidia-ctk) has no MIG device of it, since none existed when it was generated; the instance
+    prepare creates still gets the card's node and its two capability nodes, described from the
+    node's (mock root's) device files with the driver's numbers."""
+    from dra_driver.devices.mig_on_demand import mark_on_demand, parse_selection
+    from dra_driver.devices.simulated_mig import SimulatedMigDriver
+    from dra_driver.kubeletplugin.mig_on_demand import Journal, MigOnDemand
+
+    require_toolkit()
+    path = tmp_path / "devices.yaml"
+    entries = [{"index": 0, "profile": "h100-80gb"}, {"index": 1, "profile": "h100-80gb", "migEnabled": True}]
+    path.write_text(yaml.safe_dump({"gpus": entries}))
+    gpus = mark_on_demand(DevicesFileSource(path, node_name="node-1").discover(), parse_selection("1"))
+    profile = tmp_path / "profile.json"
+    profile.write_text(
+        json.dumps(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040))
+    )
+    driver = mock_driver_root(tmp_path / "root", profile)
+    registry = tmp_path / "registry"
+    assert generate_spec(layout, driver, registry) is not None
+    preparer = make(
+        tmp_path, FakeClaims(), simulated=False, toolkit=ToolkitRegistry((registry,), host=HostView())
+    )
+    preparer.inventory = Inventory(node_devices(gpus))
+    preparer.mig = MigOnDemand(
+        gpus, SimulatedMigDriver(tmp_path / "instances.json", gpus[1:]), Journal(tmp_path / "journal.json")
+    )
+    preparer.start()
+    obj = claim("slice", [result("gpu-1-mig-1g10gb-at-5", share=False)])
+    preparer.claims = FakeClaims(obj)
+    answer, spec = prepared_spec(preparer, obj)
+    assert not answer.error, answer.error
+    nodes = own_nodes(spec)
+    caps = [f"/dev/nvidia-caps/nvidia-cap{minor}" for minor in mig_caps_minors(1, 12, 0)]  # 1g at 5: GI 12
+    assert [n["path"] for n in nodes if n["path"].startswith("/dev/nvidia-caps/")] == caps
+    assert [n["path"] for n in nodes if n["path"][len("/dev/nvidia") :].isdigit()] == ["/dev/nvidia1"]
+    for node in nodes:
+        if node["path"] in caps:
+            assert (node["major"], node["minor"]) == (
+                NVIDIA_CAPS_MAJOR,
+                int(node["path"].rsplit("cap", 1)[1]),
+            )
+            assert node["hostPath"] == str(driver.dev_root) + node["path"]

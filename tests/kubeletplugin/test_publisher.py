@@ -203,3 +203,57 @@ def test_a_server_with_the_dra_feature_gates_keeps_what_is_published(
     assert "dropped" not in caplog.text
     (stored,) = node_slices(node)
     assert stored["spec"]["devices"][0]["allowMultipleAllocations"] is True
+
+
+def on_demand_cards(node_name: str) -> list:
+    from dataclasses import replace
+
+    from dra_driver.devices.mig_on_demand import mark_on_demand, parse_selection
+
+    cards = [replace(g, mig_enabled=True) for g in profile_gpus("h100-80gb", node_name=node_name, gpus=4)]
+    return mark_on_demand(cards, parse_selection("all"))
+
+
+def test_mig_on_demand_placements_and_counters_are_kept_by_the_server(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tier's server validates partitionable devices for real: the counter sets and each
+    placement's consumption are stored in the layout its version takes, and nothing is dropped."""
+    publisher = SlicePublisher(
+        node.api_client, driver_name=node.driver, node_name=node.name, gpus=lambda: on_demand_cards(node.name)
+    )
+    with caplog.at_level(logging.WARNING):
+        assert publisher.sync() is True
+    assert publisher.partitionable_supported and "dropped" not in caplog.text
+    stored = node_slices(node)
+    sets = [cs["name"] for s in stored for cs in s["spec"].get("sharedCounters") or []]
+    assert sorted(sets) == ["gpu-0-mig", "gpu-1-mig", "gpu-2-mig", "gpu-3-mig"]
+    devices = [d for s in stored for d in s["spec"].get("devices") or []]
+    assert len(devices) == 4 * 18 and all(d["consumesCounters"] for d in devices)
+    assert publisher.sync() is False  # what the server normalised hashes the same
+
+
+def test_without_counters_on_demand_cards_fall_back_to_static(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    publisher = SlicePublisher(
+        node.api_client, driver_name=node.driver, node_name=node.name, gpus=lambda: on_demand_cards(node.name)
+    )
+    sent = publisher.desired(1)
+    stored = [
+        {"spec": {k: v for k, v in s["spec"].items() if k != "sharedCounters"}}
+        for s in sent
+        if s["spec"].get("devices")
+    ]
+    for slice_ in stored:
+        slice_["spec"]["devices"] = [
+            {k: v for k, v in d.items() if k != "consumesCounters"} for d in slice_["spec"]["devices"]
+        ]
+    with caplog.at_level(logging.WARNING):
+        publisher._check_feature_gates(sent, stored)
+        publisher._check_feature_gates(sent, stored)
+    assert caplog.text.count("dropped sharedCounters/consumesCounters") == 1
+    assert "--feature-gates=DRAPartitionableDevices=true" in caplog.text
+    assert not publisher.partitionable_supported
+    again = json.dumps(publisher.desired(2))
+    assert "sharedCounters" not in again and "onDemand" not in again

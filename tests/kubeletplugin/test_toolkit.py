@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -286,3 +288,35 @@ def test_a_mig_device_the_spec_does_not_describe_needs_its_capabilities_on_the_h
     assert (
         edits.mig_problem(2, (12, 13)) == "nvidia.yaml (nvidia.com/gpu) defines no device with /dev/nvidia2"
     )
+
+
+def test_a_capability_created_after_the_spec_is_described_for_the_runtime(tmp_path: Path) -> None:
+    """MIG on demand creates instances after the toolkit's spec was generated, and the host need not
+    have their capability nodes: one the host has is described from it; one it lacks gets its type,
+    major (the host's /proc/devices) and minor, from which the runtime makes it in the container."""
+    raw = {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [{"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}}],
+    }
+    host = tmp_path / "host"
+    (host / "dev" / "nvidia-caps").mkdir(parents=True)
+    (host / "proc").mkdir()
+    (host / "proc" / "devices").write_text("Character devices:\n195 nvidia\n237 nvidia-caps\n")
+    try:
+        os.mknod(host / "dev/nvidia-caps/nvidia-cap93", stat.S_IFCHR | 0o400, os.makedev(237, 93))
+    except PermissionError:
+        pytest.skip("making a character device node needs root")
+    edits = toolkit_edits(parse_spec(Path("nvidia.yaml"), yaml.safe_dump(raw)), HostView(host))
+    nodes = edits.for_mig(1, (93, 94))["deviceNodes"]  # type: ignore[index]
+    assert nodes[0] == {"path": "/dev/nvidia1"}
+    assert nodes[1]["path"] == "/dev/nvidia-caps/nvidia-cap93"
+    assert (nodes[1]["major"], nodes[1]["minor"], nodes[1]["fileMode"]) == (237, 93, 0o400)  # the host's node
+    assert nodes[2] == {
+        "path": "/dev/nvidia-caps/nvidia-cap94",
+        "type": "c",
+        "major": 237,
+        "minor": 94,
+        "fileMode": 0o444,
+        "permissions": "rw",
+    }

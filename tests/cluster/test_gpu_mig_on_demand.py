@@ -1,0 +1,161 @@
+"""MIG on demand on the real cluster (issue 37 item 2): a mock H100 node whose GPUs 1 and 2 are in
+MIG mode with no instance and marked ``kubeletPlugin.migOnDemand``.
+
+The node is this machine with a mock driver root (``tests/nvidia_layouts.py``): the mock NVML
+answers NVML's MIG calls and keeps the instances the plugin creates in a file in the plugin's
+directory (``MOCK_NVML_MIG_STATE``), as the kernel driver keeps them; the root holds the
+capability nodes of every GPU instance id of the two cards. The cluster (1.37) serves
+partitionable devices, so each marked card publishes its 18 possible placements with their
+counters. Pods of the chart's ``mig.gpu.hami.io`` class are placed by our controller (binpack):
+three 1g.10gb pods get slices 0, 1 and 2 of GPU 1, created by the plugin at prepare and each
+running with exactly its instance's nodes; a 7g.80gb pod then gets the untouched GPU 2; deleting
+the pods destroys the instances.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.devices.mig import mig_caps_minors
+from dra_driver.devices.simulated import DevicesFileSource
+from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME, Layout
+from tests.cluster.conftest import RealCluster
+from tests.cluster.drivers import DRIVER, ChartDriver, DriverUnderTest, reset_workloads
+from tests.cluster.test_gpu_mig import caps_of, delete, placed_by_our_controller, run_mig_pod
+from tests.cluster.test_gpu_nodes import GPU_LABEL, GpuNode
+from tests.devices.mock_profiles import profile_from_gpus
+from tests.nvidia_layouts import SPEC_FILES, mock_driver_root, require_toolkit
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.parametrize("driver", ["chart"], indirect=True)]
+
+#: GPU 0 whole, GPUs 1 and 2 as their 18 placements each.
+PUBLISHED = 1 + 2 * 18
+
+
+@dataclass
+class OnDemandNode(GpuNode):
+    """The GPU node with GPUs 1 and 2 marked for MIG on demand and the mock's state in a file."""
+
+    state: Path = Path()
+
+    def values(self, driver_root: Path | None = None) -> list[str]:
+        return [
+            *super().values(driver_root),
+            "kubeletPlugin.migOnDemand=1\\,2",
+            "kubeletPlugin.extraEnv[2].name=MOCK_NVML_MIG_STATE",
+            f"kubeletPlugin.extraEnv[2].value={self.state}",
+        ]
+
+    def instances(self) -> list[tuple[int, int, int]]:
+        """``(GPU index, start, profile id)`` of the GPU instances the mock driver holds."""
+        if not self.state.exists():
+            return []
+        found = []
+        for line in self.state.read_text().splitlines():
+            parts = line.split()
+            if parts and parts[0] == "gi":
+                found.append((int(parts[1]), int(parts[4]), int(parts[3])))
+        return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def on_demand_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[OnDemandNode]:
+    assert isinstance(driver, ChartDriver)
+    require_toolkit(required=True)
+    cluster = real_cluster
+    reset_workloads(cluster)
+    base = cluster.state_dir / "nvidia-mig-on-demand-root"
+    base.mkdir(parents=True, exist_ok=True)
+    devices = base / "devices.yaml"
+    devices.write_text(
+        yaml.safe_dump(
+            {
+                "gpus": [
+                    {"index": 0, "profile": "h100-80gb"},
+                    {"index": 1, "profile": "h100-80gb", "migEnabled": True},
+                    {"index": 2, "profile": "h100-80gb", "migEnabled": True},
+                ]
+            }
+        )
+    )
+    gpus = DevicesFileSource(devices, node_name=NODE_NAME).discover()
+    profile = base / "profile.json"
+    profile.write_text(
+        json.dumps(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040))
+    )
+    root = mock_driver_root(base / "root", profile, required=True)
+    subprocess.run(["mount", "--bind", str(root.root), str(root.root)], check=True)
+    subprocess.run(["mount", "--make-shared", str(root.root)], check=True)
+    plugin_dir = Layout(cluster.state_dir).kubelet_root / "plugins" / DRIVER
+    state = plugin_dir / "mock-nvml-mig-state"
+    state.unlink(missing_ok=True)
+    (plugin_dir / "mig-on-demand.json").unlink(missing_ok=True)
+    node = OnDemandNode(cluster, driver, root, state)
+    node.events.write_text("")
+    node.use_layout("host")
+    cluster.kubectl("label", "node", NODE_NAME, f"{GPU_LABEL}=true", "--overwrite")
+    try:
+        node.upgrade()
+        yield node
+    finally:
+        cluster.kubectl(
+            "delete", "pods,resourceclaims", "--all", "-n", "default", "--wait=true", "--timeout=90s"
+        )
+        reset_workloads(cluster)
+        for name in set(SPEC_FILES.values()):
+            (CDI_DIR / name).unlink(missing_ok=True)
+        driver.upgrade()
+        cluster.kubectl("label", "node", NODE_NAME, f"{GPU_LABEL}-")
+        subprocess.run(["umount", str(root.root)], check=False)
+
+
+def placement_devices(node: OnDemandNode) -> dict[str, dict[str, Any]]:
+    devices = node.wait_devices(PUBLISHED)
+    return {d["name"]: d for d in devices}
+
+
+def test_placements_are_published_with_their_counters(on_demand_node: OnDemandNode) -> None:
+    by_name = placement_devices(on_demand_node)
+    assert "gpu-0" in by_name and "gpu-1" not in by_name and "gpu-2" not in by_name
+    one = by_name["gpu-1-mig-1g10gb-at-3"]
+    assert one["attributes"]["onDemand"] == {"bool": True}
+    assert one["consumesCounters"][0]["counterSet"] == "gpu-1-mig"
+    slices = on_demand_node.cluster.get("resourceslices", "--field-selector", f"spec.driver={DRIVER}")[
+        "items"
+    ]
+    sets = sorted(cs["name"] for s in slices for cs in s["spec"].get("sharedCounters") or [])
+    assert sets == ["gpu-1-mig", "gpu-2-mig"], "the server kept the counter sets (partitionable devices)"
+
+
+def test_three_1g_pods_binpack_on_one_card_and_a_7g_takes_the_untouched_card(
+    on_demand_node: OnDemandNode,
+) -> None:
+    node = on_demand_node
+    placement_devices(node)
+    names = ["od-a", "od-b", "od-c"]
+    for name in names:  # one after another: each placement sees the one before it
+        run_mig_pod(node, name, "1g.10gb")
+        node.wait_running(name)
+    devices = [placed_by_our_controller(node, n)["device"] for n in names]
+    assert devices == ["gpu-1-mig-1g10gb-at-0", "gpu-1-mig-1g10gb-at-1", "gpu-1-mig-1g10gb-at-2"]
+    # The plugin created them at prepare: GPU instances 7, 8, 9 of GPU 1; slices 4-7 stay free.
+    assert node.instances() == [(1, 0, 19), (1, 1, 19), (1, 2, 19)]
+    for name, gi in zip(names, (7, 8, 9), strict=True):
+        cards = node.exec(name, "ls /dev | grep -E '^nvidia[0-9]+$' || true").split()
+        assert cards == ["nvidia1"], f"{name} sees its instance's card only, got {cards}"
+        assert caps_of(node, name) == sorted(f"nvidia-cap{m}" for m in mig_caps_minors(1, gi, 0))
+    run_mig_pod(node, "od-7g", "7g.")
+    node.wait_running("od-7g")
+    assert placed_by_our_controller(node, "od-7g")["device"] == "gpu-2-mig-7g80gb-at-0"
+    assert (2, 0, 0) in node.instances()
+    delete(node, *names, "od-7g")
+    wait_for(lambda: node.instances() == [], 90, "the instances destroyed at unprepare")
