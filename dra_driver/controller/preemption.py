@@ -75,6 +75,8 @@ class Holder:
     claims: frozenset[str]
     #: Terminating already: its claims are being freed, at no cost.
     going: bool = False
+    #: The node its claims are on (a gang's victims span nodes).
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +144,12 @@ def best_on(
     now: float,
     refused: frozenset[str] = frozenset(),
     budget: int = SEARCH_BUDGET,
+    reprieves: int | None = None,
 ) -> Candidate | None:
     """The cheapest victims on one node for a preemptor of ``priority``, or None when evicting
-    every pod it may evict there would not make it fit."""
+    every pod it may evict there would not make it fit. ``reprieves``: at most this many pods
+    are tried for a reprieve (the rest stay victims: more victims than needed, never too few),
+    for a site where each oracle call is costly (a gang's, ``select_joint``)."""
     going = tuple(holder for holder in site.holders if holder.going)
     eligible = [
         holder
@@ -163,7 +168,9 @@ def best_on(
     if not eligible or room(eligible) is None:
         return None
     victims = list(eligible)
-    for holder in sorted(eligible, key=_importance):  # kube-scheduler's reprieve
+    for tried, holder in enumerate(sorted(eligible, key=_importance)):  # kube-scheduler's reprieve
+        if reprieves is not None and tried >= reprieves:
+            break
         kept = [victim for victim in victims if victim is not holder]
         if room(kept) is not None:
             victims = kept
@@ -233,6 +240,61 @@ def select(
     return sorted(found, key=Candidate.cost)
 
 
+#: A gang's victims are looked for on this many nodes together at most (``select_joint``).
+JOINT_MAX_NODES = 8
+#: Pods tried for a reprieve in a gang's victim set (each try plans the whole gang).
+JOINT_REPRIEVES = 24
+#: Oracle calls of the search for fewer victims in a gang's victim set.
+JOINT_SEARCH_BUDGET = 8
+
+#: ``fits(freed claim uids)``: whether pods placed together (a gang) fit, each on any node it may
+#: run on, once those claims' allocations are gone.
+JointFits = Callable[[frozenset[str]], bool]
+
+
+def merged(sites: Sequence[Site]) -> Site:
+    """Several nodes as one site: pods placed together (a gang) may take room on any of them.
+    Its ``node`` names them all (``node-1+node-2``); each holder keeps its own."""
+    users: dict[str, frozenset[str]] = {}
+    for site in sites:
+        users.update(site.users)
+    holders = tuple(holder for site in sites for holder in site.holders)
+    return Site("+".join(site.node for site in sites), holders, users)
+
+
+def select_joint(
+    sites: Sequence[Site],
+    priority: int,
+    fits: JointFits,
+    *,
+    now: float,
+    refused: frozenset[str] = frozenset(),
+    max_nodes: int = JOINT_MAX_NODES,
+    budget: int = JOINT_SEARCH_BUDGET,
+    reprieves: int = JOINT_REPRIEVES,
+) -> Candidate | None:
+    """The victims for pods placed together, all or none (a gang), by the same rules as one
+    pod's: ``sites`` are taken in their order (``sites_below``: terminating pods first, then the
+    cheapest victims) one more at a time, until evicting every pod it may evict on them (strictly
+    lower ``priority``, not ``refused``) makes the whole set fit; then ``best_on`` over those
+    nodes together keeps the cheapest victims among them (the reprieve, then the bounded search
+    for fewer). None when ``max_nodes`` sites are not enough. Bounded: at most
+    2 x ``max_nodes`` + ``reprieves`` + ``budget`` calls of ``fits``, each a plan of the set."""
+    for size in range(1, min(len(sites), max_nodes) + 1):
+        candidate = best_on(
+            merged(sites[:size]),
+            priority,
+            lambda _node, freed: fits(freed),
+            now=now,
+            refused=refused,
+            budget=budget,
+            reprieves=reprieves,
+        )
+        if candidate is not None:
+            return candidate
+    return None
+
+
 # --- what preemption reads from the controller's cache ----------------------------------------------
 def epoch(timestamp: str) -> float:
     """An RFC 3339 timestamp (``creationTimestamp``) in epoch seconds; 0 when unreadable."""
@@ -262,7 +324,19 @@ def sites_for(
     priority than the preemptor's, or a terminating pod, holding allocations of ours there, in
     the order to look at them (``_promise``). ``going``: whether a pod is on
     its way out (terminating, or its eviction was just asked for)."""
-    if not any(pod.priority < preemptor.priority or going(pod) for pod in cache.pods.values()):
+    return sites_below(cache, preemptor.priority, frozenset({preemptor.key}), nodes, going)
+
+
+def sites_below(
+    cache: ClusterCache,
+    priority: int,
+    preemptors: frozenset[str],
+    nodes: Iterable[str],
+    going: Callable[[PodView], bool],
+) -> list[Site]:
+    """``sites_for`` for preemptors (by key: one pod, or a gang's members) of ``priority``: the
+    pods of lower priority, or terminating, that hold allocations of ours on ``nodes``."""
+    if not any(pod.priority < priority or going(pod) for pod in cache.pods.values()):
         return []  # nobody to evict, nothing terminating: the common case, without a claim read
     sites = []
     for node in sorted(nodes):
@@ -273,18 +347,14 @@ def sites_for(
             pods = _users(cache, claim) if claim is not None else []
             users[uid] = frozenset(pod.key for pod in pods) or frozenset({_NOBODY})
             for pod in pods:
-                if pod.key != preemptor.key and (pod.priority < preemptor.priority or going(pod)):
+                if pod.key not in preemptors and (pod.priority < priority or going(pod)):
                     holders.setdefault(pod.key, (pod, set()))[1].add(uid)
         if holders:
-            site = Site(
-                node,
-                tuple(
-                    Holder(pod.key, pod.uid, pod.priority, epoch(pod.created), frozenset(claims), going(pod))
-                    for pod, claims in holders.values()
-                ),
-                users,
+            found = tuple(
+                Holder(pod.key, pod.uid, pod.priority, epoch(pod.created), frozenset(uids), going(pod), node)
+                for pod, uids in holders.values()
             )
-            sites.append(site)
+            sites.append(Site(node, found, users))
     sites.sort(key=_promise)
     return sites
 
