@@ -109,7 +109,15 @@ def _preemption_lines(explanation: Explanation) -> list[str]:
             f"  nominated to node {preemption.nominated_node} at {preemption.nominated_at or '-'}: "
             f"evicted {evicted}; the capacity is held for it while they terminate"
         )
-    if preemption.node:
+    label = f"preemption for its whole {preemption.gang}" if preemption.gang else "preemption"
+    if preemption.node and preemption.gang:
+        if preemption.victims:
+            victims = ", ".join(f"{v.pod} (priority {v.priority}) on {v.node}" for v in preemption.victims)
+            lines.append(f"  {label}: would evict {victims}")
+        else:
+            waiting = ", ".join(preemption.waiting)
+            lines.append(f"  {label}: waits for {waiting} to terminate")
+    elif preemption.node:
         if preemption.victims:
             victims = ", ".join(f"{v.pod} (priority {v.priority})" for v in preemption.victims)
             lines.append(f"  preemption: would evict {victims} on node {preemption.node}")
@@ -117,5 +125,5 @@ def _preemption_lines(explanation: Explanation) -> list[str]:
             waiting = ", ".join(preemption.waiting)
             lines.append(f"  preemption: waits on node {preemption.node} for {waiting} to terminate")
     elif preemption.why_not:
-        lines.append(f"  preemption: {preemption.why_not}")
+        lines.append(f"  {label}: {preemption.why_not}")
     return lines
