@@ -195,3 +195,42 @@ def test_a_restarted_controller_holds_every_member_s_capacity_again_and_places_t
     assert all(not stored(cluster, name)["spec"].get("schedulingGates") for name in members)
     assert evicted(cluster) == [] and disruption(cluster, "old") is None
     assert not holds & set(controller.cache.ledger.holds())
+
+
+def notebooks() -> FakeCluster:
+    """docs/policies.md's worked example: three batch notebooks (priority 100) on one H100,
+    notebook-c protected by its PodDisruptionBudget."""
+    cluster = FakeCluster(("node-1",))
+    for name, memory in (("notebook-a", "40Gi"), ("notebook-b", "20Gi"), ("notebook-c", "19Gi")):
+        cluster.gpu_pod(name, memory, priority=100, namespace="team")  # each younger than the last
+        cluster.run()
+    cluster.kube.budgets["team/notebook-c"] = 0
+    return cluster
+
+
+def test_the_gang_worked_example_of_policies_md() -> None:
+    """docs/policies.md, "Preemption", "Gangs": two 8 GiB workers of gang train evict notebook-b
+    alone and are placed on gpu-0 once it is gone."""
+    cluster = notebooks()
+    members = share_gang(cluster, "train", 2, "8Gi", priority=1000, namespace="team")
+    cluster.run(1)
+    assert evicted(cluster) == ["notebook-b"]
+    ((pod, message),) = events(cluster, "Preempted")
+    assert pod == "notebook-b"
+    assert message == (
+        "Preempted by gang team/train (priority 1000, yours 100) on node node-1: the gang fits on no "
+        "nodes' free GPU capacity all together and needs 16Gi on gpu-0 there"
+    )
+    terminate_in = "team"
+    cluster.change(
+        PODS,
+        terminate_in,
+        "notebook-b",
+        lambda obj: obj["metadata"].update(deletionTimestamp="2026-12-01T12:01:00Z"),
+    )
+    cluster.remove(PODS, "notebook-b", terminate_in)
+    cluster.remove(RESOURCE_CLAIMS, "notebook-b", terminate_in)
+    cluster.run()
+    assert [name for name in members if not cluster.gated(name, "team")] == members
+    assert {cluster.node_of(name, "team") for name in members} == {"node-1"}
+    assert held(cluster) == {}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from dra_driver.cli import main
@@ -19,9 +20,11 @@ from dra_driver.simulate.run import Preempted
 from dra_driver.simulate.scenario import ClaimsFile, ClaimSpec
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import DRIVER, NS
-from tests.controller.test_gang_preemption import share_gang
+from tests.controller.test_gang_preemption import notebooks, share_gang
 from tests.controller.test_preemption_flow import busy_card, evicted
 from tests.explain.listed import listed
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "what-if" / "priorities.yaml"
 
 
 def simulated(cluster: FakeCluster, *claims: dict[str, Any]) -> ClusterSimulation:
@@ -128,3 +131,21 @@ def test_a_scenario_file_says_priorities_and_gangs_are_not_replayed(
     assert main(["simulate", str(scenario), "--claims", str(claims), "-o", "json"]) == 0
     err = capsys.readouterr().err
     assert "(fits).priority/gang not used: a scenario has no pods to order, group or preempt" in err
+
+
+def test_the_example_claims_file_on_the_notebooks_of_policies_md() -> None:
+    """examples/what-if/priorities.yaml on docs/policies.md's three notebooks (priority 100, one
+    H100, notebook-c protected by a budget the simulation does not see): serving preempts the
+    youngest notebook, the gang needs two whole cards the node does not have (and preempts
+    nothing: evicting every notebook frees one card), the notebook takes what serving left."""
+    cluster = notebooks()
+    claims = ClaimsFile.model_validate(yaml.safe_load(EXAMPLE.read_text()))
+    simulation = simulate_on_cluster(listed(cluster), claims.claims, DRIVER, claims.defaults)
+    by_name = dict(zip((c.name for c in claims.claims), simulation.result.decisions, strict=True))
+    assert by_name["serving"].placement is not None
+    position = [c.name for c in claims.claims].index("serving")
+    assert [v.pod for v in simulation.result.victims_of(position)] == ["team/notebook-c"]
+    assert by_name["train-0"].placement is None and by_name["train-1"].placement is None
+    assert simulation.result.victims_of(position + 1) == ()
+    notebook = by_name["notebook"].placement  # 19Gi freed, 10Gi to serving: 8Gi fit
+    assert notebook is not None and notebook.node == "node-1"
