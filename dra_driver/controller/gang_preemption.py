@@ -26,12 +26,20 @@ and nominates; ``hami-dra explain`` and ``simulate`` show the same victims.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dra_driver.controller.allocator import Allocator, Unschedulable
 from dra_driver.controller.gang_plan import GangPlan, plan_gang
-from dra_driver.controller.preemption import PREEMPT_NEVER, Candidate, JointFits, select_joint, sites_below
+from dra_driver.controller.preemption import (
+    PREEMPT_NEVER,
+    Candidate,
+    Holder,
+    JointFits,
+    select_joint,
+    sites_below,
+)
 from dra_driver.controller.reasons import Reason
 from dra_driver.resource.objects import PodView
 from dra_driver.resource.uses import Use
@@ -115,7 +123,33 @@ def gang_candidate(
         nodes |= allocator.allowed_nodes(pod)
     preemptors = frozenset(plan.gated) | frozenset(plan.admitted)
     sites = sites_below(allocator.cache, priority, preemptors, nodes, going)
-    return select_joint(sites, priority, gang_fits(allocator, plan, hidden), now=now, refused=refused)
+    fits = gang_fits(allocator, plan, hidden)
+    found = select_joint(sites, priority, fits, now=now, refused=refused)
+    return None if found is None else _trimmed(allocator, plan, found, hidden, fits)
+
+
+def _trimmed(
+    allocator: Allocator, plan: GangPlan, found: Candidate, hidden: frozenset[str], fits: JointFits
+) -> Candidate:
+    """``found`` without the victims on devices the gang would not use: where the bounded reprieve
+    stopped early (a gang over many cards), pods it did not get to try may still be victims;
+    those on cards no member takes are let go at once, if the gang still fits without them (one
+    more joint plan; ``found`` as it was otherwise)."""
+    ledger = allocator.cache.ledger
+    used = {use.device for hold in gang_holds(allocator, plan, found, hidden) for use in hold.uses}
+    claims = ledger.claims()
+
+    def needed(victim: Holder) -> bool:
+        return any(use.device in used for uid in victim.claims for use in claims.get(uid, ()))
+
+    kept = tuple(victim for victim in found.victims if needed(victim))
+    if not used or len(kept) == len(found.victims):
+        return found
+    dropped = {uid for victim in found.victims if not needed(victim) for uid in victim.claims}
+    freed = found.freed - dropped
+    if not fits(freed):
+        return found
+    return dataclasses.replace(found, victims=kept, freed=freed)
 
 
 def gang_holds(

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 
 from dra_driver.controller.allocator import Unschedulable
-from dra_driver.controller.gang_refs import MIN_MEMBERS_ANNOTATION, POD_GROUP_LABEL
+from dra_driver.controller.gang_plan import plan_gang
+from dra_driver.controller.gang_preemption import gang_candidate, gang_refusal
+from dra_driver.controller.gang_refs import MIN_MEMBERS_ANNOTATION, POD_GROUP_LABEL, GangPolicy, group_of
 from dra_driver.controller.nomination import hold_key, nomination_annotation
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
 from tests.controller.fake_cluster import FakeCluster
-from tests.controller.harness import DRIVER, NS
+from tests.controller.harness import DRIVER, NS, claim, pod, request
+from tests.controller.test_preemption import NOW, Share, running
 from tests.controller.test_preemption_flow import (
     busy_card,
     disruption,
@@ -24,6 +27,7 @@ from tests.controller.test_preemption_flow import (
     stored,
     terminate,
 )
+from tests.controller.worlds import CacheWorld
 
 NOMINATION = nomination_annotation(DRIVER)
 
@@ -234,3 +238,34 @@ def test_the_gang_worked_example_of_policies_md() -> None:
     assert [name for name in members if not cluster.gated(name, "team")] == members
     assert {cluster.node_of(name, "team") for name in members} == {"node-1"}
     assert held(cluster) == {}
+
+
+def test_a_gang_over_many_cards_evicts_only_on_the_cards_it_takes() -> None:
+    """Eight T4 full of four shares each (priorities 0-3): four members needing three shares freed
+    on a card each. The bounded reprieve (24 tries for 32 pods) stops before trying every pod;
+    the victims on cards no member takes are let go, leaving the 12 cheapest on four cards."""
+    world = CacheWorld(8)
+    for gpu in range(8):
+        for share in range(4):
+            running(
+                world, Share(f"s-{gpu}-{share}", 3700, priority=share, device=f"gpu-{gpu}", hour=1 + share)
+            )
+    members = []
+    for index in range(4):
+        name = f"worker-{index}"
+        world.add_claim(claim(name, request(memory="8000Mi")))
+        body = pod(name, {"gpu": f"claim:{name}"})
+        body["metadata"]["labels"] = {POD_GROUP_LABEL: "train"}
+        body["spec"]["priority"] = 10
+        members.append(world.add_pod(body))
+    ref = group_of(members[0])
+    assert ref is not None
+    plan = plan_gang(world.allocator, ref, GangPolicy(4), members)
+    assert not plan.ready and gang_refusal(plan) is None
+    found = gang_candidate(world.allocator, plan, now=NOW)
+    assert found is not None
+    assert len(found.victims) == 12 and max(victim.priority for victim in found.victims) == 2
+    cards = {victim.key.rsplit("-", 2)[1] for victim in found.victims}
+    assert len(cards) == 4
+    with world.cache.ledger.hiding(found.freed):
+        assert plan_gang(world.allocator, ref, GangPolicy(4), members).ready
