@@ -145,8 +145,9 @@ class Preemptor:
         else withdraw what its members hold."""
         if plan.busy:
             return
-        if self.enabled or any(self.nominations.of(pod) is not None for pod in plan.gated.values()):
-            self._gangs[plan.ref.key] = plan
+        may = self.enabled and gang_refusal(plan) is None
+        if may or any(self.nominations.of(pod) is not None for pod in plan.gated.values()):
+            self._gangs[plan.ref.key] = plan  # preempted for, or its holds withdrawn
 
     def observe(self, wake: Wake) -> None:
         """The pods a change concerns, as the cache has them now: their nominations follow."""
@@ -206,7 +207,9 @@ class Preemptor:
                 log.exception("%s: preemption failed", subject)
                 self.metrics.unexpected_errors.labels("Pod").inc()
                 result = Result.ERROR
-            if result is not None:
+            if result is None:
+                done -= 1  # a gang's holds withdrawn only: no preemption
+            else:
                 self.metrics.preemptions.labels(result.value).inc()
 
     def preempt(self, pod: PodView) -> Result:
