@@ -14,8 +14,10 @@ the condition and the hold are ``preemptor.py``'s.
 node; never one of equal or higher priority. A claim shared by several pods is freed only when
 every pod that uses it goes, so a claim also used by a pod that may not be preempted is never
 counted as freed. A pod already terminating (a victim of an earlier preemption, say) frees its
-claims at no cost: a node where those suffice is a candidate with no new victims, where the
-preemptor waits for them (as kube-scheduler does with a nominated node's terminating victims).
+claims at no cost, and so does a claim no live pod uses any more (its pods are gone, the claim
+not released yet: an earlier preemption's victims, say): a node where those suffice is a
+candidate with no new victims, where the preemptor waits for them (as kube-scheduler does with a
+nominated node's terminating victims).
 A pod whose eviction a PodDisruptionBudget refused is left out (``refused``): the Eviction API
 cannot take it, so it is no victim.
 
@@ -88,12 +90,16 @@ class Site:
     #: Claim uid -> the keys of every live pod using it (holders or not): a claim is freed only
     #: when all of them go.
     users: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Claims no live pod uses any more (their pods are gone, the claims not released yet): freed
+    #: at no cost, like a terminating pod's (kube-controller-manager and the releaser free them).
+    released: frozenset[str] = frozenset()
 
     def freed(self, going: Iterable[Holder]) -> frozenset[str]:
-        """The claims freed when ``going`` (holders of this site) are gone."""
+        """The claims freed when ``going`` (holders of this site) are gone, and those released."""
         keys = {holder.key for holder in going}
         claims = {claim for holder in going for claim in holder.claims}
-        return frozenset(claim for claim in claims if self.users.get(claim, frozenset()) <= keys)
+        mine = (claim for claim in claims if self.users.get(claim, frozenset()) <= keys)
+        return frozenset(mine) | self.released
 
 
 #: ``fits(node, freed claim uids)``: whether the preemptor fits on ``node`` once those claims'
@@ -161,7 +167,7 @@ def best_on(
         freed = site.freed((*going, *victims))
         return freed if fits(site.node, freed) else None
 
-    if going:
+    if going or site.released:
         freed = room(())
         if freed is not None:
             return Candidate(site.node, (), going, freed, now)
@@ -259,7 +265,8 @@ def merged(sites: Sequence[Site]) -> Site:
     for site in sites:
         users.update(site.users)
     holders = tuple(holder for site in sites for holder in site.holders)
-    return Site("+".join(site.node for site in sites), holders, users)
+    released = frozenset().union(*(site.released for site in sites))
+    return Site("+".join(site.node for site in sites), holders, users, released)
 
 
 def select_joint(
@@ -342,19 +349,22 @@ def sites_below(
     for node in sorted(nodes):
         holders: dict[str, tuple[PodView, set[str]]] = {}
         users: dict[str, frozenset[str]] = {}
+        released: set[str] = set()
         for uid in cache.ledger.claims_on(node):
             claim = _claim(cache, uid)
             pods = _users(cache, claim) if claim is not None else []
             users[uid] = frozenset(pod.key for pod in pods) or frozenset({_NOBODY})
+            if claim is not None and not pods and not cache.assumed.writing(claim.key):
+                released.add(uid)
             for pod in pods:
                 if pod.key not in preemptors and (pod.priority < priority or going(pod)):
                     holders.setdefault(pod.key, (pod, set()))[1].add(uid)
-        if holders:
+        if holders or released:
             found = tuple(
                 Holder(pod.key, pod.uid, pod.priority, epoch(pod.created), frozenset(uids), going(pod), node)
                 for pod, uids in holders.values()
             )
-            sites.append(Site(node, found, users))
+            sites.append(Site(node, found, users, frozenset(released)))
     sites.sort(key=_promise)
     return sites
 
@@ -362,12 +372,13 @@ def sites_below(
 def _promise(site: Site) -> tuple[bool, int, str]:
     """The order sites are looked at: those with terminating pods first (maybe nothing to evict),
     then those whose cheapest possible victim has the lowest priority, then by name."""
-    going = any(holder.going for holder in site.holders)
+    going = bool(site.released) or any(holder.going for holder in site.holders)
     lowest = min((holder.priority for holder in site.holders if not holder.going), default=2**31)
     return (not going, lowest, site.node)
 
 
-#: The user of a claim no live pod uses (being released): such a claim is never counted as freed.
+#: The user of a claim no live pod uses (being released): it is counted as freed at no cost
+#: (``Site.released``), never as a victim's.
 _NOBODY = "-"
 
 

@@ -115,15 +115,19 @@ def _preemption_lines(explanation: Explanation) -> list[str]:
             victims = ", ".join(f"{v.pod} (priority {v.priority}) on {v.node}" for v in preemption.victims)
             lines.append(f"  {label}: would evict {victims}")
         else:
-            waiting = ", ".join(preemption.waiting)
-            lines.append(f"  {label}: waits for {waiting} to terminate")
+            lines.append(f"  {label}: waits for {_waiting(preemption.waiting)}")
     elif preemption.node:
         if preemption.victims:
             victims = ", ".join(f"{v.pod} (priority {v.priority})" for v in preemption.victims)
             lines.append(f"  preemption: would evict {victims} on node {preemption.node}")
         else:
-            waiting = ", ".join(preemption.waiting)
-            lines.append(f"  preemption: waits on node {preemption.node} for {waiting} to terminate")
+            lines.append(f"  preemption: waits on node {preemption.node} for {_waiting(preemption.waiting)}")
     elif preemption.why_not:
         lines.append(f"  {label}: {preemption.why_not}")
     return lines
+
+
+def _waiting(pods: tuple[str, ...]) -> str:
+    """What a preemptor with no new victims waits for: pods terminating, or claims being released
+    (their pods gone already)."""
+    return f"{', '.join(pods)} to terminate" if pods else "claims being released (their pods are gone)"

@@ -191,7 +191,9 @@ def gang_member(name: str) -> dict[str, Any]:
     return body
 
 
-def test_a_high_priority_gang_evicts_the_cheapest_lower_priority_shares_and_runs(team: RealCluster) -> None:
+def test_a_high_priority_gang_evicts_the_cheapest_lower_priority_shares_and_runs(
+    team: RealCluster, driver: DriverUnderTest
+) -> None:
     """Preemption for a whole gang: two 10 GiB workers (priority 1000) need two cards freed; the
     two youngest shares the Eviction API lets go are evicted (batch-2, batch-1; batch-3 is
     protected), both workers run, batch-0 and batch-3 are untouched, and a batch pod arriving
@@ -208,12 +210,14 @@ def test_a_high_priority_gang_evicts_the_cheapest_lower_priority_shares_and_runs
         running(team, worker)
     sneaky = pod(team, "sneaky")
     assert sneaky is not None and not sneaky["spec"].get("nodeName")
+    selector = "reason=Preempted"
+    preempted = json.loads(
+        team.kubectl("get", "events", "-n", TEAM, "--field-selector", selector, "-o", "json")
+    )["items"]
+    said = [(event["involvedObject"]["name"], event["message"]) for event in preempted]
+    log = [line for line in driver.log("controller").splitlines() if "evict" in line or "preempt" in line]
     for name in ("batch-0", "batch-3"):
         kept = pod(team, name)
-        assert kept is not None and not kept["metadata"].get("deletionTimestamp"), name
+        assert kept is not None and not kept["metadata"].get("deletionTimestamp"), (name, said, log[-30:])
         assert condition(kept, "DisruptionTarget") is None, name
-    preempted = team.kubectl(
-        "get", "events", "-n", TEAM, "--field-selector", "reason=Preempted", "-o", "json"
-    )
-    victims = sorted(event["involvedObject"]["name"] for event in json.loads(preempted)["items"])
-    assert victims == ["batch-1", "batch-2"]
+    assert sorted(name for name, _ in said) == ["batch-1", "batch-2"], said

@@ -269,3 +269,27 @@ def test_a_gang_over_many_cards_evicts_only_on_the_cards_it_takes() -> None:
     assert len(cards) == 4
     with world.cache.ledger.hiding(found.freed):
         assert plan_gang(world.allocator, ref, GangPolicy(4), members).ready
+
+
+def test_victims_gone_whose_claims_are_not_released_yet_are_waited_for_not_replaced() -> None:
+    """The victims' pods are gone but one claim is not released yet (kube-controller-manager and
+    the releaser have not caught up): the gang waits for it instead of evicting a third pod."""
+    cluster = FakeCluster(("node-1", "node-2", "node-3"))
+    for name, node in (("low-1", "node-1"), ("low-2", "node-2"), ("low-3", "node-3")):
+        cluster.gpu_pod(name, "81043Mi", priority=1)
+        cluster.run()
+        cluster.bind(name, node)
+    members = share_gang(cluster, "train", 2, "81043Mi", priority=100)
+    cluster.run()
+    victims = evicted(cluster)
+    assert len(victims) == 2
+    for name in victims:
+        cluster.remove(PODS, name)
+    cluster.release(victims[0])  # the other victim's claim is still allocated, used by nobody
+    cluster.run()
+    assert evicted(cluster) == []
+    (spared,) = {"low-1", "low-2", "low-3"} - set(victims)
+    assert disruption(cluster, spared) is None and all(cluster.gated(name) for name in members)
+    cluster.release(victims[1])
+    cluster.run()
+    assert [name for name in members if not cluster.gated(name)] == members
