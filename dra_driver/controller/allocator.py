@@ -232,8 +232,12 @@ class Allocator:
         ours = {key: pod.annotations[key] for key in PLAN_ANNOTATIONS if key in pod.annotations}
         return json.dumps([pod.namespace, ours, pod.placement_spec, claims], sort_keys=True, default=str)
 
-    def allocate(self, pod: PodView, only_nodes: frozenset[str] | None = None) -> AllocateOutcome:
+    def allocate(
+        self, pod: PodView, only_nodes: frozenset[str] | None = None, *, quiet: bool = False
+    ) -> AllocateOutcome:
         """What the pod needs: the allocations to write, or why not.
+
+        ``quiet``: the plan is not logged (a what-if: a gang's preemption tries many).
 
         ``only_nodes``: plan on these nodes only, for a pod that did not fit anywhere and since
         then capacity was freed on just these nodes; if it still does not fit there, the outcome
@@ -266,9 +270,11 @@ class Allocator:
             message = plan.reason or "does not fit"
             if only_nodes is not None:
                 return Unschedulable(UNSCHEDULABLE, message, quiet=True, decisions=decisions)
-            self._log_plan(pod, plan)
+            if not quiet:
+                self._log_plan(pod, plan)
             return Unschedulable(UNSCHEDULABLE, message, warnings=tuple(plan.warnings), decisions=decisions)
-        self._log_plan(pod, plan)
+        if not quiet:
+            self._log_plan(pod, plan)
         writes = self._writes(plan, plan.node, read.classes_of)
         charges = [self.cache.ledger.charge(use) for write in writes for use in write.uses]
         breach = self.cache.quotas.check(pod.namespace, charges)

@@ -141,6 +141,11 @@ class Controller:
             skipped=self.metrics.pending_skipped.inc,
         )
         self.failures = FailureHandler(self.cache, self.binder, self.queue, self.metrics)
+        #: Share-aware preemption for pods and gangs that fit nowhere (``preemptor.py``); with
+        #: ``preemption`` off it only releases holds a previous run left.
+        self.preemptor = Preemptor(
+            kube, self.cache, self.allocator, self.binder, self.queue, self.metrics, enabled=preemption
+        )
         #: Pods of one group placed all or nothing (``gangs.py``).
         self.gangs = GangCoordinator(
             kube,
@@ -155,11 +160,8 @@ class Controller:
             timeout=gang_timeout,
             clock=clock,
             pass_number=lambda: self.passes,
-        )
-        #: Share-aware preemption for pods that fit nowhere (``preemptor.py``); with ``preemption``
-        #: off it only releases holds a previous run left.
-        self.preemptor = Preemptor(
-            kube, self.cache, self.allocator, self.binder, self.queue, self.metrics, enabled=preemption
+            waits=self.preemptor.gang_waits,
+            member_placed=self.preemptor.placed,
         )
         self.resync_seconds = resync_seconds
         self._events: list[tuple[str, Obj | None, Obj | None]] = []

@@ -26,6 +26,7 @@ from dra_driver.controller.allocator import (
 )
 from dra_driver.controller.gang_refs import GangPolicy, GroupRef
 from dra_driver.controller.ledger import Ledger
+from dra_driver.controller.nomination import hold_key
 from dra_driver.controller.reasons import Reason
 from dra_driver.resource.objects import PodView
 from dra_driver.resource.uses import Use
@@ -129,10 +130,18 @@ def member_order(pod: PodView) -> tuple[str, str]:
 
 
 def plan_gang(
-    allocator: Allocator, ref: GroupRef, policy: GangPolicy, members: Sequence[PodView]
+    allocator: Allocator,
+    ref: GroupRef,
+    policy: GangPolicy,
+    members: Sequence[PodView],
+    *,
+    quiet: bool = False,
 ) -> GangPlan:
     """Plan every gated member of the gang together on the allocator's cache; the ledger is left
-    as it was. Members that ended or are being deleted do not count."""
+    as it was. Members that ended or are being deleted do not count. The capacity held for
+    members (nominated while a preemption's victims terminate: ``nomination.py``) is theirs to
+    take: every member's hold is left out while the gang is planned, each member then takes its
+    share of it. ``quiet``: plans are not logged (a preemption's what-ifs)."""
     plan = GangPlan(ref, policy)
     for pod in sorted(members, key=member_order):
         if not pod.active or pod.deleting:
@@ -144,7 +153,8 @@ def plan_gang(
     if policy.problem is not None or plan.satisfied:
         return plan
     planned_claims: dict[str, str] = {}  # claim key -> the member planned with it
-    with tentative(allocator.cache.ledger) as held:
+    holds = [hold_key(pod.uid) for pod in plan.gated.values()]
+    with allocator.cache.ledger.hiding(holds), tentative(allocator.cache.ledger) as held:
         for key, pod in plan.gated.items():
             shared = [
                 (claim.key, planned_claims[claim.key])
@@ -159,7 +169,7 @@ def plan_gang(
                     "unallocated claim (give each member its own, from a ResourceClaimTemplate)",
                 )
                 continue
-            outcome = allocator.allocate(pod)
+            outcome = allocator.allocate(pod, quiet=quiet)
             if isinstance(outcome, ClaimBusy):
                 plan.busy = True
                 break

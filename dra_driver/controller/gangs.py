@@ -136,6 +136,8 @@ class GangCoordinator:
         timeout: float = DEFAULT_GANG_TIMEOUT,
         clock: Callable[[], float],
         pass_number: Callable[[], int],
+        waits: Callable[[GangPlan], None] = lambda _plan: None,
+        member_placed: Callable[[PodView], None] = lambda _pod: None,
     ) -> None:
         self.kube = kube
         self.cache = cache
@@ -151,6 +153,10 @@ class GangCoordinator:
         self.timeout = timeout
         self.clock = clock
         self._pass_number = pass_number
+        #: A gang's joint plan waits (preemption may make room for it: ``preemptor.py``).
+        self._waits_hook = waits
+        #: A member is placed with its gang (the capacity held for it, if any, is released).
+        self._member_placed = member_placed
         self.directory = GroupDirectory()
         self.index = GangIndex()
         self._waits: dict[str, _Wait] = {}
@@ -166,7 +172,12 @@ class GangCoordinator:
             self.directory.apply(kind, old, new)
             return True
         if kind == "Pod":
+            ref = self.index.ref(object_key(old)) if new is None and old is not None else None
             self.index.observe(old, new)
+            if ref is not None:
+                # A member gone: the others are planned again (a gang that can no longer reach
+                # its minimum gives up what preemption held for it).
+                self.queue.activate(self.index.members(ref))
         return False
 
     def is_member(self, pod: PodView) -> bool:
@@ -235,6 +246,7 @@ class GangCoordinator:
         for placed in plan.placed:
             self.failures.warn(placed.pod, placed.warnings)
             self.queue.placed(placed.pod)
+            self._member_placed(placed.pod)
             self.cache.assume((write.claim, write.uses) for write in placed.writes)
         writing = [placed for placed in plan.placed if placed.writes]
         if writing:
@@ -268,6 +280,7 @@ class GangCoordinator:
             log.warning("%s (waiting %.0fs)", message, now - wait.since)
         wait.reported = wait.reported or overdue
         self._release(plan)
+        self._waits_hook(plan)
         steps: dict[str, Step] = {}
         outcomes = {placed.pod.key: placed for placed in plan.placed}
         for key, pod in plan.gated.items():

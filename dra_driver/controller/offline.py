@@ -10,7 +10,8 @@ or decides anything itself, so a command built on it cannot drift from the contr
 ``simulate --from-cluster`` places several what-if pods in order, each seeing the ones before:
 ``apply_placed`` folds a placement back in as the informers would deliver it once the controller
 had written it and kube-scheduler had bound the pod (each claim allocated and reserved for its pod,
-the pod on its node).
+the pod on its node); ``apply_evicted`` folds in a preemption's victims gone (simulate replays
+priorities: nothing is evicted for real).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dra_driver.controller.gang_plan import GangPlan, plan_gang
 from dra_driver.controller.gang_refs import GroupDirectory, group_of
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.nomination import Nominations
+from dra_driver.controller.preemption import Candidate
 from dra_driver.controller.slim import keep_pod, placement_node
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
@@ -155,3 +157,21 @@ def apply_placed(cache: ClusterCache, placed: Placed, node: str) -> None:
     cache.apply_event(
         PODS.kind, old_pod, {**old_pod, "spec": {**(old_pod.get("spec") or {}), "nodeName": node}}
     )
+
+
+def apply_evicted(cache: ClusterCache, candidate: Candidate) -> None:
+    """A preemption's ``candidate`` as the informers show it once its victims (and the pods it
+    waited for) are gone: each pod deleted, then each claim it freed (kube-controller-manager
+    deletes a pod's own claim; a claim no pod uses any more is deallocated)."""
+    for holder in (*candidate.victims, *candidate.waiting_for):
+        pod = cache.pods.get(holder.key)
+        if pod is not None and pod.uid == holder.uid:
+            cache.apply_event(PODS.kind, dict(pod.raw), None)
+    for uid in candidate.freed:
+        key = cache.claim_keys_by_uid.get(uid)
+        if key is None:
+            continue
+        namespace, _, name = key.partition("/")
+        claim = cache.claim(namespace, name)
+        if claim is not None:
+            cache.apply_event(RESOURCE_CLAIMS.kind, dict(claim.raw), None)

@@ -14,8 +14,10 @@ the condition and the hold are ``preemptor.py``'s.
 node; never one of equal or higher priority. A claim shared by several pods is freed only when
 every pod that uses it goes, so a claim also used by a pod that may not be preempted is never
 counted as freed. A pod already terminating (a victim of an earlier preemption, say) frees its
-claims at no cost: a node where those suffice is a candidate with no new victims, where the
-preemptor waits for them (as kube-scheduler does with a nominated node's terminating victims).
+claims at no cost, and so does a claim no live pod uses any more (its pods are gone, the claim
+not released yet: an earlier preemption's victims, say): a node where those suffice is a
+candidate with no new victims, where the preemptor waits for them (as kube-scheduler does with a
+nominated node's terminating victims).
 A pod whose eviction a PodDisruptionBudget refused is left out (``refused``): the Eviction API
 cannot take it, so it is no victim.
 
@@ -75,6 +77,8 @@ class Holder:
     claims: frozenset[str]
     #: Terminating already: its claims are being freed, at no cost.
     going: bool = False
+    #: The node its claims are on (a gang's victims span nodes).
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +90,16 @@ class Site:
     #: Claim uid -> the keys of every live pod using it (holders or not): a claim is freed only
     #: when all of them go.
     users: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Claims no live pod uses any more (their pods are gone, the claims not released yet): freed
+    #: at no cost, like a terminating pod's (kube-controller-manager and the releaser free them).
+    released: frozenset[str] = frozenset()
 
     def freed(self, going: Iterable[Holder]) -> frozenset[str]:
-        """The claims freed when ``going`` (holders of this site) are gone."""
+        """The claims freed when ``going`` (holders of this site) are gone, and those released."""
         keys = {holder.key for holder in going}
         claims = {claim for holder in going for claim in holder.claims}
-        return frozenset(claim for claim in claims if self.users.get(claim, frozenset()) <= keys)
+        mine = (claim for claim in claims if self.users.get(claim, frozenset()) <= keys)
+        return frozenset(mine) | self.released
 
 
 #: ``fits(node, freed claim uids)``: whether the preemptor fits on ``node`` once those claims'
@@ -142,9 +150,12 @@ def best_on(
     now: float,
     refused: frozenset[str] = frozenset(),
     budget: int = SEARCH_BUDGET,
+    reprieves: int | None = None,
 ) -> Candidate | None:
     """The cheapest victims on one node for a preemptor of ``priority``, or None when evicting
-    every pod it may evict there would not make it fit."""
+    every pod it may evict there would not make it fit. ``reprieves``: at most this many pods
+    are tried for a reprieve (the rest stay victims: more victims than needed, never too few),
+    for a site where each oracle call is costly (a gang's, ``select_joint``)."""
     going = tuple(holder for holder in site.holders if holder.going)
     eligible = [
         holder
@@ -156,14 +167,16 @@ def best_on(
         freed = site.freed((*going, *victims))
         return freed if fits(site.node, freed) else None
 
-    if going:
+    if going or site.released:
         freed = room(())
         if freed is not None:
             return Candidate(site.node, (), going, freed, now)
     if not eligible or room(eligible) is None:
         return None
     victims = list(eligible)
-    for holder in sorted(eligible, key=_importance):  # kube-scheduler's reprieve
+    for tried, holder in enumerate(sorted(eligible, key=_importance)):  # kube-scheduler's reprieve
+        if reprieves is not None and tried >= reprieves:
+            break
         kept = [victim for victim in victims if victim is not holder]
         if room(kept) is not None:
             victims = kept
@@ -233,6 +246,62 @@ def select(
     return sorted(found, key=Candidate.cost)
 
 
+#: A gang's victims are looked for on this many nodes together at most (``select_joint``).
+JOINT_MAX_NODES = 8
+#: Pods tried for a reprieve in a gang's victim set (each try plans the whole gang).
+JOINT_REPRIEVES = 24
+#: Oracle calls of the search for fewer victims in a gang's victim set.
+JOINT_SEARCH_BUDGET = 8
+
+#: ``fits(freed claim uids)``: whether pods placed together (a gang) fit, each on any node it may
+#: run on, once those claims' allocations are gone.
+JointFits = Callable[[frozenset[str]], bool]
+
+
+def merged(sites: Sequence[Site]) -> Site:
+    """Several nodes as one site: pods placed together (a gang) may take room on any of them.
+    Its ``node`` names them all (``node-1+node-2``); each holder keeps its own."""
+    users: dict[str, frozenset[str]] = {}
+    for site in sites:
+        users.update(site.users)
+    holders = tuple(holder for site in sites for holder in site.holders)
+    released = frozenset().union(*(site.released for site in sites))
+    return Site("+".join(site.node for site in sites), holders, users, released)
+
+
+def select_joint(
+    sites: Sequence[Site],
+    priority: int,
+    fits: JointFits,
+    *,
+    now: float,
+    refused: frozenset[str] = frozenset(),
+    max_nodes: int = JOINT_MAX_NODES,
+    budget: int = JOINT_SEARCH_BUDGET,
+    reprieves: int = JOINT_REPRIEVES,
+) -> Candidate | None:
+    """The victims for pods placed together, all or none (a gang), by the same rules as one
+    pod's: ``sites`` are taken in their order (``sites_below``: terminating pods first, then the
+    cheapest victims) one more at a time, until evicting every pod it may evict on them (strictly
+    lower ``priority``, not ``refused``) makes the whole set fit; then ``best_on`` over those
+    nodes together keeps the cheapest victims among them (the reprieve, then the bounded search
+    for fewer). None when ``max_nodes`` sites are not enough. Bounded: at most
+    2 x ``max_nodes`` + ``reprieves`` + ``budget`` calls of ``fits``, each a plan of the set."""
+    for size in range(1, min(len(sites), max_nodes) + 1):
+        candidate = best_on(
+            merged(sites[:size]),
+            priority,
+            lambda _node, freed: fits(freed),
+            now=now,
+            refused=refused,
+            budget=budget,
+            reprieves=reprieves,
+        )
+        if candidate is not None:
+            return candidate
+    return None
+
+
 # --- what preemption reads from the controller's cache ----------------------------------------------
 def epoch(timestamp: str) -> float:
     """An RFC 3339 timestamp (``creationTimestamp``) in epoch seconds; 0 when unreadable."""
@@ -262,29 +331,40 @@ def sites_for(
     priority than the preemptor's, or a terminating pod, holding allocations of ours there, in
     the order to look at them (``_promise``). ``going``: whether a pod is on
     its way out (terminating, or its eviction was just asked for)."""
-    if not any(pod.priority < preemptor.priority or going(pod) for pod in cache.pods.values()):
+    return sites_below(cache, preemptor.priority, frozenset({preemptor.key}), nodes, going)
+
+
+def sites_below(
+    cache: ClusterCache,
+    priority: int,
+    preemptors: frozenset[str],
+    nodes: Iterable[str],
+    going: Callable[[PodView], bool],
+) -> list[Site]:
+    """``sites_for`` for preemptors (by key: one pod, or a gang's members) of ``priority``: the
+    pods of lower priority, or terminating, that hold allocations of ours on ``nodes``."""
+    if not any(pod.priority < priority or going(pod) for pod in cache.pods.values()):
         return []  # nobody to evict, nothing terminating: the common case, without a claim read
     sites = []
     for node in sorted(nodes):
         holders: dict[str, tuple[PodView, set[str]]] = {}
         users: dict[str, frozenset[str]] = {}
+        released: set[str] = set()
         for uid in cache.ledger.claims_on(node):
             claim = _claim(cache, uid)
             pods = _users(cache, claim) if claim is not None else []
             users[uid] = frozenset(pod.key for pod in pods) or frozenset({_NOBODY})
+            if claim is not None and not pods and not cache.assumed.writing(claim.key):
+                released.add(uid)
             for pod in pods:
-                if pod.key != preemptor.key and (pod.priority < preemptor.priority or going(pod)):
+                if pod.key not in preemptors and (pod.priority < priority or going(pod)):
                     holders.setdefault(pod.key, (pod, set()))[1].add(uid)
-        if holders:
-            site = Site(
-                node,
-                tuple(
-                    Holder(pod.key, pod.uid, pod.priority, epoch(pod.created), frozenset(claims), going(pod))
-                    for pod, claims in holders.values()
-                ),
-                users,
+        if holders or released:
+            found = tuple(
+                Holder(pod.key, pod.uid, pod.priority, epoch(pod.created), frozenset(uids), going(pod), node)
+                for pod, uids in holders.values()
             )
-            sites.append(site)
+            sites.append(Site(node, found, users, frozenset(released)))
     sites.sort(key=_promise)
     return sites
 
@@ -292,12 +372,13 @@ def sites_for(
 def _promise(site: Site) -> tuple[bool, int, str]:
     """The order sites are looked at: those with terminating pods first (maybe nothing to evict),
     then those whose cheapest possible victim has the lowest priority, then by name."""
-    going = any(holder.going for holder in site.holders)
+    going = bool(site.released) or any(holder.going for holder in site.holders)
     lowest = min((holder.priority for holder in site.holders if not holder.going), default=2**31)
     return (not going, lowest, site.node)
 
 
-#: The user of a claim no live pod uses (being released): such a claim is never counted as freed.
+#: The user of a claim no live pod uses (being released): it is counted as freed at no cost
+#: (``Site.released``), never as a victim's.
 _NOBODY = "-"
 
 

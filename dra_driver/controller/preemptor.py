@@ -24,19 +24,27 @@ whose full plan failed for capacity in the pass (``failed``), the most urgent fi
 
 A candidate with no new victim (pods already terminating free enough) only nominates: the pod
 waits for them, its capacity held. Outcomes are counted in ``hami_dra_preemptions_total``.
+
+A gang preempts as a unit (``gang_preemption.py``): a gang whose joint plan waits for capacity
+(``gang_waits``) gets the same steps, its victims chosen over the nodes its members may run on,
+every member the plan places nominated to its node (each member's devices held), the victims'
+condition and event naming the gang. A waiting gang that may not preempt, or for which no room
+can be made any more, has its members' nominations withdrawn (their holds released).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 from dra_driver.controller.allocation import rfc3339_now
 from dra_driver.controller.allocator import Allocator, Unschedulable
 from dra_driver.controller.binder import Binder
 from dra_driver.controller.cache import ClusterCache, Wake
+from dra_driver.controller.gang_plan import GangPlan
+from dra_driver.controller.gang_preemption import gang_candidate, gang_hidden, gang_holds, gang_refusal
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.nomination import Nomination, Nominations
 from dra_driver.controller.pod_queue import PodQueue
@@ -118,6 +126,9 @@ class Preemptor:
         self._tried: set[str] = set()  # pods whose full plan failed for capacity, not preempted for yet
         self._refused: dict[str, float] = {}  # pod key -> until when a budget keeps it out
         self._evicting: dict[str, str] = {}  # pod key -> uid: evictions asked, the pod not gone yet
+        #: Gangs (by group key) whose joint plan waits, as planned this pass: preempted for after
+        #: it, or (``None`` in ``_gang_may``) their members' nominations withdrawn.
+        self._gangs: dict[str, GangPlan] = {}
 
     # --- on the planning path: no API calls ------------------------------------------------------
     def failed(self, pod: PodView, outcome: Unschedulable) -> None:
@@ -128,6 +139,15 @@ class Preemptor:
     def placed(self, pod: PodView) -> None:
         self._tried.discard(pod.key)
         self.nominations.placed(pod)
+
+    def gang_waits(self, plan: GangPlan) -> None:
+        """A gang's joint plan does not reach its minimum: preempt for it after the pass if it may,
+        else withdraw what its members hold."""
+        if plan.busy:
+            return
+        may = self.enabled and gang_refusal(plan) is None
+        if may or any(self.nominations.of(pod) is not None for pod in plan.gated.values()):
+            self._gangs[plan.ref.key] = plan  # preempted for, or its holds withdrawn
 
     def observe(self, wake: Wake) -> None:
         """The pods a change concerns, as the cache has them now: their nominations follow."""
@@ -157,28 +177,40 @@ class Preemptor:
 
     # --- after the pass ------------------------------------------------------------------------------
     def run(self) -> None:
-        """Preempt for the pods recorded since the last call, the most urgent first."""
+        """Preempt for the pods and gangs recorded since the last call, the most urgent first (a
+        gang where its most urgent member comes)."""
         tried, self._tried = self._tried, set()
-        if not tried:
+        gangs, self._gangs = self._gangs, {}
+        if not tried and not gangs:
             return
+        gang_of = {key: ref for ref, plan in gangs.items() for key in plan.gated}
         done, started = 0, self.clock()
         for pod in self.queue.pending_by_priority():
-            if pod.key not in tried:
+            ref = gang_of.get(pod.key)
+            plan = gangs.pop(ref, None) if ref is not None else None
+            if pod.key not in tried and plan is None:
                 continue
             if done == PREEMPTIONS_PER_PASS or (done and self.clock() - started > PREEMPTION_SECONDS):
-                self._tried.add(pod.key)  # the next pass
+                if plan is None:
+                    self._tried.add(pod.key)  # the next pass
+                else:
+                    self._gangs.setdefault(plan.ref.key, plan)
                 continue
             done += 1
+            subject = pod.key if plan is None else f"gang {plan.ref}"
             try:
-                result = self.preempt(pod)
+                result = self.preempt(pod) if plan is None else self.preempt_gang(plan)
             except KubeError as err:
-                log.warning("pod %s: preemption interrupted: %s", pod.key, err)
+                log.warning("%s: preemption interrupted: %s", subject, err)
                 result = Result.ERROR
             except Exception:  # one pod's preemption must not stop the controller
-                log.exception("pod %s: preemption failed", pod.key)
+                log.exception("%s: preemption failed", subject)
                 self.metrics.unexpected_errors.labels("Pod").inc()
                 result = Result.ERROR
-            self.metrics.preemptions.labels(result.value).inc()
+            if result is None:
+                done -= 1  # a gang's holds withdrawn only: no preemption
+            else:
+                self.metrics.preemptions.labels(result.value).inc()
 
     def preempt(self, pod: PodView) -> Result:
         """Find the cheapest victims for ``pod`` and act on them (see the module's steps). A set
@@ -201,10 +233,79 @@ class Preemptor:
             if not candidate.victims:
                 log.info("pod %s: waits on node %s for pods already terminating", pod.key, candidate.node)
                 return Result.WAITING
-            return self._evict(pod, candidate)
+            wanted = _wanted(uses)
+            self.binder.event(
+                pod, "Normal", "Preempting",
+                f"node {candidate.node}: evicting {_names(candidate)} (lower priority) to free {wanted}",
+                action="Preempt",
+            )  # fmt: skip
+            return self._evict(
+                f"pod {pod.key}", pod.priority, candidate, {candidate.node: wanted},
+                "it fits on no node's free GPU capacity",
+            )  # fmt: skip
         if not refused_any:
             log.info("pod %s: no lower-priority pods whose eviction would make room for it", pod.key)
         self._withdraw(pod)
+        return Result.REFUSED if refused_any else Result.NO_CANDIDATE
+
+    def preempt_gang(self, plan: GangPlan) -> Result | None:
+        """The same steps as ``preempt`` for a waiting gang as a whole: the cheapest victims over
+        the nodes its members may run on, every member placed by the joint plan once they are
+        gone nominated to its node, then the evictions. A gang that may not preempt (or with
+        preemption off) only has its members' nominations withdrawn (None: nothing to count)."""
+        for pod in plan.gated.values():
+            current = self.cache.pods.get(pod.key)
+            if current is None or current.uid != pod.uid or not current.gated or current.deleting:
+                return None  # the gang changed since it was planned: its next plan records it again
+        why = gang_refusal(plan) if self.enabled else "preemption is off"
+        if why is not None:
+            if any(self.nominations.of(pod) is not None for pod in plan.gated.values()):
+                log.info("gang %s: preempts nothing (%s); its members' holds are released", plan.ref, why)
+                for pod in plan.gated.values():
+                    self._withdraw(pod)
+            return None
+        hidden = gang_hidden(plan, self.nominations.hidden_for)
+        refused_any = False
+        for _ in range(TRIES_PER_POD):
+            candidate = gang_candidate(
+                self.allocator, plan, hidden=hidden, going=self.going, refused=self.refused(), now=self.wall()
+            )
+            holds = [] if candidate is None else gang_holds(self.allocator, plan, candidate, hidden)
+            if candidate is None or not holds:
+                break
+            if self._any_refused(candidate.victims):
+                refused_any = True
+                continue
+            at = rfc3339_now()
+            held = {hold.pod.key for hold in holds}
+            for pod in plan.gated.values():
+                if pod.key not in held:
+                    self._withdraw(pod)  # nominated before, not placed by this plan
+            for hold in holds:
+                victims = tuple(victim.key for victim in candidate.victims if victim.node == hold.node)
+                self._nominate(hold.pod, Nomination(hold.node, hold.uses, victims, at))
+            if not candidate.victims:
+                log.info("gang %s: waits for pods already terminating", plan.ref)
+                return Result.WAITING
+            first = next(iter(plan.gated.values()))
+            who = f"gang {plan.ref.describe()} ({len(holds)} member(s), priority {first.priority})"
+            self.binder.event(
+                first, "Normal", "Preempting",
+                f"{who}: evicting {_names(candidate)} (lower priority) to place the gang's members together",
+                action="Preempt",
+            )  # fmt: skip
+            by_node: dict[str, list[Use]] = {}
+            for hold in holds:
+                by_node.setdefault(hold.node, []).extend(hold.uses)
+            wanted = {node: _wanted(tuple(uses)) for node, uses in by_node.items()}
+            return self._evict(
+                f"gang {plan.ref}", min(p.priority for p in plan.gated.values()), candidate,
+                wanted, "the gang fits on no nodes' free GPU capacity all together",
+            )  # fmt: skip
+        if not refused_any:
+            log.info("gang %s: no lower-priority pods whose eviction would make room for it", plan.ref)
+        for pod in plan.gated.values():
+            self._withdraw(pod)
         return Result.REFUSED if refused_any else Result.NO_CANDIDATE
 
     def _withdraw(self, pod: PodView) -> None:
@@ -259,23 +360,21 @@ class Preemptor:
             self._written(self.kube.patch(PODS, pod.namespace, pod.name, patch))
         self.nominations.nominate(pod, nomination)
 
-    def _evict(self, pod: PodView, candidate: Candidate) -> Result:
-        """The victims' condition, event and eviction, one after the other."""
-        names = ", ".join(victim.key for victim in candidate.victims)
-        wanted = _wanted(candidate, self.nominations.of(pod))
-        self.binder.event(
-            pod, "Normal", "Preempting",
-            f"node {candidate.node}: evicting {names} (lower priority) to free {wanted}",
-            action="Preempt",
-        )  # fmt: skip
-        log.info("pod %s (priority %d): evicting %s on node %s", pod.key, pod.priority, names, candidate.node)
+    def _evict(
+        self, preemptor: str, priority: int, candidate: Candidate, wanted: Mapping[str, str], why: str
+    ) -> Result:
+        """The victims' condition, event and eviction, one after the other; ``preemptor`` names
+        who they make room for (a pod, a gang), ``wanted`` what it takes on each node."""
+        names = _names(candidate)
+        log.info("%s (priority %d): evicting %s on node %s", preemptor, priority, names, candidate.node)
         for victim in candidate.victims:
             view = self.cache.pods.get(victim.key)
             if view is None or view.uid != victim.uid:
                 continue  # gone meanwhile: its capacity is free already
+            node = victim.node or candidate.node
             message = (
-                f"Preempted by pod {pod.key} (priority {pod.priority}, yours {victim.priority}) on node "
-                f"{candidate.node}: it fits on no node's free GPU capacity and needs {wanted} there"
+                f"Preempted by {preemptor} (priority {priority}, yours {victim.priority}) on node "
+                f"{node}: {why} and needs {wanted.get(node, 'its GPU share')} there"
             )
             self._condition(view, "True", message)
             self.binder.event(view, "Normal", "Preempted", message, action="Preempt")
@@ -303,14 +402,22 @@ class Preemptor:
             log.info("pod %s: condition %s not written: %s", pod.key, DISRUPTION_TARGET, err)
 
 
-def _wanted(candidate: Candidate, nomination: Nomination | None) -> str:
-    """What the preemptor takes on the node, in words: ``10 GiB on gpu-0`` or ``gpu-1 whole``."""
-    if nomination is None:
-        return "its GPU share"
-    parts = []
-    for use in nomination.uses:
-        if use.memory is None:
-            parts.append(f"{use.device.device} whole")
+def _names(candidate: Candidate) -> str:
+    return ", ".join(victim.key for victim in candidate.victims)
+
+
+def _wanted(uses: tuple[Use, ...]) -> str:
+    """What the preemptor takes on the node, in words: ``10 GiB on gpu-0`` or ``gpu-1 whole`` (a
+    gang's members' shares of one card added up)."""
+    memory: dict[str, int | None] = {}
+    for use in uses:
+        name = use.device.device
+        if use.memory is None or (name in memory and memory[name] is None):
+            memory[name] = None
         else:
-            parts.append(f"{format_bytes(use.memory)} on {use.device.device}")
+            memory[name] = (memory.get(name) or 0) + use.memory
+    parts = [
+        f"{name} whole" if amount is None else f"{format_bytes(amount)} on {name}"
+        for name, amount in memory.items()
+    ]
     return ", ".join(parts) or "its GPU share"

@@ -109,13 +109,25 @@ def _preemption_lines(explanation: Explanation) -> list[str]:
             f"  nominated to node {preemption.nominated_node} at {preemption.nominated_at or '-'}: "
             f"evicted {evicted}; the capacity is held for it while they terminate"
         )
-    if preemption.node:
+    label = f"preemption for its whole {preemption.gang}" if preemption.gang else "preemption"
+    if preemption.node and preemption.gang:
+        if preemption.victims:
+            victims = ", ".join(f"{v.pod} (priority {v.priority}) on {v.node}" for v in preemption.victims)
+            lines.append(f"  {label}: would evict {victims}")
+        else:
+            lines.append(f"  {label}: waits for {_waiting(preemption.waiting)}")
+    elif preemption.node:
         if preemption.victims:
             victims = ", ".join(f"{v.pod} (priority {v.priority})" for v in preemption.victims)
             lines.append(f"  preemption: would evict {victims} on node {preemption.node}")
         else:
-            waiting = ", ".join(preemption.waiting)
-            lines.append(f"  preemption: waits on node {preemption.node} for {waiting} to terminate")
+            lines.append(f"  preemption: waits on node {preemption.node} for {_waiting(preemption.waiting)}")
     elif preemption.why_not:
-        lines.append(f"  preemption: {preemption.why_not}")
+        lines.append(f"  {label}: {preemption.why_not}")
     return lines
+
+
+def _waiting(pods: tuple[str, ...]) -> str:
+    """What a preemptor with no new victims waits for: pods terminating, or claims being released
+    (their pods gone already)."""
+    return f"{', '.join(pods)} to terminate" if pods else "claims being released (their pods are gone)"

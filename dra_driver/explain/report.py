@@ -28,10 +28,12 @@ from dra_driver.controller.decision_record import (
     decode,
     request_record,
 )
+from dra_driver.controller.gang_plan import GangPlan
+from dra_driver.controller.gang_preemption import gang_candidate, gang_hidden, gang_refusal
 from dra_driver.controller.nomination import Nomination, nomination_annotation
 from dra_driver.controller.offline import ClusterObjects, allocator_for, gang_plan_for
 from dra_driver.controller.planner import PlanDecision
-from dra_driver.controller.preemption import candidates_for, refusal
+from dra_driver.controller.preemption import Candidate, candidates_for, refusal
 from dra_driver.engine import Reason
 from dra_driver.explain.events import PodEvent, pod_warnings
 from dra_driver.kube.watch import object_key
@@ -99,6 +101,7 @@ class GangState:
 class Victim:
     pod: str
     priority: int
+    node: str = ""
 
 
 @dataclass
@@ -115,6 +118,8 @@ class Preemption:
     #: The victims chosen now are terminating already: the pod waits for them.
     waiting: tuple[str, ...] = ()
     why_not: str = ""
+    #: For a gang member: the gang preemption makes room for, all together (``gang_preemption.py``).
+    gang: str = ""
 
     def to_json(self) -> dict[str, Any]:
         nominated = (
@@ -125,13 +130,22 @@ class Preemption:
         chosen = (
             {
                 "node": self.node,
-                "victims": [{"pod": v.pod, "priority": v.priority} for v in self.victims],
+                "victims": [self._victim(v) for v in self.victims],
                 "waitingFor": list(self.waiting),
             }
             if self.node
             else None
         )
-        return {"nominated": nominated, "wouldEvict": chosen, "whyNot": self.why_not or None}
+        document = {"nominated": nominated, "wouldEvict": chosen, "whyNot": self.why_not or None}
+        if self.gang:  # a gang member only: its gang's victims, on the nodes they span
+            document["forGang"] = self.gang
+        return document
+
+    def _victim(self, victim: Victim) -> dict[str, Any]:
+        found: dict[str, Any] = {"pod": victim.pod, "priority": victim.priority}
+        if self.gang:
+            found["node"] = victim.node
+        return found
 
 
 @dataclass
@@ -267,6 +281,9 @@ def _gang_now(result: Explanation, cluster: ClusterObjects, allocator: Allocator
     if not result.gang.ready and result.now is None:
         result.now = ("Unschedulable", plan.summary())
         result.note = "it fits alone, but its gang is placed all together or not at all"
+    if not result.gang.ready:
+        # A member never preempts alone: the gang does, as a whole.
+        result.preemption = _gang_preemption(allocator, plan, pod)
 
 
 def _with_pod(
@@ -318,20 +335,32 @@ def _evaluate_now(result: Explanation, allocator: Allocator, pod: PodView) -> No
     result.nodes_refused = {node: problem for node, problem in refused if problem is not None}
 
 
+def _nominated(allocator: Allocator, pod: PodView, preemption: Preemption) -> None:
+    """The pod's nomination as recorded on it, into ``preemption``."""
+    value = pod.annotations.get(nomination_annotation(allocator.driver))
+    if value is None:
+        return
+    try:
+        nomination = Nomination.decode(value, allocator.driver)
+    except ValueError as err:
+        preemption.why_not = str(err)
+    else:
+        preemption.nominated_node = nomination.node
+        preemption.evicted = nomination.victims
+        preemption.nominated_at = nomination.at
+
+
+def _chosen(preemption: Preemption, found: Candidate) -> None:
+    preemption.node = found.node
+    preemption.victims = tuple(Victim(v.key, v.priority, v.node) for v in found.victims)
+    preemption.waiting = tuple(victim.key for victim in found.waiting_for)
+
+
 def _preemption(allocator: Allocator, pod: PodView, reason: str) -> Preemption:
     """The pod's nomination as recorded on it, and the victims the controller's preemption would
     choose for it now on the same cache (with the same holds)."""
     preemption = Preemption()
-    value = pod.annotations.get(nomination_annotation(allocator.driver))
-    if value is not None:
-        try:
-            nomination = Nomination.decode(value, allocator.driver)
-        except ValueError as err:
-            preemption.why_not = str(err)
-        else:
-            preemption.nominated_node = nomination.node
-            preemption.evicted = nomination.victims
-            preemption.nominated_at = nomination.at
+    _nominated(allocator, pod, preemption)
     why = refusal(pod, reason)
     if why is not None:
         preemption.why_not = f"it preempts nothing: {why}"
@@ -343,8 +372,26 @@ def _preemption(allocator: Allocator, pod: PodView, reason: str) -> Preemption:
             "(pods of equal or higher priority are never evicted)"
         )
         return preemption
-    best = found[0]
-    preemption.node = best.node
-    preemption.victims = tuple(Victim(victim.key, victim.priority) for victim in best.victims)
-    preemption.waiting = tuple(victim.key for victim in best.waiting_for)
+    _chosen(preemption, found[0])
+    return preemption
+
+
+def _gang_preemption(allocator: Allocator, plan: GangPlan, pod: PodView) -> Preemption:
+    """For a member of a waiting gang: its nomination, and the victims the controller would
+    evict for the whole gang now (``gang_preemption.py``), or why none."""
+    preemption = Preemption(gang=plan.ref.describe())
+    _nominated(allocator, pod, preemption)
+    why = gang_refusal(plan)
+    if why is not None:
+        preemption.why_not = f"the gang preempts nothing: {why}"
+        return preemption
+    hidden = gang_hidden(plan, allocator.hidden_holds)
+    found = gang_candidate(allocator, plan, hidden=hidden, now=time.time())
+    if found is None:
+        preemption.why_not = (
+            "no nodes where evicting pods of lower priority would make room for the whole gang "
+            "(pods of equal or higher priority are never evicted)"
+        )
+        return preemption
+    _chosen(preemption, found)
     return preemption

@@ -32,7 +32,8 @@ or the claim's own config comes first, as in the controller).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,12 +45,22 @@ from dra_driver.config.resolve import (
     ANNOTATION_USE_GPU_UUID,
 )
 from dra_driver.contract import GATE_NAME
-from dra_driver.controller.allocator import Allocator, Placed, Unschedulable
-from dra_driver.controller.offline import ClusterObjects, allocator_for, apply_placed
+from dra_driver.controller.allocator import AllocateOutcome, Allocator, Placed, Unschedulable
+from dra_driver.controller.gang_preemption import gang_candidate, gang_hidden, gang_refusal
+from dra_driver.controller.gang_refs import MIN_MEMBERS_ANNOTATION, POD_GROUP_LABEL
+from dra_driver.controller.offline import (
+    ClusterObjects,
+    allocator_for,
+    apply_evicted,
+    apply_placed,
+    gang_plan_for,
+)
+from dra_driver.controller.preemption import Holder, candidates_for, refusal
 from dra_driver.controller.reasons import Reason
 from dra_driver.engine import DEFAULT_MAX_CANDIDATES, Decision, parse_node_policy, parse_policy_chain
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS, Obj
-from dra_driver.simulate.run import SimulationResult, held
+from dra_driver.resource.objects import PodView
+from dra_driver.simulate.run import Preempted, SimulationResult, held
 from dra_driver.simulate.scenario import ClaimSpec, Defaults, ScenarioError
 
 #: The request name of a what-if claim, and the pod's entry and container claim for it.
@@ -123,15 +134,20 @@ def pod_object(claim: ClaimSpec, uid: str) -> Obj:
             spec["nodeSelector"] = dict(claim.pod.node_selector)
         if claim.pod.tolerations:
             spec["tolerations"] = [toleration.to_object() for toleration in claim.pod.tolerations]
+    if claim.priority is not None:
+        spec["priority"] = claim.priority
+    if claim.priority_class_name is not None:
+        spec["priorityClassName"] = claim.priority_class_name
+    if claim.preemption_policy is not None:
+        spec["preemptionPolicy"] = claim.preemption_policy
+    metadata: Obj = {"name": claim.name, "namespace": claim.namespace, "uid": uid, "annotations": annotations}
+    if claim.gang is not None:
+        metadata["labels"] = {POD_GROUP_LABEL: claim.gang.name}
+        annotations[MIN_MEMBERS_ANNOTATION] = str(claim.gang.min_member)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": claim.name,
-            "namespace": claim.namespace,
-            "uid": uid,
-            "annotations": annotations,
-        },
+        "metadata": metadata,
         "spec": spec,
         "status": {"phase": "Pending"},
     }
@@ -155,7 +171,13 @@ def simulate_on_cluster(
     *,
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
 ) -> ClusterSimulation:
-    """Place ``claims`` in order on ``objects`` with the controller's allocator.
+    """Place ``claims`` on ``objects`` with the controller's allocator, in the controller's order:
+    the highest priority first, then the file's order (the order of arrival). A claim that fits
+    nowhere for capacity preempts as the controller would (``preemption.py``: the cheapest pods
+    of lower priority, reported as its victims and then taken out of the simulated cluster;
+    nothing is evicted); a gang's members are planned together when its first member comes,
+    placed all together or none (``gang_plan.py``), and preempt together
+    (``gang_preemption.py``). The results are in the file's order.
 
     ``ScenarioError`` when a claim's name is taken in its namespace (by a claim or a pod of the
     cluster): its objects would replace the cluster's.
@@ -175,25 +197,121 @@ def simulate_on_cluster(
         ControllerDefaults(defaults.policy, defaults.node_policy) if defaults is not None else None
     )
     allocator = allocator_for(with_claims, driver, controller_defaults)
+    replay = _Replay(allocator, with_claims, claims)
+    for position in sorted(range(len(claims)), key=lambda n: (-(claims[n].priority or 0), n)):
+        if position in replay.outcomes:
+            continue  # placed (or not) with its gang
+        if claims[position].gang is not None:
+            replay.gang(position)
+        else:
+            replay.one(position)
     decisions: list[Decision] = []
     blocks: list[str | None] = []
     reasons: list[str | None] = []
     refused: list[dict[str, str]] = []
-    for claim, _, pod_obj in made:
-        pod = allocator.cache.pods[f"{claim.namespace}/{claim.name}"]
-        outcome = allocator.allocate(pod)
+    for position, (claim, _, pod_obj) in enumerate(made):
+        outcome = replay.outcomes[position]
         decision, block, reason = _decided(allocator, claim, outcome, defaults, max_candidates)
-        if isinstance(outcome, Placed) and decision.placement is not None:
-            apply_placed(allocator.cache, outcome, decision.placement.node)
-            refused.append({})
-        else:
-            refused.append(_nodes_refused(allocator, pod_obj))
         decisions.append(decision)
         blocks.append(block)
         reasons.append(reason)
+        placed = isinstance(outcome, Placed) and decision.placement is not None
+        refused.append({} if placed else _nodes_refused(allocator, pod_obj))
+    victims = tuple(replay.victims.get(position, ()) for position in range(len(claims)))
     return ClusterSimulation(
-        SimulationResult(tuple(decisions), tuple(blocks), tuple(refused)), tuple(reasons)
+        SimulationResult(tuple(decisions), tuple(blocks), tuple(refused), victims), tuple(reasons)
     )
+
+
+class _Replay:
+    """The claims' outcomes as the controller's passes would reach them (``simulate_on_cluster``)."""
+
+    def __init__(self, allocator: Allocator, objects: ClusterObjects, claims: Sequence[ClaimSpec]) -> None:
+        self.allocator = allocator
+        self.objects = objects
+        self.claims = claims
+        self.outcomes: dict[int, AllocateOutcome] = {}
+        self.victims: dict[int, tuple[Preempted, ...]] = {}
+        self.now = time.time()
+
+    def pod(self, position: int) -> PodView:
+        claim = self.claims[position]
+        return self.allocator.cache.pods[f"{claim.namespace}/{claim.name}"]
+
+    def one(self, position: int) -> None:
+        """One pod: placed, or placed once the cheapest lower-priority pods are gone, or pending."""
+        allocator, pod = self.allocator, self.pod(position)
+        outcome = allocator.allocate(pod, quiet=True)
+        if isinstance(outcome, Unschedulable) and refusal(pod, outcome.reason) is None:
+            found = candidates_for(allocator, pod, hidden=allocator.hidden_holds(pod), now=self.now)
+            if found:
+                apply_evicted(allocator.cache, found[0])
+                self.victims[position] = _preempted(found[0].victims)
+                outcome = allocator.allocate(pod, quiet=True)
+        self._settle(position, outcome)
+
+    def gang(self, position: int) -> None:
+        """Every member of the claim's gang: placed together (preempting together if it must),
+        or each pending with the gang's reason."""
+        allocator = self.allocator
+        plan = gang_plan_for(self.objects, allocator, self.pod(position))
+        assert plan is not None  # the claim names a gang with a minimum
+        members = {f"{c.namespace}/{c.name}": n for n, c in enumerate(self.claims) if c.gang is not None}
+        members = {key: n for key, n in members.items() if key in plan.gated or key in plan.admitted}
+        if plan.satisfied:  # enough members past the gate already: the rest are placed one by one
+            for member in sorted(members.values(), key=lambda n: (-(self.claims[n].priority or 0), n)):
+                self.one(member)
+            return
+        candidate = None
+        if not plan.ready and gang_refusal(plan) is None:
+            hidden = gang_hidden(plan, allocator.hidden_holds)
+            candidate = gang_candidate(allocator, plan, hidden=hidden, now=self.now)
+            if candidate is not None:
+                apply_evicted(allocator.cache, candidate)
+                plan = gang_plan_for(self.objects, allocator, self.pod(position))
+                assert plan is not None
+        if plan.ready:
+            for placed in plan.placed:
+                position_of = members.get(placed.pod.key)  # None: a gated member of the cluster's
+                node = _node_of(placed)
+                if candidate is not None and position_of is not None:
+                    self.victims[position_of] = _preempted(v for v in candidate.victims if v.node == node)
+                self._settle(position_of, placed)
+            for key, refused in plan.refused.items():  # past the minimum: pending alone
+                if key in members:
+                    self.outcomes[members[key]] = refused
+        else:
+            waiting = Unschedulable(plan.reason(), plan.summary())
+            for placed in plan.placed:
+                if placed.pod.key in members:
+                    self.outcomes[members[placed.pod.key]] = dataclasses.replace(
+                        waiting, decisions=placed.decisions
+                    )
+            for key, refused in plan.refused.items():
+                if key in members:
+                    decisions = refused.decisions if isinstance(refused, Unschedulable) else ()
+                    self.outcomes[members[key]] = dataclasses.replace(waiting, decisions=decisions)
+        for member in members.values():  # members the plan did not reach (a claim being written)
+            self.outcomes.setdefault(member, Unschedulable(plan.reason(), plan.summary()))
+
+    def _settle(self, position: int | None, outcome: AllocateOutcome) -> None:
+        """The outcome of the claim at ``position`` (None: a pod of the cluster's), a placement
+        folded into the cache for the next claims to see."""
+        if isinstance(outcome, Placed):
+            node = _node_of(outcome)
+            if node is not None:
+                apply_placed(self.allocator.cache, outcome, node)
+        if position is not None:
+            self.outcomes[position] = outcome
+
+
+def _node_of(placed: Placed) -> str | None:
+    placements = (planned.decision.placement for planned in placed.decisions)
+    return next((placement.node for placement in placements if placement is not None), None)
+
+
+def _preempted(victims: Iterable[Holder]) -> tuple[Preempted, ...]:
+    return tuple(Preempted(victim.key, victim.priority, victim.node) for victim in victims)
 
 
 def _default_class(objects: ClusterObjects, claims: Sequence[ClaimSpec], driver: str) -> list[Obj]:

@@ -224,12 +224,21 @@ def _on_cluster(objects: Any, claims: dict[str, Any], args: argparse.Namespace) 
 
 
 def _ignored_pods(claims: Any) -> None:
-    """A claim's ``pod`` is node fit, which needs the cluster's Node objects: say it is not used."""
+    """A claim's ``pod`` is node fit, which needs the cluster's Node objects, and its priority and
+    gang are replayed on the cluster's pods: say they are not used."""
     for position, claim in enumerate(claims):
         if claim.pod is not None:
             print(
                 f"{program_name()} simulate: warning: claims[{position}]({claim.name}).pod is not used: "
                 "a scenario has no Node objects to fit it to (--from-cluster --claims checks it)",
+                file=sys.stderr,
+            )
+        replayed = claim.replayed
+        if replayed:
+            print(
+                f"{program_name()} simulate: warning: claims[{position}]({claim.name}).{'/'.join(replayed)} "
+                "not used: a scenario has no pods to order, group or preempt "
+                "(--from-cluster --claims replays them)",
                 file=sys.stderr,
             )
 

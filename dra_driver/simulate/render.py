@@ -12,6 +12,8 @@ JSON format (documented in the README; keys are stable, new keys may be added)::
                   "reason": str|null, "quota": str|null (the namespace/name that held it pending),
                   "nodesRefused": [{"node", "reason"}] (--from-cluster: nodes the claim's pod
                                   cannot run on, for a pending claim),
+                  "preempts": [{"pod", "priority", "node"}] (--from-cluster: the pods the
+                              controller would evict to place it; nothing is evicted),
                   "candidates": [{"node", "index", "name", "productName", "tenants", "usedMemory",
                                   "score", "eligible", "chosen", "reason", "note"}]}]}
 
@@ -23,7 +25,7 @@ use, ``note`` where it sits and what taking it leaves free.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -33,7 +35,7 @@ from dra_driver.engine import CandidateCard, Decision
 from dra_driver.output import YAML, columns, render_document
 from dra_driver.quantity import MIB, format_bytes
 from dra_driver.simulate.documents import json_text
-from dra_driver.simulate.run import SimulationResult
+from dra_driver.simulate.run import Preempted, SimulationResult
 
 
 def device_name(decision: Decision, node: str, index: int) -> str:
@@ -49,7 +51,10 @@ def _card_name(card: CandidateCard) -> str:
 
 
 def decision_to_json(
-    decision: Decision, quota: str | None = None, nodes_refused: Mapping[str, str] | None = None
+    decision: Decision,
+    quota: str | None = None,
+    nodes_refused: Mapping[str, str] | None = None,
+    victims: Sequence[Preempted] = (),
 ) -> dict[str, Any]:
     placement = decision.placement
     return {
@@ -73,6 +78,7 @@ def decision_to_json(
         "reason": decision.reason,
         "quota": quota,
         "nodesRefused": [{"node": node, "reason": why} for node, why in (nodes_refused or {}).items()],
+        "preempts": [{"pod": v.pod, "priority": v.priority, "node": v.node} for v in victims],
         "candidates": [
             {
                 "node": card.node,
@@ -95,7 +101,7 @@ def decision_to_json(
 def result_document(result: SimulationResult) -> dict[str, Any]:
     return {
         "results": [
-            decision_to_json(d, result.blocked_by(i), result.refused_on(i))
+            decision_to_json(d, result.blocked_by(i), result.refused_on(i), result.victims_of(i))
             for i, d in enumerate(result.decisions)
         ]
     }
@@ -169,6 +175,13 @@ def _refused(nodes_refused: Mapping[str, str]) -> str | None:
     return "nodes the pod cannot run on: " + ", ".join(f"{node} {why}" for node, why in nodes_refused.items())
 
 
+def _preempts(victims: Sequence[Preempted]) -> str | None:
+    """``preempts: team/notebook-b (priority 100) on node-1`` (nobody is evicted: a what-if)."""
+    if not victims:
+        return None
+    return "preempts: " + ", ".join(f"{v.pod} (priority {v.priority}) on {v.node}" for v in victims)
+
+
 def print_tables(result: SimulationResult, console: Console, wide: bool = False) -> None:
     """Rich tables, for a terminal."""
     for position, decision in enumerate(result.decisions):
@@ -176,9 +189,9 @@ def print_tables(result: SimulationResult, console: Console, wide: bool = False)
         if warning:
             console.print(f"[yellow]warning:[/] {warning}")
         console.print(decision_table(decision, wide))
-        refused = _refused(result.refused_on(position))
-        if refused:
-            console.print(refused, markup=False)
+        for line in (_refused(result.refused_on(position)), _preempts(result.victims_of(position))):
+            if line:
+                console.print(line, markup=False)
         console.print()
 
 
@@ -194,9 +207,9 @@ def plain_tables(result: SimulationResult, wide: bool = False) -> str:
         if warning:
             lines.append(f"warning: {warning}")
         lines.append(f"{decision.request} ({decision.policy.text}): {_outcome(decision)}")
-        refused = _refused(result.refused_on(position))
-        if refused:
-            lines.append(refused)
+        for line in (_refused(result.refused_on(position)), _preempts(result.victims_of(position))):
+            if line:
+                lines.append(line)
         rows = [header]
         for card in decision.candidates:
             rows.append(

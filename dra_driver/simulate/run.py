@@ -20,6 +20,15 @@ from dra_driver.simulate.scenario import Scenario, simulated_device
 
 
 @dataclass(frozen=True)
+class Preempted:
+    """A pod the controller would evict to place a claim (``--from-cluster``: preemption)."""
+
+    pod: str  # namespace/name
+    priority: int
+    node: str
+
+
+@dataclass(frozen=True)
 class SimulationResult:
     decisions: tuple[Decision, ...]
     #: Per decision: the quota (``namespace/name``) that held the claim pending, else None.
@@ -27,12 +36,18 @@ class SimulationResult:
     #: Per decision (``--from-cluster`` only, where Node objects are known): node -> why the
     #: claim's pod cannot run there (node fit), for a pending claim; empty otherwise.
     nodes_refused: tuple[Mapping[str, str], ...] = ()
+    #: Per decision (``--from-cluster`` only): the pods preempted to place it (for a gang's
+    #: member, those on its node), nobody evicted for real.
+    victims: tuple[tuple[Preempted, ...], ...] = ()
 
     def blocked_by(self, position: int) -> str | None:
         return self.quota_blocks[position] if position < len(self.quota_blocks) else None
 
     def refused_on(self, position: int) -> Mapping[str, str]:
         return self.nodes_refused[position] if position < len(self.nodes_refused) else {}
+
+    def victims_of(self, position: int) -> tuple[Preempted, ...]:
+        return self.victims[position] if position < len(self.victims) else ()
 
 
 @dataclass(slots=True)

@@ -373,6 +373,15 @@ class PodFitSpec(_Strict):
         }
 
 
+class GangSpec(_Strict):
+    """The gang a claim's pod belongs to (``simulate --from-cluster`` only): the pod group of the
+    scheduler-plugins coscheduling label, with its minimum as the controller reads it from the
+    min-member annotation; placed all together or not at all (docs/policies.md, "Gangs")."""
+
+    name: str = Field(min_length=1)
+    min_member: int = Field(alias="minMember", ge=1)
+
+
 class ClaimSpec(_Strict):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, frozen=True, arbitrary_types_allowed=True
@@ -400,11 +409,26 @@ class ClaimSpec(_Strict):
     profile: str | None = None
     #: What its pod asks of the node (node fit), for ``--from-cluster``.
     pod: PodFitSpec | None = None
+    #: Its pod's priority (``spec.priority``, the value admission resolves from its
+    #: PriorityClass; default 0), ``priorityClassName`` (recorded on the pod) and
+    #: ``preemptionPolicy``; its gang. ``--from-cluster`` only: claims are then planned in
+    #: priority order and may preempt pods of lower priority, gangs all together.
+    priority: int | None = None
+    priority_class_name: str | None = Field(default=None, alias="priorityClassName", min_length=1)
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(
+        default=None, alias="preemptionPolicy"
+    )
+    gang: GangSpec | None = None
 
     @model_validator(mode="after")
     def _one_memory(self) -> ClaimSpec:
         if self.memory is not None and self.memory_percent is not None:
             raise ValueError("give memory or memoryPercent, not both")
+        if self.priority_class_name is not None and self.priority is None:
+            raise ValueError(
+                f"priorityClassName {self.priority_class_name!r} needs its value as priority "
+                "(what admission resolves the class to, e.g. priority: 1000)"
+            )
         if self.is_mig and (self.cores or self.memory_percent is not None):
             raise ValueError(
                 "a MIG claim gets whole instances: give a profile or memory, not cores or memoryPercent"
@@ -414,6 +438,30 @@ class ClaimSpec(_Strict):
     @property
     def is_mig(self) -> bool:
         return self.mig or self.profile is not None
+
+    @property
+    def replayed(self) -> list[str]:
+        """The fields only ``--from-cluster`` replays (priorities, preemption, gangs)."""
+        fields = ("priority", "priorityClassName", "preemptionPolicy", "gang")
+        values = (self.priority, self.priority_class_name, self.preemption_policy, self.gang)
+        return [name for name, value in zip(fields, values, strict=True) if value is not None]
+
+
+def gang_problems(claims: Iterable[ClaimSpec]) -> list[str]:
+    """Members of one gang (namespace and name) that disagree on its minimum."""
+    minimums: dict[tuple[str, str], int] = {}
+    problems = []
+    for position, claim in enumerate(claims):
+        if claim.gang is None:
+            continue
+        key = (claim.namespace, claim.gang.name)
+        first = minimums.setdefault(key, claim.gang.min_member)
+        if first != claim.gang.min_member:
+            problems.append(
+                f"claims[{position}]({claim.name}).gang.minMember: {claim.gang.min_member}, but an earlier "
+                f"member of gang {claim.namespace}/{claim.gang.name} says {first}"
+            )
+    return problems
 
 
 #: Validation context key: the allocations are observed facts (a snapshot), not a plan to check.
@@ -624,6 +672,9 @@ class ClaimsFile(_Strict):
         duplicates = _duplicates(claim.name for claim in self.claims)
         if duplicates:
             raise ValueError(f"claim name listed twice: {duplicates}")
+        problems = gang_problems(self.claims)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 

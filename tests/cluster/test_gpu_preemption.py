@@ -1,7 +1,8 @@
 """Share-aware preemption on the real cluster (issue 38 item 2): four T4 full of lower-priority
 shares, the youngest protected by a PodDisruptionBudget; a high-priority pod asking for 10 GiB
 runs after the controller evicts the cheapest share it may (the next youngest) through the
-Eviction API; the protected pod is untouched and nobody else took the freed capacity.
+Eviction API; the protected pod is untouched and nobody else took the freed capacity. A gang of
+two high-priority workers gets two cards the same way (preemption for a whole gang).
 
 The victims trap SIGTERM (they leave at the end of their grace period), so the test sees a victim
 terminating, with its DisruptionTarget condition, while a pod of their priority arrives that
@@ -14,6 +15,7 @@ whole suite and waited for a class nobody had installed).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.controller.gang_refs import MIN_MEMBERS_ANNOTATION, POD_GROUP_LABEL
 from hami_dra_dev.demo import manifests
 from tests.cluster.conftest import RealCluster
 from tests.cluster.drivers import DriverUnderTest, HostDriver
@@ -178,3 +181,43 @@ def test_a_controller_killed_mid_preemption_loses_nothing(team: RealCluster, dri
     for name in ("batch-0", "batch-1", "batch-3"):
         kept = pod(team, name)
         assert kept is not None and not kept["metadata"].get("deletionTimestamp"), name
+
+
+def gang_member(name: str) -> dict[str, Any]:
+    """A 10 GiB worker of gang ``serving-gang`` at the high priority (its minimum, 2, from our
+    annotation: no PodGroup CRD needed)."""
+    body = gpu_pod(name, "10Gi", HIGH, {POD_GROUP_LABEL: "serving-gang"})
+    body["metadata"].setdefault("annotations", {})[MIN_MEMBERS_ANNOTATION] = "2"
+    return body
+
+
+def test_a_high_priority_gang_evicts_the_cheapest_lower_priority_shares_and_runs(
+    team: RealCluster, driver: DriverUnderTest
+) -> None:
+    """Preemption for a whole gang: two 10 GiB workers (priority 1000) need two cards freed; the
+    two youngest shares the Eviction API lets go are evicted (batch-2, batch-1; batch-3 is
+    protected), both workers run, batch-0 and batch-3 are untouched, and a batch pod arriving
+    meanwhile does not take the room held for the gang."""
+    full_cards(team)
+    apply(team, gang_member("worker-0"), gang_member("worker-1"))
+    for victim in ("batch-2", "batch-1"):
+        marked = wait_for(
+            functools.partial(evicted_and_marked, team, victim), POD_TIMEOUT, f"{victim} evicted", 0.5
+        )
+        assert marked["status"] == "True" and f"gang {TEAM}/serving-gang" in marked["message"]
+    apply(team, gpu_pod("sneaky", "5000Mi", LOW))
+    for worker in ("worker-0", "worker-1"):
+        running(team, worker)
+    sneaky = pod(team, "sneaky")
+    assert sneaky is not None and not sneaky["spec"].get("nodeName")
+    selector = "reason=Preempted"
+    preempted = json.loads(
+        team.kubectl("get", "events", "-n", TEAM, "--field-selector", selector, "-o", "json")
+    )["items"]
+    said = [(event["involvedObject"]["name"], event["message"]) for event in preempted]
+    log = [line for line in driver.log("controller").splitlines() if "evict" in line or "preempt" in line]
+    for name in ("batch-0", "batch-3"):
+        kept = pod(team, name)
+        assert kept is not None and not kept["metadata"].get("deletionTimestamp"), (name, said, log[-30:])
+        assert condition(kept, "DisruptionTarget") is None, name
+    assert sorted(name for name, _ in said) == ["batch-1", "batch-2"], said

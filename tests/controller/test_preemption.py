@@ -19,8 +19,10 @@ from dra_driver.controller.preemption import (
     candidates_for,
     cost_of,
     epoch,
+    merged,
     refusal,
     select,
+    select_joint,
     sites_for,
 )
 from dra_driver.controller.reasons import Reason
@@ -344,3 +346,57 @@ def test_sites_are_looked_at_terminating_pods_first_then_the_lowest_priority() -
     view = preemptor(world, 7000, 10)
     sites = sites_for(world.cache, view, ("node-1", "node-2", "node-3"), lambda pod: pod.deleting)
     assert [site.node for site in sites] == ["node-3", "node-2", "node-1"]
+
+
+# --- pods placed together (a gang): the same search over several nodes at once ----------------------
+def joint_needs(units: dict[str, int], need: int, calls: list[frozenset[str]] | None = None):  # type: ignore[no-untyped-def]
+    def fits(freed: frozenset[str]) -> bool:
+        if calls is not None:
+            calls.append(freed)
+        return sum(units[claim] for claim in freed) >= need
+
+    return fits
+
+
+def test_a_gang_s_victims_are_taken_over_as_few_nodes_as_needed_the_cheapest_first() -> None:
+    low, units_a = units_site(("a1", 1, 2, 0.0), ("a2", 1, 2, 0.0), node="n-a")
+    lower, units_b = units_site(("b1", 0, 2, 0.0), node="n-b")
+    high, units_c = units_site(("c1", 8, 9, 0.0), node="n-c")
+    units = {**units_a, **units_b, **units_c}
+    # In the order sites_below gives them: the lowest possible victim first.
+    chosen = select_joint([lower, low, high], 10, joint_needs(units, 4), now=100.0)
+    assert chosen is not None
+    # b1 alone is not enough; b1 and one of n-a's (the youngest, same age: by key) are.
+    assert sorted(victim.key for victim in chosen.victims) == ["a2", "b1"]
+    assert chosen.node == "n-b+n-a"
+
+
+def test_a_gang_never_evicts_pods_of_its_priority_or_higher() -> None:
+    site, units = units_site(("peer", 10, 5, 0.0), ("boss", 20, 5, 0.0))
+    assert select_joint([site], 10, joint_needs(units, 1), now=0.0) is None
+
+
+def test_a_gang_s_search_is_bounded() -> None:
+    sites = []
+    units: dict[str, int] = {}
+    for index in range(12):
+        site, more = units_site(*((f"p{index}-{i}", 1, 1, float(i)) for i in range(6)), node=f"n-{index:02d}")
+        sites.append(site)
+        units |= more
+    calls: list[frozenset[str]] = []
+    chosen = select_joint(sites, 10, joint_needs(units, 40, calls), now=100.0, max_nodes=8)
+    assert chosen is not None and len(chosen.victims) >= 40
+    # 2 calls per prefix at most before it fits, then the bounded reprieve and search.
+    assert len(calls) <= 2 * 8 + 24 + 8
+    assert select_joint(sites, 10, joint_needs(units, 60), now=100.0, max_nodes=8) is None
+
+
+def test_merged_sites_keep_each_holder_s_node() -> None:
+    world = CacheWorld(1, nodes=("node-1", "node-2"))
+    running(world, Share("x", 7000, priority=1, node="node-1"))
+    running(world, Share("y", 7000, priority=1, node="node-2"))
+    view = preemptor(world, 7000, 10)
+    sites = sites_for(world.cache, view, ("node-1", "node-2"), lambda pod: pod.deleting)
+    site = merged(sites)
+    assert site.node == "node-1+node-2"
+    assert {holder.key: holder.node for holder in site.holders} == {f"{NS}/x": "node-1", f"{NS}/y": "node-2"}

@@ -365,3 +365,22 @@ def test_the_per_card_metrics_count_allocations_not_holds() -> None:
     cluster.run()
     assert cluster.controller.cache.ledger.holds()
     assert allocated() == before  # the 10 GiB held for urgent are allocated to nobody yet
+
+
+def test_a_victim_gone_whose_claim_is_not_released_yet_is_waited_for_not_replaced() -> None:
+    """The victim's pod is gone but its claim is not released yet (kube-controller-manager and the
+    releaser have not caught up): the preemptor waits for it, old is not evicted in its place."""
+    cluster = busy_card()
+    cluster.gpu_pod("urgent", "10Gi", priority=1000)
+    cluster.run()
+    assert evicted(cluster) == ["young"]
+    cluster.remove(PODS, "young")
+    # A change of the preemptor's own: it is planned in full again (a retry on the freed node
+    # alone would not preempt at all).
+    cluster.change(PODS, NS, "urgent", lambda obj: obj["metadata"].setdefault("labels", {}).update(seen="1"))
+    cluster.run()
+    assert evicted(cluster) == [] and disruption(cluster, "old") is None and cluster.gated("urgent")
+    assert cluster.controller.preemptor.nominations.held()  # still held while the claim goes
+    cluster.release("young")
+    cluster.run()
+    assert not cluster.gated("urgent") and disruption(cluster, "old") is None

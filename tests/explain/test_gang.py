@@ -11,7 +11,9 @@ from dra_driver.explain.report import Explanation, explain
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
 from tests.controller.fake_cluster import FakeCluster
 from tests.controller.harness import DRIVER, NS
+from tests.controller.test_gang_preemption import share_gang
 from tests.controller.test_gangs import cluster_of, gang, pod_group
+from tests.controller.test_preemption_flow import busy_card, evicted
 from tests.explain.listed import listed, stored
 
 
@@ -54,3 +56,33 @@ def test_a_pod_without_a_gang_has_no_gang_line() -> None:
     cluster.gpu_pod("solo", "1Gi")
     alone = explained(cluster, "solo")
     assert alone.gang is None and "gang:" not in render(alone) and "gang" not in alone.to_json()
+
+
+def test_a_waiting_gang_member_shows_the_victims_preemption_would_evict_for_the_whole_gang() -> None:
+    cluster = busy_card()  # old 40Gi and young 39Gi, priority 1
+    members = share_gang(cluster, "train", 2, "15Gi", priority=1000)
+    before = explained(cluster, members[1])
+    preemption = before.preemption
+    assert (
+        preemption is not None
+        and preemption.gang == "pod group default/train (label scheduling.x-k8s.io/pod-group)"
+    )
+    assert [(v.pod, v.priority, v.node) for v in preemption.victims] == [(f"{NS}/young", 1, "node-1")]
+    text = render(before)
+    assert "preemption for its whole pod group default/train" in text
+    assert "would evict default/young (priority 1) on node-1" in text
+    document = before.to_json()["preemption"]
+    assert document["forGang"].startswith("pod group default/train")
+    assert document["wouldEvict"]["victims"] == [{"pod": f"{NS}/young", "priority": 1, "node": "node-1"}]
+    cluster.run()  # the controller evicts what explain named
+    assert evicted(cluster) == ["young"]
+    after = explained(cluster, members[1]).preemption
+    assert after is not None and after.nominated_node == "node-1" and after.evicted == (f"{NS}/young",)
+
+
+def test_a_gang_of_equal_priority_would_preempt_nothing_and_says_why() -> None:
+    cluster = busy_card()
+    members = share_gang(cluster, "peers", 2, "15Gi", priority=1)
+    preemption = explained(cluster, members[0]).preemption
+    assert preemption is not None and not preemption.victims
+    assert "the whole gang" in preemption.why_not and "equal or higher priority" in preemption.why_not
