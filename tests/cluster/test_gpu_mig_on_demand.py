@@ -33,7 +33,7 @@ from dra_driver.kubeletplugin.failpoint import FAILPOINT_ENV, KILLED_STATUS
 from dra_driver.kubeletplugin.mig_on_demand import CREATED, CREATING, JOURNAL_NAME
 from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME, Layout
 from tests.cluster.conftest import RealCluster
-from tests.cluster.drivers import DRIVER, ChartDriver, DriverUnderTest, reset_workloads
+from tests.cluster.drivers import CHART_NAMESPACE, DRIVER, ChartDriver, DriverUnderTest, reset_workloads
 from tests.cluster.test_e2e import POD_TIMEOUT
 from tests.cluster.test_gpu_mig import caps_of, delete, placed_by_our_controller, run_mig_pod
 from tests.cluster.test_gpu_nodes import GPU_LABEL, PLUGIN, GpuNode
@@ -248,10 +248,15 @@ def test_a_plugin_killed_between_create_and_record_leaves_no_orphan_after_restar
             return placement in live and record.get("claim") == uid and record.get("state") == CREATING
 
         wait_for(killed_in_the_window, POD_TIMEOUT, f"the plugin killed after creating {device}", 0.2)
+        killed = node.cluster.kubectl(
+            "logs", "-n", CHART_NAMESPACE, armed["metadata"]["name"], "--previous", check=False
+        )
+        assert "failpoint mig-after-create: killing the process" in killed, killed[-2000:]
         phase = node.cluster.get("pod", "od-crash")["status"]["phase"]
         assert phase == "Pending", "the prepare was never answered"
         assert all(r["state"] == CREATING for r in node.journal().values()), "no record got past its intent"
     finally:
+        restarts = [p["status"]["containerStatuses"][0]["restartCount"] for p in node.chart.pods(PLUGIN)]
         plugin_armed(node, None)  # the restart without the failpoint: the rollout's new pod
     # From here on every instance has its record (an intent at least): the restart's reconcile
     # destroyed the orphan, so kubelet's retried prepare could create the placement again, which
@@ -272,6 +277,11 @@ def test_a_plugin_killed_between_create_and_record_leaves_no_orphan_after_restar
     gi = node.gpu_instance_ids()[placement]
     assert (recorded, record["claim"], record["state"], record["gpu_instance"]) == (device, uid, CREATED, gi)
     assert caps_of(node, "od-crash") == sorted(f"nvidia-cap{m}" for m in mig_caps_minors(1, gi, 0))
+    # Which start destroyed the orphan is timing, so a figure: kubelet restarts the killed
+    # container at once with the hook still armed (reconcile runs at every start), or the
+    # rollout's unarmed pod finds it.
+    destroyed_here = f"destroyed MIG instance at {device}" in node.chart.log(PLUGIN)
+    print(json.dumps({"armed_plugin_restarts": restarts, "unarmed_start_destroyed_it": destroyed_here}))
     delete(node, "od-crash")
     gone = "the instance destroyed and its record dropped at unprepare"
     wait_for(lambda: node.instances() == [] and node.journal() == {}, 90, gone)
