@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -38,6 +37,7 @@ from dra_driver.devices.mig_on_demand import MigOnDemandError, parse_placement_d
 from dra_driver.devices.mig_profiles import mig_model
 from dra_driver.devices.model import Gpu
 from dra_driver.devices.nvml_mig_create import LiveInstance, MigCreateError, MigDriver
+from dra_driver.kubeletplugin import failpoint
 from dra_driver.kubeletplugin.claims import ClaimError
 from dra_driver.kubeletplugin.inventory import NodeGpu, node_gpu
 
@@ -48,7 +48,7 @@ CREATING = "creating"
 CREATED = "created"
 #: Test hook (as ``prepare.FAILPOINT_ENV``): ``mig-after-create`` kills the process once the
 #: instance exists and before its record says so, the window reconcile must close.
-FAILPOINT_ENV = "HAMI_DRA_FAILPOINT"
+FAILPOINT_ENV = failpoint.FAILPOINT_ENV
 
 
 @dataclass(frozen=True)
@@ -108,12 +108,6 @@ class ReconcileReport:
     destroyed: tuple[str, ...] = ()
     recreated: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
-
-
-def _failpoint(name: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == name:
-        LOG.error("failpoint %s: killing the process", name)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class MigOnDemand:
@@ -192,7 +186,7 @@ class MigOnDemand:
                 del self._records[device]
                 self.journal.save(self._records)
                 raise ClaimError(f"MIG placement {device} could not be created: {err}") from err
-            _failpoint("mig-after-create")
+            failpoint.hit("mig-after-create")
             created = self._created(intent, live)
             self._records[device] = created
             self.journal.save(self._records)

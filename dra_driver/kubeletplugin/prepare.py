@@ -41,9 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import shutil
-import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -51,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.devices.nvml_mig_create import MigCreateError
-from dra_driver.kubeletplugin import cdi
+from dra_driver.kubeletplugin import cdi, failpoint
 from dra_driver.kubeletplugin.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -85,8 +83,8 @@ CAPACITY_HINT = (
     "also after the claim was deleted from the API"
 )
 
-#: Test hook: when set to a phase name the process SIGKILLs itself there (crash-consistency tests).
-FAILPOINT_ENV = "HAMI_DRA_FAILPOINT"
+#: Test hook: when set to a phase name the process kills itself there (crash-consistency tests).
+FAILPOINT_ENV = failpoint.FAILPOINT_ENV
 #: The phases of a NodePrepareResources call where the hook can kill it, in order: the claims are
 #: admitted in memory (nothing on disk), their records and CDI specs are written (no checkpoint
 #: entry yet), their ``PrepareCompleted`` entries are durable (kubelet not answered yet).
@@ -101,12 +99,6 @@ def device_paths(gpu: NodeGpu) -> list[str]:
     if gpu.mig_caps is not None:
         paths += [f"/dev/nvidia-caps/nvidia-cap{cap}" for cap in gpu.mig_caps]
     return paths
-
-
-def _failpoint(name: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == name:
-        LOG.error("failpoint %s: killing the process", name)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -326,7 +318,7 @@ class Preparer:
                     results[ref.uid] = PrepareResult(error=_write_error(ref, err))
             if not admitted:
                 return results
-            _failpoint("after-admission")
+            failpoint.hit("after-admission")
             written = []
             for claim in admitted:
                 try:
@@ -343,7 +335,7 @@ class Preparer:
                     for claim in written:
                         self._entries[claim.ref.uid] = claim.entry.completed()
                     version = self._changed()
-                _failpoint("after-side-effects")
+                failpoint.hit("after-side-effects")
                 try:
                     self._persist(version, removal=False)  # the call's one write, before any answer
                 except OSError as err:
@@ -355,7 +347,7 @@ class Preparer:
                     for claim in written:
                         results[claim.ref.uid] = PrepareResult(error=_write_error(claim.ref, err))
                     written = []
-                _failpoint("after-checkpoint")
+                failpoint.hit("after-checkpoint")
             for claim in written:
                 devices = self._response(claim.entry.devices, claim.entry.cdi_ids)
                 results[claim.ref.uid] = PrepareResult(devices=devices)

@@ -9,7 +9,9 @@ partitionable devices, so each marked card publishes its 18 possible placements 
 counters. Pods of the chart's ``mig.gpu.hami.io`` class are placed by our controller (binpack):
 three 1g.10gb pods get slices 0, 1 and 2 of GPU 1, created by the plugin at prepare and each
 running with exactly its instance's nodes; a 7g.80gb pod then gets the untouched GPU 2; deleting
-the pods destroys the instances.
+the pods destroys the instances. A plugin killed between NVML's create and the instance's record
+(the ``mig-after-create`` failpoint) leaves no orphan once it is back: the retried prepare gets
+the placement, which an orphan would hold.
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ import pytest
 import yaml
 
 from dra_driver.devices.mig import mig_caps_minors
+from dra_driver.devices.mig_on_demand import parse_placement_device_name
 from dra_driver.devices.simulated import DevicesFileSource
+from dra_driver.kubeletplugin.failpoint import FAILPOINT_ENV, KILLED_STATUS
+from dra_driver.kubeletplugin.mig_on_demand import CREATED, CREATING, JOURNAL_NAME
 from hami_dra_dev.cluster.layout import CDI_DIR, NODE_NAME, Layout
 from tests.cluster.conftest import RealCluster
-from tests.cluster.drivers import DRIVER, ChartDriver, DriverUnderTest, reset_workloads
+from tests.cluster.drivers import CHART_NAMESPACE, DRIVER, ChartDriver, DriverUnderTest, reset_workloads
+from tests.cluster.test_e2e import POD_TIMEOUT
 from tests.cluster.test_gpu_mig import caps_of, delete, placed_by_our_controller, run_mig_pod
-from tests.cluster.test_gpu_nodes import GPU_LABEL, GpuNode
+from tests.cluster.test_gpu_nodes import GPU_LABEL, PLUGIN, GpuNode
 from tests.devices.mock_profiles import profile_from_gpus
 from tests.nvidia_layouts import SPEC_FILES, mock_driver_root, require_toolkit
 from tests.waiting import wait_for
@@ -65,6 +71,32 @@ class OnDemandNode(GpuNode):
             if parts and parts[0] == "gi":
                 found.append((int(parts[1]), int(parts[4]), int(parts[3])))
         return sorted(found)
+
+    def gpu_instance_ids(self) -> dict[tuple[int, int, int], int]:
+        """The GPU instance id of each instance of :meth:`instances`."""
+        if not self.state.exists():
+            return {}
+        rows = [line.split() for line in self.state.read_text().splitlines()]
+        return {(int(r[1]), int(r[4]), int(r[3])): int(r[2]) for r in rows if r and r[0] == "gi"}
+
+    def journal(self) -> dict[str, dict[str, Any]]:
+        """The plugin's MIG on demand records by placement device name (``mig-on-demand.json``)."""
+        path = self.state.parent / JOURNAL_NAME
+        if not path.exists():
+            return {}
+        records: dict[str, dict[str, Any]] = json.loads(path.read_text()).get("instances") or {}
+        return records
+
+    def unowned(self) -> list[tuple[int, int, int]]:
+        """Instances no record of the journal stands for: orphans. NVML's state is read first: the
+        plugin writes a record before it creates the instance, so one seen then has its record."""
+        live = self.instances()
+        owned = set()
+        for device, record in self.journal().items():
+            parsed = parse_placement_device_name(device)
+            assert parsed is not None, f"journal record for {device}, no placement device"
+            owned.add((int(parsed[0].removeprefix("gpu-")), record["start"], record["profile_id"]))
+        return [instance for instance in live if instance not in owned]
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +191,97 @@ def test_three_1g_pods_binpack_on_one_card_and_a_7g_takes_the_untouched_card(
     assert (2, 0, 0) in node.instances()
     delete(node, *names, "od-7g")
     wait_for(lambda: node.instances() == [], 90, "the instances destroyed at unprepare")
+
+
+def plugin_armed(node: OnDemandNode, failpoint: str | None) -> dict[str, Any]:
+    """``helm upgrade`` with the plugin's crash hook set to ``failpoint`` (None: unset), then the
+    ready plugin pod of that template (the rollout replaces the other one)."""
+    hook = [f"kubeletPlugin.extraEnv[3].name={FAILPOINT_ENV}", f"kubeletPlugin.extraEnv[3].value={failpoint}"]
+    node.chart.upgrade(*node.values(), *(hook if failpoint else []), wait=False)
+
+    def ready() -> dict[str, Any] | None:
+        pods = node.chart.pods(PLUGIN)
+        if len(pods) != 1:
+            return None
+        env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0].get("env") or []}
+        statuses = pods[0]["status"].get("containerStatuses") or [{}]
+        if env.get(FAILPOINT_ENV) != failpoint or not statuses[0].get("ready"):
+            return None
+        return pods[0]
+
+    what = f"a ready plugin pod with {FAILPOINT_ENV}={failpoint}"
+    pod: dict[str, Any] = wait_for(ready, 180, what, interval=1)
+    return pod
+
+
+def test_a_plugin_killed_between_create_and_record_leaves_no_orphan_after_restart(
+    on_demand_node: OnDemandNode,
+) -> None:
+    node = on_demand_node
+    placement_devices(node)
+    assert node.instances() == [] and node.journal() == {}, "the tests before left nothing behind"
+    armed = plugin_armed(node, "mig-after-create")
+    try:
+        run_mig_pod(node, "od-crash", "1g.10gb")
+
+        def allocated() -> dict[str, Any] | None:
+            found: dict[str, Any] = node.cluster.get("resourceclaim", "od-crash")
+            return found if (found.get("status") or {}).get("allocation") else None
+
+        claim = wait_for(allocated, POD_TIMEOUT, "od-crash's claim allocated", interval=0.5)
+        uid = claim["metadata"]["uid"]
+        device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+        parsed = parse_placement_device_name(device)
+        assert parsed is not None and parsed[0] == "gpu-1", device
+        placement = (1, parsed[3], 19)  # 1g.10gb is profile 19 on an H100
+
+        def killed_in_the_window() -> bool:
+            """The armed plugin died at the failpoint (SIGKILL's status) with the instance made and
+            only the intent on disk: the state a crash there leaves."""
+            (pod,) = [p for p in node.chart.pods(PLUGIN) if p["metadata"]["uid"] == armed["metadata"]["uid"]]
+            status = pod["status"]["containerStatuses"][0]
+            terminated = (status.get("lastState") or {}).get("terminated") or {}
+            if terminated.get("exitCode") != KILLED_STATUS:
+                return False
+            live = node.instances()
+            record = node.journal().get(device) or {}
+            return placement in live and record.get("claim") == uid and record.get("state") == CREATING
+
+        wait_for(killed_in_the_window, POD_TIMEOUT, f"the plugin killed after creating {device}", 0.2)
+        killed = node.cluster.kubectl(
+            "logs", "-n", CHART_NAMESPACE, armed["metadata"]["name"], "--previous", check=False
+        )
+        assert "failpoint mig-after-create: killing the process" in killed, killed[-2000:]
+        phase = node.cluster.get("pod", "od-crash")["status"]["phase"]
+        assert phase == "Pending", "the prepare was never answered"
+        assert all(r["state"] == CREATING for r in node.journal().values()), "no record got past its intent"
+    finally:
+        restarts = [p["status"]["containerStatuses"][0]["restartCount"] for p in node.chart.pods(PLUGIN)]
+        plugin_armed(node, None)  # the restart without the failpoint: the rollout's new pod
+    # From here on every instance has its record (an intent at least): the restart's reconcile
+    # destroyed the orphan, so kubelet's retried prepare could create the placement again, which
+    # NVML refuses while an orphan holds it (the failed create would drop the record and leave
+    # the orphan unowned, caught below, and the pod would never run).
+    orphans: list[tuple[int, int, int]] = []
+
+    def running() -> bool:
+        orphans.extend(node.unowned())
+        pod = node.cluster.get("pod", "od-crash")
+        return bool(pod["status"].get("phase") == "Running")
+
+    # Kubelet retries a failed prepare at its pod worker's back-off (seconds, not minutes).
+    wait_for(running, 180, "od-crash running after the plugin's restart", interval=0.2)
+    assert orphans == [], f"instances without a record after the restart: {orphans}"
+    assert node.instances() == [placement], "exactly the claim's instance, at its placement"
+    ((recorded, record),) = node.journal().items()
+    gi = node.gpu_instance_ids()[placement]
+    assert (recorded, record["claim"], record["state"], record["gpu_instance"]) == (device, uid, CREATED, gi)
+    assert caps_of(node, "od-crash") == sorted(f"nvidia-cap{m}" for m in mig_caps_minors(1, gi, 0))
+    # Which start destroyed the orphan is timing, so a figure: kubelet restarts the killed
+    # container at once with the hook still armed (reconcile runs at every start), or the
+    # rollout's unarmed pod finds it.
+    destroyed_here = f"destroyed MIG instance at {device}" in node.chart.log(PLUGIN)
+    print(json.dumps({"armed_plugin_restarts": restarts, "unarmed_start_destroyed_it": destroyed_here}))
+    delete(node, "od-crash")
+    gone = "the instance destroyed and its record dropped at unprepare"
+    wait_for(lambda: node.instances() == [] and node.journal() == {}, 90, gone)

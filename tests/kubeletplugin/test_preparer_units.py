@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.kubeletplugin import failpoint
 from dra_driver.kubeletplugin import prepare as prepare_module
 from dra_driver.kubeletplugin.checkpoint import (
     PREPARE_COMPLETED,
@@ -536,13 +537,15 @@ def test_the_allocation_gauges_follow_prepares(tmp_path: Path) -> None:
 
 
 def test_the_crash_hook_kills_this_process_with_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(prepare_module.os, "kill", lambda pid, sig: calls.append((pid, sig)))
+    calls: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(failpoint.os, "kill", lambda pid, sig: calls.append(("kill", pid, sig)))
+    monkeypatch.setattr(failpoint.os, "_exit", lambda status: calls.append(("exit", status, 0)))
     monkeypatch.setenv(prepare_module.FAILPOINT_ENV, "after-side-effects")
-    prepare_module._failpoint("after-admission")
+    failpoint.hit("after-admission")
     assert calls == []
-    prepare_module._failpoint("after-side-effects")
-    assert calls == [(os.getpid(), signal.SIGKILL)]
+    failpoint.hit("after-side-effects")
+    # SIGKILL, and the same abrupt end where the kernel drops it (PID 1 of the chart's container).
+    assert calls == [("kill", os.getpid(), signal.SIGKILL), ("exit", 128 + signal.SIGKILL, 0)]
 
 
 #: What is on the node at each crash point of a call: (checkpoint state, record, CDI spec) per claim.
@@ -562,7 +565,7 @@ def test_each_crash_point_of_a_call_sees_the_files_in_their_order(
     preparer.start()
     seen: list[list[tuple[str | None, bool, bool]]] = []
 
-    def kill(pid: int, sig: int) -> None:
+    def kill() -> None:
         entries = Checkpoint(tmp_path / "checkpoint.json").load()
         seen.append([
             (
@@ -573,7 +576,7 @@ def test_each_crash_point_of_a_call_sees_the_files_in_their_order(
             for uid in (o["metadata"]["uid"] for o in objs)
         ])  # fmt: skip
 
-    monkeypatch.setattr(prepare_module.os, "kill", kill)
+    monkeypatch.setattr(failpoint, "kill_self", kill)
     monkeypatch.setenv(prepare_module.FAILPOINT_ENV, point)
     answers = preparer.prepare([ref_of(o) for o in objs])
     assert not any(a.error for a in answers.values())
