@@ -2,7 +2,8 @@
 
 The chart is installed once for the session (conftest.py's ``driver`` fixture, ``chart`` way) with
 ``charts/hami-dra/values-local.yaml``; test_e2e.py runs the seed's lab against the same install
-first. These tests run in file order and the last one uninstalls.
+first. These tests run in file order and the last one uninstalls; a chart test after it finds the
+release installed again (conftest.py's ``chart_installed``).
 """
 
 from __future__ import annotations
