@@ -69,6 +69,8 @@ class Outcome:
     kind: str
     converged_s: float | None
     violations: list[str] = field(default_factory=list)
+    #: From the fault's start, its preparation included (a kill that waits for its window).
+    took_s: float | None = None
 
     @property
     def survived(self) -> bool:
@@ -82,6 +84,8 @@ class FaultRun:
         self.workload = Workload(cluster, random.Random(seed))
         self.refusal = AllocationRefusal(cluster, NAMESPACE)
         self.outcomes: list[Outcome] = []
+        #: When the current fault struck: a fault that first prepares its moment sets it again.
+        self.struck = time.monotonic()
 
     def pods(self) -> dict[str, dict[str, Any]]:
         return {p["metadata"]["name"]: p for p in self.cluster.get("pods", "-n", NAMESPACE)["items"]}
@@ -114,6 +118,7 @@ class FaultRun:
                 f"gang {members} half committed ({refused}'s allocation refused)",
                 0.3,
             )
+            self.struck = time.monotonic()
             self.driver.kill("controller")
             if not complete:
                 workload.delete(refused)
@@ -150,6 +155,7 @@ class FaultRun:
             f"a filler preempted for {urgent}",
             0.3,
         )
+        self.struck = time.monotonic()
         self.driver.kill("controller")
         workload.create()  # pods that would fit in the freed room: they may not take it
         mine = {f"fault-{index}" for index in range(first, workload.created)}
@@ -221,8 +227,9 @@ class FaultRun:
     # --- one fault, then convergence -------------------------------------------------------------
     def inject(self, kind: str, fault: Callable[[], Verdict | None]) -> Outcome:
         outcome = Outcome(kind, None)
-        started = time.monotonic()
+        began = self.struck = time.monotonic()
         verdict = fault()
+        started = self.struck  # convergence counts from the fault, not from its preparation
         last: list[str] = []
         while time.monotonic() - started < CONVERGE_WITHIN:
             try:
@@ -234,6 +241,7 @@ class FaultRun:
                     last = check_invariants(self.cluster, settled=True)
                     if not last:
                         outcome.converged_s = time.monotonic() - started
+                        outcome.took_s = time.monotonic() - began
                         break
             except AssertionError:
                 pass  # the API server is restarting: kubectl failed, look again
@@ -248,14 +256,18 @@ class FaultRun:
         return outcome
 
     def report(self) -> str:
-        lines = [f"{'fault':<42} {'injected':>8} {'survived':>8} {'p50 s':>7} {'max s':>7}"]
+        lines = [f"{'fault':<42} {'injected':>8} {'survived':>8} {'p50 s':>7} {'max s':>7} {'took s':>7}"]
         kinds = list(dict.fromkeys(o.kind for o in self.outcomes))
         for kind in kinds:
             mine = [o for o in self.outcomes if o.kind == kind]
             times = [o.converged_s for o in mine if o.converged_s is not None]
             p50 = f"{statistics.median(times):.1f}" if times else "-"
             worst = f"{max(times):.1f}" if times else "-"
-            lines.append(f"{kind:<42} {len(mine):>8} {sum(o.survived for o in mine):>8} {p50:>7} {worst:>7}")
+            took = [o.took_s for o in mine if o.took_s is not None]
+            total = f"{max(took):.1f}" if took else "-"
+            lines.append(
+                f"{kind:<42} {len(mine):>8} {sum(o.survived for o in mine):>8} {p50:>7} {worst:>7} {total:>7}"
+            )
         for outcome in self.outcomes:
             lines += [f"  {outcome.kind}: {v}" for v in outcome.violations]
         survived = sum(o.survived for o in self.outcomes)
