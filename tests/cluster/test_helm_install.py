@@ -62,7 +62,8 @@ def all_ready(chart: ChartDriver, component: str, count: int) -> bool:
 
 
 def test_every_component_runs_as_the_chart_installs_it(real_cluster: RealCluster, chart: ChartDriver) -> None:
-    assert all_ready(chart, "controller", 2) and all_ready(chart, "webhook", 1)
+    # values-local.yaml: two controllers (a standby); values.yaml: two webhooks (failurePolicy Fail).
+    assert all_ready(chart, "controller", 2) and all_ready(chart, "webhook", 2)
     assert all_ready(chart, "kubelet-plugin", 1)
     leader = chart.leader()
     assert leader in names(chart, "controller")
