@@ -222,16 +222,23 @@ def test_two_4_gpu_gangs_on_6_gpus_one_runs_the_other_holds_nothing_and_says_why
     wait_for(lambda: placed(cluster, second), WAIT, f"{second} placed once {first} ended")
 
 
+@pytest.fixture
+def host_driver(driver: DriverUnderTest) -> HostDriver:
+    """The driver as host processes (skipped for the chart before the nodes are made)."""
+    if not isinstance(driver, HostDriver):
+        pytest.skip("the controller is killed as a host process (the fault suite's way)")
+    return driver
+
+
 def test_a_controller_killed_mid_gang_releases_an_incomplete_gang_and_completes_one_that_fits(
-    six_gpus: RealCluster, driver: DriverUnderTest
+    host_driver: HostDriver, six_gpus: RealCluster
 ) -> None:
     """Two gangs of 3 (one GPU each) on the 6 GPUs, each held half committed (its third member's
     allocation refused) when the controller is killed: the first loses its refused member
     meanwhile, so its successor releases the other two (no device held); the refusal of the
     second is lifted, so it is completed. The first's member comes back and it is placed whole:
     the released GPUs were not lost, and no GPU is given twice."""
-    if not isinstance(driver, HostDriver):
-        pytest.skip("the controller is killed as a host process (the fault suite's way)")
+    driver = host_driver
     cluster = six_gpus
     refusal = AllocationRefusal(cluster, NS)
     apply(cluster, refused_template(REFUSED, NS, whole_gpu_request()), *(pod_group(g, 3) for g in GANGS))
