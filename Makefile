@@ -65,6 +65,7 @@ test-cluster: $(STAMP) tools cluster-build image
 
 # The fault suite on the real cluster, longer than the bounded run in `make test`: every fault kind
 # HAMI_DRA_CHAOS_ROUNDS times (default 5); prints the table (also in build/fault-report.txt).
+# HAMI_DRA_CHAOS_KINDS=mid-gang,mid-preemption runs only the kinds whose names hold those words.
 chaos: $(STAMP) tools cluster-build
 	HAMI_DRA_CHAOS_ROUNDS=$${HAMI_DRA_CHAOS_ROUNDS:-5} $(PY) -m pytest -q -m cluster -p no:cacheprovider tests/cluster/test_faults.py
 

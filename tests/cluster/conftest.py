@@ -147,6 +147,29 @@ def driver(
             proxy.stop()
 
 
+def _install_the_chart_again(request: pytest.FixtureRequest) -> None:
+    """The chart driver is one release for the whole session; a module that uninstalls it (the
+    last test of test_helm_install.py) would leave every chart test after it waiting for classes
+    nobody installed. Whatever the order, a test that takes the chart driver finds it installed."""
+    if "driver" not in request.fixturenames:
+        return
+    driver = request.getfixturevalue("driver")
+    if isinstance(driver, ChartDriver) and not driver.installed:
+        driver.install()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chart_installed_for_the_module(request: pytest.FixtureRequest) -> None:
+    """Before the module's own fixtures (``tenancy``, ...) use the driver."""
+    _install_the_chart_again(request)
+
+
+@pytest.fixture(autouse=True)
+def chart_installed(request: pytest.FixtureRequest) -> None:
+    """And before each test: one of the same module may have uninstalled it."""
+    _install_the_chart_again(request)
+
+
 @pytest.fixture(scope="module")
 def tenancy(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Any]:
     """An untrusted tenant and its namespaces, fresh for each attack module (tests/cluster/tenancy.py)."""

@@ -4,8 +4,8 @@ The tenant is a ServiceAccount holding only a namespace Role (pods, pods/exec, p
 resourceclaims, resourceclaimtemplates: every verb), impersonated with ``kubectl --as``, so the
 real API server applies RBAC and the chart's admission policies exactly as it would to that
 tenant's own token. ``tenancy`` (module-scoped: each attack module gets fresh namespaces) sets it
-up against the chart-installed driver (``tenant_namespaces``), installing the chart again if a
-module that sorts before (test_helm_install.py ends by uninstalling it) took it away.
+up against the chart-installed driver (``tenant_namespaces``; conftest.py installs the chart again
+where a module before took it away).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from dra_driver.quantity import parse_bytes
 from dra_driver.quota import crd
 from tests.cluster.conftest import RealCluster
-from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, DRIVER, ChartDriver, DriverUnderTest
+from tests.cluster.drivers import CHART_NAMESPACE, COMPONENT_LABEL, DRIVER, DriverUnderTest
 from tests.cluster.faults import _capacities, _results
 from tests.cluster.test_e2e import POD_TIMEOUT
 from tests.waiting import wait_for
@@ -140,8 +140,6 @@ def manifest(*objects: dict[str, Any]) -> str:
 def tenant_namespaces(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterator[Tenancy]:
     """What conftest.py's ``tenancy`` fixture yields, and removes afterwards."""
     cluster = real_cluster
-    if isinstance(driver, ChartDriver) and not driver.installed:
-        driver.install()
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",

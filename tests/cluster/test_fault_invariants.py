@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dra_driver.controller import FINALIZER, GATE_NAME
+from dra_driver.controller.gang_refs import MIN_MEMBERS_ANNOTATION, POD_GROUP_LABEL
 from dra_driver.kubeletplugin.cdi import CdiNames
 from hami_dra_dev.cluster.layout import Layout
 from hami_dra_dev.demo import manifests
@@ -125,3 +126,70 @@ def test_leftovers_of_deleted_claims_are_seen(state_dir: Path) -> None:
     assert "claim d deleted but still holds our finalizer" in problems
     assert "running pod p: no CDI spec for its claim" in problems
     assert not settled(cluster), "a claim being deleted is motion"
+
+
+def member(name: str, claim_name: str, group: str, minimum: int, **state: bool) -> dict[str, Any]:
+    body = pod(name, claim_name, **state)
+    body["metadata"]["labels"][POD_GROUP_LABEL] = group
+    body["metadata"]["annotations"] = {MIN_MEMBERS_ANNOTATION: str(minimum)}
+    return body
+
+
+def test_a_gang_short_of_its_minimum_may_wait_holding_nothing(state_dir: Path) -> None:
+    claims = [claim("c0", "binpack", None, "1Gi"), claim("c1", "binpack", None, "1Gi")]
+    members = [member(f"m{i}", f"c{i}", "g", 3, gated=True) for i in range(2)]
+    cluster: Any = FakeCluster(state_dir, claims, members)
+    assert check_invariants(cluster, settled=True, cdi_dir=state_dir) == []
+
+
+def test_capacity_held_by_a_waiting_gang_member_is_seen(state_dir: Path) -> None:
+    """A predecessor's phase 1 left a member allocated and gated: the capacity must be released."""
+    claims = [claim("c0", "binpack", "gpu-0", "1Gi"), claim("c1", "binpack", None, "1Gi")]
+    members = [member(f"m{i}", f"c{i}", "g", 3, gated=True) for i in range(2)]
+    cluster: Any = FakeCluster(state_dir, claims, members)
+    problems = check_invariants(cluster, settled=True, cdi_dir=state_dir)
+    assert problems == ["gated pod m0 holds the allocation of claim c0"], problems
+
+
+def test_a_gang_admitted_in_part_or_waiting_while_it_fits_is_seen(state_dir: Path) -> None:
+    """g: one of three members past the gate; h: three members of 4Gi wait while the idle 15Gi
+    card takes them all."""
+    claims = [claim("g0", "binpack", "gpu-0", "1Gi"), claim("g1", "binpack", None, "1Gi")]
+    claims += [
+        claim("g2", "binpack", None, "1Gi"),
+        *(claim(f"h{i}", "binpack", None, "4Gi") for i in range(3)),
+    ]
+    pods = [
+        member("g0", "g0", "g", 3, running=True),
+        member("g1", "g1", "g", 3, gated=True),
+        member("g2", "g2", "g", 3, gated=True),
+        *(member(f"h{i}", f"h{i}", "h", 3, gated=True) for i in range(3)),
+    ]
+    cluster: Any = FakeCluster(state_dir, claims, pods)
+    (spec,) = [c for c in claims if c["metadata"]["name"] == "g0"]
+    (state_dir / CdiNames(DRIVER).spec_file_name(spec["metadata"]["uid"])).write_text("{}")
+    problems = check_invariants(cluster, settled=True, cdi_dir=state_dir)
+    assert problems == [
+        "gang g: 1 member(s) past the gate, needs 3, ['g1', 'g2'] wait",
+        "gang h held at the gate while its members ['h0', 'h1', 'h2'] fit together",
+    ], problems
+
+
+def test_a_gang_that_does_not_fit_together_may_wait(state_dir: Path) -> None:
+    """Two mutex members and one of 8Gi on two idle cards: each fits alone, and all of them only
+    if the controller plans the mutex members first (the check must not count on an order)."""
+    claims = [claim("a", "mutex", None, "1Gi"), claim("b", "mutex", None, "1Gi"), claim("c", "binpack", None)]
+    pods = [member(n, n, "g", 3, gated=True) for n in ("a", "b", "c")]
+    cluster: Any = FakeCluster(state_dir, claims, pods)
+    assert check_invariants(cluster, settled=True, cdi_dir=state_dir) == []
+
+
+def test_a_gang_of_slices_that_would_not_fit_in_every_order_may_wait(state_dir: Path) -> None:
+    """Members of 6Gi, 4Gi and 10Gi on two cards with 10Gi free each: first-fit decreasing places
+    them, but spread in the members' order (6Gi, then 4Gi on the other card) leaves no card for
+    the third; the controller may wait."""
+    claims = [claim("used0", "binpack", "gpu-0", "5Gi"), claim("used1", "binpack", "gpu-1", "5Gi")]
+    claims += [claim(f"h{i}", "spread", None, f"{gib}Gi") for i, gib in enumerate((6, 4, 10))]
+    pods = [member(f"h{i}", f"h{i}", "h", 3, gated=True) for i in range(3)]
+    cluster: Any = FakeCluster(state_dir, claims, pods)
+    assert check_invariants(cluster, settled=True, cdi_dir=state_dir) == []

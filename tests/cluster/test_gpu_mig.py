@@ -12,8 +12,6 @@ fence), prepared by our plugin, and run with exactly their instance's nodes: its
 ``/dev/nvidia<minor>`` and the instance's two capabilities, no other card's and no other
 instance's. Three 1g pods land on GPU 1 at slices 0, 1 and 2 (slices 4-7 stay whole), and a 7g
 pod then on GPU 2.
-
-The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
 
 from __future__ import annotations

@@ -24,8 +24,7 @@ It also scrapes the real kube-apiserver and kube-scheduler with the admin's clie
 kube-state-metrics is not in the lab: HamiDraKubeletPluginUnavailable is evaluated by
 tests/chart/test_alert_rules.py.
 
-The module's name sorts before test_helm_install.py, whose last test uninstalls the chart; the
-chart is restored (upgraded without the monitoring values) at the module's end.
+The chart is restored (upgraded without the monitoring values) at the module's end.
 """
 
 from __future__ import annotations

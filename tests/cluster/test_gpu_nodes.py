@@ -18,8 +18,6 @@ HAMi-core's image is pointed at a registry that cannot exist, as an air-gapped n
 docker.io: its installer stays in ImagePullBackOff while the plugin publishes every GPU with
 ``isolation: none``. A driver root that is empty when the plugin starts and is mounted later, as
 the GPU Operator's driver container does, is waited for and published once NVML loads.
-
-The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
 
 from __future__ import annotations

@@ -7,10 +7,6 @@ two high-priority workers gets two cards the same way (preemption for a whole ga
 The victims trap SIGTERM (they leave at the end of their grace period), so the test sees a victim
 terminating, with its DisruptionTarget condition, while a pod of their priority arrives that
 would fit in the freed room.
-
-The module's name sorts before test_helm_install.py, whose last test uninstalls the chart that
-the ``driver`` fixture's chart variant shares (as test_preemption.py, it met no chart in the
-whole suite and waited for a class nobody had installed).
 """
 
 from __future__ import annotations

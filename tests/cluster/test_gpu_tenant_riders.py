@@ -11,8 +11,6 @@ for a rider created before its claim. A whole-card claim is shared as Kubernetes
 The version holes: a v1beta1 claim reached the v1-shaped policy expressions unconverted; a claim
 swapped in after its pod was admitted ungated (no device taints: 1.34/1.35, or the taint off) was
 allocated first-fit by kube-scheduler past the quota. See docs/multi-tenant.md.
-
-The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ The tenant (tests/cluster/tenancy.py) is a ServiceAccount holding only a namespa
 impersonated with ``kubectl --as``. Each attack is refused or contained; after each, no card is
 over its capacity and no namespace over its GpuQuota. A stolen controller token is tried the same
 way. Attacks of later rounds have modules of their own (test_tenant_*.py).
-
-The module's name sorts before test_helm_install.py, whose last test uninstalls the chart.
 """
 
 from __future__ import annotations

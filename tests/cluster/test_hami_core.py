@@ -13,8 +13,7 @@ static and would never load it).
 
 The host directory is kept below the cluster's state directory rather than the node's real
 /usr/local/vgpu, because the node is this machine. At the end the chart goes back to
-values-local.yaml and what the tests created is removed. The module's name sorts before
-test_helm_install.py, whose last test uninstalls the chart.
+values-local.yaml and what the tests created is removed.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The chart is installed once for the session (conftest.py's ``driver`` fixture, ``chart`` way) with
 ``charts/hami-dra/values-local.yaml``; test_e2e.py runs the seed's lab against the same install
-first. These tests run in file order and the last one uninstalls.
+first. These tests run in file order and the last one uninstalls; a chart test after it finds the
+release installed again (conftest.py's ``chart_installed``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def all_ready(chart: ChartDriver, component: str, count: int) -> bool:
 
 
 def test_every_component_runs_as_the_chart_installs_it(real_cluster: RealCluster, chart: ChartDriver) -> None:
-    assert all_ready(chart, "controller", 2) and all_ready(chart, "webhook", 1)
+    # values-local.yaml: two controllers (a standby); values.yaml: two webhooks (failurePolicy Fail).
+    assert all_ready(chart, "controller", 2) and all_ready(chart, "webhook", 2)
     assert all_ready(chart, "kubelet-plugin", 1)
     leader = chart.leader()
     assert leader in names(chart, "controller")
