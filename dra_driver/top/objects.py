@@ -30,6 +30,7 @@ from dra_driver.contract import GATE_NAME
 from dra_driver.resource.capacity import result_consumption
 from dra_driver.resource.refs import AllocationResult, allocation_results
 from dra_driver.resource.slices import (
+    MIG_ON_DEMAND_ATTRIBUTE,
     MIG_PROFILE_ATTRIBUTE,
     MIG_TYPE,
     TYPE_ATTRIBUTE,
@@ -75,6 +76,8 @@ class PublishedDevice:
     #: A MIG instance (``type: mig``): its CUDA profile and its card's published name (``gpu-1``).
     mig_profile: str | None = None
     mig_parent: str | None = None
+    #: A possible placement of MIG on demand (``onDemand``): an instance only once allocated.
+    mig_on_demand: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,7 @@ def _device(node: str, pool: str, device: SliceDevice) -> PublishedDevice:
         health_monitored=device.health_monitored,
         mig_profile=str(profile) if mig and profile else None,
         mig_parent=device.name.split("-mig-", 1)[0] if mig else None,
+        mig_on_demand=mig and attribute(attributes, MIG_ON_DEMAND_ATTRIBUTE) is True,
     )
 
 

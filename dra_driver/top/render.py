@@ -18,6 +18,8 @@ in tenants)::
                                         # not list all namespaces'); null: every namespace's
      "nodes": [{"name": str, "gpus": int,  # physical GPUs (a card in MIG mode once)
                 "migInstances": int,    # only with MIG: published instances (each a device below)
+                "migOnDemand": [{"device": str, "placements": int}],  # only with MIG on demand:
+                                        # cards offering placements (an allocated one is an instance)
                 "healthyGpus": int,     # healthy devices
                 "memory": {"used": int, "total": int}, "cores": {...}, "slots": {...},
                 "tenants": int,         # distinct claims allocated on the node
@@ -49,7 +51,9 @@ its result lists (nothing) and is not counted in ``used``. Pending reasons are t
 
 A card in MIG mode publishes its instances, each a device of its own (product ``MIG 1g.10gb of
 gpu-1``, a tenant ``(MIG instance)``); the ``gpus`` view ends with one line per such card: its
-instances in use and who holds each.
+instances in use and who holds each. A card offering MIG on demand publishes every possible
+placement; only allocated ones are instances (rows of their own, counted in ``migInstances``),
+and its line says how many were made of how many offered; the node's capacity counts the card once.
 """
 
 from __future__ import annotations
@@ -155,6 +159,12 @@ def mig_lines(report: TopReport) -> list[str]:
                 f"+{instance.other_tenants} of other namespaces" if instance.other_tenants else "free"
             )
             held.append(f"{instance.mig_profile} {who}")
+        if mig.placements is not None:
+            lines.append(
+                f"{mig.node}/{mig.device} (MIG on demand): {len(mig.instances)} instances made of "
+                f"{mig.placements} placements offered" + (": " + "; ".join(held) if held else "")
+            )
+            continue
         lines.append(
             f"{mig.node}/{mig.device} (MIG): {mig.in_use}/{len(mig.instances)} instances in use: "
             + "; ".join(held)
@@ -271,6 +281,11 @@ def node_json(node: NodeSummary) -> dict[str, Any]:
         "name": node.name,
         "gpus": node.gpus,
         **({"migInstances": node.mig_instances} if node.mig_instances else {}),
+        **(
+            {"migOnDemand": [{"device": c.device, "placements": c.placements} for c in node.on_demand]}
+            if node.on_demand
+            else {}
+        ),
         "healthyGpus": node.healthy_cards,
         "memory": _usage(node.memory),
         "cores": _usage(node.cores),

@@ -90,6 +90,8 @@ class Card:
     #: A MIG instance: its profile and its card's device name (None for a card).
     mig_profile: str | None = None
     mig_parent: str | None = None
+    #: An instance of MIG on demand: one of its card's possible placements, allocated.
+    mig_on_demand: bool = False
 
     @property
     def in_use(self) -> bool:
@@ -104,17 +106,43 @@ class Card:
 
 
 @dataclass(frozen=True, slots=True)
+class OnDemandCard:
+    """A card offering MIG on demand. Its slice publishes every possible placement as a device, but
+    only an allocated one is an instance (the plugin creates it at prepare): a placement nobody
+    holds is no device of the node's, so it is counted here, never listed or summed as a card."""
+
+    node: str
+    device: str
+    #: Placements offered (published), allocated or not.
+    placements: int
+    #: What the whole card holds: its largest placement's memory and cores (7g: all of it).
+    memory: int
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSummary:
     name: str
     cards: tuple[Card, ...]
+    on_demand: tuple[OnDemandCard, ...] = ()
+
+    def _unplaced(self, of: str) -> Usage:
+        """The capacity of the on-demand cards that no instance holds (free for new placements)."""
+        total = 0
+        for card in self.on_demand:
+            held = sum(
+                getattr(c, of).total for c in self.cards if c.mig_on_demand and c.mig_parent == card.device
+            )
+            total += max(0, getattr(card, of) - held)
+        return Usage(0, total)
 
     @property
     def memory(self) -> Usage:
-        return sum((card.memory for card in self.cards), Usage(0, 0))
+        return sum((card.memory for card in self.cards), self._unplaced("memory"))
 
     @property
     def cores(self) -> Usage:
-        return sum((card.cores for card in self.cards), Usage(0, 0))
+        return sum((card.cores for card in self.cards), self._unplaced("cores"))
 
     @property
     def slots(self) -> Usage:
@@ -124,7 +152,8 @@ class NodeSummary:
     def gpus(self) -> int:
         """Physical GPUs: the cards published whole, and each card in MIG mode once."""
         whole = sum(1 for card in self.cards if card.mig_parent is None)
-        return whole + len({card.mig_parent for card in self.cards if card.mig_parent is not None})
+        parents = {card.mig_parent for card in self.cards if card.mig_parent is not None}
+        return whole + len(parents | {card.device for card in self.on_demand})
 
     @property
     def mig_instances(self) -> int:
@@ -185,13 +214,19 @@ class TopReport:
         return tuple(card for node in self.nodes for card in node.cards)
 
     def mig_cards(self) -> list[MigCard]:
-        """The cards in MIG mode with their instances, by node and card."""
+        """The cards in MIG mode with their instances, by node and card (a card offering MIG on
+        demand with no instance yet too)."""
         groups: dict[tuple[str, str], list[Card]] = {}
+        offered: dict[tuple[str, str], int] = {}
+        for node in self.nodes:
+            for on_demand in node.on_demand:
+                groups.setdefault((on_demand.node, on_demand.device), [])
+                offered[(on_demand.node, on_demand.device)] = on_demand.placements
         for card in self.cards:
             if card.mig_parent is not None:
                 groups.setdefault((card.node, card.mig_parent), []).append(card)
         return [
-            MigCard(node, parent, tuple(sorted(cards, key=_instance_ids)))
+            MigCard(node, parent, tuple(sorted(cards, key=_instance_ids)), offered.get((node, parent)))
             for (node, parent), cards in sorted(groups.items())
         ]
 
@@ -209,6 +244,9 @@ class MigCard:
     node: str
     device: str
     instances: tuple[Card, ...]
+    #: MIG on demand: the placements the card offers (its instances are those allocated); None for
+    #: a card whose instances an admin made.
+    placements: int | None = None
 
     @property
     def in_use(self) -> int:
@@ -269,6 +307,7 @@ def _card(
         other_tenants=len(placed) - len(listed),
         mig_profile=device.mig_profile,
         mig_parent=device.mig_parent,
+        mig_on_demand=device.mig_on_demand,
     )
 
 
@@ -315,12 +354,26 @@ def build_report(
             elif in_scope:
                 unpublished.append(UnpublishedUse(result.pool, result.device, tenant))
     cards_by_node: dict[str, list[Card]] = {}
+    placements: dict[tuple[str, str], list[PublishedDevice]] = {}
     for key, device in published.items():
-        cards_by_node.setdefault(device.node, []).append(_card(device, on_device[key], driver, namespace))
+        cards_by_node.setdefault(device.node, [])
+        if device.mig_on_demand and device.mig_parent is not None:
+            placements.setdefault((device.node, device.mig_parent), []).append(device)
+            if not on_device[key]:
+                continue  # a placement nobody holds: no instance exists
+        cards_by_node[device.node].append(_card(device, on_device[key], driver, namespace))
+    on_demand: dict[str, list[OnDemandCard]] = {}
+    for (node, parent), offered in sorted(placements.items()):
+        on_demand.setdefault(node, []).append(
+            OnDemandCard(
+                node, parent, len(offered), max(d.memory for d in offered), max(d.cores for d in offered)
+            )
+        )
     nodes = tuple(
         NodeSummary(
             name,
             tuple(sorted(cards, key=lambda c: (c.index is None, c.index or 0, c.pool, c.device))),
+            tuple(on_demand.get(name, ())),
         )
         for name, cards in sorted(cards_by_node.items())
     )

@@ -78,3 +78,39 @@ def test_the_nodes_view_counts_a_mig_card_once_and_its_instances() -> None:
     assert row.split()[1:3] == ["2", "(3"], row  # gpu-0 and the MIG card, with its 3 instances
     (node,) = json.loads(render_json(top))["nodes"]
     assert (node["gpus"], node["migInstances"]) == (2, 3)
+
+
+def on_demand_report() -> tuple[TopReport, str]:
+    """Two H200 cards offering MIG on demand; team-a holds a 1g at slice 0 of gpu-0."""
+    from tests.controller.test_mig_on_demand_flow import on_demand_slices
+
+    slices = on_demand_slices(cards=2)
+    names = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
+    placements = [name for name in names if name.startswith("gpu-0-mig-1g")]
+    first = min(placements, key=lambda name: int(name.rsplit("-", 1)[1]))
+    claims = [mig_claim("team-a", "small", first, "p1")]
+    for body in claims:
+        body["status"]["allocation"]["devices"]["results"][0]["pool"] = slices[0]["spec"]["pool"]["name"]
+    pods = [pod("team-a", "p1", claims=("small",), phase="Running")]
+    parsed = [c for c in (parse_claim(claim, DRIVER) for claim in claims) if c is not None]
+    top = build_report(parse_slices(slices, DRIVER), parsed, [parse_pod(p) for p in pods], driver=DRIVER)
+    return top, first
+
+
+def test_mig_on_demand_lists_only_allocated_placements_and_counts_each_card_once() -> None:
+    top, first = on_demand_report()
+    (node,) = top.nodes
+    # one instance made: the other 17 placements of gpu-0 and gpu-1's 18 are no devices
+    assert [(card.device, card.mig_on_demand) for card in node.cards] == [(first, True)]
+    assert node.gpus == 2 and node.mig_instances == 1
+    card_memory = max(c.memory for c in node.on_demand)
+    assert node.memory.total == 2 * card_memory  # each card once, not every placement summed
+    assert node.memory.used == node.cards[0].memory.used > 0
+    lines = [line for line in render_table(top).splitlines() if "(MIG on demand)" in line]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{node.name}/gpu-0 (MIG on demand): 1 instances made of ")
+    assert "team-a/p1/small" in lines[0]
+    assert lines[1] == f"{node.name}/gpu-1 (MIG on demand): 0 instances made of 18 placements offered"
+    (doc_node,) = json.loads(render_json(top))["nodes"]
+    assert doc_node["migInstances"] == 1
+    assert [c["device"] for c in doc_node["migOnDemand"]] == ["gpu-0", "gpu-1"]
