@@ -27,10 +27,11 @@ from hami_dra_dev.cluster.layout import (
 )
 from hami_dra_dev.cluster.pki import ClusterPki, KeyPair
 
-#: DRA features the driver uses beyond GA DRA: consumable capacity (shared GPUs) and device taints
-#: (the policy-managed taint). Alpha in 1.34, so they must be switched on; later versions accept
-#: the same names (a gate is only removed releases after it locks to its GA value).
-FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceTaints=true"
+#: DRA features the driver uses beyond GA DRA: consumable capacity (shared GPUs), device taints
+#: (the policy-managed taint) and partitionable devices (MIG on demand: placements on shared
+#: counters). Alpha in 1.34 (partitionable devices in 1.35 too), so they must be switched on; later
+#: versions accept the same names (a gate is only removed releases after it locks to its GA value).
+FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceTaints=true,DRAPartitionableDevices=true"
 
 
 def kubeconfig(path: Path, layout: Layout, pki: ClusterPki, user: KeyPair, name: str) -> Path:
