@@ -63,8 +63,18 @@ def all_ready(chart: ChartDriver, component: str, count: int) -> bool:
 
 def test_every_component_runs_as_the_chart_installs_it(real_cluster: RealCluster, chart: ChartDriver) -> None:
     # values-local.yaml: two controllers (a standby); values.yaml: two webhooks (failurePolicy Fail).
-    assert all_ready(chart, "controller", 2) and all_ready(chart, "webhook", 2)
-    assert all_ready(chart, "kubelet-plugin", 1)
+    # Waited for: a module before this one may have rolled a Deployment (an upgrade, a scale back)
+    # whose new pods are still starting; what the chart installs is what the rollout settles on.
+    wait_for(
+        lambda: (
+            all_ready(chart, "controller", 2)
+            and all_ready(chart, "webhook", 2)
+            and all_ready(chart, "kubelet-plugin", 1)
+        ),
+        POD_TIMEOUT,
+        "2 controllers, 2 webhooks and 1 kubelet plugin, every pod ready",
+        interval=1.0,
+    )
     leader = chart.leader()
     assert leader in names(chart, "controller")
     standby = (names(chart, "controller") - {leader}).pop()
