@@ -163,13 +163,16 @@ def test_a_pod_deleted_while_the_webhook_is_down_leaves_no_claim(
     team.kubectl("rollout", "status", "deployment/hami-replicas", "-n", TEAM, f"--timeout={POD_TIMEOUT:.0f}s")
     assert len(claims(team)) == 1
     webhook = "deployment/hami-dra-webhook"
+    # Restored to what it was (the chart runs 2): a later module counts the chart's pods.
+    current = json.loads(team.kubectl("get", webhook, "-n", CHART_NAMESPACE, "-o", "json"))
+    replicas = current["spec"]["replicas"]
     team.kubectl("scale", webhook, "-n", CHART_NAMESPACE, "--replicas=0")
     try:
         wait_for(lambda: not driver.pods("webhook"), 60, "the webhook gone")
         team.kubectl("delete", "deployment", "hami-replicas", "-n", TEAM, "--wait=true")
         wait_for(lambda: not claims(team), 90, "the claim garbage-collected with its pod")
     finally:
-        team.kubectl("scale", webhook, "-n", CHART_NAMESPACE, "--replicas=1")
+        team.kubectl("scale", webhook, "-n", CHART_NAMESPACE, f"--replicas={replicas}")
         team.kubectl("rollout", "status", webhook, "-n", CHART_NAMESPACE, "--timeout=90s")
 
 
