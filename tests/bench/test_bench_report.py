@@ -194,3 +194,56 @@ def test_the_controllers_growth_compares_medians_of_measured_rounds_across_sizes
         ["ours binpack", "50 → 250", "22.00 → 33.00", "1.50"]
     ]
     assert tables.controller_growth_rows(large, fixture_report) == []  # only a smaller size is a base
+
+
+def test_a_run_at_two_sizes_shows_the_controllers_growth_from_that_run(
+    tables: ModuleType, fixture_report: dict[str, Any]
+) -> None:
+    # `--nodes 50 --large-nodes 250` in one run: the runs of both sizes in one report.
+    report = json.loads(json.dumps(fixture_report))
+    larger = json.loads(json.dumps(report["rounds"]["runs"]))
+    for run in larger:
+        run["nodes"] = 250
+        cpu = run["burst"]["cpu_ms_per_pod"]
+        if "ours controller" in cpu:
+            cpu["ours controller"] = 1.1 * cpu["ours controller"]
+    report["rounds"]["runs"] += larger
+    report["config"]["large_nodes"] = 250
+    text = "\n".join(tables.cluster_section(report, tables.BENCH / "fixture.json"))
+    assert "50 and 250 simulated nodes" in text
+    assert "both sizes from this one run" in text
+    assert "| ours binpack | 50 → 250 | 22.00 → 24.20 | 1.10 |" in text
+    # One size only: no growth table.
+    single = "\n".join(tables.cluster_section(fixture_report, tables.BENCH / "fixture.json"))
+    assert "as the cluster grows" not in single and "50 simulated nodes" in single
+
+
+def test_a_run_without_prepare_shows_another_reports_prepare_and_says_so(
+    tables: ModuleType, fixture_report: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepare = {
+        "summary": {
+            "callers=1": {
+                "ours": {"p50_ms": {"median": 4.0}, "p99_ms": {"median": 9.0}},
+                "dra-example-driver": {"p50_ms": {"median": 5.0}, "p99_ms": {"median": 10.0}},
+                "ratio ours/dra-example-driver": {
+                    "p50": {"median_of_rounds": 0.8, "per_round": [0.7, 0.8, 0.9]},
+                    "p99": {"median_of_rounds": 0.9, "per_round": [0.8, 0.9, 1.1]},
+                },
+            }
+        }
+    }
+    other = {"commit": "abcdef0123456789", "date": "2026-12-06T17:00:00Z", "command": "x --only prepare"}
+    bench = tmp_path / "docs" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "prepare.json").write_text(json.dumps({**other, "prepare": prepare}))
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
+    monkeypatch.setattr(tables, "BENCH", bench)
+    rounds_only = {**fixture_report, "prepare": None}
+    text = "\n".join(tables.cluster_section(rounds_only, bench / "cluster.json"))
+    assert "| 1 | 4.0 / 9.0 | 5.0 / 10.0 | 0.80 (0.70–0.90) | 0.90 (0.80–1.10) |" in text
+    assert "Prepare latency from `docs/bench/prepare.json` (commit `abcdef0123`" in text
+    # The larger-size section leaves it out (the main section has it).
+    assert "Prepare latency" not in "\n".join(
+        tables.cluster_section(rounds_only, bench / "cluster.json", quality_fallback=False)
+    )
