@@ -129,6 +129,14 @@ def conflicts(a: MigInstance, b: MigInstance) -> bool:
     return a.index != b.index and a.parent == b.parent and bool(set(a.span) & set(b.span))
 
 
+def card_memory(card: Sequence[MigInstance]) -> int:
+    """The memory of a card's instances together: their sum for static MIG; for a card in MIG on
+    demand, whose placements overlap, its largest placement's (the whole card's, ``7g``)."""
+    if any(instance.on_demand for instance in card):
+        return max(instance.memory for instance in card)
+    return sum(instance.memory for instance in card)
+
+
 def placement_taken(instance: MigInstance, used: Iterable[MigInstance]) -> bool:
     """Is ``instance`` blocked by the instances ``used`` of its node (overlap, or compute slices)?"""
     card = [other for other in used if other.parent == instance.parent and other.index != instance.index]
@@ -408,7 +416,7 @@ class _NodeEvaluation:
         if cached is None:
             card = self._card_instances(parent)
             in_use = [i for i in card if i.index in self.initial_used]
-            cached = (len(in_use), sum(i.memory for i in in_use), sum(i.memory for i in card))
+            cached = (len(in_use), sum(i.memory for i in in_use), card_memory(card))
             self._use[parent] = cached
         return cached
 
