@@ -128,3 +128,36 @@ def test_the_numa_policy_prefers_placements_on_the_lower_numa_node() -> None:
     world.add_pod(pod("pair-pod", {"gpu": "claim:pair"}))
     assert world.place("pair-pod").outcome == "bound"
     assert world.devices("pair") == ["gpu-1-mig-7g141gb-at-0", "gpu-2-mig-7g141gb-at-0"]
+
+
+def test_metrics_show_each_placement_a_claim_holds_and_each_cards_free_slices() -> None:
+    world = on_demand_world(cards=1)
+    sample = world.metrics.registry.get_sample_value
+    placement = next(
+        i for i in world.cache.ledger.mig_state.instances(NODE) if i.name == "gpu-0-mig-1g18gb-at-0"
+    )
+    card = {"node": NODE, "device": "gpu-0", "uuid": placement.parent_uuid, "model": "NVIDIA H200"}
+    # No UUID is published for a placement (the instance does not exist yet): its key stands in.
+    held = {**card, "device": placement.name, "uuid": placement.uuid, "profile": "1g.18gb", "parent": "gpu-0"}
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
+    # A possible placement nobody holds is no instance: no series (18 would sum to 5 cards' memory).
+    assert sample("hami_dra_mig_instance_memory_bytes", held) is None
+    assert sample("hami_dra_mig_on_demand_free_slices", {**card, "kind": "memory"}) == 8
+    assert sample("hami_dra_mig_on_demand_free_slices", {**card, "kind": "compute"}) == 7
+    tenant(world, "a", "1g.18gb")
+    assert world.place("a-pod").outcome == "bound"
+    world.metrics.update_gpus(world.cache.ledger, world.cache.tenants())
+    assert sample("hami_dra_mig_instance_memory_bytes", held) == 16896 * 1024**2
+    assert sample("hami_dra_mig_instance_allocated", held) == 1
+    assert sample("hami_dra_mig_on_demand_free_slices", {**card, "kind": "memory"}) == 7
+    assert sample("hami_dra_mig_on_demand_free_slices", {**card, "kind": "compute"}) == 6
+    claim_labels = {"claim_namespace": NS, "claim": "a", "claim_pod": "a-pod"}
+    gpu = {k: held[k] for k in ("node", "device", "uuid", "model")}
+    assert sample("hami_dra_claim_allocated_memory_bytes", {**claim_labels, **gpu}) == 16896 * 1024**2
+    names = {
+        sample_.labels["device"]
+        for family in world.metrics.registry.collect()
+        if family.name == "hami_dra_mig_instance_memory_bytes"
+        for sample_ in family.samples
+    }
+    assert names == {"gpu-0-mig-1g18gb-at-0"}
