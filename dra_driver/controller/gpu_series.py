@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from dra_driver.controller.inventory import Device
 from dra_driver.controller.ledger import Ledger, LedgerChanges
+from dra_driver.engine.mig import COMPUTE_SLICES, MEMORY_SLICES, MigInstance
 from dra_driver.metrics_page import Piece, Sample
 
 Who = tuple[str, str, str]
@@ -223,11 +224,22 @@ def _node_piece(ledger: Ledger, name: str) -> Piece | None:
 
 
 def _mig_samples(ledger: Ledger, name: str) -> dict[str, tuple[Sample, ...]]:
-    """The node's MIG instances: each one's memory, and whether a claim holds it."""
+    """The node's MIG instances: each one's memory, and whether a claim holds it. A card in MIG on
+    demand has instances only where a claim holds a placement (the others are possible, not
+    made: as ``top`` shows them), and its free memory and compute slices (``kind``) instead."""
     state = ledger.mig_state
     memory: list[Sample] = []
     held: list[Sample] = []
+    on_demand: dict[int, list[MigInstance]] = {}
     for instance in state.instances(name):
+        in_use = state.in_use(name, instance.index)
+        if instance.on_demand:
+            cards = on_demand.setdefault(instance.parent, [])
+            if not in_use:
+                if not cards:
+                    cards.append(instance)  # the card's identity, for its free-slice series
+                continue
+            cards.append(instance)
         labels = (
             name,
             instance.name,
@@ -237,10 +249,19 @@ def _mig_samples(ledger: Ledger, name: str) -> dict[str, tuple[Sample, ...]]:
             instance.parent_name,
         )
         memory.append((labels, float(instance.memory)))
-        held.append((labels, 1.0 if state.in_use(name, instance.index) else 0.0))
-    if not memory:
-        return {}
-    return {
-        "hami_dra_mig_instance_memory_bytes": tuple(memory),
-        "hami_dra_mig_instance_allocated": tuple(held),
-    }
+        held.append((labels, 1.0 if in_use else 0.0))
+    samples: dict[str, tuple[Sample, ...]] = {}
+    if memory:
+        samples["hami_dra_mig_instance_memory_bytes"] = tuple(memory)
+        samples["hami_dra_mig_instance_allocated"] = tuple(held)
+    if on_demand:
+        free: list[Sample] = []
+        for members in on_demand.values():
+            first = members[0]
+            used = [i for i in members if state.in_use(name, i.index)]
+            card = (name, first.parent_name, first.parent_uuid, first.product_name)
+            covered = {s for i in used for s in i.span}
+            free.append(((*card, "memory"), float(MEMORY_SLICES - len(covered))))
+            free.append(((*card, "compute"), float(COMPUTE_SLICES - sum(i.slices for i in used))))
+        samples["hami_dra_mig_on_demand_free_slices"] = tuple(free)
+    return samples

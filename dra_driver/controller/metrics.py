@@ -131,6 +131,10 @@ _GPU_FAMILIES: dict[str, tuple[str, Sequence[str]]] = {
         "1 while an allocated claim holds the MIG instance (given out whole), else 0",
         MIG_LABELS,
     ),
+    "hami_dra_mig_on_demand_free_slices": (
+        "Slices of each card in MIG on demand that no placement a claim holds takes, by kind (of 8, of 7)",
+        (*GPU_LABELS, "kind"),
+    ),
     "hami_dra_claim_allocated_memory_bytes": (
         "Memory each allocated claim takes from each GPU (its namespace, name and pods)",
         CLAIM_LABELS,

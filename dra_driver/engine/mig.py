@@ -8,7 +8,11 @@ here, by the same chain as whole cards, read for instances:
   whole for large profiles); **spread** the card with the fewest; **numa** the lowest NUMA node;
   in the chain's order, as for cards (``engine/place.py``). The card's score is its number of
   instances in use.
-* **mutex** takes instances only of cards with no instance in use.
+* **mutex** takes instances only of cards with no instance in use (for MIG on demand: no
+  placement another claim holds).
+* **numaBind** keeps a request for several instances on cards of one NUMA node: NUMA nodes with
+  enough eligible instances are tried best first, and where one card's placements overlap so that
+  they do not all fit together, the next NUMA node is tried.
 * Then the instance whose taking keeps its card's **largest free placement** intact wins: the
   memory slices left free (not covered by an instance in use) are cut into aligned blocks of 8, 4,
   2 and 1 slices (MIG's placement grid on A100/H100/H200: a profile of ``n`` memory slices starts
@@ -127,6 +131,14 @@ def conflicts(a: MigInstance, b: MigInstance) -> bool:
     """Can ``a`` and ``b`` not both be in use? Two placements of one card whose memory slices
     overlap (never the case for two existing instances)."""
     return a.index != b.index and a.parent == b.parent and bool(set(a.span) & set(b.span))
+
+
+def card_memory(card: Sequence[MigInstance]) -> int:
+    """The memory of a card's instances together: their sum for static MIG; for a card in MIG on
+    demand, whose placements overlap, its largest placement's (the whole card's, ``7g``)."""
+    if any(instance.on_demand for instance in card):
+        return max(instance.memory for instance in card)
+    return sum(instance.memory for instance in card)
 
 
 def placement_taken(instance: MigInstance, used: Iterable[MigInstance]) -> bool:
@@ -408,7 +420,7 @@ class _NodeEvaluation:
         if cached is None:
             card = self._card_instances(parent)
             in_use = [i for i in card if i.index in self.initial_used]
-            cached = (len(in_use), sum(i.memory for i in in_use), sum(i.memory for i in card))
+            cached = (len(in_use), sum(i.memory for i in in_use), card_memory(card))
             self._use[parent] = cached
         return cached
 
@@ -424,19 +436,39 @@ class _NodeEvaluation:
             evaluation.had, evaluation.leaves = self._blocks(evaluation.instance)
             evaluation.now_used = evaluation.card_used
         if self.request.numa_bind and self.request.count > 1:
-            groups: dict[int | None, list[_Eval]] = {}
-            for evaluation in eligible:
-                groups.setdefault(evaluation.instance.numa_node, []).append(evaluation)
-            fitting = [g for g in groups.values() if len(g) >= self.request.count]
-            if not fitting:
-                for evaluation in eligible:
-                    evaluation.reason = Reason.NUMA_NOT_FIT
-                return self._reason()
-            eligible = min(fitting, key=lambda g: min(_sort_key(e, self.request) for e in g))
+            return self._choose_on_one_numa_node(eligible)
         if len(eligible) < self.request.count:
             for evaluation in eligible:
                 evaluation.reason = Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST
             return self._reason()
+        return None if self._pick(eligible) else self._reason()
+
+    def _choose_on_one_numa_node(self, eligible: list[_Eval]) -> str | None:
+        """``numaBind``: all of the request's instances on cards of one NUMA node. Nodes with enough
+        eligible instances are tried best first (by their best instance's sort key); placements
+        of one card overlap, so a NUMA node with enough of them may still not fit, and the next
+        is tried. Instances of NUMA nodes tried without success lose with ``NumaNotFit`` (those of
+        untried ones stay eligible, as for cards)."""
+        groups: dict[int | None, list[_Eval]] = {}
+        for evaluation in eligible:
+            groups.setdefault(evaluation.instance.numa_node, []).append(evaluation)
+        fitting = sorted(
+            (g for g in groups.values() if len(g) >= self.request.count),
+            key=lambda g: min(_sort_key(e, self.request) for e in g),
+        )
+        for position, group in enumerate(fitting):
+            if self._pick(group):
+                for tried in fitting[:position]:
+                    for evaluation in tried:
+                        evaluation.reason = Reason.NUMA_NOT_FIT
+                return None
+        for evaluation in eligible:
+            evaluation.reason = Reason.NUMA_NOT_FIT
+        return self._reason()
+
+    def _pick(self, eligible: list[_Eval]) -> bool:
+        """Choose ``count`` of ``eligible`` one after another, best first; False (nothing chosen,
+        those an earlier choice blocks marked ``MigPlacementTaken``) when they do not all fit."""
         pool = list(eligible)
         while len(self.chosen) < self.request.count:
             in_use = [i for i in self.instances if i.index in self.used]
@@ -447,7 +479,8 @@ class _NodeEvaluation:
                 for evaluation in self.evals.values():
                     evaluation.chosen = False
                 self.chosen.clear()
-                return self._reason()
+                self.used = set(self.initial_used)
+                return False
             for evaluation in pool:  # what each leaves depends on what was chosen before it
                 evaluation.had, evaluation.leaves = self._blocks(evaluation.instance)
                 parent = evaluation.instance.parent
@@ -457,7 +490,7 @@ class _NodeEvaluation:
             pool.remove(best)
             self.chosen.append(best.instance)
             self.used.add(best.instance.index)
-        return None
+        return True
 
     def _reason(self) -> str:
         evals = list(self.evals.values())

@@ -60,7 +60,9 @@ FIXES: Mapping[str, str] = {
     Reason.CARD_COMPUTE_UNITS_EXHAUSTED.value: "a tenant with cores leaves the card",
     Reason.NUMA_NOT_FIT.value: "enough free cards on one NUMA node, or numaBind off",
     Reason.MIG_PROFILE_MISMATCH.value: "an instance of the profile asked for (docs/isolation.md, 'MIG')",
-    Reason.MIG_INSTANCE_IN_USE.value: "its claim ends, or the admin creates more instances of the profile",
+    Reason.MIG_INSTANCE_IN_USE.value: (
+        "its claim ends, or the admin creates more instances of the profile (static MIG)"
+    ),
     Reason.MIG_PLACEMENT_TAKEN.value: "the instances on the slices it needs end (MIG on demand)",
 }
 

@@ -4,19 +4,54 @@ Everything here is about one node, as its plugin sees it: what kubelet asked it 
 prepared claims hold on each GPU (``hami_dra_kubelet_plugin_prepared_*``: the node's view, which
 lags the controller's ``hami_dra_gpu_allocated_*`` until kubelet prepares or unprepares; a distinct
 name, so ``sum()`` over both components never counts a share twice), GPU health, withheld and
-unenforced GPUs, and whether the plugin is ready. Series about the node's GPUs or state carry
+unenforced GPUs, the MIG instances it created for claims on cards in MIG on demand (the controller
+knows their placements, only the plugin their UUIDs), and whether the plugin is ready. Series
+about the node's GPUs or state carry
 ``node``, so they say where they come from under any scrape configuration (annotations, a static
 config, a PodMonitor) without relabelling.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 from dra_driver.metrics import MetricsServer, ReadyCheck, serve
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 OPERATIONS = ("prepare", "unprepare")
+
+
+#: ``(device, uuid, profile, parent, memory bytes)`` of each MIG instance created on demand.
+MigInstanceRow = tuple[str, str, str, str, int]
+MIG_INSTANCE_MEMORY = "hami_dra_kubelet_plugin_mig_instance_memory_bytes"
+MIG_INSTANCE_LABELS = ("node", "device", "uuid", "profile", "parent")
+
+
+class MigInstanceSeries:
+    """One series per MIG instance the plugin created on demand, read from its journal at each
+    scrape (instances come and go with claims; nothing to keep in step). ``families`` declares
+    the family's labels for the metrics catalog before any instance exists."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.source: Callable[[], Iterable[MigInstanceRow]] = lambda: ()
+        self.families = {
+            MIG_INSTANCE_MEMORY: (
+                "Memory of each MIG instance the plugin created for a claim (MIG on demand)",
+                MIG_INSTANCE_LABELS,
+            )
+        }
+
+    def collect(self) -> Iterator[Any]:
+        documentation, labels = self.families[MIG_INSTANCE_MEMORY]
+        family = GaugeMetricFamily(MIG_INSTANCE_MEMORY, documentation, labels=labels)
+        for device, uuid, profile, parent, memory in self.source():
+            family.add_metric([self.node, device, uuid, profile, parent], float(memory))
+        yield family
 
 
 class PluginMetrics:
@@ -101,6 +136,9 @@ class PluginMetrics:
             registry=self.registry,
         ).labels(node)
         self.ready_gauge.set_function(lambda: 1.0 if self.ready() is None else 0.0)
+        #: MIG on demand: the plugin points ``source`` at its instances (``mig_on_demand.py``).
+        self.mig_instances = MigInstanceSeries(node)
+        self.registry.register(self.mig_instances)
 
     def withheld_gpus(self, reason: str) -> Gauge:
         return self.withheld.labels(self.node, reason)

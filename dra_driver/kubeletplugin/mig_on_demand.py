@@ -102,6 +102,18 @@ class Journal:
 
 
 @dataclass(frozen=True)
+class CreatedInstance:
+    """An instance this driver created that exists now, as metrics and ``top`` show it."""
+
+    device: str
+    uuid: str
+    profile: str
+    parent: str
+    memory_bytes: int
+    claim: str
+
+
+@dataclass(frozen=True)
 class ReconcileReport:
     """What :meth:`MigOnDemand.reconcile` did, for the log and the tests."""
 
@@ -142,6 +154,34 @@ class MigOnDemand:
     def records(self) -> dict[str, InstanceRecord]:
         with self._lock:
             return dict(self._records)
+
+    def created(self) -> list[CreatedInstance]:
+        """The instances created for claims (an intent whose instance is not recorded yet is not
+        one), by placement device name: what ``hami_dra_kubelet_plugin_mig_instance_memory_bytes``
+        shows at each scrape."""
+        with self._lock:
+            records = sorted(self._records.items())
+        found = []
+        for device, record in records:
+            parsed = parse_placement_device_name(device)
+            gpu = self.cards.get(parsed[0]) if parsed else None
+            if record.state != CREATED or gpu is None:
+                continue
+            try:
+                placement = placement_by_name(gpu, device)
+            except MigOnDemandError:
+                continue  # a record of a card whose model changed: reconcile logs it
+            found.append(
+                CreatedInstance(
+                    device,
+                    record.uuid,
+                    placement.profile.name,
+                    gpu.name,
+                    placement.memory_bytes,
+                    record.claim,
+                )
+            )
+        return found
 
     # -- prepare / unprepare ------------------------------------------------------------------
 

@@ -124,6 +124,11 @@ class KubeletPlugin:
         #: Cards in MIG on demand: their instances, created at prepare (``mig_on_demand.py``).
         self._mig_session: NvmlSession | None = None
         self.mig = self._mig_on_demand(options, gpus)
+        if self.mig is not None:
+            mig = self.mig
+            self.metrics.mig_instances.source = lambda: [
+                (i.device, i.uuid, i.profile, i.parent, i.memory_bytes) for i in mig.created()
+            ]
         self.preparer = Preparer(
             PreparerConfig(
                 driver=options.driver_name,

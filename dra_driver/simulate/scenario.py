@@ -17,7 +17,7 @@ node at a time.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,7 +37,8 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.contract import SHARES_ENFORCED, DeviceId
 from dra_driver.devices.mig import MigModelError, gpu_instance_id
 from dra_driver.devices.mig import place as place_mig_profiles
-from dra_driver.devices.mig_profiles import MIG_MODELS, mig_model
+from dra_driver.devices.mig_on_demand import placement_device_name, possible_placements
+from dra_driver.devices.mig_profiles import MIG_MODELS, MigModel, MigProfile, mig_model
 from dra_driver.engine import (
     KNOWN_POLICY_NAMES,
     ClusterState,
@@ -128,7 +129,12 @@ def _mig_device(value: Any) -> Any:
 
 
 class MigDeviceSpec(_Strict):
-    """A MIG instance of a card in MIG mode (static MIG), and whether a claim holds it already."""
+    """A MIG instance of a card in MIG mode, and whether a claim holds it already.
+
+    On a card in MIG on demand (``migOnDemand``) it is an instance that exists: held by a claim
+    (``inUse``: a placement our controller gave and the plugin created), or else one this driver did
+    not create (an admin's), whose slices the card does not offer, as the plugin leaves them out.
+    """
 
     profile: str = Field(min_length=1)
     #: The memory slice it starts at (one of the profile's start slots); None: the first free one.
@@ -140,6 +146,18 @@ class MigDeviceSpec(_Strict):
 
 
 MigDevice = Annotated[MigDeviceSpec, BeforeValidator(_mig_device)]
+
+
+def _check_held(placed: Sequence[tuple[MigProfile, int]], specs: Sequence[MigDeviceSpec]) -> None:
+    """The instances claims hold on a card in MIG on demand are placements it offers: no ``+me``
+    profile. (Start slots, overlaps and instance counts are checked by ``place``, which with NVML's
+    tables also keeps them within the card's compute slices.)"""
+    for (profile, start), spec in zip(placed, specs, strict=True):
+        if spec.in_use and profile.name.endswith("+me"):
+            raise ValueError(
+                f"migDevices: {profile.name}@{start}: MIG on demand offers no +me profile; "
+                "a claim cannot hold one (list it without inUse: an instance not ours)"
+            )
 
 
 class GpuSpec(_Strict):
@@ -163,56 +181,93 @@ class GpuSpec(_Strict):
     #: The card is in MIG mode with these instances (issue 37): it is never placed whole nor
     #: shared, only its instances are, by claims with ``mig``/``profile``.
     mig_devices: list[MigDevice] | None = Field(default=None, alias="migDevices")
+    #: The card is in MIG on demand (chart ``kubeletPlugin.migOnDemand``): it offers every possible
+    #: placement of its profiles, created when a claim gets one; ``migDevices`` then lists the
+    #: instances that exist (see :class:`MigDeviceSpec`).
+    mig_on_demand: bool = Field(default=False, alias="migOnDemand")
+
+    @property
+    def in_mig_mode(self) -> bool:
+        return self.mig_devices is not None or self.mig_on_demand
 
     @model_validator(mode="after")
     def _mig(self) -> GpuSpec:
-        if self.mig_devices is None:
+        if not self.in_mig_mode:
             return self
         if self.allocations:
             raise ValueError(
-                "a card in MIG mode (migDevices) has no allocations of its own: mark its instances inUse"
+                "a card in MIG mode (migDevices, migOnDemand) has no allocations of its own: "
+                "mark its instances inUse"
             )
         model = mig_model(self.product_name)
         if model is None:
             known = ", ".join(sorted(MIG_MODELS))
+            field = "migOnDemand" if self.mig_on_demand else "migDevices"
             raise ValueError(
-                f"migDevices: productName {self.product_name!r} has no MIG profiles; known: {known}"
+                f"{field}: productName {self.product_name!r} has no MIG profiles; known: {known}"
             )
         try:
-            place_mig_profiles(model, [(d.profile, d.start) for d in self.mig_devices])
+            placed = place_mig_profiles(model, [(d.profile, d.start) for d in self.mig_devices or ()])
         except MigModelError as err:
             raise ValueError(f"migDevices: {err}") from None
+        if self.mig_on_demand:
+            _check_held(placed, self.mig_devices or ())
         return self
 
-    def mig_instances(self, node: str) -> list[tuple[MigInstance, MigDeviceSpec]]:
-        """The card's MIG instances as the engine sees them, each with its spec."""
+    def mig_instances(self, node: str) -> list[tuple[MigInstance, MigDeviceSpec | None]]:
+        """The card's MIG instances as the engine sees them, each with its spec (None for a
+        placement of a card in MIG on demand that no instance holds)."""
         model = mig_model(self.product_name)
-        if self.mig_devices is None or model is None:
+        if not self.in_mig_mode or model is None:
             return []
-        placed = place_mig_profiles(model, [(d.profile, d.start) for d in self.mig_devices])
-        result = []
-        for spec, (profile, start) in zip(self.mig_devices, placed, strict=True):
+        specs = self.mig_devices or []
+        placed = place_mig_profiles(model, [(d.profile, d.start) for d in specs])
+        if self.mig_on_demand:
+            return self._placements(node, model, list(zip(placed, specs, strict=True)))
+        result: list[tuple[MigInstance, MigDeviceSpec | None]] = []
+        for spec, (profile, start) in zip(specs, placed, strict=True):
             gi = gpu_instance_id(start, profile.placement_size)
-            instance = MigInstance(
-                node=node,
-                name=f"gpu-{self.index}-mig-{gi}-0",
-                parent=self.index,
-                parent_name=f"gpu-{self.index}",
-                gpu_instance=gi,
-                compute_instance=0,
-                profile=profile.name,
-                memory=profile.memory_mib * MIB,
-                slices=profile.slices,
-                placement_start=start,
-                placement_size=profile.placement_size,
-                product_name=self.product_name,
-                uuid=f"{self.uuid or node}/mig-{gi}-0",
-                parent_uuid=self.uuid,
-                numa_node=self.numa_node,
-                healthy=self.healthy,
-            )
-            result.append((instance, spec))
+            result.append((self._instance(node, f"gpu-{self.index}-mig-{gi}-0", profile, start, gi), spec))
         return result
+
+    def _placements(
+        self, node: str, model: MigModel, placed: list[tuple[tuple[MigProfile, int], MigDeviceSpec]]
+    ) -> list[tuple[MigInstance, MigDeviceSpec | None]]:
+        """A card in MIG on demand: every possible placement but those overlapping an instance no
+        claim holds (as the plugin publishes it), each held one with its spec."""
+        foreign = [profile.spans(start) for (profile, start), spec in placed if not spec.in_use]
+        held = {(profile.name, start): spec for (profile, start), spec in placed if spec.in_use}
+        result: list[tuple[MigInstance, MigDeviceSpec | None]] = []
+        for placement in possible_placements(model, foreign):
+            name = placement_device_name(f"gpu-{self.index}", placement)
+            instance = self._instance(
+                node, name, placement.profile, placement.start, placement.gpu_instance, on_demand=True
+            )
+            result.append((instance, held.get((placement.profile.name, placement.start))))
+        return result
+
+    def _instance(
+        self, node: str, name: str, profile: MigProfile, start: int, gi: int, *, on_demand: bool = False
+    ) -> MigInstance:
+        return MigInstance(
+            node=node,
+            name=name,
+            parent=self.index,
+            parent_name=f"gpu-{self.index}",
+            gpu_instance=gi,
+            compute_instance=0,
+            profile=profile.name,
+            memory=profile.memory_mib * MIB,
+            slices=profile.slices,
+            placement_start=start,
+            placement_size=profile.placement_size,
+            product_name=self.product_name,
+            uuid="" if on_demand else f"{self.uuid or node}/mig-{gi}-0",
+            parent_uuid=self.uuid,
+            numa_node=self.numa_node,
+            healthy=self.healthy,
+            on_demand=on_demand,
+        )
 
     @model_validator(mode="after")
     def _fits(self, info: ValidationInfo) -> GpuSpec:
@@ -521,7 +576,7 @@ class Scenario(_Strict):
             )
             for node in self.nodes
             for gpu in node.gpus
-            if gpu.mig_devices is None
+            if not gpu.in_mig_mode
         )
         for node in self.nodes:
             shares = [share for gpu in node.gpus for share in gpu.shares()]
@@ -539,7 +594,7 @@ class Scenario(_Strict):
             for instance, _ in placed:
                 instances[(node.name, instance.index)] = instance
             if placed:
-                used = [instance.index for instance, spec in placed if spec.in_use]
+                used = [instance.index for instance, spec in placed if spec is not None and spec.in_use]
                 state.set_node(node.name, [instance for instance, _ in placed], used)
         return state, instances
 
@@ -576,7 +631,9 @@ class Scenario(_Strict):
                     charge = Charge(allocation.device_class, device, allocation.memory, cores)
                     charges.setdefault(allocation.namespace, []).append(charge)
                 for instance, spec in gpu.mig_instances(node.name):
-                    if not spec.in_use or (namespaces is not None and spec.namespace not in namespaces):
+                    if spec is None or not spec.in_use:
+                        continue
+                    if namespaces is not None and spec.namespace not in namespaces:
                         continue
                     mig_device = DeviceId(DEFAULT_DRIVER_NAME, node.name, instance.name)
                     mig_charge = Charge(

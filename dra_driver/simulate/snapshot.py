@@ -32,8 +32,9 @@ from dra_driver.contract import ISOLATION_NONE, ISOLATION_VALUES, DeviceId
 from dra_driver.controller.inventory import Device, build_inventory
 from dra_driver.controller.ledger import card_capacity
 from dra_driver.controller.offline import ClusterObjects, bare_nodes
-from dra_driver.devices.mig_profiles import mig_model
+from dra_driver.devices.mig_profiles import MEMORY_SLICES, MigModel, mig_model
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
+from dra_driver.engine.mig import card_memory
 from dra_driver.kube.api import (
     DEVICE_CLASSES,
     GPU_QUOTAS,
@@ -190,8 +191,10 @@ def _mig_gpus(
     devices: Iterable[Device], holders: Mapping[DeviceId, Mapping[str, Any]], warnings: list[str]
 ) -> list[dict[str, Any]]:
     """The node's cards in MIG mode as scenario GPUs with ``migDevices`` (each at its placement,
-    ``inUse`` with its holder's namespace and class). Their ``memory`` is their instances' total:
-    the card itself is not published. The simulator names instances after the card's index."""
+    ``inUse`` with its holder's namespace and class). Their ``memory`` is their instances' total
+    (a card in MIG on demand: its largest placement's): the card itself is not published. A card in
+    MIG on demand is ``migOnDemand`` with the placements claims hold as its ``migDevices``. The
+    simulator names instances after the card's index."""
     by_card: dict[int, list[Device]] = {}
     for device in devices:
         if device.mig is not None:
@@ -208,29 +211,57 @@ def _mig_gpus(
                 "(or compute instances smaller than their GPU instance) cannot be simulated; left out"
             )
             continue
+        on_demand = any(d.mig is not None and d.mig.on_demand for d in members)
         entries = []
         for device in sorted(members, key=lambda d: d.card.index):
             mig = device.mig
             assert mig is not None
-            entry: dict[str, Any] = {"profile": mig.profile, "start": mig.placement_start}
             holder = holders.get(device.id)
+            if on_demand and holder is None:
+                continue  # a placement nobody holds: the card offers it again in the simulation
+            entry: dict[str, Any] = {"profile": mig.profile, "start": mig.placement_start}
             if holder is not None:
                 entry.update(inUse=True, namespace=holder["namespace"])
                 if holder["deviceClass"]:
                     entry["deviceClass"] = holder["deviceClass"]
             entries.append(entry)
-        gpus.append(
-            {
-                "index": parent,
-                "productName": first.product_name,
-                "memory": format_bytes(sum(d.card.memory for d in members)),
-                "numaNode": first.numa_node,
-                "uuid": first.parent_uuid,
-                "healthy": all(d.card.healthy for d in members),
-                "migDevices": entries,
-            }
-        )
+        gpu: dict[str, Any] = {
+            "index": parent,
+            "productName": first.product_name,
+            "memory": format_bytes(card_memory([d.mig for d in members if d.mig is not None])),
+            "numaNode": first.numa_node,
+            "uuid": first.parent_uuid,
+            "healthy": all(d.card.healthy for d in members),
+        }
+        if on_demand:
+            gpu["migOnDemand"] = True
+            entries += _not_offered(members, model)
+        gpu["migDevices"] = entries
+        gpus.append(gpu)
     return gpus
+
+
+def _not_offered(members: Iterable[Device], model: MigModel | None) -> list[dict[str, Any]]:
+    """A card in MIG on demand whose slices no published placement covers (the plugin leaves out
+    those of instances it did not create): instances there, not in use, in aligned blocks (the
+    profile with the fewest compute slices for each), so the simulation offers what the card does."""
+    offered = {s for d in members if d.mig is not None for s in d.mig.span}
+    missing = set(range(MEMORY_SLICES)) - offered
+    if model is None or not missing:
+        return []
+    entries = []
+    for size in (8, 4, 2, 1):
+        for start in range(0, MEMORY_SLICES, size):
+            block = set(range(start, start + size))
+            fitting = [
+                p
+                for p in model.profiles
+                if p.placement_size == size and start in p.placements and not p.name.endswith("+me")
+            ]
+            if block <= missing and fitting:
+                entries.append({"profile": min(fitting, key=lambda p: p.slices).name, "start": start})
+                missing -= block
+    return entries
 
 
 def _quotas(objects: ClusterObjects, warnings: list[str]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ cards marked on demand, read back by the controller's inventory, placed by ``eng
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
@@ -23,10 +24,13 @@ from dra_driver.resource.slice_builder import build_resource_slices
 DRIVER = "gpu.hami.io"
 
 
-def on_demand_state(cards: int = 2, node: str = "node-1") -> MigState:
+def on_demand_state(cards: int = 2, node: str = "node-1", numa: Sequence[int] = ()) -> MigState:
+    """``cards`` H200s in MIG on demand; ``numa``: each card's NUMA node (default: the profile's)."""
     gpus = [
         dataclasses.replace(g, mig_enabled=True) for g in profile_gpus("h200", node_name=node, gpus=cards)
     ]
+    if numa:
+        gpus = [dataclasses.replace(g, numa_node=n) for g, n in zip(gpus, numa, strict=True)]
     slices = build_resource_slices(
         mark_on_demand(gpus, parse_selection("all")),
         driver_name=DRIVER,
@@ -111,3 +115,47 @@ def test_profiles_sharing_a_placement_are_distinct_devices() -> None:
     same_start = [i for i in state.instances("node-1") if i.placement_start == 2 and i.placement_size == 2]
     assert sorted(i.profile for i in same_start) == ["1g.35gb", "2g.35gb"]
     assert len({i.index for i in same_start}) == 2
+
+
+def test_mutex_takes_no_placement_of_a_card_another_claim_holds() -> None:
+    state = on_demand_state()
+    assert take(state, "1g.18gb", "mutex,binpack") == ["gpu-0-mig-1g18gb-at-0"]
+    # binpack alone would pack the next 1g next to it; mutex takes the untouched card.
+    assert take(state, "1g.18gb", "mutex,binpack") == ["gpu-1-mig-1g18gb-at-0"]
+    mutex = MigRequest(name="r", profile="1g.18gb", policy=parse_policy_chain("mutex"))
+    decision = place_mig(state, mutex, max_candidates=64)
+    assert decision.placement is None
+    by_device = {c.device: c.reason for c in decision.candidates}
+    assert by_device["gpu-0-mig-1g18gb-at-3"] is Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    assert by_device["gpu-1-mig-1g18gb-at-3"] is Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    assert take(state, "1g.18gb", "binpack") == ["gpu-0-mig-1g18gb-at-1"]  # without mutex: packed
+
+
+def test_the_numa_policy_prefers_cards_of_the_lower_numa_node() -> None:
+    state = on_demand_state(cards=3, numa=(1, 0, 0))
+    assert take(state, "7g.141gb", "numa", count=2) == ["gpu-1-mig-7g141gb-at-0", "gpu-2-mig-7g141gb-at-0"]
+    assert take(state, "1g.18gb", "numa") == ["gpu-0-mig-1g18gb-at-0"]  # the only card left
+
+
+def numa_bound(memory_gib: int, count: int) -> MigRequest:
+    return MigRequest(
+        name="r", memory=memory_gib << 30, count=count, numa_bind=True, policy=parse_policy_chain("binpack")
+    )
+
+
+def test_numa_bind_keeps_a_claim_on_one_numa_node_even_where_placements_overlap() -> None:
+    # NUMA node 0 has one card: four placements of 60 GiB or more (7g, 4g, two 3g), of which only
+    # the two 3g fit together; NUMA node 1 has two cards. Three such slices fit only there.
+    state = on_demand_state(cards=3, numa=(0, 1, 1))
+    decision = place_mig_and_allocate(state, numa_bound(60, 3))
+    assert decision.placement is not None, decision.reason
+    names = {c.index: c.device for c in decision.candidates}
+    placed = [names[share.index] for share in decision.placement.devices]
+    assert all(not name.startswith("gpu-0-") for name in placed), placed
+    assert {name.split("-mig-")[0] for name in placed} == {"gpu-1", "gpu-2"}
+    lost = {c.device: c.reason for c in decision.candidates}
+    assert lost["gpu-0-mig-3g71gb-at-0"] is Reason.NUMA_NOT_FIT
+    # Two of them still fit on NUMA node 0 alone; four nowhere on one NUMA node.
+    assert place_mig(state, numa_bound(60, 2)).placement is not None
+    refused = place_mig(state, numa_bound(60, 4))
+    assert refused.placement is None and "NumaNotFit" in (refused.reason or "")

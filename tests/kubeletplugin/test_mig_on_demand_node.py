@@ -19,6 +19,7 @@ import yaml
 from dra_driver.devices.mig import mig_caps_minors
 from dra_driver.devices.mig_on_demand import mark_on_demand, parse_selection
 from dra_driver.devices.simulated import DevicesFileSource
+from dra_driver.kubeletplugin.metrics import MIG_INSTANCE_MEMORY
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
 from hami_dra_dev.kubelet import KubeletProtocol
 from tests.kubeletplugin.conftest import NODE, Dirs, create_claim, plugin_options, ref, registered_kubelet
@@ -62,6 +63,14 @@ def test_placements_are_published_and_prepare_creates_the_instance(
             uid = first["metadata"]["uid"]
             assert kubelet.prepare([ref(first)]).claims[uid].error == ""
             assert simulated_instances(dirs) == [(3, 1)]
+            # The instance has its series, with the UUID only the plugin knows.
+            instance = plugin.mig.records()[PLACEMENT] if plugin.mig is not None else None
+            assert instance is not None and instance.uuid.startswith("MIG-")
+            series = {"node": NODE, "device": PLACEMENT, "profile": "1g.18gb", "parent": "gpu-1"}
+            memory = plugin.metrics.registry.get_sample_value(
+                MIG_INSTANCE_MEMORY, {**series, "uuid": instance.uuid}
+            )
+            assert memory == 16896 * 1024**2
             spec = read_spec(dirs.cdi / f"k8s.{DRIVER}-gpu_{uid}.json")
             validate_cdi(spec)
             (device,) = spec["devices"]
@@ -77,6 +86,12 @@ def test_placements_are_published_and_prepare_creates_the_instance(
             assert kubelet.unprepare([ref(first)]).claims[uid].error == ""
             assert simulated_instances(dirs) == []
             assert plugin.mig is not None and plugin.mig.records() == {}
+            assert (
+                plugin.metrics.registry.get_sample_value(
+                    MIG_INSTANCE_MEMORY, {**series, "uuid": instance.uuid}
+                )
+                is None
+            )
     finally:
         plugin.stop()
 
