@@ -364,6 +364,9 @@ class KubeletPlugin:
             report = self.mig.reconcile()  # before any prepare: orphans gone, lost ones back
             LOG.info("MIG on demand reconciled with the driver: %s", report)
         self.preparer.start()
+        # Health first: the first slice published then carries each GPU's health and whether
+        # anything watches it, instead of a healthMonitored=false that the next publish corrects.
+        self._start_health()
         if self.options.publish and self.api_client is not None:
             from dra_driver.kubeletplugin.publisher import SlicePublisher
 
@@ -376,7 +379,6 @@ class KubeletPlugin:
                 node_uid=self.node.uid if self.node is not None else None,
             )
             self.publisher.start()
-        self._start_health()
         if self.options.metrics_port:
             try:
                 self._metrics_server = self.metrics.serve(

@@ -617,15 +617,16 @@ class Preparer:
         found = [(uid, ns, name) for uid, ns, name in unchecked if self._is_deleted(uid, ns, name)]
         with self._lock:
             new = [(uid, ns, name) for uid, ns, name in found if uid in self._entries]  # not unprepared since
+            # Logged before it is reported (deleted_claims, the gauge): whoever sees the UID there
+            # finds the warning that explains it already in the log.
+            for uid, namespace, name in new:
+                LOG.warning(
+                    "claim %s/%s (%s) no longer exists in the API but is still prepared on this node: its "
+                    "pod may still run, so its share stays counted until kubelet unprepares it",
+                    namespace, name, uid,
+                )  # fmt: skip
             self._deleted.update(uid for uid, _, _ in new)
-            deleted = sorted(self._deleted)
-        for uid, namespace, name in new:
-            LOG.warning(
-                "claim %s/%s (%s) no longer exists in the API but is still prepared on this node: its pod "
-                "may still run, so its share stays counted until kubelet unprepares it",
-                namespace, name, uid,
-            )  # fmt: skip
-        return deleted
+            return sorted(self._deleted)
 
     def _is_deleted(self, uid: str, namespace: str, name: str) -> bool:
         """True only when the API says the claim is gone (404 or another UID); errors say nothing."""
