@@ -61,7 +61,9 @@ def test_strategic_merge_patch_directives() -> None:
             "metadata": {"$deleteFromPrimitiveList/finalizers": ["x"]},
         },
     )
-    assert patched["spec"]["containers"] == [{"name": "a", "image": "1"}, {"name": "c", "image": "2"}]
+    # The new item first, as kube-apiserver 1.37 orders it (a pod's status conditions, checked:
+    # [B delete, C] on [A, B] gives [C, A]).
+    assert patched["spec"]["containers"] == [{"name": "c", "image": "2"}, {"name": "a", "image": "1"}]
     assert patched["metadata"]["finalizers"] == []
     replaced = strategic_merge_patch({"spec": {"x": 1, "y": 2}}, {"spec": {"$patch": "replace", "z": 3}})
     assert replaced == {"spec": {"z": 3}}
