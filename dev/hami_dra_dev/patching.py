@@ -29,7 +29,8 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
-#: List fields (by name) that strategic merge patch merges by a key, as k8s.io/api tags them.
+#: List fields (by name) that strategic merge patch merges by a key, as k8s.io/api tags them. A
+#: node's ``taints`` have no merge key: kube-apiserver 1.37 replaces them whole ([d] on [a, b]).
 MERGE_KEYS: dict[str, str] = {
     "containers": "name",
     "initContainers": "name",
@@ -46,7 +47,6 @@ MERGE_KEYS: dict[str, str] = {
     "ownerReferences": "uid",
     "hostAliases": "ip",
     "topologySpreadConstraints": "topologyKey",
-    "taints": "key",
     "addresses": "type",
     "resourceClaimStatuses": "name",
     "containerStatuses": "name",

@@ -71,6 +71,13 @@ def test_strategic_merge_patch_directives() -> None:
     assert retained == {"s": {"b": 3}}
 
 
+def test_a_nodes_taints_are_replaced_whole_by_a_strategic_merge_patch() -> None:
+    """NodeSpec.taints has no merge key: kube-apiserver 1.37 answers [d] to [d] on [a, b]."""
+    node = {"spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in ("a", "b")]}}
+    patched = strategic_merge_patch(node, {"spec": {"taints": [{"key": "d", "effect": "NoSchedule"}]}})
+    assert patched["spec"]["taints"] == [{"key": "d", "effect": "NoSchedule"}]
+
+
 def test_quantities() -> None:
     assert parse_quantity("1Gi") == 2**30
     assert parse_quantity("1500m") == Fraction(3, 2)
