@@ -18,94 +18,21 @@ Only the clients attached are touched: a test's own client stays clean unless it
 from __future__ import annotations
 
 import json
-import re
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from dra_driver.kube.api import Kube
 from dra_driver.kube.errors import KubeError
-
-#: The ``reason`` kube-apiserver puts in a ``Status`` of each code (clients branch on some).
-REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "Conflict",
-    410: "Expired",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
+from hami_dra_dev.faults import REASONS, Fault, FaultRules
 
 
-@dataclass
-class ClientFault:
-    """One injected fault: what it matches and does, and what became of it."""
-
-    pattern: re.Pattern[str]
-    methods: frozenset[str] | None
-    status: int | None
-    delay: float
-    hold: threading.Event | None
-    remaining: int | None  # None: until cleared
-    #: Requests it matched so far.
-    hits: int = 0
-    #: Set once a held request has been sent and answered (or refused).
-    released: threading.Event = field(default_factory=threading.Event)
-
-
-class ClientFaults:
-    """The active faults of the clients attached (thread-safe; consulted once per request)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._faults: list[ClientFault] = []
-
-    def inject(
-        self,
-        path: str,
-        *,
-        status: int | None = None,
-        count: int | None = 1,
-        delay: float = 0.0,
-        methods: set[str] | None = None,
-        hold: threading.Event | None = None,
-    ) -> ClientFault:
-        if status is None and delay <= 0 and hold is None:
-            raise ValueError("a fault needs a status, a delay, a hold, or a combination")
-        chosen = frozenset(m.upper() for m in methods) if methods else None
-        fault = ClientFault(re.compile(path), chosen, status, delay, hold, count)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def _match(self, method: str, path: str) -> ClientFault | None:
-        with self._lock:
-            for fault in self._faults:
-                if fault.methods is not None and method not in fault.methods:
-                    continue
-                if not fault.pattern.search(path):
-                    continue
-                fault.hits += 1
-                if fault.remaining is not None:
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        self._faults.remove(fault)
-                return fault
-        return None
+class ClientFaults(FaultRules):
+    """The active faults of the clients attached (the rules are the sandbox server's,
+    ``hami_dra_dev/faults.py``)."""
 
     @staticmethod
-    def _wait(fault: ClientFault) -> None:
+    def _wait(fault: Fault) -> None:
         if fault.delay:
             time.sleep(fault.delay)
         if fault.hold is not None:
@@ -116,7 +43,7 @@ class ClientFaults:
         sent = kube._call
 
         def call(method: str, path: str, **kwargs: Any) -> Any:
-            fault = self._match(method, path)
+            fault = self.take(method, path)
             if fault is None:
                 return sent(method, path, **kwargs)
             self._wait(fault)
@@ -137,7 +64,7 @@ class ClientFaults:
         sent = rest.request
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            fault = self._match(method, urlsplit(url).path)
+            fault = self.take(method, urlsplit(url).path)
             if fault is None:
                 return sent(method, url, *args, **kwargs)
             self._wait(fault)
@@ -159,7 +86,7 @@ def status_response(code: int, message: str) -> Any:
     from urllib3.response import HTTPResponse
 
     reason = REASONS.get(code, "InternalError")
-    status = {
+    status: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},

@@ -37,7 +37,8 @@ from dra_driver.controller.preemption import Candidate, candidates_for, refusal
 from dra_driver.engine import Reason
 from dra_driver.explain.events import PodEvent, pod_warnings
 from dra_driver.kube.watch import object_key
-from dra_driver.resource.objects import ClaimView, PodView
+from dra_driver.resource.objects import PodView
+from dra_driver.resource.refs import allocation_results
 
 #: What would let a card take the request, per reason.
 FIXES: Mapping[str, str] = {
@@ -215,13 +216,20 @@ def _pending(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _devices(claim: ClaimView, driver: str) -> tuple[str, ...]:
+def _devices(claim: Mapping[str, Any], driver: str) -> tuple[str, ...]:
     """``pool/device`` of each of the claim's allocation results of our driver."""
     return tuple(
         f"{result.device.pool}/{result.device.device}"
-        for result in claim.results
+        for result in allocation_results((claim.get("status") or {}).get("allocation"))
         if result.device.driver == driver
     )
+
+
+def _missing_claim(line: ClaimLine) -> str:
+    """Why the pod waits for a claim: which one does not exist."""
+    if line.claim is None:
+        return f"the claim of its {line.pod_claim} (from a template) is not created yet"
+    return f"its claim {line.claim} does not exist yet"
 
 
 def explain(
@@ -238,13 +246,16 @@ def explain(
     (the pod and its claims are added where the lists lack them), ``events`` those involving the
     pod."""
     view = PodView.parse(pod)
-    claim_views = {name: ClaimView.parse(claim, driver) for name, claim in claims.items()}
     result = Explanation(
         view.key, "allocated", events=pod_warnings(events, pod, driver), priority=view.priority
     )
-    for pod_claim, name in view.claim_names:
-        claim = claim_views.get(name) if name else None
-        result.claims.append(ClaimLine(pod_claim, name, _devices(claim, driver) if claim else ()))
+    # By claim name; a template's claim not created yet (no name) has none.
+    devices: dict[str | None, tuple[str, ...]] = {
+        name: _devices(claim, driver) for name, claim in claims.items()
+    }
+    result.claims = [
+        ClaimLine(pod_claim, name, devices.get(name, ())) for pod_claim, name in view.claim_names
+    ]
     key = decision_annotation(driver)
     annotation = view.annotations.get(key)
     if annotation:
@@ -255,11 +266,10 @@ def explain(
     result.pending = _pending(pod)
     if not view.gated and result.requests:
         return result
-    if any(line.claim is None or line.claim not in claims for line in result.claims):
+    missing = [line for line in result.claims if line.claim not in claims]
+    if missing:
         result.state = "waiting"
-        result.note = (
-            result.note or "a claim of the pod does not exist yet (its template's claim is created first)"
-        )
+        result.note = result.note or _missing_claim(missing[0])
         return result
     allocator = allocator_for(_with_pod(cluster, pod, claims.values()), driver, defaults)
     cached = allocator.cache.pods[view.key]

@@ -101,6 +101,7 @@ def test_a_placed_pods_text_names_its_devices_and_when_it_was_decided() -> None:
     assert document["claims"] == [{"podClaim": "gpu", "claim": "first", "devices": ["node-1/gpu-0"]}]
     assert document["decidedAt"] == explanation.decided_at and document["pending"] is None
     assert document["now"] is None and document["nodesRefused"] == []
+    assert document["note"] == ""  # its record explains it: nothing to add
     lines = render(explanation).splitlines()
     assert lines[:3] == [
         "Pod default/first: allocated",

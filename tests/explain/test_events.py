@@ -124,6 +124,16 @@ def test_explain_renders_them_under_the_placement() -> None:
     )
 
 
+def test_explain_leaves_out_the_controllers_own_warnings() -> None:
+    """The controller's refusals are on the pod's condition (the pending line): not repeated."""
+    _, pod = placed_pod()
+    ours = event(pod, "FailedAllocation", "held", at="2026-12-06T10:00:01Z", source={})
+    ours["reportingComponent"] = f"{DRIVER}/controller"
+    kubelet = event(pod, "BackOff", "back-off restarting", at="2026-12-06T10:00:02Z")
+    explanation = explain(pod, claims={}, cluster=ClusterObjects(), driver=DRIVER, events=[ours, kubelet])
+    assert [(e.reason, e.source) for e in explanation.events] == [("BackOff", "kubelet")]
+
+
 #: What a tenant of the test below may read: everything ``explain`` reads except Events.
 TENANT_RULES = [
     {"apiGroups": [""], "resources": ["pods", "nodes", "resourcequotas"], "verbs": ["get", "list"]},

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from dra_driver.controller.decision_record import decision_annotation, decode
+from dra_driver.controller.nomination import Nomination, nomination_annotation
 from dra_driver.explain.render import render
 from dra_driver.explain.report import FIXES, explain
 from dra_driver.output import render_document
@@ -92,7 +93,8 @@ def test_a_pending_pod_is_told_whom_preemption_would_evict_then_whom_it_evicted(
         cluster.gpu_pod(name, memory, priority=1)
         cluster.run()
         cluster.bind(name)
-    cluster.gpu_pod("urgent", "10Gi", priority=1000)
+    # 39Gi: only all young frees makes room, so its own hold, once nominated, must not count.
+    cluster.gpu_pod("urgent", "39Gi", priority=1000)
     cluster.run()
     before = explained(cluster, "urgent")
     assert before.preemption is not None and before.preemption.nominated_node is None
@@ -104,9 +106,17 @@ def test_a_pending_pod_is_told_whom_preemption_would_evict_then_whom_it_evicted(
     cluster.controller.preemptor.enabled = True
     cluster.controller.queue.resync()  # planned in full again: now it preempts
     cluster.run()
-    after = render(explained(cluster, "urgent"))
-    assert "nominated to node node-1 at " in after and "evicted default/young;" in after
-    assert "preemption: waits on node node-1 for default/young to terminate" in after
+    after = explained(cluster, "urgent")
+    text = render(after)
+    assert "nominated to node node-1 at " in text and "evicted default/young;" in text
+    assert "preemption: waits on node node-1 for default/young to terminate" in text
+    annotation = cluster.kube.stored(PODS, NS, "urgent")["metadata"]["annotations"]
+    at = Nomination.decode(annotation[nomination_annotation(DRIVER)], DRIVER).at
+    assert at and after.to_json()["preemption"] == {
+        "nominated": {"node": "node-1", "victims": ["default/young"], "at": at},
+        "wouldEvict": {"node": "node-1", "victims": [], "waitingFor": ["default/young"]},
+        "whyNot": None,
+    }
 
 
 def test_a_pod_that_may_not_preempt_is_told_why() -> None:
@@ -121,4 +131,7 @@ def test_a_pod_that_may_not_preempt_is_told_why() -> None:
     )
     cluster.gpu_pod("peer", "70Gi", priority=1)
     cluster.run()
-    assert "pods of equal or higher priority are never evicted" in render(explained(cluster, "peer"))
+    assert (
+        "  preemption: no node where evicting pods of lower priority would make room for it "
+        "(pods of equal or higher priority are never evicted)"
+    ) in render(explained(cluster, "peer")).splitlines()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 from dra_driver.controller.gang_refs import COSCHEDULING_POD_GROUPS, event_kind
+from dra_driver.controller.nomination import Nomination, nomination_annotation
 from dra_driver.explain.render import render
 from dra_driver.explain.report import Explanation, explain
 from dra_driver.kube.api import PODS, RESOURCE_CLAIMS
@@ -35,11 +36,20 @@ def test_a_member_of_a_gang_that_does_not_fit_is_explained_as_the_controller_rep
     assert (before.gang.placeable, before.gang.members, before.gang.needed) == (3, 4, 4)
     text = render(before)
     assert "gang: 3 of 4 members placeable now, needs 4: waits" in text
-    assert before.to_json()["gang"]["placeableNow"] == 3
+    # It fits alone (a card is free for it): only its gang holds it back.
+    assert before.note == "it fits alone, but its gang is placed all together or not at all"
     cluster.run()  # timeout 0: the members report at once
     condition = cluster.condition("a-0")
     assert condition is not None and before.now == (condition["reason"], condition["message"])
     assert all(cluster.gated(name) for name in names)
+    assert before.to_json()["gang"] == {
+        "group": "pod group default/a (label scheduling.x-k8s.io/pod-group)",
+        "placeableNow": 3,
+        "members": 4,
+        "needed": 4,
+        "ready": False,
+        "summary": condition["message"],  # the controller's own line about the gang
+    }
 
 
 def test_a_member_of_a_gang_that_fits_is_placeable_with_it() -> None:
@@ -76,8 +86,20 @@ def test_a_waiting_gang_member_shows_the_victims_preemption_would_evict_for_the_
     assert document["wouldEvict"]["victims"] == [{"pod": f"{NS}/young", "priority": 1, "node": "node-1"}]
     cluster.run()  # the controller evicts what explain named
     assert evicted(cluster) == ["young"]
-    after = explained(cluster, members[1]).preemption
-    assert after is not None and after.nominated_node == "node-1" and after.evicted == (f"{NS}/young",)
+    after = explained(cluster, members[1])
+    assert after.preemption is not None
+    nomination = Nomination.decode(
+        cluster.kube.stored(PODS, NS, members[1])["metadata"]["annotations"][nomination_annotation(DRIVER)],
+        DRIVER,
+    )
+    # The capacity held for the gang is its own to take: it waits for young, nothing more to evict.
+    assert after.to_json()["preemption"] == {
+        "nominated": {"node": "node-1", "victims": [f"{NS}/young"], "at": nomination.at},
+        "wouldEvict": {"node": "node-1", "victims": [], "waitingFor": [f"{NS}/young"]},
+        "whyNot": None,
+        "forGang": "pod group default/train (label scheduling.x-k8s.io/pod-group)",
+    }
+    assert nomination.at and "waits for default/young to terminate" in render(after)
 
 
 def test_a_gang_of_equal_priority_would_preempt_nothing_and_says_why() -> None:
@@ -85,4 +107,34 @@ def test_a_gang_of_equal_priority_would_preempt_nothing_and_says_why() -> None:
     members = share_gang(cluster, "peers", 2, "15Gi", priority=1)
     preemption = explained(cluster, members[0]).preemption
     assert preemption is not None and not preemption.victims
-    assert "the whole gang" in preemption.why_not and "equal or higher priority" in preemption.why_not
+    assert preemption.why_not == (
+        "no nodes where evicting pods of lower priority would make room for the whole gang "
+        "(pods of equal or higher priority are never evicted)"
+    )
+
+
+def test_a_gang_with_a_member_that_may_not_preempt_preempts_nothing() -> None:
+    cluster = busy_card()
+    members = share_gang(cluster, "polite", 2, "15Gi", priority=1000, never=True)
+    preemption = explained(cluster, members[1]).preemption
+    assert preemption is not None and preemption.node is None and not preemption.victims
+    assert (
+        preemption.why_not == "the gang preempts nothing: member default/polite-0's preemptionPolicy is Never"
+    )
+    cluster.run()
+    assert evicted(cluster) == []  # nor does the controller
+
+
+def test_a_waiting_gang_takes_the_capacity_held_for_a_pod_of_lower_priority() -> None:
+    """``mid`` (priority 500) had young evicted and holds its room; the gang (1000) may take that
+    room: it waits for young like ``mid`` does, and has nobody more evicted."""
+    cluster = busy_card()
+    cluster.gpu_pod("mid", "39Gi", priority=500)
+    cluster.run()
+    assert evicted(cluster) == ["young"]
+    members = share_gang(cluster, "train", 2, "15Gi", priority=1000)
+    preemption = explained(cluster, members[0]).preemption
+    assert preemption is not None and preemption.node == "node-1"
+    assert (preemption.victims, preemption.waiting) == ((), (f"{NS}/young",))
+    cluster.run()
+    assert evicted(cluster) == ["young"]  # the controller evicts nobody more either: old runs on

@@ -61,12 +61,21 @@ def test_strategic_merge_patch_directives() -> None:
             "metadata": {"$deleteFromPrimitiveList/finalizers": ["x"]},
         },
     )
-    assert patched["spec"]["containers"] == [{"name": "a", "image": "1"}, {"name": "c", "image": "2"}]
+    # The new item first, as kube-apiserver 1.37 orders it (a pod's status conditions, checked:
+    # [B delete, C] on [A, B] gives [C, A]).
+    assert patched["spec"]["containers"] == [{"name": "c", "image": "2"}, {"name": "a", "image": "1"}]
     assert patched["metadata"]["finalizers"] == []
     replaced = strategic_merge_patch({"spec": {"x": 1, "y": 2}}, {"spec": {"$patch": "replace", "z": 3}})
     assert replaced == {"spec": {"z": 3}}
     retained = strategic_merge_patch({"s": {"a": 1, "b": 2}}, {"s": {"$retainKeys": ["b"], "b": 3}})
     assert retained == {"s": {"b": 3}}
+
+
+def test_a_nodes_taints_are_replaced_whole_by_a_strategic_merge_patch() -> None:
+    """NodeSpec.taints has no merge key: kube-apiserver 1.37 answers [d] to [d] on [a, b]."""
+    node = {"spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in ("a", "b")]}}
+    patched = strategic_merge_patch(node, {"spec": {"taints": [{"key": "d", "effect": "NoSchedule"}]}})
+    assert patched["spec"]["taints"] == [{"key": "d", "effect": "NoSchedule"}]
 
 
 def test_quantities() -> None:
