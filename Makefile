@@ -48,7 +48,7 @@ cluster-build: $(STAMP)
 	$(VENV)/bin/hami-dra cluster build
 
 test: lint tools cluster-build image
-	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not bench" -p no:cacheprovider --durations=40
 	$(MAKE) test-lowest
 
 # The fast suite (no real cluster, no benchmarks, no production-install test) against the lowest

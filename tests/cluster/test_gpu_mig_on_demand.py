@@ -1,4 +1,4 @@
-"""MIG on demand on the real cluster (issue 37 item 2): a mock H100 node whose GPUs 1 and 2 are in
+"""MIG on demand on the real cluster (issue 37 item 2): a mock H200 node whose GPUs 1 and 2 are in
 MIG mode with no instance and marked ``kubeletPlugin.migOnDemand``.
 
 The node is this machine with a mock driver root (``tests/nvidia_layouts.py``): the mock NVML
@@ -7,8 +7,8 @@ directory (``MOCK_NVML_MIG_STATE``), as the kernel driver keeps them; the root h
 capability nodes of every GPU instance id of the two cards. The cluster (1.37) serves
 partitionable devices, so each marked card publishes its 18 possible placements with their
 counters. Pods of the chart's ``mig.gpu.hami.io`` class are placed by our controller (binpack):
-three 1g.10gb pods get slices 0, 1 and 2 of GPU 1, created by the plugin at prepare and each
-running with exactly its instance's nodes; a 7g.80gb pod then gets the untouched GPU 2; deleting
+three 1g.18gb pods get slices 0, 1 and 2 of GPU 1, created by the plugin at prepare and each
+running with exactly its instance's nodes; a 7g.141gb pod then gets the untouched GPU 2; deleting
 the pods destroys the instances. A plugin killed between NVML's create and the instance's record
 (the ``mig-after-create`` failpoint) leaves no orphan once it is back: the retried prepare gets
 the placement, which an orphan would hold.
@@ -112,9 +112,9 @@ def on_demand_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterat
         yaml.safe_dump(
             {
                 "gpus": [
-                    {"index": 0, "profile": "h100-80gb"},
-                    {"index": 1, "profile": "h100-80gb", "migEnabled": True},
-                    {"index": 2, "profile": "h100-80gb", "migEnabled": True},
+                    {"index": 0, "profile": "h200"},
+                    {"index": 1, "profile": "h200", "migEnabled": True},
+                    {"index": 2, "profile": "h200", "migEnabled": True},
                 ]
             }
         )
@@ -122,7 +122,7 @@ def on_demand_node(real_cluster: RealCluster, driver: DriverUnderTest) -> Iterat
     gpus = DevicesFileSource(devices, node_name=NODE_NAME).discover()
     profile = base / "profile.json"
     profile.write_text(
-        json.dumps(profile_from_gpus(gpus, driver_version="550.54.15", cuda_driver_version=12040))
+        json.dumps(profile_from_gpus(gpus, driver_version="570.124.06", cuda_driver_version=12080))
     )
     root = mock_driver_root(base / "root", profile, required=True)
     subprocess.run(["mount", "--bind", str(root.root), str(root.root)], check=True)
@@ -158,7 +158,7 @@ def placement_devices(node: OnDemandNode) -> dict[str, dict[str, Any]]:
 def test_placements_are_published_with_their_counters(on_demand_node: OnDemandNode) -> None:
     by_name = placement_devices(on_demand_node)
     assert "gpu-0" in by_name and "gpu-1" not in by_name and "gpu-2" not in by_name
-    one = by_name["gpu-1-mig-1g10gb-at-3"]
+    one = by_name["gpu-1-mig-1g18gb-at-3"]
     assert one["attributes"]["onDemand"] == {"bool": True}
     assert one["consumesCounters"][0]["counterSet"] == "gpu-1-mig"
     slices = on_demand_node.cluster.get("resourceslices", "--field-selector", f"spec.driver={DRIVER}")[
@@ -175,10 +175,10 @@ def test_three_1g_pods_binpack_on_one_card_and_a_7g_takes_the_untouched_card(
     placement_devices(node)
     names = ["od-a", "od-b", "od-c"]
     for name in names:  # one after another: each placement sees the one before it
-        run_mig_pod(node, name, "1g.10gb")
+        run_mig_pod(node, name, "1g.18gb")
         node.wait_running(name)
     devices = [placed_by_our_controller(node, n)["device"] for n in names]
-    assert devices == ["gpu-1-mig-1g10gb-at-0", "gpu-1-mig-1g10gb-at-1", "gpu-1-mig-1g10gb-at-2"]
+    assert devices == ["gpu-1-mig-1g18gb-at-0", "gpu-1-mig-1g18gb-at-1", "gpu-1-mig-1g18gb-at-2"]
     # The plugin created them at prepare: GPU instances 7, 8, 9 of GPU 1; slices 4-7 stay free.
     assert node.instances() == [(1, 0, 19), (1, 1, 19), (1, 2, 19)]
     for name, gi in zip(names, (7, 8, 9), strict=True):
@@ -187,7 +187,7 @@ def test_three_1g_pods_binpack_on_one_card_and_a_7g_takes_the_untouched_card(
         assert caps_of(node, name) == sorted(f"nvidia-cap{m}" for m in mig_caps_minors(1, gi, 0))
     run_mig_pod(node, "od-7g", "7g.")
     node.wait_running("od-7g")
-    assert placed_by_our_controller(node, "od-7g")["device"] == "gpu-2-mig-7g80gb-at-0"
+    assert placed_by_our_controller(node, "od-7g")["device"] == "gpu-2-mig-7g141gb-at-0"
     assert (2, 0, 0) in node.instances()
     delete(node, *names, "od-7g")
     wait_for(lambda: node.instances() == [], 90, "the instances destroyed at unprepare")
@@ -222,7 +222,7 @@ def test_a_plugin_killed_between_create_and_record_leaves_no_orphan_after_restar
     assert node.instances() == [] and node.journal() == {}, "the tests before left nothing behind"
     armed = plugin_armed(node, "mig-after-create")
     try:
-        run_mig_pod(node, "od-crash", "1g.10gb")
+        run_mig_pod(node, "od-crash", "1g.18gb")
 
         def allocated() -> dict[str, Any] | None:
             found: dict[str, Any] = node.cluster.get("resourceclaim", "od-crash")
@@ -233,7 +233,7 @@ def test_a_plugin_killed_between_create_and_record_leaves_no_orphan_after_restar
         device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
         parsed = parse_placement_device_name(device)
         assert parsed is not None and parsed[0] == "gpu-1", device
-        placement = (1, parsed[3], 19)  # 1g.10gb is profile 19 on an H100
+        placement = (1, parsed[3], 19)  # 1g.18gb is profile 19 on an H200
 
         def killed_in_the_window() -> bool:
             """The armed plugin died at the failpoint (SIGKILL's status) with the instance made and
