@@ -11,6 +11,7 @@ accepts up to 0.5.0) reject specs that declare a newer version than they know.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -128,7 +129,10 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o600, sync: bool = Fal
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view) :]
+                written = os.write(fd, view)
+                if written <= 0:  # a regular file does not do this; never loop on it
+                    raise OSError(errno.EIO, f"writing {tmp_name}: nothing written")
+                view = view[written:]
             if mode != 0o600:
                 os.fchmod(fd, mode)
             if sync:
