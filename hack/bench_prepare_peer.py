@@ -11,9 +11,11 @@ unprepared after every batch; every prepare is a first prepare (API read, checkp
 Rounds: each round measures every plugin at 1 and then 8 callers, the plugins in turn, the one
 that starts rotating from round to round; the first round is a warm-up and is dropped. The summary
 gives, per plugin and caller count, the median of the kept rounds' p50 and p99 with their min and
-max, and the ratio ours/peer per round and of the medians. ``--baseline DIR`` (a ``git worktree
-add DIR COMMIT`` of an earlier commit) adds that commit's plugin as a third contender in the same
-rounds, so a before/after comparison shares the machine's load. The report keeps every latency.
+max, the plugin process's CPU per claim (prepare and unprepare, from /proc: the figure the
+machine's load moves least), and the ratio ours/peer per round and of the medians.
+``--baseline DIR`` (a ``git worktree add DIR COMMIT`` of an earlier commit) adds that commit's
+plugin as a third contender in the same rounds, so a before/after comparison shares the
+machine's load. The report keeps every latency.
 
     .venv/bin/python hack/bench_prepare_peer.py [--kubeconfig FILE] [--rounds 6] [--claims 200] \\
         [--baseline DIR] [--report build/bench-prepare-peer.json]
