@@ -11,9 +11,11 @@ unprepared after every batch; every prepare is a first prepare (API read, checkp
 Rounds: each round measures every plugin at 1 and then 8 callers, the plugins in turn, the one
 that starts rotating from round to round; the first round is a warm-up and is dropped. The summary
 gives, per plugin and caller count, the median of the kept rounds' p50 and p99 with their min and
-max, and the ratio ours/peer per round and of the medians. ``--baseline DIR`` (a ``git worktree
-add DIR COMMIT`` of an earlier commit) adds that commit's plugin as a third contender in the same
-rounds, so a before/after comparison shares the machine's load. The report keeps every latency.
+max, the plugin process's CPU per claim (prepare and unprepare, from /proc: the figure the
+machine's load moves least), and the ratio ours/peer per round and of the medians.
+``--baseline DIR`` (a ``git worktree add DIR COMMIT`` of an earlier commit) adds that commit's
+plugin as a third contender in the same rounds, so a before/after comparison shares the
+machine's load. The report keeps every latency.
 
     .venv/bin/python hack/bench_prepare_peer.py [--kubeconfig FILE] [--rounds 6] [--claims 200] \\
         [--baseline DIR] [--report build/bench-prepare-peer.json]
@@ -40,7 +42,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_prepare import percentile, run_parallel  # the closed-loop callers of hack/bench_prepare.py
+# The closed-loop callers and the process CPU clock of hack/bench_prepare.py.
+from bench_prepare import cpu_seconds, percentile, run_parallel
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_DRIVER = "gpu.example.com"
@@ -113,8 +116,12 @@ def allocated_claims(api: Any, node: str, driver: str, count: int, shared: bool)
     return refs
 
 
-def measure(client: Any, refs: list[dict[str, str]], callers: int) -> dict[str, Any]:
-    """Prepare every claim (``callers`` concurrent, 8 per batch), unpreparing each batch after it."""
+def measure(client: Any, refs: list[dict[str, str]], callers: int, pid: int) -> dict[str, Any]:
+    """Prepare every claim (``callers`` concurrent, 8 per batch), unpreparing each batch after it.
+
+    ``cpu_ms_per_claim``: the CPU the plugin process (``pid``) spent per claim prepared and
+    unprepared, the figure that the machine's load disturbs least (latencies queue behind it).
+    """
     latencies: list[float] = []
     unprepares: list[float] = []
     errors: list[str] = []
@@ -132,6 +139,7 @@ def measure(client: Any, refs: list[dict[str, str]], callers: int) -> dict[str, 
 
     client.prepare([refs[0]])  # warm-up: channel, first API connection
     client.unprepare([refs[0]])
+    cpu_before = cpu_seconds(pid)
     for begin in range(0, len(refs), DEVICES):
         batch = refs[begin : begin + DEVICES]
         run_parallel(prepare, batch, callers)
@@ -139,12 +147,14 @@ def measure(client: Any, refs: list[dict[str, str]], callers: int) -> dict[str, 
             started = time.perf_counter()
             client.unprepare([ref])
             unprepares.append((time.perf_counter() - started) * 1000)
+    cpu_ms = (cpu_seconds(pid) - cpu_before) * 1000
     if errors:
         raise RuntimeError(f"{len(errors)} prepares failed, first: {errors[0]}")
     return {
         "p50_ms": round(statistics.median(latencies), 3),
         "p99_ms": round(percentile(latencies, 0.99), 3),
         "unprepare_p50_ms": round(statistics.median(unprepares), 3),
+        "cpu_ms_per_claim": round(cpu_ms / len(latencies), 3),
         "prepares": len(latencies),
         "latencies_ms": [round(value, 3) for value in latencies],
     }
@@ -188,12 +198,15 @@ def summarise(measures: list[dict[str, Any]], plugins: list[str]) -> dict[str, A
         for plugin in plugins:
             row[plugin] = {
                 key: spread([m[key] for m in at[plugin].values()])
-                for key in ("p50_ms", "p99_ms", "unprepare_p50_ms")
+                for key in ("p50_ms", "p99_ms", "unprepare_p50_ms", "cpu_ms_per_claim")
+                if all(key in m for m in at[plugin].values())  # reports before the CPU figure
             }
         pairs = [(OURS, PEER)] + ([(BASELINE, PEER), (OURS, BASELINE)] if BASELINE in plugins else [])
         for mine, theirs in pairs:
             ratios: dict[str, Any] = {}
-            for key in ("p50_ms", "p99_ms"):
+            for key in ("p50_ms", "p99_ms", "cpu_ms_per_claim"):
+                if key not in row[mine] or key not in row[theirs]:
+                    continue
                 rounds = sorted(set(at[mine]) & set(at[theirs]))
                 per_round = [at[mine][r][key] / at[theirs][r][key] for r in rounds]
                 ratios[key.removesuffix("_ms")] = {
@@ -303,14 +316,15 @@ def compare(
             order = plugins[round_ % len(plugins) :] + plugins[: round_ % len(plugins)]
             for callers in CALLERS:
                 for name in order:
-                    figures = measure(clients[name], refs[name], callers)
+                    figures = measure(clients[name], refs[name], callers, processes[name].pid)
                     measures.append(
                         {"round": round_, "warmup": round_ == 0, "plugin": name, "callers": callers,
                          "load_avg_1m": round(os.getloadavg()[0], 2), **figures}
                     )  # fmt: skip
                     print(
                         f"round {round_}{' (warm-up)' if round_ == 0 else ''} {name:<18} callers={callers}: "
-                        f"p50 {figures['p50_ms']:.2f} ms p99 {figures['p99_ms']:.2f} ms",
+                        f"p50 {figures['p50_ms']:.2f} ms p99 {figures['p99_ms']:.2f} ms "
+                        f"cpu {figures['cpu_ms_per_claim']:.2f} ms/claim",
                         file=sys.stderr, flush=True,
                     )  # fmt: skip
         for client in clients.values():
@@ -354,12 +368,16 @@ def print_summary(report: dict[str, Any]) -> None:
         for name, figures in row.items():
             if name.startswith("ratio "):
                 p50, p99 = figures["p50"], figures["p99"]
+                cpu = figures.get("cpu_ms_per_claim")
+                cpu_text = f"  cpu {cpu['of_medians']:.2f} (rounds {cpu['per_round']})" if cpu else ""
                 print(f"  {name:<40} p50 {p50['of_medians']:.2f} (rounds {p50['per_round']})"
-                      f"  p99 {p99['of_medians']:.2f} (rounds {p99['per_round']})")  # fmt: skip
+                      f"  p99 {p99['of_medians']:.2f} (rounds {p99['per_round']}){cpu_text}")  # fmt: skip
             else:
-                p50, p99 = figures["p50_ms"], figures["p99_ms"]
+                p50, p99, cpu = figures["p50_ms"], figures["p99_ms"], figures.get("cpu_ms_per_claim")
                 print(f"  {name:<18} p50 {p50['median']:6.2f} ms [{p50['min']:.2f}-{p50['max']:.2f}]"
-                      f"  p99 {p99['median']:6.2f} ms [{p99['min']:.2f}-{p99['max']:.2f}]")  # fmt: skip
+                      f"  p99 {p99['median']:6.2f} ms [{p99['min']:.2f}-{p99['max']:.2f}]"
+                      + (f"  cpu/claim {cpu['median']:.2f} ms [{cpu['min']:.2f}-{cpu['max']:.2f}]"
+                         if cpu else ""))  # fmt: skip
 
 
 class _Api:

@@ -10,9 +10,11 @@ accepts up to 0.5.0) reject specs that declare a newer version than they know.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import itertools
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,28 +112,66 @@ def write_spec(path: Path, spec: dict[str, Any]) -> None:
     the checkpoint, not the spec, is the durable record.
     """
     data = json.dumps(spec, separators=(",", ":")).encode() + b"\n"  # compact: the C encoder
+    replace_file(path, data, mode=0o644)
+
+
+def replace_file(path: Path, data: bytes, *, mode: int = 0o600, sync: bool = False) -> None:
+    """Atomically replace ``path`` with ``data``: a dot temp file beside it, then a rename.
+
+    ``mode`` is set on the file descriptor (the umask does not apply); ``sync`` fsyncs the
+    contents before the rename, so the rename never exposes a file whose data a power loss can
+    take. A failure leaves the old file and no temp file. Plain ``os`` calls on one descriptor:
+    this runs up to three times per prepared claim, and a Python file object, ``tempfile``'s
+    random names and path-based ``chmod`` were a tenth of the plugin's CPU per prepare.
+    """
     fd, tmp_name = temp_file_in(path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp_name, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:  # a regular file does not do this; never loop on it
+                    raise OSError(errno.EIO, f"writing {tmp_name}: nothing written")
+                view = view[written:]
+            if mode != 0o600:
+                os.fchmod(fd, mode)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp_name, path)
     except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
         raise
 
 
-def temp_file_in(directory: Path, prefix: str) -> tuple[int, str]:
-    """``tempfile.mkstemp`` in ``directory`` (suffix ``.tmp``), creating it when it is missing.
+#: Numbers the temp files of this process (``next`` on it is atomic under the GIL).
+_TEMP_NUMBERS = itertools.count()
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    Tried before the directory is created: on the prepare path the directory exists, and a
-    ``mkdir`` per write was a system call per file for nothing.
+
+def temp_file_in(directory: Path, prefix: str) -> tuple[int, str]:
+    """A new file ``<directory>/<prefix><pid>-<n>.tmp`` (mode 0600) open for writing, and its name.
+
+    ``O_EXCL`` makes the file ours alone, as ``tempfile.mkstemp`` does, without its random
+    names: a name taken (left by a crashed process, or used by a process of the same PID in
+    another PID namespace) moves on to the next number. The directory is created only when it
+    is missing: on the prepare path it exists, and a ``mkdir`` per write was a system call per
+    file for nothing.
     """
-    try:
-        return tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-    except FileNotFoundError:
-        directory.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    created = False
+    while True:
+        name = f"{directory}/{prefix}{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
+        try:
+            return os.open(name, _TEMP_FLAGS, 0o600), name
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            if created:
+                raise
+            directory.mkdir(parents=True, exist_ok=True)
+            created = True
 
 
 def fsync_dir(directory: Path) -> None:

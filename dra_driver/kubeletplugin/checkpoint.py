@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver.kubeletplugin.cdi import fsync_dir, temp_file_in
+from dra_driver.kubeletplugin.cdi import fsync_dir, replace_file
 from dra_driver.kubeletplugin.checkpoint_formats import (
     CURRENT_VERSION,
     PREPARE_COMPLETED,
@@ -220,16 +220,7 @@ class Checkpoint:
         checksum = hashlib.sha256(encoded).hexdigest()
         # The claims object is embedded exactly as hashed, so one serialisation serves both.
         data = b'%s%s","claims":%s}' % (_HEADER, checksum.encode(), encoded)
-        fd, tmp_name = temp_file_in(self.path.parent, prefix=".checkpoint.")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, self.path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
+        replace_file(self.path, data, sync=True)
         if sync_directory:
             self.sync_directory()
 
@@ -270,15 +261,7 @@ class ClaimRecords:
     def write(self, claim_uid: str, entry: ClaimEntry) -> None:
         """Atomically replace the record of ``claim_uid``."""
         data = json.dumps({"uid": claim_uid, **entry.to_json()}, sort_keys=True).encode()
-        path = self.path(claim_uid)
-        fd, tmp_name = temp_file_in(self.directory, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp_name, path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
+        replace_file(self.path(claim_uid), data)
 
     def remove(self, claim_uid: str) -> None:
         self.path(claim_uid).unlink(missing_ok=True)

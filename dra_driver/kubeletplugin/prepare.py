@@ -140,6 +140,7 @@ class _Admitted:
     entry: ClaimEntry  # PrepareStarted, with the devices and CDI IDs it will answer
     spec: dict[str, Any]
     previous: ClaimEntry | None  # what the map held for the claim before (an earlier boot's entry)
+    done: ClaimEntry  # the entry once prepared (PrepareCompleted): its record and checkpoint entry
 
 
 def _write_error(ref: ClaimRef, err: OSError) -> str:
@@ -323,7 +324,7 @@ class Preparer:
             for claim in admitted:
                 try:
                     # The record before the spec: every spec of ours on the node has a record.
-                    self.records.write(claim.ref.uid, claim.entry.completed())
+                    self.records.write(claim.ref.uid, claim.done)
                     self._write_side_effects(claim.ref.uid, claim.spec)
                     written.append(claim)
                 except OSError as err:
@@ -333,7 +334,7 @@ class Preparer:
             if written:
                 with self._lock:
                     for claim in written:
-                        self._entries[claim.ref.uid] = claim.entry.completed()
+                        self._entries[claim.ref.uid] = claim.done
                     version = self._changed()
                 failpoint.hit("after-side-effects")
                 try:
@@ -373,7 +374,7 @@ class Preparer:
         except Exception:
             self._release_mig(ref)  # a refused prepare leaves no instance behind
             raise
-        return _Admitted(ref, entry, spec, previous)
+        return _Admitted(ref, entry, spec, previous, entry.completed())
 
     def _release_mig(self, ref: ClaimRef) -> None:
         """Destroy the MIG on demand instances of a claim whose prepare failed (logged, not raised)."""

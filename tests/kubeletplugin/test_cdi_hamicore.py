@@ -159,6 +159,40 @@ def test_names_and_atomic_write(tmp_path: Path) -> None:
     assert cdi.remove_spec(path) and not cdi.remove_spec(path)
 
 
+def test_a_temp_name_that_is_taken_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A temp file of the same name (a crashed process's, or one of another PID namespace's
+    process with our PID) is neither opened nor removed: the write takes the next name."""
+    import itertools
+    import os
+
+    monkeypatch.setattr(cdi, "_TEMP_NUMBERS", itertools.count(7))
+    path = tmp_path / "spec.json"
+    taken = tmp_path / f".spec.json.{os.getpid()}-7.tmp"
+    taken.write_text("someone else's")
+    cdi.replace_file(path, b"ours")
+    assert path.read_bytes() == b"ours" and taken.read_text() == "someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [taken.name, "spec.json"]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    path = tmp_path / "spec.json"
+    cdi.replace_file(path, b"old")
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        cdi.replace_file(path, b"new")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["spec.json"]
+
+
 def test_written_specs_match_the_upstream_cdi_schema(tmp_path: Path) -> None:
     """The one check that needs ../shared: our specs against the CDI project's own JSON schema."""
     from tests.kubeletplugin.helpers import validate_cdi_schema

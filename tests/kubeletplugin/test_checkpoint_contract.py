@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,17 +103,30 @@ def test_an_unreadable_file_says_how_to_recover(tmp_path: Path) -> None:
 def test_saves_go_through_a_dot_temp_file_in_the_same_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[dict[str, Any]] = []
-    real = tempfile.mkstemp
+    """The new contents are whole (fsynced) in a dot temp file beside the checkpoint before the
+    rename: a crash never leaves a half-written checkpoint, nor a temp file a scan would read."""
+    renames: list[tuple[str, str, bytes]] = []
+    synced: list[int] = []
+    real_replace, real_fsync = module.os.replace, module.os.fsync
 
-    def recording(**kwargs: Any) -> tuple[int, str]:
-        seen.append(kwargs)
-        return real(**kwargs)
+    def recording_replace(source: str, target: Path) -> None:
+        renames.append((source, str(target), Path(source).read_bytes()))
+        real_replace(source, target)
 
-    monkeypatch.setattr(tempfile, "mkstemp", recording)
+    def recording_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(module.os, "replace", recording_replace)
+    monkeypatch.setattr(module.os, "fsync", recording_fsync)
     path = tmp_path / "checkpoint.json"
-    Checkpoint(path).save({UID: entry()})
-    assert seen == [{"prefix": ".checkpoint.", "suffix": ".tmp", "dir": tmp_path}]
+    Checkpoint(path).save({UID: entry()}, sync_directory=False)
+    ((source, target, contents),) = renames
+    assert target == str(path) and contents == path.read_bytes()
+    temp = Path(source)
+    assert temp.parent == tmp_path and temp.name.startswith(".checkpoint.") and temp.suffix == ".tmp"
+    assert len(synced) == 1  # the file's contents, before the rename
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
 
 
 def test_a_failed_save_leaves_the_old_file_and_no_temp(
