@@ -92,7 +92,8 @@ def test_the_binders_patches_apply_as_on_the_api_server(scale: ModuleType) -> No
     written = api.update(PODS, {**written, "status": scale.running_status(3)}, status=True)
     condition = condition_patch(written, "True", "Allocated", "ok", "2026-12-06T00:00:00Z")
     written = api.patch(PODS, "ns", "p", condition, status=True, strategic=True)
-    assert [c["type"] for c in written["status"]["conditions"]][-1] == ALLOCATED_CONDITION
+    # A condition the list did not have goes first, as kube-apiserver's strategic merge puts it.
+    assert [c["type"] for c in written["status"]["conditions"]][0] == ALLOCATED_CONDITION
     assert len(written["status"]["conditions"]) == len(scale.running_status(3).get("conditions") or ()) + 1
     with pytest.raises(KubeError) as gone:
         api.patch(PODS, "ns", "nope", condition, status=True, strategic=True)
