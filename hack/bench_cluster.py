@@ -3,7 +3,7 @@
 
     .venv/bin/python hack/bench_cluster.py [--nodes 100] [--pods 1000] [--rounds 5] [--warmup 1]
         [--paths kube-scheduler,binpack,mutex-binpack] [--steady-pods 600] [--steady-rate 10]
-        [--scheduler-qps 5000] [--large-nodes N] [--foreign-pods N] [--stream 2000]
+        [--scheduler-qps 5000] [--large-nodes 500] [--foreign-pods N] [--stream 2000]
         [--only rounds,quality,prepare]
         [--profile-controller DIR] [--profile-apiserver DIR] [--ours-before DIR]
         [--ours-pod-gate webhook|policy] [--report PATH]
@@ -1414,7 +1414,11 @@ def main(argv: list[str]) -> int:
         help="kube-controller-manager's client QPS and burst (its resourceclaim controller makes 2 "
              "requests per pod: at the default 20/s it caps both paths at 10 pods/s; 0: the default)",
     )  # fmt: skip
-    parser.add_argument("--large-nodes", type=int, default=0, help="the rounds again at this many nodes")
+    parser.add_argument(
+        "--large-nodes", type=int, default=500,
+        help="the rounds again at this many nodes, in the same run (issue 35: 100 and 500 from one "
+             "run; 0 or at most --nodes: one size only)",
+    )  # fmt: skip
     parser.add_argument(
         "--foreign-pods", type=int, default=0,
         help="pods without claims bound to the simulated nodes before the runs (a real cluster's pod count)",

@@ -6,10 +6,9 @@
 Each generated section of the document sits between ``<!-- generated: NAME -->`` and
 ``<!-- end generated: NAME -->`` and is rewritten from its report:
 
-- ``cluster``: docs/bench/cluster.json (hack/bench_cluster.py at full size), or while there is
-  none, docs/bench/cluster-validation.json under a banner that says it is a harness validation;
-- ``cluster-large``: docs/bench/cluster-large.json (hack/bench_cluster.py at a larger node count,
-  e.g. ``--nodes 500``), with the controller's CPU per pod beside the ``cluster`` report's;
+- ``cluster``: docs/bench/cluster.json (hack/bench_cluster.py at full size: 100 and 500 nodes in one
+  run, with our controller's CPU per pod at both), or while there is none,
+  docs/bench/cluster-validation.json under a banner that says it is a harness validation;
 - ``scale``: docs/bench/scale.json (hack/bench_scale.py at full size), or docs/bench/scale-validation.json.
 
 Every table says which commit, machine and command its figures came from. ``--check`` rewrites
@@ -560,23 +559,6 @@ def controller_growth_rows(small: dict[str, Any], large: dict[str, Any]) -> list
     return rows
 
 
-def cluster_large_section(report: dict[str, Any], path: Path) -> list[str]:
-    """The rounds at a larger size, then our controller's CPU per pod against the ``cluster``
-    report's smaller size (the issue's bar: no more than 1.2 times): two runs, so the line says
-    which commits and loads it compares."""
-    lines = cluster_section(report, path, quality_fallback=False)
-    small_path = pick("cluster.json")
-    if small_path is None:
-        return lines
-    small = json.loads(small_path.read_text())
-    rows = controller_growth_rows(small, report)
-    return lines + growth_lines(
-        rows,
-        f"the smaller size from `{small_path.relative_to(ROOT)}`, commit "
-        f"`{(small.get('commit') or '?')[:10]}`, the larger from this report: two runs, each on its own load",
-    )
-
-
 def growth_lines(rows: list[list[str]], source: str) -> list[str]:
     """The table of our controller's CPU per pod as the cluster grows (the issue's bar: no more
     than 1.2 times the smaller size's), ``source`` saying where each size's figure comes from."""
@@ -602,7 +584,6 @@ def pick(*names: str) -> Path | None:
 
 SECTIONS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any], Path], list[str]]]] = {
     "cluster": (("cluster.json", "cluster-validation.json"), cluster_section),
-    "cluster-large": (("cluster-large.json",), cluster_large_section),
     "scale": (("scale.json", "scale-validation.json"), scale_section),
 }
 
