@@ -411,6 +411,10 @@ def prepare_table(prepare: dict[str, Any]) -> list[str]:
     baseline = any("ours-baseline" in summary[key] for key in summary)
     header = ["callers", "ours p50 / p99", *(["before p50 / p99"] if baseline else [])]
     header += ["dra-example-driver p50 / p99", "ours/peer p50, per round", "ours/peer p99, per round"]
+    # The plugins' CPU per claim (prepare + unprepare, from /proc), where the report measured it.
+    cpu = all("cpu_ms_per_claim" in figures["ratio ours/dra-example-driver"] for figures in summary.values())
+    if cpu:
+        header += ["CPU ms per claim ours / peer", "ours/peer CPU, per round"]
     rows = []
     for key, figures in summary.items():
         ratio = figures["ratio ours/dra-example-driver"]
@@ -431,6 +435,15 @@ def prepare_table(prepare: dict[str, Any]) -> list[str]:
                 both("dra-example-driver"),
                 per_round("p50"),
                 per_round("p99"),
+                *(
+                    [
+                        f"{figures['ours']['cpu_ms_per_claim']['median']:.2f} / "
+                        f"{figures['dra-example-driver']['cpu_ms_per_claim']['median']:.2f}",
+                        per_round("cpu_ms_per_claim"),
+                    ]
+                    if cpu
+                    else []
+                ),
             ]
         )
     rounds = len(next(iter(summary.values()))["ratio ours/dra-example-driver"]["p50"]["per_round"])

@@ -243,6 +243,19 @@ def test_a_run_without_prepare_shows_another_reports_prepare_and_says_so(
     text = "\n".join(tables.cluster_section(rounds_only, bench / "cluster.json"))
     assert "| 1 | 4.0 / 9.0 | 5.0 / 10.0 | 0.80 (0.70–0.90) | 0.90 (0.80–1.10) |" in text
     assert "Prepare latency from `docs/bench/prepare.json` (commit `abcdef0123`" in text
+    # A report that measured the plugins' CPU per claim gets its columns.
+    figures = prepare["summary"]["callers=1"]
+    figures["ours"]["cpu_ms_per_claim"] = {"median": 2.3}
+    figures["dra-example-driver"]["cpu_ms_per_claim"] = {"median": 2.5}
+    figures["ratio ours/dra-example-driver"]["cpu_ms_per_claim"] = {
+        "median_of_rounds": 0.92,
+        "per_round": [0.9, 0.95],
+    }
+    with_cpu = "\n".join(tables.prepare_table(prepare))
+    assert (
+        "| 1 | 4.0 / 9.0 | 5.0 / 10.0 | 0.80 (0.70–0.90) | 0.90 (0.80–1.10) | 2.30 / 2.50 | 0.92 (0.90–0.95) |"
+        in with_cpu
+    )
     # The larger-size section leaves it out (the main section has it).
     assert "Prepare latency" not in "\n".join(
         tables.cluster_section(rounds_only, bench / "cluster.json", quality_fallback=False)
