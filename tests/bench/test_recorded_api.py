@@ -93,7 +93,7 @@ def test_the_binders_patches_apply_as_on_the_api_server(scale: ModuleType) -> No
     condition = condition_patch(written, "True", "Allocated", "ok", "2026-12-06T00:00:00Z")
     written = api.patch(PODS, "ns", "p", condition, status=True, strategic=True)
     # A condition the list did not have goes first, as kube-apiserver's strategic merge puts it.
-    assert [c["type"] for c in written["status"]["conditions"]][0] == ALLOCATED_CONDITION
+    assert written["status"]["conditions"][0]["type"] == ALLOCATED_CONDITION
     assert len(written["status"]["conditions"]) == len(scale.running_status(3).get("conditions") or ()) + 1
     with pytest.raises(KubeError) as gone:
         api.patch(PODS, "ns", "nope", condition, status=True, strategic=True)
