@@ -248,10 +248,20 @@ def test_a_plugin_killed_between_create_and_record_leaves_no_orphan_after_restar
             return placement in live and record.get("claim") == uid and record.get("state") == CREATING
 
         wait_for(killed_in_the_window, POD_TIMEOUT, f"the plugin killed after creating {device}", 0.2)
-        killed = node.cluster.kubectl(
-            "logs", "-n", CHART_NAMESPACE, armed["metadata"]["name"], "--previous", check=False
-        )
-        assert "failpoint mig-after-create: killing the process" in killed, killed[-2000:]
+        logs: list[str] = []
+
+        def previous_logs() -> bool:
+            """The killed container's log. kubelet restarts it at once, still armed, and the next
+            start dies the same way: while the newer one is being replaced, ``--previous`` may
+            answer "unable to retrieve container logs", so it is read again."""
+            logs.append(
+                node.cluster.kubectl(
+                    "logs", "-n", CHART_NAMESPACE, armed["metadata"]["name"], "--previous", check=False
+                )
+            )
+            return "failpoint mig-after-create: killing the process" in logs[-1]
+
+        wait_for(previous_logs, 60, "the killed plugin's log names the failpoint", 1)
         phase = node.cluster.get("pod", "od-crash")["status"]["phase"]
         assert phase == "Pending", "the prepare was never answered"
         assert all(r["state"] == CREATING for r in node.journal().values()), "no record got past its intent"
