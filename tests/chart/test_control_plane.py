@@ -91,6 +91,10 @@ def test_webhook_deployment_and_service(render: Render) -> None:
         assert container(workload)["securityContext"]["readOnlyRootFilesystem"] is True
 
 
+#: The API version that lets the chart render its admission policies (1.36+ serves it).
+MAP = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
 def _webhooks(objects: list[dict]) -> list[dict]:
     hooks: list[dict] = []
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -293,6 +297,40 @@ def test_the_development_clusters_register_the_operations_the_chart_does(render:
         "hami-resources.gpu.hami.io",
         {"matchLabels": {"gpu.hami.io/hami-resources": "enabled"}},
     ), "HAMi translation runs first, only in opted-in namespaces"
+
+
+def test_the_development_clusters_send_the_webhook_what_the_chart_sends(render: Render) -> None:
+    """Same match conditions and failure policies per webhook: the benchmark and the tests on the
+    real control plane must cost kube-apiserver the round trips the chart's install costs (a claim
+    without our config is not sent to ``/validate``), no more and no fewer."""
+    from hami_dra_dev.webhooks import webhook_configurations
+
+    def filters(hooks: list[dict]) -> dict[str, tuple[str, list[tuple[str, str]], list[str]]]:
+        return {
+            hook["name"]: (
+                hook["failurePolicy"],
+                [(c["name"], " ".join(c["expression"].split())) for c in hook.get("matchConditions") or []],
+                sorted(r for rule in hook["rules"] for r in rule["resources"]),
+            )
+            for hook in hooks
+        }
+
+    for pod_gate in ("webhook", "policy"):
+        dev_hooks = [
+            hook
+            for _, body in webhook_configurations("https://x", "", "gpu.hami.io", pod_gate=pod_gate)
+            for hook in body["webhooks"]
+        ]
+        chart_hooks = [
+            hook for hook in _webhooks(render({"webhook": {"podGate": pod_gate}}, api_versions=(MAP,)))
+            if not hook["name"].startswith("claims.")  # the finalizer webhook: test_claim_finalizer.py
+        ]  # fmt: skip
+        assert filters(dev_hooks) == filters(chart_hooks), pod_gate
+    validate = filters(dev_hooks)["resourceclaims.gpu.hami.io"]
+    assert validate[1] == [
+        ("has-gpuconfig-for-driver",
+         "object.spec.?devices.?config.orValue([]).exists(c, c.?opaque.?driver.orValue('') == 'gpu.hami.io')")
+    ]  # fmt: skip
 
 
 def test_our_pods_get_no_service_link_variables(render: Render) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.webhook.pod_gate import HAS_CLAIMS, WEBHOOK_KEEPS
+from dra_driver.webhook.pod_gate import WEBHOOK_KEEPS
 from hami_dra_dev.cluster.driver import check_pod_gate
-from hami_dra_dev.webhooks import MUTATING, webhook_configurations
+from hami_dra_dev.webhooks import MUTATING, USES_RESOURCE_CLAIMS, webhook_configurations
 
 
 def test_the_policy_is_refused_where_it_is_not_served_and_unknown_modes_everywhere() -> None:
@@ -27,8 +27,5 @@ def pods_entry(pod_gate: str) -> dict:
 
 
 def test_with_the_policy_the_pods_entry_keeps_only_what_it_leaves() -> None:
-    assert "matchConditions" not in pods_entry("webhook")
-    assert pods_entry("policy")["matchConditions"] == [
-        {"name": "uses-resource-claims", "expression": HAS_CLAIMS},
-        WEBHOOK_KEEPS,
-    ]
+    assert pods_entry("webhook")["matchConditions"] == [USES_RESOURCE_CLAIMS]
+    assert pods_entry("policy")["matchConditions"] == [USES_RESOURCE_CLAIMS, WEBHOOK_KEEPS]
