@@ -69,6 +69,8 @@ class Ledger:
         self._holds: dict[str, tuple[Use, ...]] = {}
         #: Claim uids and hold keys left out of the engine state for now (``hiding``).
         self._hidden: frozenset[str] = frozenset()
+        #: Rebuilds per node: a trial undoes its own allocations only on nodes not rebuilt since.
+        self._rebuilds: dict[str, int] = {}
 
     @property
     def inventory_generation(self) -> int:
@@ -168,11 +170,32 @@ class Ledger:
             self._claims.pop(uid, None)
         for node in affected:
             self._by_node.get(node, set()).discard(uid)
-        affected |= self._index(uid, uses)
+        added = self._index(uid, uses)
+        if not affected and not self._add_to_state(uid, uses, added):
+            affected |= added
         for node in affected:
             self._rebuild(node)
         self.generation += 1
         self._changes.claims.add(uid)
+
+    def _add_to_state(self, uid: str, uses: tuple[Use, ...], nodes: set[str]) -> bool:
+        """Count a new claim's shares on the engine state directly, as ``_rebuild`` would count
+        them (``strict=False``: observed facts), without recounting every other claim on its nodes:
+        a busy node holds dozens of shares and each placement used to rebuild it twice (the trial's
+        end, then this). False, with nothing changed, where only a rebuild is right: a hidden
+        claim, a MIG instance, a node the engine state does not hold."""
+        if uid in self._hidden:
+            return False
+        for use in uses:
+            device = self._devices.get(use.device)
+            if device is not None and (device.mig is not None or device.node not in self.state.nodes):
+                return False
+        for node in nodes:
+            shares = tuple(self._shares(uses, node))
+            if shares:
+                self.state.allocate(Placement(node, shares), strict=False)
+            self._changes.nodes.add(node)
+        return True
 
     def remove_claim(self, uid: str) -> None:
         self.set_claim(uid, ())
@@ -346,6 +369,7 @@ class Ledger:
 
     def _rebuild(self, node: str) -> None:
         """Reset one node of the engine state to inventory + recorded contributions."""
+        self._rebuilds[node] = self._rebuilds.get(node, 0) + 1
         self._changes.nodes.add(node)
         self.state.remove_node(node)
         inventory = self.inventory.get(node)
@@ -374,30 +398,58 @@ class Ledger:
         not, the nodes touched are rebuilt from recorded claims only. What is written and not yet
         observed is ``controller/assumed.py``'s, which records it here as claim uses.
         """
-        trial = Trial(self.state, self.mig_state)
+        trial = Trial(self.state, self.mig_state, self._rebuilds)
         try:
             yield trial
         finally:
-            for node in trial.touched:
+            for node in trial.undo():
                 self._rebuild(node)
 
 
 class Trial:
     """The tentative side of one plan attempt (``Ledger.trial``)."""
 
-    def __init__(self, state: ClusterState, mig_state: MigState | None = None) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        mig_state: MigState | None = None,
+        rebuilds: Mapping[str, int] | None = None,
+    ) -> None:
         self.state = state
         self.mig_state = mig_state if mig_state is not None else MigState()
         self.touched: set[str] = set()
+        self._rebuilds: Mapping[str, int] = rebuilds if rebuilds is not None else {}
+        #: What this attempt allocated on cards, in order, with the node's rebuild count then.
+        self._placements: list[tuple[Placement, int]] = []
+        self._mig_nodes: set[str] = set()
 
     def allocate(self, placement: Placement) -> None:
         self.state.allocate(placement)
         self.touched.add(placement.node)
+        self._placements.append((placement, self._rebuilds.get(placement.node, 0)))
 
     def allocate_mig(self, placement: Placement) -> None:
         """Mark a MIG placement's instances in use for the rest of the attempt."""
         self.mig_state.allocate(placement)
         self.touched.add(placement.node)
+        self._mig_nodes.add(placement.node)
+
+    def undo(self) -> set[str]:
+        """Release this attempt's card allocations, newest first; the nodes that must be rebuilt
+        instead: MIG placements, and nodes rebuilt since the attempt allocated there (the
+        allocation is gone already)."""
+        rebuild = set(self._mig_nodes)
+        for placement, rebuilds in reversed(self._placements):
+            node = placement.node
+            if node in rebuild or self._rebuilds.get(node, 0) != rebuilds:
+                rebuild.add(node)
+                continue
+            try:
+                self.state.release(placement)
+            except StateError:
+                rebuild.add(node)
+        self._placements.clear()
+        return rebuild
 
 
 def _cards(inventory: NodeInventory | None) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ from dra_driver.controller.inventory import build_inventory
 from dra_driver.controller.ledger import Ledger
 from dra_driver.controller.planner import PlanInput, Planner
 from dra_driver.devices.simulated import profile_gpus
+from dra_driver.engine import NodePolicy
 from dra_driver.quantity import parse_bytes
 from dra_driver.resource.objects import ClaimView, DeviceClassView, PodView
 from dra_driver.resource.requests import claim_requests
@@ -110,6 +111,33 @@ def test_random_create_delete_never_exceeds_capacity(ops: list[tuple[Any, ...]])
             live[uid] = claim
             ledger.set_claim(uid, claim_uses(claim, DRIVER))
         check_capacity(ledger, live)
+    check_same_as_rebuilt(ledger)
+
+
+def engine_view(ledger: Ledger) -> tuple[Any, ...]:
+    """Every card's usage, every node's score and both node rankings of the engine state."""
+    state = ledger.state
+    usage = {
+        (name, index): (u.used_memory, u.used_cores, u.tenants)
+        for name, node in state.nodes.items()
+        for index, u in node.usage.items()
+    }
+    scores = {name: node.score for name, node in state.nodes.items()}
+    rankings = [
+        [node.name for node in state.ranked_nodes(policy, with_idle_card=idle)]
+        for policy in NodePolicy
+        for idle in (False, True)
+    ]
+    return usage, scores, rankings
+
+
+def check_same_as_rebuilt(ledger: Ledger) -> None:
+    """The engine state kept incrementally (a placement's trial undone by releases, a new claim
+    added on its own) is the one a rebuild of every node from the recorded claims gives."""
+    kept = engine_view(ledger)
+    for node in NODES:
+        ledger._rebuild(node)
+    assert engine_view(ledger) == kept
 
 
 def check_capacity(ledger: Ledger, live: dict[str, dict[str, Any]]) -> None:
