@@ -20,6 +20,7 @@ from typing import Any
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL as HAMI_NAMESPACE_LABEL
 from dra_driver.webhook.hami_resources import NAMESPACE_LABEL_VALUE as HAMI_NAMESPACE_LABEL_VALUE
 from dra_driver.webhook.pod_gate import ASKS_FOR_HAMI_RESOURCES, WEBHOOK_KEEPS
+from dra_driver.webhook.policy import has_config_for
 
 MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
@@ -49,12 +50,6 @@ USES_RESOURCE_CLAIMS = {
     "name": "uses-resource-claims",
     "expression": "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0",
 }
-
-
-def has_config_for(config_path: str, driver_name: str) -> str:
-    """CEL (the chart's ``has-gpuconfig-for-driver``): the object's config list at ``config_path``
-    has an opaque entry for ``driver_name``."""
-    return f"{config_path}.orValue([]).exists(c, c.?opaque.?driver.orValue('') == '{driver_name}')"
 
 
 def webhook_configurations(

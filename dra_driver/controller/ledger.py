@@ -395,7 +395,8 @@ class Ledger:
 
         A pod's later requests must see its earlier ones (two requests never take the same share),
         so the planner allocates them on the engine state through the trial; on exit, normal or
-        not, the nodes touched are rebuilt from recorded claims only. What is written and not yet
+        not, they are released again (``Trial.undo``; a node it cannot undo exactly is rebuilt from
+        recorded claims). What is written and not yet
         observed is ``controller/assumed.py``'s, which records it here as claim uses.
         """
         trial = Trial(self.state, self.mig_state, self._rebuilds)
@@ -409,29 +410,22 @@ class Ledger:
 class Trial:
     """The tentative side of one plan attempt (``Ledger.trial``)."""
 
-    def __init__(
-        self,
-        state: ClusterState,
-        mig_state: MigState | None = None,
-        rebuilds: Mapping[str, int] | None = None,
-    ) -> None:
+    def __init__(self, state: ClusterState, mig_state: MigState, rebuilds: Mapping[str, int]) -> None:
         self.state = state
-        self.mig_state = mig_state if mig_state is not None else MigState()
-        self.touched: set[str] = set()
-        self._rebuilds: Mapping[str, int] = rebuilds if rebuilds is not None else {}
+        self.mig_state = mig_state
+        #: The ledger's rebuild count per node, read live.
+        self._rebuilds = rebuilds
         #: What this attempt allocated on cards, in order, with the node's rebuild count then.
         self._placements: list[tuple[Placement, int]] = []
         self._mig_nodes: set[str] = set()
 
     def allocate(self, placement: Placement) -> None:
         self.state.allocate(placement)
-        self.touched.add(placement.node)
         self._placements.append((placement, self._rebuilds.get(placement.node, 0)))
 
     def allocate_mig(self, placement: Placement) -> None:
         """Mark a MIG placement's instances in use for the rest of the attempt."""
         self.mig_state.allocate(placement)
-        self.touched.add(placement.node)
         self._mig_nodes.add(placement.node)
 
     def undo(self) -> set[str]:

@@ -30,6 +30,12 @@ POLICY_RESOURCE = "mutatingadmissionpolicies"
 PLURALS = {POLICY_KIND: POLICY_RESOURCE, BINDING_KIND: "mutatingadmissionpolicybindings"}
 
 
+def has_config_for(config_path: str, driver: str) -> str:
+    """CEL: the config list at ``config_path`` (an optional field path, e.g. ``object.spec.?config``)
+    has an opaque entry for ``driver``; the chart's validating webhooks match on the same test."""
+    return f"{config_path}.orValue([]).exists(c, c.?opaque.?driver.orValue('') == '{driver}')"
+
+
 def class_is_ours_expression(driver: str) -> str:
     """CEL over ``params`` (a DeviceClass): ``is_driver_class`` (named after the driver, opaque
     config for it, or a selector ``device.driver == "<driver>"``)."""
@@ -37,7 +43,7 @@ def class_is_ours_expression(driver: str) -> str:
     pattern = rf"device\s*\.\s*driver\s*==\s*[\x22\x27]{escaped}[\x22\x27]"
     return (
         f"params.metadata.name == '{driver}' || "
-        f"params.spec.?config.orValue([]).exists(c, c.?opaque.?driver.orValue('') == '{driver}') || "
+        f"{has_config_for('params.spec.?config', driver)} || "
         f"params.spec.?selectors.orValue([]).exists(s, s.?cel.?expression.orValue('').matches(r'{pattern}'))"
     )
 
