@@ -6,6 +6,9 @@
   slices are deleted *before* the updates so a consumer never sees two complete generations.
 - Writes only when the content changed: the hash of what we wrote is kept in an annotation,
   because the API server normalises quantities and a field-by-field compare would flap.
+- A device taint keeps the ``timeAdded`` the API server gave it first, across updates and
+  re-creations: the server stamps "now" on any taint sent without one, and a ``NoExecute``
+  toleration's ``tolerationSeconds`` counts from that time, so a republish must not restart it.
 - Feature gates: if the API server dropped ``allowMultipleAllocations``/``requestPolicy`` from what
   we wrote, consumable capacity is off (``DRAConsumableCapacity``): log one warning saying how to
   turn it on. If it dropped device taints, fall back to the plain ``healthy`` attribute. If it
@@ -40,6 +43,27 @@ def _content_hash(slice_: dict[str, Any]) -> str:
     spec = dict(slice_["spec"])
     spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+#: A taint of one device, as the publisher remembers when it was added: (device, key, value, effect).
+TaintKey = tuple[str, str, str, str]
+
+
+def _device_taints(slices: list[dict[str, Any]]) -> list[tuple[TaintKey, dict[str, Any]]]:
+    return [
+        (
+            (
+                device.get("name") or "",
+                taint.get("key") or "",
+                taint.get("value") or "",
+                taint.get("effect") or "",
+            ),
+            taint,
+        )
+        for slice_ in slices
+        for device in slice_devices(slice_)
+        for taint in device.get("taints") or ()
+    ]
 
 
 def _generation(slice_: dict[str, Any]) -> int:
@@ -79,6 +103,9 @@ class SlicePublisher:
         self._layout: str | None = None
         self.resync_seconds = resync_seconds
         self._generation = 0
+        #: When each taint we publish was first stored (the server's ``timeAdded``), kept across
+        #: republishes; a taint no longer published is forgotten at the next write.
+        self._taint_times: dict[TaintKey, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -126,6 +153,7 @@ class SlicePublisher:
         """Make the API match; True if anything was written."""
         with self._lock:
             existing = {s["metadata"]["name"]: s for s in self._existing()}
+            self._remember_taint_times(list(existing.values()))
             generations = {name: _generation(s) for name, s in existing.items()}
             current_generation = max([*generations.values(), self._generation])
             desired = self.desired(current_generation)
@@ -142,6 +170,7 @@ class SlicePublisher:
                 return False
             generation = current_generation + 1 if existing else max(current_generation, 1)
             desired = self.desired(generation)
+            self._keep_taint_times(desired)
             self._generation = generation
             wanted = {s["metadata"]["name"] for s in desired}
             for name, old in existing.items():  # obsolete slices first
@@ -162,7 +191,21 @@ class SlicePublisher:
                 generation,
             )
             self._check_feature_gates(desired, written)
+            self._taint_times = {}
+            self._remember_taint_times(written)
             return True
+
+    def _remember_taint_times(self, stored: list[dict[str, Any]]) -> None:
+        for key, taint in _device_taints(stored):
+            if taint.get("timeAdded"):
+                self._taint_times[key] = taint["timeAdded"]  # what the server holds wins
+
+    def _keep_taint_times(self, desired: list[dict[str, Any]]) -> None:
+        """Send each taint with the time it was first stored (after the content hash, which a
+        time must not change); a new taint goes without one and the server stamps it."""
+        for key, taint in _device_taints(desired):
+            if key in self._taint_times:
+                taint["timeAdded"] = self._taint_times[key]
 
     def _call(self, method: Callable[..., Any], *args: Any) -> dict[str, Any]:
         response = method(*args, _preload_content=False)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from dra_driver.contract import policy_taint_key, unhealthy_taint_key
 from dra_driver.devices.simulated import profile_gpus
 from dra_driver.kube.api import NODES, Kube
 from dra_driver.kubeletplugin.plugin import KubeletPlugin
@@ -105,6 +106,46 @@ def test_recreated_after_kubelet_deletes_it(publishing: KubeletPlugin, node: Nod
         lambda: [s for s in node_slices(node) if s["metadata"]["uid"] != first["metadata"]["uid"]]
     )
     assert again["spec"]["devices"] == first["spec"]["devices"]
+
+
+def taint_times(slice_: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {
+        (d["name"], t["key"]): t["timeAdded"]
+        for d in slice_["spec"]["devices"]
+        for t in d.get("taints") or []
+    }
+
+
+def test_a_taint_keeps_the_time_it_was_added(publishing: KubeletPlugin, node: Node, dirs: Dirs) -> None:
+    """A NoExecute toleration's seconds count from ``timeAdded``: a republish (an update on a health
+    change, a re-creation after kubelet deleted the slice) must not restart a taint's clock."""
+    (first,) = wait_for(lambda: node_slices(node))
+    policy, unhealthy = policy_taint_key(node.driver), unhealthy_taint_key(node.driver)
+    assert {key for _, key in taint_times(first)} == {policy}, "every GPU is policy-managed"
+    # The slice as an earlier publish long ago left it: only the taints' times differ, so the
+    # publisher has nothing to write (its content hash ignores the times).
+    long_ago = "2020-01-01T00:00:00Z"
+    for device in first["spec"]["devices"]:
+        for taint in device["taints"]:
+            taint["timeAdded"] = long_ago
+    api = k8s.ResourceV1Api(node.api_client)
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **first}
+    api.replace_resource_slice(first["metadata"]["name"], body, _preload_content=False)
+
+    dirs.health.write_text("gpu-5: {healthy: false, message: XID 79}\n")
+    generation = first["spec"]["pool"]["generation"]
+    (updated,) = wait_for(
+        lambda: [s for s in node_slices(node) if s["spec"]["pool"]["generation"] == generation + 1]
+    )
+    times = taint_times(updated)
+    assert {times[(f"gpu-{i}", policy)] for i in range(8)} == {long_ago}
+    assert times[("gpu-5", unhealthy)] != long_ago, "a new taint is stamped when it is added"
+
+    api.delete_collection_resource_slice(field_selector=f"spec.nodeName={node.name}", _preload_content=False)
+    (again,) = wait_for(
+        lambda: [s for s in node_slices(node) if s["metadata"]["uid"] != updated["metadata"]["uid"]]
+    )
+    assert taint_times(again) == times
 
 
 def test_health_change_bumps_generation_and_taints(publishing: KubeletPlugin, node: Node, dirs: Dirs) -> None:
