@@ -10,7 +10,7 @@ import threading
 import uuid
 from typing import Any
 
-from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver import DEFAULT_DRIVER_NAME, heap
 from dra_driver.cli import UsageError
 from dra_driver.engine import DEFAULT_CARD_POLICY, DEFAULT_NODE_POLICY
 from dra_driver.flags import add_metrics_bind_address, cannot_listen, metrics_address
@@ -160,10 +160,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(cannot_listen(address, err)) from None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    heap.tune()
     try:
         controller.start()
     except KubeError as err:
         raise UsageError(f"cannot reach the API server: {err}") from None
+    heap.settle()  # the caches and the placement state are built: no collection walks them again
     role = (
         "without leader election" if elector is None
         else "as leader" if elector.is_leader()

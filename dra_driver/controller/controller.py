@@ -218,6 +218,11 @@ class Controller:
         for informer in self.informers.values():
             if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
                 raise KubeError(0, f"could not list {informer.resource.plural} within {sync_timeout:.0f}s")
+        # The lists' objects folded into the cache, the inventory and the placement state built
+        # (with the CEL inputs of every device) before start returns: the first pass places at
+        # once, and the daemon sets what was built aside from the garbage collector
+        # (dra_driver/heap.py). No other thread drains yet.
+        self._drain()
         self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
         self._thread.start()
 

@@ -75,6 +75,9 @@ def test_controller_process_allocates_and_stops_on_sigterm(harness: Harness) -> 
         output, _ = process.communicate(timeout=20)
     assert process.returncode == 0, output
     assert "acquired leadership" in output and "policy=mutex,binpack(class)" in output
+    # The caches and state were built, then set aside from the garbage collector, before it ran.
+    settled, running = output.index("set aside from garbage collection"), output.index("running for driver")
+    assert settled < running
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,17 @@ with Node objects kept Ready and no kubelet (tests/controller/harness.py ``plane
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from dra_driver.config import ControllerDefaults
 from dra_driver.controller import FINALIZER
 from dra_driver.controller.allocation import node_selector
-from dra_driver.kube.api import NODES, RESOURCE_CLAIMS
+from dra_driver.controller.controller import Controller
+from dra_driver.kube.api import NODES, RESOURCE_CLAIMS, Kube
 from hami_dra_dev.cluster.controlplane import ControlPlane
 from tests.apiserver_fixtures import kubectl_runner
 from tests.controller.harness import (
@@ -271,3 +274,25 @@ def test_node_policy_spread_versus_binpack(controller_plane: ControlPlane) -> No
         h.create_pod(pod("s1-pod", {"gpu": "claim:s1"}))
         wait_for(lambda: h.bound_node("s1-pod"))
         assert h.bound_node("s1-pod") != first  # spread: the idle node
+
+
+def test_start_returns_with_the_published_devices_in_the_placement_state(harness: Harness) -> None:
+    """What the lists gave is folded into the cache and the ledger before ``start`` returns (the
+    loop held back here, so nothing else can have built it): the first pass places at once, and
+    the daemon freezes what was built (dra_driver/heap.py)."""
+    harness.publish("node-1", "t4", 4)
+    controller = Controller(Kube(harness.server.api_client()), DRIVER, ControllerDefaults())
+    harness.controllers.append(controller)
+    held, loop = threading.Event(), controller._loop
+
+    def held_loop() -> None:
+        held.wait(30)
+        loop()
+
+    controller._loop = held_loop  # type: ignore[method-assign]
+    try:
+        controller.start()
+        node = controller.cache.ledger.inventory["node-1"]
+        assert sorted(device.device for device in node.devices) == [f"gpu-{i}" for i in range(4)]
+    finally:
+        held.set()
