@@ -1012,6 +1012,10 @@ class Ours:
                 os.environ.pop("PYTHONPATH", None)
             else:
                 os.environ["PYTHONPATH"] = saved
+        # kube-apiserver may still hold a kept-alive connection to the webhook stopped before this
+        # start (same port): its first call on it fails ("broken pipe") and a pod create gets a
+        # 500, which the burst would not retry. Dry runs until admission answers and applies.
+        wait_until(lambda: self.admission_applies(quiet=True) is True, 60, "our admission applied", poll=0.5)
 
     @property
     def running(self) -> bool:
@@ -1043,11 +1047,12 @@ class Ours:
         # The API server applies admission configuration from informers: for a moment after the
         # deletions it may still gate a pod or finalize a claim, which nobody would then ungate or
         # release (a run of kube-scheduler's right after ours hung on such claims at deletion).
-        wait_until(lambda: not self.admission_applies(), 60, "our admission no longer applied", poll=0.5)
+        wait_until(lambda: self.admission_applies() is False, 60, "our admission no longer applied", poll=0.5)
 
-    def admission_applies(self) -> bool:
-        """Whether a pod of kube-scheduler's path and its claim would still get our gate or our
-        finalizer (both created as dry runs: nothing is stored)."""
+    def admission_applies(self, *, quiet: bool = False) -> bool | None:
+        """Whether a pod of kube-scheduler's path and its claim would get our gate or our
+        finalizer (both created as dry runs: nothing is stored); None where admission failed
+        (``quiet``: without logging it), which a stop counts as still applied."""
         dry = [("dryRun", "All")]
         claim = {
             "apiVersion": "resource.k8s.io/v1",
@@ -1068,8 +1073,9 @@ class Ours:
                 dry,
             )
         except Exception as err:  # our webhook still configured but stopped: Fail refuses the pod
-            log(f"admission probe: {err}".splitlines()[0][:200])
-            return True
+            if not quiet:
+                log(f"admission probe: {err}".splitlines()[0][:200])
+            return None
         return bool(made["metadata"].get("finalizers") or pod["spec"].get("schedulingGates"))
 
 
