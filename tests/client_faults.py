@@ -59,9 +59,10 @@ class ClientFaults(FaultRules):
 
     def attach_client(self, api_client: Any) -> Any:
         """``api_client`` (a ``kubernetes.client.ApiClient``) with every request of it passing
-        through these faults; matched on the URL's path, as a server sees it."""
-        rest = api_client.rest_client
-        sent = rest.request
+        through these faults; matched on the URL's path, as a server sees it. Attached to its
+        connection pool, which every caller goes through (the generated APIs, ``Kube``)."""
+        pool = api_client.rest_client.pool_manager
+        sent = pool.request
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             fault = self.take(method, urlsplit(url).path)
@@ -75,14 +76,13 @@ class ClientFaults(FaultRules):
             finally:
                 fault.released.set()
 
-        rest.request = request
+        pool.request = request
         return api_client
 
 
 def status_response(code: int, message: str) -> Any:
     """The response kube-apiserver gives for an error: ``code`` and a ``Status`` object (with
     ``Retry-After`` on a 429, as the server's rate limiting sends it)."""
-    from kubernetes.client.rest import RESTResponse
     from urllib3.response import HTTPResponse
 
     reason = REASONS.get(code, "InternalError")
@@ -100,4 +100,4 @@ def status_response(code: int, message: str) -> Any:
         status["details"] = {"retryAfterSeconds": 1}
         headers["Retry-After"] = "1"
     body = json.dumps(status).encode()
-    return RESTResponse(HTTPResponse(body=body, status=code, headers=headers, reason=reason))
+    return HTTPResponse(body=body, status=code, headers=headers, reason=reason)

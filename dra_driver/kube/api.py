@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from dra_driver.kube.errors import KubeError
+from dra_driver.kube.transport import RestTransport
 
 #: A Kubernetes object as JSON, one this code builds or changes (what it sends, what a call returns).
 Obj = dict[str, Any]
@@ -57,18 +58,6 @@ DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", True)
 GPU_QUOTAS = Resource("gpu.hami.io", "v1alpha1", "gpuquotas", "GpuQuota", True)
-
-
-def _error(err: Exception) -> KubeError:
-    status = int(getattr(err, "status", 0) or 0)
-    body = getattr(err, "body", None)
-    message = str(err)
-    if body:
-        try:
-            message = json.loads(body).get("message", message)
-        except (ValueError, AttributeError):
-            message = str(body)[:500]
-    return KubeError(status, message)
 
 
 def patch_content_type(patch: Any, *, strategic: bool = False) -> str:
@@ -120,10 +109,12 @@ class KubeApi(Protocol):
 
 
 class Kube:
-    """REST calls through ``kubernetes.client.ApiClient.call_api`` (auth, TLS, proxies from kubeconfig)."""
+    """REST calls on a ``kubernetes.client.ApiClient``'s connection pool, with its auth, TLS and
+    proxy from kubeconfig (dra_driver/kube/transport.py)."""
 
     def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
         self.api_client = api_client
+        self.transport = RestTransport(api_client)
         self.timeout = request_timeout
 
     def _call(
@@ -137,34 +128,30 @@ class Kube:
         stream: bool = False,
         timeout: float | None = None,
     ) -> Any:
-        from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            _, url, headers, _, _ = self.api_client.param_serialize(
+            response = self.transport.request(
                 method,
                 path,
-                query_params=list((query or {}).items()),
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                auth_settings=["BearerToken"],
+                query=query,
+                body=body,
+                content_type=content_type,
+                timeout=timeout or self.timeout,
+                stream=stream,
             )
-            response = self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=timeout or self.timeout
-            )
-        except ApiException as err:
-            raise _error(err) from None
         except (HTTPError, OSError) as err:
             raise KubeError(0, f"{method} {path}: {err}") from None
         status = int(response.status)
         if not 200 <= status <= 299:
-            data = response.read()
+            data = response.data
             message = data.decode(errors="replace")[:500] if data else str(response.reason)
             with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(data).get("message", message)
             raise KubeError(status, message)
         if stream:
-            return response.response
-        data = response.read()
+            return response
+        data = response.data
         return json.loads(data) if data else {}
 
     def request(
@@ -254,9 +241,10 @@ class Kube:
         try:
             buffer = b""
             for chunk in response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                # Every whole line of the chunk at once: splitting one line off at a time copied
+                # the rest of a 64 KiB chunk for each of its events.
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if not line.strip():
                         continue
                     event: Obj = json.loads(line)
