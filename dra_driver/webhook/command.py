@@ -74,8 +74,16 @@ def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
         "--connection-timeout",
         type=float,
         default=defaults.connection_timeout,
-        help="seconds a connection has, from connecting or from the last answer, to deliver a complete "
-        f"request: TLS handshake, headers and body (default {defaults.connection_timeout:g})",
+        help="seconds a connection has, from connecting or from a request's first byte, to deliver the "
+        f"complete request: TLS handshake, headers and body (default {defaults.connection_timeout:g})",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=defaults.idle_timeout,
+        help="seconds a kept-alive connection may stay silent after an answer; keep it above "
+        "kube-apiserver's 90 s, so the API server closes idle connections first and never sends a "
+        f"review on one being closed (default {defaults.idle_timeout:g})",
     )
     parser.add_argument(
         "--max-request-bytes",
@@ -108,6 +116,7 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
     limits = ServerLimits(
         max_connections=args.max_connections,
         connection_timeout=args.connection_timeout,
+        idle_timeout=args.idle_timeout,
         max_request_bytes=args.max_request_bytes,
         max_inflight_bytes=args.max_inflight_bytes,
     )
@@ -151,11 +160,12 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     log.warning(
         "hami-dra webhook serving on :%d for driver %s (at most %d connections, %gs per request, "
-        "bodies up to %d bytes, HAMi translation: %s, reviews from %s)",
+        "%gs idle, bodies up to %d bytes, HAMi translation: %s, reviews from %s)",
         server.port,
         args.driver_name,
         limits.max_connections,
         limits.connection_timeout,
+        limits.idle_timeout,
         limits.max_request_bytes,
         args.hami_translate,
         "any client" if client_auth is None else f"client certificates of {args.client_ca_file}",

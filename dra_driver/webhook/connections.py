@@ -43,8 +43,9 @@ class Connection:
 
     sock: socket.socket
     address: Any
-    since: float  # when the current wait began: the deadline is since + timeout
+    since: float  # when the current wait began: the deadline is since + timeout (idle_timeout)
     busy: bool = False  # its request is read: no deadline, never evicted
+    idle: bool = False  # kept alive after an answer, no byte of its next request received yet
     queued: bool = False  # waiting for body bytes (a wait bounded by its own deadline)
     reserved: int = 0  # body bytes it holds
     reserved_at: float = 0.0
@@ -63,7 +64,8 @@ def shut(sock: socket.socket) -> None:
 
 class ConnectionTable:
     """At most ``limit`` connections and ``max_inflight_bytes`` body bytes; waiting connections
-    are closed ``timeout`` seconds after they began to wait."""
+    are closed ``timeout`` seconds after they began to wait, idle ones (kept alive after an
+    answer, silent since) ``idle_timeout`` seconds after it (``timeout`` when None)."""
 
     def __init__(
         self,
@@ -71,9 +73,11 @@ class ConnectionTable:
         timeout: float,
         max_inflight_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        idle_timeout: float | None = None,
     ) -> None:
         self.limit = limit
         self.timeout = timeout
+        self.idle_timeout = timeout if idle_timeout is None else idle_timeout
         self.max_inflight_bytes = max_inflight_bytes
         self._free_bytes = max_inflight_bytes
         self._clock = clock
@@ -130,9 +134,16 @@ class ConnectionTable:
                 shut(sock)
 
     def waiting(self, connection: Connection) -> None:
-        """The connection waits for its next request (after an answer): a new deadline."""
+        """The connection waits for its next request (after an answer): idle, with its deadline."""
         with self._changed:
             connection.busy = False
+            connection.idle = True
+            connection.since = self._clock()
+
+    def receiving(self, connection: Connection) -> None:
+        """The first byte of the next request came: it has ``timeout`` seconds to arrive whole."""
+        with self._changed:
+            connection.idle = False
             connection.since = self._clock()
 
     def working(self, connection: Connection) -> None:
@@ -181,12 +192,12 @@ class ConnectionTable:
     def close_overdue(self) -> float:
         """Close waiting connections past their deadline; seconds until the next deadline."""
         now = self._clock()
-        pause = self.timeout
+        pause = min(self.timeout, self.idle_timeout)
         with self._changed:
             for connection in list(self._open):
                 if not self._waiting(connection):
                     continue
-                left = connection.since + self.timeout - now
+                left = self._deadline(connection) - now
                 if left <= 0:
                     self._close(connection, "timed_out")
                 else:
@@ -208,7 +219,8 @@ class ConnectionTable:
             self._reaper.join()
 
     def _reap(self) -> None:
-        # Every deadline is set as now + timeout, so none falls before the pause computed here ends.
+        # Every deadline is set as now + timeout or now + idle_timeout, and the pause is never
+        # longer than either, so none falls before the pause computed here ends.
         while not self._stopped.wait(self.close_overdue()):
             pass
 
@@ -222,6 +234,9 @@ class ConnectionTable:
         does not wake; that wait ends at the deadline by itself.
         """
         return not (connection.busy or connection.queued or connection.closed_because)
+
+    def _deadline(self, connection: Connection) -> float:
+        return connection.since + (self.idle_timeout if connection.idle else self.timeout)
 
     def _longest_waiting(self) -> Connection | None:
         return min(filter(self._waiting, self._open), key=lambda c: c.since, default=None)

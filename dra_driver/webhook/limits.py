@@ -25,9 +25,15 @@ class ServerLimits:
     #: Open connections (each is one thread). At the cap the longest-waiting connection that has
     #: not delivered its request yet is closed to make room; with none, the new one is closed.
     max_connections: int = 64
-    #: Seconds a connection has, from connecting or from our last answer, to deliver a complete
-    #: request (TLS handshake, request line, headers, body); then it is closed.
+    #: Seconds a connection has, from connecting or from the first byte of a request, to deliver
+    #: the complete request (TLS handshake, request line, headers, body); then it is closed.
     connection_timeout: float = 10.0
+    #: Seconds a kept-alive connection may stay silent after our answer before its next request
+    #: begins. Longer than kube-apiserver's own idle timeout for webhook connections (90 s), so
+    #: the API server closes an idle connection first: a webhook that closed it first could do so
+    #: just as the API server sends a review on it, which then fails ("broken pipe") and refuses
+    #: the pod being created. An idle connection is still closed to make room at the cap.
+    idle_timeout: float = 120.0
     #: Largest AdmissionReview body: the API server's own request limit, so no review it sends is
     #: refused for its size.
     max_request_bytes: int = 3 * 1024 * 1024
@@ -42,6 +48,8 @@ class ServerLimits:
             found.append(f"--max-connections must be at least 1, got {self.max_connections}")
         if not self.connection_timeout > 0:
             found.append(f"--connection-timeout must be above 0 seconds, got {self.connection_timeout}")
+        if not self.idle_timeout > 0:
+            found.append(f"--idle-timeout must be above 0 seconds, got {self.idle_timeout}")
         if self.max_request_bytes < 1024:
             found.append(f"--max-request-bytes must be at least 1024, got {self.max_request_bytes}")
         if self.max_inflight_bytes < self.max_request_bytes:
@@ -67,6 +75,12 @@ class HeaderReader:
 
     def new_request(self) -> None:
         self._left = self._budget
+
+    def peek(self, size: int = 1) -> bytes:
+        """The bytes buffered or, when none are, the next ones received (blocks until some come);
+        nothing is consumed or counted."""
+        peek = getattr(self._raw, "peek", None)
+        return bytes(peek(size)) if peek is not None else b""
 
     def readline(self, size: int = -1) -> bytes:
         if self._left <= 0:

@@ -8,11 +8,11 @@ whose message says so (the chart's failurePolicy decides what the API server doe
 
 With ``failurePolicy: Fail`` a webhook that stops answering refuses every pod with claims, so no
 client may exhaust it (``ServerLimits``): at most ``max_connections`` connections, one thread each;
-a deadline for every request, TLS handshake, headers and body included, and for the keep-alive
-wait after it; bounded body bytes in flight (``connections.py``: when short, the client that has
-waited longest without completing its request gives way); bounded headers and bodies. TLS is
-negotiated on the connection's own thread with the certificate current at that moment (``tls.py``
-reloads renewed files).
+a deadline for every request, TLS handshake, headers and body included, and a longer one (above
+kube-apiserver's own idle timeout) for the keep-alive wait after it; bounded body bytes in flight
+(``connections.py``: when short, the client that has waited longest without completing its
+request gives way); bounded headers and bodies. TLS is negotiated on the connection's own thread
+with the certificate current at that moment (``tls.py`` reloads renewed files).
 """
 
 from __future__ import annotations
@@ -96,7 +96,10 @@ class WebhookServer:
         translate = hami_translate != "off"
         self.handlers = _handlers(lookup, driver, hami_device_class or driver, translate)
         self.connections = ConnectionTable(
-            self.limits.max_connections, self.limits.connection_timeout, self.limits.max_inflight_bytes
+            self.limits.max_connections,
+            self.limits.connection_timeout,
+            self.limits.max_inflight_bytes,
+            idle_timeout=self.limits.idle_timeout,
         )
         self.metrics = WebhookMetrics(sorted(self.handlers))
         self.metrics.watch_connections(self.connections.count, lambda: self.connections.open)
@@ -229,10 +232,31 @@ class _ReviewHandler(BaseHTTPRequestHandler):
             super().handle()
 
     def handle_one_request(self) -> None:
+        if self.record.idle and not self._next_request_began():
+            self.close_connection = True
+            return
         self.rfile.new_request()
         super().handle_one_request()
         if not self.close_connection:
             self.webhook.connections.waiting(self.record)
+
+    def _next_request_began(self) -> bool:
+        """Wait, kept alive, up to the idle timeout for the next request's first byte; False when
+        the client closed the connection, the wait timed out, or the table closed it.
+
+        Only then does the request's own deadline start (``connection_timeout``): a connection
+        kept idle longer than kube-apiserver keeps its own must never be closed by us first.
+        """
+        limits = self.webhook.limits
+        try:
+            self.request.settimeout(limits.idle_timeout)
+            began = bool(self.rfile.peek(1))
+            self.request.settimeout(limits.connection_timeout)
+        except OSError:
+            return False
+        if began:
+            self.webhook.connections.receiving(self.record)
+        return began
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)

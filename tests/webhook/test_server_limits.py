@@ -27,8 +27,13 @@ from tests.webhook.test_webhook import FakeLookup, claim_spec, pod, req, review
 DRIVER = "gpu.hami.io"
 CAP = 8
 TIMEOUT = 1.0
+IDLE = 3.0
 LIMITS = ServerLimits(
-    max_connections=CAP, connection_timeout=TIMEOUT, max_request_bytes=64 * 1024, max_inflight_bytes=64 * 1024
+    max_connections=CAP,
+    connection_timeout=TIMEOUT,
+    idle_timeout=IDLE,
+    max_request_bytes=64 * 1024,
+    max_inflight_bytes=64 * 1024,
 )
 
 
@@ -202,20 +207,55 @@ def test_a_trickled_request_is_closed_at_its_deadline(
     assert elapsed < TIMEOUT + 1
 
 
-def test_a_kept_alive_connection_is_closed_when_idle_after_its_answer(
-    server: WebhookServer, certs: tuple[Path, Path]
-) -> None:
+def kept_alive(server: WebhookServer, certs: tuple[Path, Path]) -> http.client.HTTPSConnection:
+    """A connection that has had two answers (the deadline is renewed by each) and is now idle."""
     connection = http.client.HTTPSConnection(
         "127.0.0.1", server.port, context=client_context(certs), timeout=5
     )
+    for _ in range(2):
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        assert response.status == 200 and response.read() == b"ok"
+    assert connection.sock is not None
+    return connection
+
+
+def test_a_kept_alive_connection_is_kept_idle_longer_than_a_request_may_take(
+    server: WebhookServer, certs: tuple[Path, Path]
+) -> None:
+    """kube-apiserver closes its idle webhook connections after 90 s; the webhook keeps them
+    longer (``idle_timeout``), so it never closes one as the API server sends a review on it.
+    Past the request deadline the connection still answers; past the idle timeout it is closed."""
+    connection = kept_alive(server, certs)
     try:
-        for _ in range(2):  # the deadline is renewed by each answer
-            connection.request("GET", "/healthz")
-            response = connection.getresponse()
-            assert response.status == 200 and response.read() == b"ok"
+        time.sleep(TIMEOUT + 0.5)
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/mutate", body=review_body(), headers=headers)
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["response"]["allowed"] is True
         assert connection.sock is not None
-        elapsed = closed_by_server(connection.sock, within=TIMEOUT + 3)
-        assert elapsed is not None and elapsed < TIMEOUT + 1
+        elapsed = closed_by_server(connection.sock, within=IDLE + 3)
+        assert elapsed is not None, "an idle connection is closed at the idle timeout"
+        assert IDLE - 0.5 < elapsed < IDLE + 1
+        assert server.connections.count("timed_out") == 1
+    finally:
+        connection.close()
+
+
+def test_a_kept_alive_connection_that_trickles_its_next_request_is_closed_at_the_request_deadline(
+    server: WebhookServer, certs: tuple[Path, Path]
+) -> None:
+    """The idle allowance ends with the next request's first byte: from there the request has the
+    connection timeout, as a new connection's has."""
+    connection = kept_alive(server, certs)
+    sock = connection.sock
+    assert sock is not None
+    try:
+        started = time.monotonic()
+        sock.sendall(b"POST /mutate HTTP/1.1\r\n")  # then nothing more
+        elapsed = closed_by_server(sock, within=TIMEOUT + 3)
+        assert elapsed is not None, "a request begun and not finished must not hold the connection"
+        assert time.monotonic() - started < TIMEOUT + 1
     finally:
         connection.close()
 
@@ -326,6 +366,7 @@ def test_body_bytes_held_by_busy_reviews_are_waited_for_not_taken(
     [
         (["--max-connections", "0"], "--max-connections must be at least 1, got 0"),
         (["--connection-timeout", "0"], "--connection-timeout must be above 0 seconds"),
+        (["--idle-timeout", "-1"], "--idle-timeout must be above 0 seconds"),
         (
             ["--max-request-bytes", "4096", "--max-inflight-bytes", "1024"],
             "must be at least --max-request-bytes",
