@@ -3,10 +3,11 @@
 Every call of ours builds its own path and JSON body and reads the answer as JSON, so the
 generated client's layers above urllib3 add nothing but CPU: ``ApiClient.param_serialize``
 sanitizes headers and parameters through its model serializer, and ``RESTClientObject.request``
-matches the content type with regular expressions and encodes the body again. Profiled on the
-real control plane (issue 35: 100 nodes, a burst of 1,000 pods), those layers took about a third
-of the controller's time in its API writes, 0.4-0.5 ms per pod, and in the kubelet plugin a
-tenth of a prepare's claim read.
+matches the content type with regular expressions and encodes the body again. Against a canned
+answer they cost 40-47 µs of CPU per request and this module 20 (a loop of ``Kube.update``); in a
+profile of the controller on the real control plane (issue 35: 100 nodes, a burst of 1,000 pods,
+py-spy sampling the thread holding the GIL) they were about a quarter of its time in API writes.
+A prepare's latency did not move measurably (docs/performance.md, section 3).
 
 What the client still decides is kept, by reading it from the client at each request: the
 connection pool with its TLS, client certificates, proxy and retry settings (``pool_manager``),

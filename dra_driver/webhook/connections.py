@@ -164,7 +164,7 @@ class ConnectionTable:
             try:
                 if self._free_bytes < size:
                     self._make_room(size - self._free_bytes, connection)
-                deadline = connection.since + self.timeout
+                deadline = self._deadline(connection)
                 if not self._changed.wait_for(lambda: self._free_bytes >= size, deadline - self._clock()):
                     return False
                 self._free_bytes -= size

@@ -11,8 +11,8 @@ and body-byte limits), and ``HeaderReader`` bounds the request line and headers 
 from __future__ import annotations
 
 import http.client
+import io
 from dataclasses import dataclass
-from typing import BinaryIO
 
 #: Request line plus headers of one request. The API server sends a few hundred bytes.
 MAX_HEADER_BYTES = 32 * 1024
@@ -68,7 +68,7 @@ class HeaderReader:
     raised, which the handler answers with 431 before closing the connection.
     """
 
-    def __init__(self, raw: BinaryIO, budget: int = MAX_HEADER_BYTES) -> None:
+    def __init__(self, raw: io.BufferedReader, budget: int = MAX_HEADER_BYTES) -> None:
         self._raw = raw
         self._budget = budget
         self._left = budget
@@ -79,8 +79,7 @@ class HeaderReader:
     def peek(self, size: int = 1) -> bytes:
         """The bytes buffered or, when none are, the next ones received (blocks until some come);
         nothing is consumed or counted."""
-        peek = getattr(self._raw, "peek", None)
-        return bytes(peek(size)) if peek is not None else b""
+        return self._raw.peek(size)
 
     def readline(self, size: int = -1) -> bytes:
         if self._left <= 0:
