@@ -93,6 +93,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 
 import bench_prepare_peer  # noqa: E402
 import bench_report  # noqa: E402
+from speed_probe import SpeedProbe  # noqa: E402
 
 from dra_driver import DEFAULT_DRIVER_NAME  # noqa: E402
 from dra_driver.contract import policy_taint_key  # noqa: E402
@@ -587,6 +588,7 @@ def throughput(
         api.create(pods_path, pod_body(f"p-{i}", scheduler=scheduler, template=template))
 
     meter = CpuMeter({**(pids or {}), "benchmark": os.getpid()})
+    probe = SpeedProbe()
     client_before = scheduler_client.read() if scheduler_client is not None else Counter()
     spy = PySpy(*profile) if profile is not None else None
     pprof = ApiserverProfile(api, *apiserver_profile) if apiserver_profile is not None else None
@@ -599,6 +601,7 @@ def throughput(
         if pprof is not None:
             pprof.stop()
     cpu = meter.stop()
+    speed = probe.stop()
     client_after = scheduler_client.read() if scheduler_client is not None else Counter()
     client = {
         (k if k.endswith(" s") else f"{k} per pod"): round(
@@ -661,13 +664,15 @@ def throughput(
         "cpu_s": cpu, "cpu_ms_per_pod": {name: round(1000 * sec / pods, 2) for name, sec in cpu.items()},
         "requests_per_pod": bench_report.requests_per_pod(requests, pods) if audit is not None else None,
         "writes_per_pod_metrics": dict(sorted(metric_writes.items())),
-        "scheduler_client": client, "server_ms": server_ms,
+        "scheduler_client": client, "server_ms": server_ms, "speed_probe": speed,
     }  # fmt: skip
     per_pod = result["requests_per_pod"]
     traffic = f"{per_pod['reads']:.1f} reads + {per_pod['writes']:.1f} writes/pod" if per_pod else ""
     log(f"{label:<44} {result['pods_per_second']:7.1f} pods/s  p50 {result['p50_s']:6.2f} s  "
         f"p99 {result['p99_s']:6.2f} s  {traffic}")  # fmt: skip
     log(f"{label:<44} CPU ms/pod: " + ", ".join(f"{k} {v:g}" for k, v in result["cpu_ms_per_pod"].items()))
+    log(f"{label:<44} speed probe: {speed.get('ms_per_unit', float('nan')):.3f} ms of CPU per unit "
+        f"({speed.get('units', 0)} units)")  # fmt: skip
     reset_namespace(api)
     return result
 

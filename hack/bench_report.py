@@ -157,7 +157,28 @@ FIGURES: tuple[tuple[str, Any], ...] = (
     ("steady_p50_s", lambda run: (run.get("steady") or {}).get("p50_s")),
     ("steady_p99_s", lambda run: (run.get("steady") or {}).get("p99_s")),
     ("steady_achieved_per_second", lambda run: (run.get("steady") or {}).get("achieved_per_second")),
+    ("speed_probe_ms", lambda run: probe_ms(run)),
+    (
+        "burst_pods_per_1000_probe_units",
+        lambda run: run["burst"]["pods_per_second"] * probe_ms(run) if probe_ms(run) else None,
+    ),
 )
+
+
+def probe_ms(run: Mapping[str, Any]) -> float | None:
+    """The CPU milliseconds one unit of hack/speed_probe.py's work took during the run's burst
+    (median; None in reports made before the probe existed)."""
+    value = (run["burst"].get("speed_probe") or {}).get("ms_per_unit")
+    return float(value) if value else None
+
+
+def cpu_in_probe_units(run: Mapping[str, Any]) -> dict[str, float]:
+    """Each component's CPU per pod in units of the probe's work measured over the same burst: a
+    cost that does not move with the machine's speed, as far as the probe tracks it."""
+    unit = probe_ms(run)
+    if not unit:
+        return {}
+    return {name: ms / unit for name, ms in run["burst"].get("cpu_ms_per_pod", {}).items()}
 
 
 def _median_of(dicts: list[Mapping[str, float]]) -> dict[str, float]:
@@ -188,6 +209,9 @@ def summarise_rounds(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     if ratios:
                         entry["ratio"][name] = {**spread(ratios), "per_round": [round(r, 3) for r in ratios]}
             entry["cpu_ms_per_pod"] = _median_of([run["burst"].get("cpu_ms_per_pod", {}) for run in of_path])
+            in_units = [units for units in map(cpu_in_probe_units, of_path) if units]
+            if in_units:
+                entry["cpu_probe_units_per_pod"] = _median_of(in_units)
             requests = [run["burst"].get("requests_per_pod") for run in of_path]
             requests = [r for r in requests if r]
             if requests:

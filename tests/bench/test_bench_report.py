@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -260,3 +261,48 @@ def test_a_run_without_prepare_shows_another_reports_prepare_and_says_so(
     assert "Prepare latency" not in "\n".join(
         tables.cluster_section(rounds_only, bench / "cluster.json", quality_fallback=False)
     )
+
+
+def test_the_speed_probe_turns_cpu_and_throughput_into_machine_independent_figures(
+    report_lib: ModuleType, fixture_report: dict[str, Any]
+) -> None:
+    """A burst measured while the machine ran a third slower costs a third more CPU per pod and
+    gives a quarter fewer pods/s; in units of the probe's work both come out as on a fast machine."""
+    runs = [run for run in fixture_report["rounds"]["runs"] if not run.get("warmup")]
+    slow = json.loads(json.dumps(runs[0]))
+    slow["burst"]["speed_probe"] = {"units": 100, "ms_per_unit": 2.0}
+    slow["burst"]["cpu_ms_per_pod"] = {"kube-apiserver": 30.0}
+    slow["burst"]["pods_per_second"] = 30.0
+    fast = json.loads(json.dumps(runs[0]))
+    fast["burst"]["speed_probe"] = {"units": 100, "ms_per_unit": 1.5}
+    fast["burst"]["cpu_ms_per_pod"] = {"kube-apiserver": 22.5}
+    fast["burst"]["pods_per_second"] = 40.0
+    in_units = {"kube-apiserver": 15.0}
+    assert report_lib.cpu_in_probe_units(slow) == report_lib.cpu_in_probe_units(fast) == in_units
+    figure = dict(report_lib.FIGURES)["burst_pods_per_1000_probe_units"]
+    assert figure(slow) == figure(fast) == 60.0
+    # Reports made before the probe: no figure, no units, and the summary leaves them out.
+    assert report_lib.probe_ms(runs[0]) is None and report_lib.cpu_in_probe_units(runs[0]) == {}
+    (row,) = report_lib.summarise_rounds(fixture_report["rounds"]["runs"])
+    assert "cpu_probe_units_per_pod" not in row["paths"]["ours binpack"]
+    assert "speed_probe_ms" not in row["paths"]["ours binpack"]["figures"]
+
+
+def test_the_speed_probe_summary_drops_its_first_unit() -> None:
+    probe = load("speed_probe")
+    costs = [9.0] + [1.0 + i / 100 for i in range(100)]  # the first unit pays the warm-up
+    figures = probe.summary(costs)
+    assert figures["units"] == 100 and figures["ms_per_unit"] == 1.495
+    assert figures["p10_ms"] == 1.1 and figures["p90_ms"] == 1.9
+    assert probe.summary([9.0]) == {"units": 0}
+
+
+def test_the_speed_probe_runs_beside_a_measurement_and_stops_with_it() -> None:
+    probe_module = load("speed_probe")
+    probe = probe_module.SpeedProbe()
+    deadline = time.monotonic() + 60
+    while len(probe._costs) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    figures = probe.stop()
+    assert figures["units"] >= 4 and 0 < figures["p10_ms"] <= figures["ms_per_unit"] <= figures["p90_ms"]
+    assert probe._process.poll() is not None  # the child is gone
