@@ -145,7 +145,7 @@ def cluster_section(report: dict[str, Any], path: Path, quality_fallback: bool =
             f"the pods).",
             "",
         ]
-        rows, ratio_rows, cpu_rows, phase_rows = [], [], [], []
+        rows, ratio_rows, cpu_rows, phase_rows, probe_rows = [], [], [], [], []
         components: set[str] = set()
         for row in rounds["summary"]:
             for entry in row["paths"].values():
@@ -183,6 +183,9 @@ def cluster_section(report: dict[str, Any], path: Path, quality_fallback: bool =
                 cpu = entry["cpu_ms_per_pod"]
                 path_only = [c for c in components_ordered if c != "benchmark"]
                 total = sum(cpu.get(c, 0.0) for c in path_only)
+                units = entry.get("cpu_probe_units_per_pod")
+                if units:
+                    probe_rows.append(probe_row(row["nodes"], name, entry, total, units))
                 cpu_rows.append(
                     [str(row["nodes"]), name]
                     + [f"{cpu[c]:.1f}" if c in cpu else "—" for c in components_ordered]
@@ -235,6 +238,30 @@ def cluster_section(report: dict[str, Any], path: Path, quality_fallback: bool =
             cpu_rows,
             "rl" + "r" * (len(components_ordered) + 1),
         )
+        if probe_rows:
+            lines += [
+                "",
+                "**The machine's speed during the bursts** (hack/speed_probe.py: the CPU milliseconds "
+                "one fixed unit of work took beside each burst, median per burst; the same figures "
+                "as above divided by it. These are steadier than the raw figures across rounds, not "
+                "exact: the components do not follow the probe in proportion. Ratios per round, "
+                "as above)",
+                "",
+            ]
+            lines += table(
+                [
+                    "nodes",
+                    "path",
+                    "probe ms per unit",
+                    "probe ratio",
+                    "pods/s ratio in probe units",
+                    "per round",
+                    "CPU per pod, probe units (total)",
+                    "raw total ms",
+                ],
+                probe_rows,
+                "rlrrrlrr",
+            )
         for idle in rounds.get("idle", []):
             lines += [
                 "",
@@ -265,6 +292,28 @@ def cluster_section(report: dict[str, Any], path: Path, quality_fallback: bool =
     elif quality_fallback:
         lines += prepare_elsewhere(path)
     return lines
+
+
+def probe_row(
+    nodes: int, path: str, entry: dict[str, Any], total_ms: float, units: dict[str, float]
+) -> list[str]:
+    """One path's figures beside the speed probe's: its reading, ours / kube-scheduler's reading
+    and pods/s in probe units round by round, the path's CPU per pod in probe units (the
+    benchmark's own client left out, as in the raw total)."""
+    ratio = entry["ratio"]
+    adjusted = ratio.get("burst_pods_per_1000_probe_units")
+    per_round = ", ".join(f"{r:.2f}" for r in adjusted["per_round"]) if adjusted else "—"
+    total_units = sum(v for component, v in units.items() if component != "benchmark")
+    return [
+        str(nodes),
+        path,
+        ranged(entry["figures"].get("speed_probe_ms"), "{:.2f}"),
+        ranged(ratio.get("speed_probe_ms"), "{:.2f}"),
+        ranged(adjusted, "{:.2f}"),
+        per_round,
+        f"{total_units:.1f}",
+        f"{total_ms:.1f}",
+    ]
 
 
 def _sizes(config: dict[str, Any]) -> str:

@@ -16,8 +16,8 @@ showed on the project's machine (2026-12-07, 100 nodes, 11 bursts): the machine 
 two speeds for stretches of seconds to minutes whatever runs on it (about 1.4 and 2.1 ms per
 unit), and the components follow it, roughly, not in proportion: from one round of our path to
 another the probe read 1.43 and 1.77 ms, every component together 43.2 and 57.7 ms of CPU per
-pod, the benchmark's own client 2.60 and 3.22. So figures divided by the probe's are steadier, not exact: the report
-keeps the raw figures and shows these beside them.
+pod, the benchmark's own client 2.60 and 3.22. So figures divided by the probe's are steadier,
+not exact: the report keeps the raw figures and shows these beside them.
 
     python hack/speed_probe.py            # prints one unit's CPU milliseconds per line until killed
 """

@@ -306,3 +306,27 @@ def test_the_speed_probe_runs_beside_a_measurement_and_stops_with_it() -> None:
     figures = probe.stop()
     assert figures["units"] >= 4 and 0 < figures["p10_ms"] <= figures["ms_per_unit"] <= figures["p90_ms"]
     assert probe._process.poll() is not None  # the child is gone
+
+
+def test_the_tables_show_the_speed_probe_beside_the_raw_figures(
+    tables: ModuleType, fixture_report: dict[str, Any]
+) -> None:
+    """Each measured burst of ours ran while the probe read 2.0 ms per unit, kube-scheduler's at
+    1.0: ours / kube-scheduler pods/s 0.5, 0.6, 0.6 raw become 1.0, 1.2, 1.2 in probe units."""
+    for run in fixture_report["rounds"]["runs"]:
+        slow = run["path"] != "kube-scheduler"
+        run["burst"]["speed_probe"] = {"units": 50, "ms_per_unit": 2.0 if slow else 1.0}
+    text = "\n".join(tables.cluster_section(fixture_report, tables.BENCH / "fixture.json"))
+    assert "**The machine's speed during the bursts**" in text
+    # Ours: apiserver 17 + controller 22 + webhook 3 = 39.0 ms per pod, 19.5 probe units.
+    assert (
+        "| 50 | ours binpack | 2.00 (2.00–2.00) | 2.00 (2.00–2.00) | 1.20 (1.00–1.20) "
+        "| 1.00, 1.20, 1.20 | 19.5 | 39.0 |" in text
+    )
+    assert "| 50 | kube-scheduler | 1.00 (1.00–1.00) | — | — | — |" in text
+    # Without the probe (reports made before it), no such table.
+    for run in fixture_report["rounds"]["runs"]:
+        del run["burst"]["speed_probe"]
+    assert "speed during the bursts" not in "\n".join(
+        tables.cluster_section(fixture_report, tables.BENCH / "fixture.json")
+    )
