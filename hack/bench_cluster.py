@@ -557,6 +557,28 @@ class AuditLog:
             return bench_report.audit_requests(log_file.read(end - start).splitlines())
 
 
+def pod_steps(
+    created: dict[str, float], watch: PodWatch, claim_watch: ClaimWatch
+) -> dict[str, dict[str, float]]:
+    """Each pod's steps as the watches saw them (create -> claim made -> allocated -> gate lifted
+    -> bound; a watch event's arrival: each step includes its delivery, the same for every step
+    and both paths), p50 and p99 over ``created``'s pods."""
+    bound, made = watch.bound, claim_watch.created
+    allocated_at = {p: claim_watch.allocated.get(p, bound[p]) for p in created}
+    phases = {
+        "create->claim": summary([made.get(p, allocated_at[p]) - created[p] for p in created]),
+        "claim->allocated": summary([allocated_at[p] - made.get(p, allocated_at[p]) for p in created]),
+    }
+    if watch.ungated:
+        phases["allocated->ungated"] = summary(
+            [watch.ungated.get(p, bound[p]) - allocated_at[p] for p in created]
+        )
+        phases["ungated->bound"] = summary([bound[p] - watch.ungated.get(p, bound[p]) for p in created])
+    else:
+        phases["allocated->bound"] = summary([bound[p] - allocated_at[p] for p in created])
+    return phases
+
+
 def throughput(
     api: Api,
     label: str,
@@ -623,21 +645,9 @@ def throughput(
     requests = audit.requests(audit_from, audit.offset()) if audit is not None else Counter()
     start, end = min(created.values()), max(watch.bound.values())
     latencies = [watch.bound[name] - created[name] for name in created]
-    # Each pod's steps as the watches saw them (a watch event's arrival: each step includes its
-    # delivery, the same for every step and both paths).
-    bound, made = watch.bound, claim_watch.created
+    bound = watch.bound
     allocated_at = {p: claim_watch.allocated.get(p, bound[p]) for p in created}
-    phases = {
-        "create->claim": summary([made.get(p, allocated_at[p]) - created[p] for p in created]),
-        "claim->allocated": summary([allocated_at[p] - made.get(p, allocated_at[p]) for p in created]),
-    }
-    if watch.ungated:
-        phases["allocated->ungated"] = summary(
-            [watch.ungated.get(p, bound[p]) - allocated_at[p] for p in created]
-        )
-        phases["ungated->bound"] = summary([bound[p] - watch.ungated.get(p, bound[p]) for p in created])
-    else:
-        phases["allocated->bound"] = summary([bound[p] - allocated_at[p] for p in created])
+    phases = pod_steps(created, watch, claim_watch)
     # The API server's own mean latency per write kind over the run (ms).
     server_ms = {
         f"{verb} {resource}{'/' + sub if sub else ''}": round(
@@ -694,7 +704,7 @@ def steady(
     is where a pod's placement ends (create -> running would add the kubelet's prepare and start)."""
     log(f"steady {label}: {pods} pods at {rate:g}/s, each deleted {lifetime:g} s after it is bound")
     pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    watch = PodWatch(api)
+    watch, claim_watch = PodWatch(api), ClaimWatch(api)
     created: dict[str, float] = {}
     deleted: set[str] = set()
     done = threading.Event()
@@ -730,7 +740,9 @@ def steady(
             done.set()
             reaper.join()
     watch.stop()
+    claim_watch.stop()
     latencies = [watch.bound[name] - created[name] for name in created]
+    steps = pod_steps(created, watch, claim_watch)
     arrivals = max(created.values()) - min(created.values())
     result = {
         "label": label, "pods": pods, "rate_per_second": rate, "lifetime_s": lifetime,
@@ -739,9 +751,12 @@ def steady(
         # Pods bound per second from the first create to the last bind (the rate, if it kept up).
         "achieved_per_second": round(pods / (max(watch.bound.values()) - min(created.values())), 2),
         "arrival_seconds": round(arrivals, 2),
+        "phases": steps,
     }  # fmt: skip
     log(f"{label:<44} steady {rate:g}/s: p50 {result['p50_s']:.3f} s  p99 {result['p99_s']:.3f} s  "
         f"({result['achieved_per_second']:.1f} bound/s)")  # fmt: skip
+    log(f"{label:<44} steady steps p50/p99 s: "
+        + ", ".join(f"{step} {f['p50_s']:.3f}/{f['p99_s']:.3f}" for step, f in steps.items()))  # fmt: skip
     reset_namespace(api)
     return result
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -93,3 +93,29 @@ def test_the_stream_is_seeded_and_within_the_documented_ranges(bench: ModuleType
         assert 600 <= arrival.leaves_after - arrival.index <= 1600
     whole = sum(1 for arrival in first if arrival.shape.whole)
     assert 20 <= whole <= 90, whole  # about one in ten
+
+
+def test_pod_steps_split_create_to_bound_into_what_each_component_did(bench: ModuleType) -> None:
+    """Burst and steady state alike: create -> claim made -> allocated -> gate lifted -> bound, each
+    step from the watches' times; a pod whose claim the watch missed counts that step as 0."""
+    watch = SimpleNamespace(bound={"p-0": 10.0, "p-1": 20.0}, ungated={"p-0": 9.0, "p-1": 19.5})
+    claims = SimpleNamespace(created={"p-0": 2.0}, allocated={"p-0": 6.0, "p-1": 15.0})
+    steps = bench.pod_steps({"p-0": 1.0, "p-1": 12.0}, watch, claims)
+    assert list(steps) == ["create->claim", "claim->allocated", "allocated->ungated", "ungated->bound"]
+    assert steps["create->claim"]["p99_s"] == 3.0  # p-1's claim was never seen made: 15 - 12
+    one = bench.pod_steps({"p-0": 1.0}, watch, claims)
+    assert {step: figures["p50_s"] for step, figures in one.items()} == {
+        "create->claim": 1.0,
+        "claim->allocated": 4.0,
+        "allocated->ungated": 3.0,
+        "ungated->bound": 1.0,
+    }
+    other = bench.pod_steps({"p-1": 12.0}, watch, claims)
+    assert other["claim->allocated"]["p50_s"] == 0.0 and other["allocated->ungated"]["p50_s"] == 4.5
+    # kube-scheduler's path lifts no gate: allocated -> bound in one step.
+    watch.ungated = {}
+    assert list(bench.pod_steps({"p-0": 1.0}, watch, claims)) == [
+        "create->claim",
+        "claim->allocated",
+        "allocated->bound",
+    ]

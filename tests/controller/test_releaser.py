@@ -131,6 +131,33 @@ def test_a_claim_being_deleted_is_released_even_with_a_live_pod() -> None:
     assert world.releaser.release(world.cache.claim_view(deleting)) == "released"
 
 
+@pytest.mark.parametrize(
+    ("finalizers", "writes"),
+    [
+        # Ours alone: removing it deletes the claim, which frees the devices: one write.
+        ([FINALIZER], [("update", "resourceclaims", "d")]),
+        # Another component keeps the claim: its devices are freed now, then ours goes.
+        (
+            ["someone.else/keep", FINALIZER],
+            [("update/status", "resourceclaims", "d"), ("update", "resourceclaims", "d")],
+        ),
+    ],
+)
+def test_a_deleted_claim_held_only_by_our_finalizer_is_released_in_one_write(
+    finalizers: list[str], writes: list[tuple[str, str, str]]
+) -> None:
+    world = World()
+    obj = claim("d", request())
+    obj["metadata"]["finalizers"] = finalizers
+    obj["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    obj["status"] = {"allocation": shared_on_gpu0("s", "1Gi")}
+    assert world.releaser.release(world.add_claim(obj)) == "released"
+    assert world.kube.writes("resourceclaims") == writes
+    left = world.claim("d")["metadata"]["finalizers"]
+    assert left == [f for f in finalizers if f != FINALIZER]
+    assert world.metrics.deallocations._value.get() == 1  # counted either way
+
+
 def test_a_deallocation_clears_the_device_status_too() -> None:
     world = World()
     obj = claim("s", request())

@@ -31,6 +31,7 @@ class _Recorder(BaseHTTPRequestHandler):
             "path": self.path,
             "headers": {key.lower(): value for key, value in self.headers.items()},
             "body": json.loads(body) if body else None,
+            "client_port": self.client_address[1],
         }
         self.seen.append(record)
         if "/fail/" in self.path:
@@ -126,3 +127,16 @@ def test_an_unreachable_server_is_a_kube_error_without_status(server: ThreadingH
     with pytest.raises(KubeError) as raised:
         Kube(api_client, request_timeout=5).get(PODS, "team-a", "p")
     assert raised.value.status == 0
+
+
+def test_requests_reuse_one_kept_alive_connection(server: ThreadingHTTPServer) -> None:
+    """Every request of ours on a new connection would cost the API server a TLS handshake each:
+    answered requests must hand their connection back to the pool, errors included."""
+    kube = Kube(_client(server, ["t"]))
+    for i in range(10):
+        kube.get(PODS, "default", f"p-{i}")
+    with pytest.raises(KubeError):
+        kube.update(RESOURCE_CLAIMS, {"metadata": {"name": "c", "namespace": "fail"}})
+    kube.get(PODS, "default", "last")
+    assert len(_Recorder.seen) == 12
+    assert {record["client_port"] for record in _Recorder.seen} == {_Recorder.seen[0]["client_port"]}
